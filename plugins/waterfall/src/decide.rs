@@ -1,0 +1,214 @@
+//! The waterfall rules (DESIGN §4).
+//!
+//! 1. Tiers: every online manager the content lists, grouped by ascending priority. A manager's
+//!    capacity is `min(rule cap, reported max_task_concurrency)` tasks, i.e. that many task slots
+//!    divided into workers of `worker_slots` slots. Offline and unlisted managers get no decision.
+//! 2. Running tasks stay where they run: a worker with a busy slot is never stopped and counts
+//!    against its manager's capacity; its free slots take queued tasks first.
+//! 3. Queued demand is placed group by group (a group is one set of capabilities and
+//!    environments), most constrained group first (fewest managers able to serve it). A group
+//!    fills tier 1, spills to tier 2, and so on. A manager can serve a group when the capability
+//!    amounts of its workers cover the group's and no required environment is `no-match`; when a
+//!    verdict is `unknown` it gets at most one worker's worth, to learn. Managers of one tier share
+//!    what the tier takes in proportion to their free capacity (largest remainder, ties to the
+//!    earlier row), never "first row wins".
+//! 4. A manager's target is the workers its placed tasks need. Above its current count it grows;
+//!    below, it first cancels workers still starting, then stops idle workers that have been idle
+//!    for at least the scale-down delay, longest idle first. Since demand fills the highest tier
+//!    first, the lowest tiers are the first to lose their demand and so their workers.
+
+use crate::content::{Flavor, Policy};
+use crate::model::{Decision, Demand, Manager, Snapshot};
+
+/// Per-manager bookkeeping during one decision.
+struct Plan<'a> {
+    manager: &'a Manager,
+    priority: u32,
+    /// Capacity in workers (from the tier's task cap).
+    max_workers: u64,
+    /// Workers needed so far: the busy ones, then the new ones placed tasks need.
+    used_workers: u64,
+    /// Free slots on workers already counted in `used_workers`.
+    spare_slots: u64,
+    /// Queued tasks placed on this manager.
+    placed: u64,
+}
+
+impl Plan<'_> {
+    /// Tasks of `group` a worker of this manager can run at once (0: it cannot serve the group).
+    fn density(&self, group: &Demand) -> u64 {
+        let mut density = u64::from(self.manager.worker_slots.max(1));
+        for (name, need) in &group.capabilities {
+            if *need == 0 {
+                continue;
+            }
+            let have = self
+                .manager
+                .capabilities
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, amount)| *amount);
+            density = density.min(have / need);
+        }
+        density
+    }
+
+    /// Queued tasks of `group` this manager can still take.
+    fn free_for(&self, group: &Demand) -> u64 {
+        let density = self.density(group);
+        if density == 0 {
+            return 0;
+        }
+        let mut unknown = false;
+        for env in &group.environments {
+            match self.manager.verdict(env) {
+                crate::Verdict::NoMatch => return 0,
+                crate::Verdict::Unknown => unknown = true,
+                crate::Verdict::Match => {}
+            }
+        }
+        let free = self.spare_slots + self.max_workers.saturating_sub(self.used_workers) * density;
+        if unknown { free.min(density) } else { free }
+    }
+
+    fn place(&mut self, group: &Demand, tasks: u64) {
+        let density = self.density(group).max(1);
+        let absorbed = tasks.min(self.spare_slots);
+        self.spare_slots -= absorbed;
+        let rest = tasks - absorbed;
+        let new_workers = rest.div_ceil(density);
+        self.used_workers += new_workers;
+        self.spare_slots += new_workers * density - rest;
+        self.placed += tasks;
+    }
+}
+
+impl Policy {
+    /// One decision for every online manager the content lists, in tier order.
+    pub fn decide(&self, snapshot: &Snapshot) -> Vec<Decision> {
+        let mut plans = self.plans(snapshot);
+
+        // Most constrained groups first; stable, so equal groups keep the snapshot's order.
+        let mut groups: Vec<&Demand> = snapshot.demand.iter().filter(|g| g.queued > 0).collect();
+        groups.sort_by_key(|g| plans.iter().filter(|p| p.free_for(g) > 0).count());
+
+        for group in groups {
+            let mut remaining = u64::from(group.queued);
+            let mut start = 0;
+            while start < plans.len() && remaining > 0 {
+                let priority = plans[start].priority;
+                let end = start + plans[start..].iter().take_while(|p| p.priority == priority).count();
+                remaining -= fill_tier(&mut plans[start..end], group, remaining);
+                start = end;
+            }
+        }
+
+        plans.iter().map(|plan| conclude(plan, snapshot.scale_down_delay_ms)).collect()
+    }
+
+    fn plans<'a>(&self, snapshot: &'a Snapshot) -> Vec<Plan<'a>> {
+        let mut plans = Vec::new();
+        for rule in &self.rules {
+            let members = snapshot.managers.iter().filter(|m| {
+                m.online
+                    && match self.flavor {
+                        Flavor::ManagerId => m.id == rule.member,
+                        Flavor::WorkerType => m.worker_type == rule.member,
+                    }
+            });
+            for manager in members {
+                let cap = rule.cap.map_or(manager.max_task_concurrency, |c| c.min(manager.max_task_concurrency));
+                let busy: Vec<_> = manager.workers.iter().filter(|w| w.busy > 0).collect();
+                plans.push(Plan {
+                    manager,
+                    priority: rule.priority,
+                    max_workers: manager.max_workers_for(cap),
+                    used_workers: busy.len() as u64,
+                    spare_slots: busy.iter().map(|w| u64::from(w.slots.saturating_sub(w.busy))).sum(),
+                    placed: 0,
+                });
+            }
+        }
+        plans
+    }
+}
+
+/// Place up to `wanted` tasks of `group` on one tier, shared in proportion to free capacity.
+/// Returns how many were placed.
+fn fill_tier(tier: &mut [Plan<'_>], group: &Demand, wanted: u64) -> u64 {
+    let free: Vec<u64> = tier.iter().map(|p| p.free_for(group)).collect();
+    let total: u128 = free.iter().map(|&f| u128::from(f)).sum();
+    if total == 0 {
+        return 0;
+    }
+    let take = u128::from(wanted).min(total);
+    let mut shares: Vec<(u64, u128)> = free
+        .iter()
+        .map(|&f| {
+            let exact = take * u128::from(f);
+            ((exact / total) as u64, exact % total)
+        })
+        .collect();
+    let mut leftover = take as u64 - shares.iter().map(|(s, _)| s).sum::<u64>();
+    // Largest remainders get one more each; ties go to the earlier row.
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by(|&a, &b| shares[b].1.cmp(&shares[a].1).then(a.cmp(&b)));
+    for index in order {
+        if leftover == 0 {
+            break;
+        }
+        if shares[index].1 > 0 {
+            shares[index].0 += 1;
+            leftover -= 1;
+        }
+    }
+    for (plan, (share, _)) in tier.iter_mut().zip(&shares) {
+        if *share > 0 {
+            plan.place(group, *share);
+        }
+    }
+    take as u64
+}
+
+fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64) -> Decision {
+    let manager = plan.manager;
+    let current = manager.current_workers();
+    let target = plan.used_workers;
+    let mut stop = Vec::new();
+    let desired = if target >= current {
+        target
+    } else {
+        let mut excess = current - target;
+        let cancelled = excess.min(u64::from(manager.starting));
+        excess -= cancelled;
+        let mut idle: Vec<_> = manager
+            .workers
+            .iter()
+            .filter(|w| w.busy == 0 && w.idle_ms >= scale_down_delay_ms)
+            .collect();
+        idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then_with(|| a.id.cmp(&b.id)));
+        stop.extend(idle.iter().take(excess.min(idle.len() as u64) as usize).map(|w| w.id.clone()));
+        current - cancelled - stop.len() as u64
+    };
+    let desired = u32::try_from(desired).unwrap_or(u32::MAX);
+    let busy = manager.workers.iter().filter(|w| w.busy > 0).count();
+    let mut reason = format!(
+        "priority {}: {} queued task{} placed, {} busy worker{} -> {} worker{} (max {})",
+        plan.priority,
+        plan.placed,
+        plural(plan.placed),
+        busy,
+        plural(busy as u64),
+        desired,
+        plural(u64::from(desired)),
+        plan.max_workers,
+    );
+    if !stop.is_empty() {
+        reason.push_str(&format!("; stopping {} idle", stop.len()));
+    }
+    Decision { manager_id: manager.id.clone(), desired_workers: desired, stop, reason }
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}

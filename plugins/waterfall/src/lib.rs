@@ -1,0 +1,17 @@
+//! The waterfall scaling algorithm (DESIGN §4), as plain Rust.
+//!
+//! This crate is compiled twice: into the `waterfall_v1` / `waterfall_v2` WASM components, and
+//! natively into the host, where it is the reference the components are checked against and the
+//! baseline of the plugin benchmarks. It has no dependencies and does no I/O.
+//!
+//! - [`model`]: the snapshot and decision types, mirroring `weir:plugin/scaling` in `wit/weir.wit`.
+//! - [`content`]: the policy content parser (`priority, worker_manager_id[, cap]` or
+//!   `priority, worker_type` rows) with line-numbered errors.
+//! - [`decide`]: the fill, share and scale-down rules.
+
+pub mod content;
+pub mod decide;
+pub mod model;
+
+pub use content::{ContentError, Flavor, Policy, Rule};
+pub use model::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};

@@ -1,0 +1,63 @@
+//! The scaling side of the core: the policy trait the scheduler's scaling loop calls, and the
+//! checks every decision passes before it is applied, whoever produced it.
+//!
+//! The snapshot and decision types are those of `weir-waterfall` (they mirror
+//! `weir:plugin/scaling` in `wit/weir.wit`), so the native reference implementation and the WASM
+//! engines speak the same types.
+
+pub use weir_waterfall::model::UNLIMITED;
+pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
+
+/// Something that decides how many workers each manager should run. The scheduler uses the
+/// WASM adapter (`plugin::PolicyPlugin`); tests use native implementations.
+pub trait ScalingPolicy {
+    type Error: std::error::Error;
+    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, Self::Error>;
+}
+
+/// The native reference: the waterfall algorithm compiled into the host.
+impl ScalingPolicy for weir_waterfall::Policy {
+    type Error = std::convert::Infallible;
+    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, Self::Error> {
+        Ok(weir_waterfall::Policy::decide(self, snapshot))
+    }
+}
+
+/// Checks that `decisions` can be applied to `snapshot`: each names an online manager of the
+/// snapshot once, asks for no more workers than the manager's cap allows (unless it already has
+/// more, which a policy may keep), and stops only idle workers of that manager.
+pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), String> {
+    let mut seen: Vec<&str> = Vec::with_capacity(decisions.len());
+    for decision in decisions {
+        let id = decision.manager_id.as_str();
+        let Some(manager) = snapshot.managers.iter().find(|m| m.id == id) else {
+            return Err(format!("unknown manager `{id}`"));
+        };
+        if !manager.online {
+            return Err(format!("manager `{id}` is offline"));
+        }
+        if seen.contains(&id) {
+            return Err(format!("two decisions for manager `{id}`"));
+        }
+        seen.push(id);
+        let allowed = manager.max_workers_for(manager.max_task_concurrency).max(manager.current_workers());
+        if u64::from(decision.desired_workers) > allowed {
+            return Err(format!(
+                "asks manager `{id}` for {} workers; its max task concurrency {} allows {allowed}",
+                decision.desired_workers, manager.max_task_concurrency
+            ));
+        }
+        for (index, worker_id) in decision.stop.iter().enumerate() {
+            let Some(worker) = manager.workers.iter().find(|w| w.id == *worker_id) else {
+                return Err(format!("stops `{worker_id}`, which is not a worker of manager `{id}`"));
+            };
+            if worker.busy > 0 {
+                return Err(format!("stops worker `{worker_id}` of manager `{id}` while it runs tasks"));
+            }
+            if decision.stop[..index].contains(worker_id) {
+                return Err(format!("stops worker `{worker_id}` of manager `{id}` twice"));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! Environment conditions: the `environment` world, evaluated on a worker with only the
+//! [`HostFacts`] the worker chooses to reveal.
+
+use std::sync::Arc;
+
+use super::bindings::environment::{Environment, EnvironmentPre, weir::plugin::host};
+use super::sandbox::{Sandboxed, State};
+use super::{Limits, PluginError};
+
+/// Everything a condition can learn about its worker. Gathered by the worker ([`HostFacts::probe`])
+/// and cached: host functions never touch `/proc` themselves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostFacts {
+    pub total_memory_bytes: u64,
+    pub available_memory_bytes: u64,
+    pub cpu_count: u32,
+    pub hostname: String,
+    pub os: String,
+    pub arch: String,
+    pub worker_type: String,
+    pub capabilities: Vec<(String, u64)>,
+    /// Only the variables the worker allow-lists, with their values.
+    pub env: Vec<(String, String)>,
+}
+
+impl HostFacts {
+    /// Read this machine's facts. `allowed_env` names the environment variables conditions may see.
+    pub fn probe(worker_type: &str, capabilities: &[(String, u64)], allowed_env: &[String]) -> HostFacts {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let field = |name: &str| -> u64 {
+            meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map_or(0, |kib| kib * 1024)
+        };
+        // A cgroup limit lower than the machine's memory is the memory the worker really has.
+        let cgroup_limit = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok());
+        let total = match cgroup_limit {
+            Some(limit) if limit < field("MemTotal:") => limit,
+            _ => field("MemTotal:"),
+        };
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        HostFacts {
+            total_memory_bytes: total,
+            available_memory_bytes: field("MemAvailable:").min(total),
+            cpu_count: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            hostname,
+            os: std::env::consts::OS.to_string(),
+            arch: std::env::consts::ARCH.to_string(),
+            worker_type: worker_type.to_string(),
+            capabilities: capabilities.to_vec(),
+            env: allowed_env
+                .iter()
+                .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
+                .collect(),
+        }
+    }
+}
+
+impl host::Host for State {
+    fn total_memory_bytes(&mut self) -> u64 {
+        self.facts.as_ref().map_or(0, |f| f.total_memory_bytes)
+    }
+    fn available_memory_bytes(&mut self) -> u64 {
+        self.facts.as_ref().map_or(0, |f| f.available_memory_bytes)
+    }
+    fn cpu_count(&mut self) -> u32 {
+        self.facts.as_ref().map_or(0, |f| f.cpu_count)
+    }
+    fn hostname(&mut self) -> String {
+        self.facts.as_ref().map(|f| f.hostname.clone()).unwrap_or_default()
+    }
+    fn os(&mut self) -> String {
+        self.facts.as_ref().map(|f| f.os.clone()).unwrap_or_default()
+    }
+    fn arch(&mut self) -> String {
+        self.facts.as_ref().map(|f| f.arch.clone()).unwrap_or_default()
+    }
+    fn worker_type(&mut self) -> String {
+        self.facts.as_ref().map(|f| f.worker_type.clone()).unwrap_or_default()
+    }
+    fn capability(&mut self, name: String) -> Option<u64> {
+        let facts = self.facts.as_ref()?;
+        facts.capabilities.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+    fn env_var(&mut self, name: String) -> Option<String> {
+        let facts = self.facts.as_ref()?;
+        facts.env.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
+    }
+}
+
+pub type Config = Vec<(String, String)>;
+
+/// One condition component with a live instance (so `setup` and `teardown` see the same one).
+pub struct ConditionPlugin {
+    sandbox: Sandboxed<Environment>,
+}
+
+impl ConditionPlugin {
+    pub(super) fn new(plugin: Arc<str>, pre: EnvironmentPre<State>, limits: Limits) -> ConditionPlugin {
+        let engine = pre.engine().clone();
+        let sandbox = Sandboxed::new(plugin, limits, engine, move |store| Ok(Ok(pre.instantiate(store)?)));
+        ConditionPlugin { sandbox }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.sandbox.plugin
+    }
+
+    /// `Ok(true)`: matches; `Ok(false)`: does not; `Err`: the condition failed (its own error,
+    /// a trap, a timeout, ...), which the worker reports as `error(reason)`.
+    pub fn evaluate(&mut self, facts: &Arc<HostFacts>, config: &Config) -> Result<bool, PluginError> {
+        let plugin = self.name().to_string();
+        let verdict = self.sandbox.call("evaluate", |store, bindings| {
+            store.data_mut().facts = Some(facts.clone());
+            bindings.weir_plugin_condition().call_evaluate(store, config)
+        })?;
+        verdict.map_err(|message| PluginError::Refused { plugin, call: "evaluate", message })
+    }
+
+    /// Values for the tasks that run in this environment.
+    pub fn setup(&mut self, facts: &Arc<HostFacts>, config: &Config) -> Result<Config, PluginError> {
+        let plugin = self.name().to_string();
+        let values = self.sandbox.call("setup", |store, bindings| {
+            store.data_mut().facts = Some(facts.clone());
+            bindings.weir_plugin_condition().call_setup(store, config)
+        })?;
+        values.map_err(|message| PluginError::Refused { plugin, call: "setup", message })
+    }
+
+    pub fn teardown(&mut self, facts: &Arc<HostFacts>) -> Result<(), PluginError> {
+        let result = self.sandbox.call("teardown", |store, bindings| {
+            store.data_mut().facts = Some(facts.clone());
+            bindings.weir_plugin_condition().call_teardown(store)
+        });
+        self.sandbox.reset();
+        result
+    }
+}

@@ -1,0 +1,76 @@
+//! What can go wrong with a plugin. Every variant names the plugin, and for calls which call.
+
+use std::time::Duration;
+
+use super::World;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("{plugin}: cannot read: {source}")]
+    Read {
+        plugin: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// `expected` is empty or ` of the `NAME` world`.
+    #[error("{plugin}: not a WebAssembly component: {detail}; expected a component{expected}")]
+    NotWasm { plugin: String, detail: String, expected: String },
+
+    #[error(
+        "{plugin}: is a core WebAssembly module, not a component; expected a component{expected} \
+         (build with `--target wasm32-wasip2`, or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule { plugin: String, expected: String },
+
+    #[error("{plugin}: {}", wrong_world(*.expected, *.found))]
+    WrongWorld { plugin: String, expected: World, found: Option<World> },
+
+    #[error("{plugin}: cannot be compiled: {detail}")]
+    Compile { plugin: String, detail: String },
+
+    #[error("{plugin}: needs something the `{world}` world does not provide: {detail}")]
+    Link { plugin: String, world: World, detail: String },
+
+    #[error("{plugin}: {call} timed out after {deadline:?}")]
+    Timeout { plugin: String, call: &'static str, deadline: Duration },
+
+    #[error("{plugin}: {call} ran out of memory: the limit is {limit} bytes over all its memories")]
+    MemoryLimit { plugin: String, call: &'static str, limit: u64 },
+
+    #[error("{plugin}: {call} panicked: {message}")]
+    Panic { plugin: String, call: &'static str, message: String },
+
+    #[error("{plugin}: {call} trapped: {detail}")]
+    Trap { plugin: String, call: &'static str, detail: String },
+
+    /// The plugin returned its own error (`result::err`), e.g. bad policy content.
+    #[error("{plugin}: {call} failed: {message}")]
+    Refused { plugin: String, call: &'static str, message: String },
+
+    /// A policy's decision that cannot be applied.
+    #[error("{plugin}: nonsense decision: {detail}")]
+    Nonsense { plugin: String, detail: String },
+}
+
+fn wrong_world(expected: World, found: Option<World>) -> String {
+    let mut text = format!(
+        "does not implement the `{expected}` world (it must export `{}`)",
+        expected.export_name()
+    );
+    match found {
+        Some(found) => text.push_str(&format!("; it is a `{found}` component")),
+        None => text.push_str("; it exports no weir:plugin@0.1.0 interface"),
+    }
+    text
+}
+
+impl PluginError {
+    /// The plugin's own error message for `Refused`; otherwise the whole error.
+    pub fn message(&self) -> String {
+        match self {
+            PluginError::Refused { message, .. } => message.clone(),
+            other => other.to_string(),
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The sandbox every plugin call runs in: a `Store` whose WASI grants nothing, a memory cap
+//! summed over all the component's memories, an epoch deadline on every call, and stdout/stderr
+//! captured (bounded) and forwarded to `tracing`. [`Sandboxed`] keeps one live instance and
+//! replaces it after a trap, since a trapped instance cannot be entered again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{Engine, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::environment::weir::plugin::log;
+use super::condition::HostFacts;
+use super::{EPOCH_TICK, Limits, PluginError};
+
+/// Per-store data.
+pub struct State {
+    pub(super) plugin: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(super) memory: MemoryCap,
+    stdout: Output,
+    stderr: Output,
+    /// What a condition may see of its worker (`None` for policies and tasks).
+    pub(super) facts: Option<Arc<HostFacts>>,
+    /// `setup` values a sandboxed task may read, by environment name.
+    pub(super) environment_values: Vec<(String, Vec<(String, String)>)>,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl State {
+    pub fn new(plugin: Arc<str>, limits: &Limits) -> State {
+        let stdout = Output::new(limits.output_bytes);
+        let stderr = Output::new(limits.output_bytes);
+        // Nothing is granted: no files, no environment, no arguments, no network (the
+        // builder's defaults), no stdin, and a wall clock frozen at the epoch.
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.pipe.clone())
+            .stderr(stderr.pipe.clone())
+            .wall_clock(FrozenClock)
+            .build();
+        State {
+            plugin,
+            wasi,
+            table: ResourceTable::new(),
+            memory: MemoryCap { limit: limits.memory_bytes, used: 0, hit: false },
+            stdout,
+            stderr,
+            facts: None,
+            environment_values: Vec::new(),
+        }
+    }
+
+    /// Forward what the guest printed since the last call to the logs; returns stderr's new text.
+    fn drain_output(&mut self) -> String {
+        if let Some(text) = self.stdout.take_new() {
+            for line in text.lines() {
+                tracing::info!(plugin = %self.plugin, stream = "stdout", "{line}");
+            }
+        }
+        let stderr = self.stderr.take_new().unwrap_or_default();
+        for line in stderr.lines() {
+            tracing::warn!(plugin = %self.plugin, stream = "stderr", "{line}");
+        }
+        stderr
+    }
+}
+
+/// Captured guest output. Past `capacity` bytes the pipe refuses writes and the guest's write
+/// fails (a Rust guest's `print!` then panics): a plugin cannot flood the host.
+struct Output {
+    pipe: MemoryOutputPipe,
+    seen: usize,
+}
+
+impl Output {
+    fn new(capacity: usize) -> Output {
+        Output { pipe: MemoryOutputPipe::new(capacity), seen: 0 }
+    }
+
+    fn take_new(&mut self) -> Option<String> {
+        let all = self.pipe.contents();
+        if all.len() <= self.seen {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&all[self.seen..]).into_owned();
+        self.seen = all.len();
+        Some(text)
+    }
+}
+
+struct FrozenClock;
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// Caps the sum of all linear memories of one store (a component may have several).
+pub struct MemoryCap {
+    limit: u64,
+    used: u64,
+    /// Set when a growth was refused, so the resulting trap is reported as a memory limit.
+    pub hit: bool,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.used - current as u64 + desired as u64;
+        if total > self.limit {
+            self.hit = true;
+            return Ok(false);
+        }
+        self.used = total;
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+impl log::Host for State {
+    fn log(&mut self, level: log::Level, message: String) {
+        const MAX: usize = 4096;
+        let message = match message.char_indices().nth(MAX) {
+            Some((cut, _)) => format!("{}... ({} bytes)", &message[..cut], message.len()),
+            None => message,
+        };
+        let plugin = &*self.plugin;
+        match level {
+            log::Level::Trace => tracing::trace!(plugin, "{message}"),
+            log::Level::Debug => tracing::debug!(plugin, "{message}"),
+            log::Level::Info => tracing::info!(plugin, "{message}"),
+            log::Level::Warn => tracing::warn!(plugin, "{message}"),
+            log::Level::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+}
+
+impl super::bindings::environment::weir::plugin::types::Host for State {}
+
+/// One live instance of a component, created on first use and after every trap.
+pub struct Sandboxed<B> {
+    pub(super) plugin: Arc<str>,
+    pub(super) limits: Limits,
+    engine: Engine,
+    /// Instantiates and prepares the bindings; the inner `Err` is the guest's own refusal.
+    make: Box<dyn Fn(&mut Store<State>) -> wasmtime::Result<Result<B, String>> + Send>,
+    live: Option<(Store<State>, B)>,
+}
+
+impl<B> Sandboxed<B> {
+    pub fn new(
+        plugin: Arc<str>,
+        limits: Limits,
+        engine: Engine,
+        make: impl Fn(&mut Store<State>) -> wasmtime::Result<Result<B, String>> + Send + 'static,
+    ) -> Sandboxed<B> {
+        Sandboxed { plugin, limits, engine, make: Box::new(make), live: None }
+    }
+
+    /// Drop the live instance (the next call starts a fresh one).
+    pub fn reset(&mut self) {
+        self.live = None;
+    }
+
+    /// Make sure an instance is live; `call` names what is being done, for errors.
+    pub fn ensure_live(&mut self, call: &'static str) -> Result<(), PluginError> {
+        if self.live.is_some() {
+            return Ok(());
+        }
+        let state = State::new(self.plugin.clone(), &self.limits);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.memory);
+        self.arm(&mut store);
+        let made = (self.make)(&mut store);
+        let stderr = store.data_mut().drain_output();
+        match made {
+            Ok(Ok(bindings)) => {
+                self.live = Some((store, bindings));
+                Ok(())
+            }
+            Ok(Err(message)) => Err(PluginError::Refused { plugin: self.plugin.to_string(), call, message }),
+            Err(error) => Err(self.classify(call, error, &store, &stderr)),
+        }
+    }
+
+    /// Run `f` on the live instance under the deadline; a trap discards the instance.
+    pub fn call<R>(
+        &mut self,
+        call: &'static str,
+        f: impl FnOnce(&mut Store<State>, &B) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginError> {
+        self.ensure_live(call)?;
+        let Some((mut store, bindings)) = self.live.take() else {
+            unreachable!("ensure_live leaves an instance");
+        };
+        self.arm(&mut store);
+        let result = f(&mut store, &bindings);
+        let stderr = store.data_mut().drain_output();
+        match result {
+            Ok(value) => {
+                self.live = Some((store, bindings));
+                Ok(value)
+            }
+            Err(error) => Err(self.classify(call, error, &store, &stderr)),
+        }
+    }
+
+    fn arm(&self, store: &mut Store<State>) {
+        store.data_mut().memory.hit = false;
+        store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
+        store.epoch_deadline_trap();
+    }
+
+    fn classify(&self, call: &'static str, error: wasmtime::Error, store: &Store<State>, stderr: &str) -> PluginError {
+        let plugin = self.plugin.to_string();
+        tracing::debug!(%plugin, call, error = format!("{error:?}"), "plugin call failed");
+        if store.data().memory.hit {
+            return PluginError::MemoryLimit { plugin, call, limit: self.limits.memory_bytes };
+        }
+        if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
+            return PluginError::Timeout { plugin, call, deadline: self.limits.deadline };
+        }
+        if let Some(message) = panic_message(stderr) {
+            return PluginError::Panic { plugin, call, message };
+        }
+        let detail = match error.downcast_ref::<Trap>() {
+            Some(trap) => trap.to_string(),
+            None => format!("{error:#}"),
+        };
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+        let detail = match last {
+            Some(line) => format!("{detail} (stderr: {})", line.trim()),
+            None => detail,
+        };
+        PluginError::Trap { plugin, call, detail }
+    }
+}
+
+/// A Rust guest's panic prints `panicked at FILE:LINE:COL:` and the message on the next line.
+fn panic_message(stderr: &str) -> Option<String> {
+    let mut lines = stderr.lines();
+    lines.find(|l| l.contains("panicked at"))?;
+    let message: Vec<&str> = lines.take_while(|l| !l.starts_with("note:")).collect();
+    Some(message.join("\n").trim().to_string()).filter(|m| !m.is_empty())
+}
+
+fn deadline_ticks(deadline: Duration) -> u64 {
+    // +1: the current tick may be about to end.
+    (deadline.as_nanos() / EPOCH_TICK.as_nanos()) as u64 + 1
+}

@@ -59,7 +59,7 @@ fn wrong_world(expected: World, found: Option<World>) -> String {
         expected.export_name()
     );
     match found {
-        Some(found) => text.push_str(&format!("; it is a `{found}` component")),
+        Some(found) => text.push_str(&format!("; it implements the `{found}` world instead")),
         None => text.push_str("; it exports no weir:plugin@0.1.0 interface"),
     }
     text

@@ -108,6 +108,18 @@ pub struct Loaded {
     pub load_time: Duration,
 }
 
+impl fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loaded")
+            .field("name", &self.name)
+            .field("world", &self.world)
+            .field("sha256", &hex::encode(self.sha256))
+            .field("size", &self.size)
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Linkers {
     environment: Linker<State>,
     policy: Linker<State>,

@@ -1,0 +1,322 @@
+//! The waterfall engines on table-driven snapshots: every case runs through the native reference
+//! (`weir-waterfall` compiled into the host) and through the real WASM component, which must
+//! agree with each other and with the expected decision. A property test then checks they agree
+//! on random snapshots and that every decision passes the scheduler's validation.
+
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use weir::core::scaling::{Demand, Manager, Snapshot, UNLIMITED, Verdict, Worker, validate_decisions};
+use weir::plugin::{Limits, PluginHost, World, bundled};
+use weir_waterfall::{Flavor, Policy};
+
+const V1_REFERENCE: &str = include_str!("../examples/configs/waterfall_v1.toml");
+const V2_REFERENCE: &str = include_str!("../examples/configs/waterfall_v2.toml");
+
+fn host() -> &'static PluginHost {
+    static HOST: OnceLock<PluginHost> = OnceLock::new();
+    HOST.get_or_init(|| PluginHost::new(None).expect("plugin host"))
+}
+
+/// The policy_content of a reference TOML file (a `"""` block).
+fn reference_content(toml: &str) -> &str {
+    let start = toml.find("\"\"\"").expect("content start") + 3;
+    let end = start + toml[start..].find("\"\"\"").expect("content end");
+    &toml[start..end]
+}
+
+fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
+    Manager {
+        id: id.into(),
+        worker_type: worker_type.into(),
+        max_task_concurrency: cap,
+        worker_slots: slots,
+        online: true,
+        workers: Vec::new(),
+        starting: 0,
+        capabilities: Vec::new(),
+        environments: Vec::new(),
+    }
+}
+
+fn idle(id: &str, slots: u32, idle_ms: u64) -> Worker {
+    Worker { id: id.into(), slots, busy: 0, idle_ms }
+}
+
+fn queued(n: u32) -> Demand {
+    Demand { capabilities: Vec::new(), environments: Vec::new(), queued: n, running: 0 }
+}
+
+fn snapshot(managers: Vec<Manager>, demand: Vec<Demand>) -> Snapshot {
+    Snapshot { now_ms: 1_000_000, scale_down_delay_ms: 30_000, managers, demand }
+}
+
+/// `(manager, desired workers, stopped workers)` from both implementations, checked equal.
+fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u32, Vec<String>)> {
+    let native = Policy::parse(flavor, content).expect("content parses").decide(snapshot);
+    let (name, bytes) = match flavor {
+        Flavor::ManagerId => ("waterfall_v1", bundled::WATERFALL_V1),
+        Flavor::WorkerType => ("waterfall_v2", bundled::WATERFALL_V2),
+    };
+    let loaded = host().load(name, bytes, Some(World::Policy)).expect("bundled policy loads");
+    let mut wasm = host().policy(&loaded, content, Limits::default()).expect("content accepted");
+    let from_wasm = wasm.decide(snapshot).expect("decide succeeds");
+    assert_eq!(native, from_wasm, "native reference and {name}.wasm disagree");
+    validate_decisions(snapshot, &native).expect("decisions are valid");
+    native.into_iter().map(|d| (d.manager_id, d.desired_workers, d.stop)).collect()
+}
+
+fn desired(decisions: &[(String, u32, Vec<String>)]) -> Vec<(&str, u32)> {
+    decisions.iter().map(|(id, n, _)| (id.as_str(), *n)).collect()
+}
+
+#[test]
+fn v1_reference_config_shares_one_tier_in_proportion_to_capacity() {
+    let content = reference_content(V1_REFERENCE);
+    let managers: Vec<Manager> = ["wm1", "wm2", "wm3", "wm4", "wm5"]
+        .iter()
+        .map(|id| manager(id, "any", 1000, 1))
+        .collect();
+    // Free capacity 10/20/40/64/1000 (the rule caps bind): 100 tasks split by largest remainder.
+    let got = decide(Flavor::ManagerId, content, &snapshot(managers.clone(), vec![queued(100)]));
+    assert_eq!(desired(&got), vec![("wm1", 1), ("wm2", 2), ("wm3", 3), ("wm4", 6), ("wm5", 88)]);
+    // More demand than the tier holds: everyone at their cap, nobody above it.
+    let got = decide(Flavor::ManagerId, content, &snapshot(managers, vec![queued(5000)]));
+    assert_eq!(desired(&got), vec![("wm1", 10), ("wm2", 20), ("wm3", 40), ("wm4", 64), ("wm5", 1000)]);
+}
+
+#[test]
+fn v1_rule_cap_and_reported_cap_take_the_lower() {
+    let content = "1, a, 10\n1, b, unlimited\n1, c\n";
+    let managers = vec![manager("a", "t", 1000, 1), manager("b", "t", 4, 1), manager("c", "t", 6, 2)];
+    let got = decide(Flavor::ManagerId, content, &snapshot(managers, vec![queued(1000)]));
+    // c: 6 slots in workers of 2 slots = 3 workers.
+    assert_eq!(desired(&got), vec![("a", 10), ("b", 4), ("c", 3)]);
+}
+
+#[test]
+fn v2_reference_config_sums_managers_of_a_type() {
+    let content = reference_content(V2_REFERENCE);
+    let managers = vec![
+        manager("native_1", "native", 10, 1),
+        manager("native1_a", "native1", 10, 1),
+        manager("native1_b", "native1", 10, 1),
+        manager("sym_1", "sym", 10, 10),
+        manager("aws_1", "aws", 64, 1),
+        manager("batch_1", "batch", 1000, 1000),
+    ];
+    let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(50)]));
+    // Shares of 50 over free capacity 10/10/10/10/64/1000: 1, 1, 0, 0, 3, 45 tasks;
+    // batch's 45 tasks fit in its one 1000-slot worker.
+    assert_eq!(
+        desired(&got),
+        vec![("native_1", 1), ("native1_a", 1), ("native1_b", 0), ("sym_1", 0), ("aws_1", 3), ("batch_1", 1)]
+    );
+    let got = decide(Flavor::WorkerType, content, &snapshot(managers, vec![queued(100_000)]));
+    assert_eq!(
+        desired(&got),
+        vec![("native_1", 10), ("native1_a", 10), ("native1_b", 10), ("sym_1", 1), ("aws_1", 64), ("batch_1", 1)]
+    );
+}
+
+#[test]
+fn demand_fills_tier_one_then_spills_to_the_next() {
+    let content = "1, native\n2, burst\n";
+    let managers = vec![manager("n", "native", 2, 1), manager("b", "burst", 4, 1)];
+    let spill = |n| desired(&decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(n)])))
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect::<Vec<_>>();
+    assert_eq!(spill(1), vec![1, 0]);
+    assert_eq!(spill(2), vec![2, 0]);
+    assert_eq!(spill(3), vec![2, 1]);
+    assert_eq!(spill(6), vec![2, 4]);
+    assert_eq!(spill(60), vec![2, 4]);
+}
+
+#[test]
+fn offline_and_unlisted_managers_get_no_decision() {
+    let content = "1, native\n2, burst\n";
+    let mut native = manager("n", "native", 2, 1);
+    native.online = false;
+    let managers = vec![native, manager("b", "burst", 4, 1), manager("x", "unlisted", 100, 1)];
+    let got = decide(Flavor::WorkerType, content, &snapshot(managers, vec![queued(3)]));
+    assert_eq!(desired(&got), vec![("b", 3)]);
+}
+
+#[test]
+fn running_tasks_stay_and_their_free_slots_are_used_first() {
+    let content = "1, native\n2, burst\n";
+    let mut burst = manager("b", "burst", 8, 4);
+    burst.workers = vec![Worker { id: "b1".into(), slots: 4, busy: 1, idle_ms: 0 }];
+    let managers = vec![manager("n", "native", 4, 4), burst];
+    // Tier 1 takes the 3 queued tasks; the busy burst worker is kept, not stopped.
+    let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(3)]));
+    assert_eq!(got, vec![("n".into(), 1, vec![]), ("b".into(), 1, vec![])]);
+    // With tier 1 full, burst's 3 free slots absorb 3 of the 7 overflow tasks before a new worker.
+    let got = decide(Flavor::WorkerType, content, &snapshot(managers, vec![queued(11)]));
+    assert_eq!(desired(&got), vec![("n", 1), ("b", 2)]);
+}
+
+#[test]
+fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_the_delay() {
+    let content = "1, native\n2, burst\n";
+    let mut native = manager("n", "native", 2, 1);
+    native.workers = vec![idle("n1", 1, 60_000), idle("n2", 1, 60_000)];
+    let mut burst = manager("b", "burst", 4, 1);
+    burst.workers = vec![
+        idle("b1", 1, 60_000),
+        idle("b2", 1, 90_000),
+        Worker { id: "b3".into(), slots: 1, busy: 1, idle_ms: 0 },
+        idle("b4", 1, 5_000),
+    ];
+    burst.starting = 1;
+    // Two tasks left: tier 1 keeps both its workers; burst cancels the starting one, stops the idle
+    // ones past the 30 s delay (longest idle first), keeps the busy one and the recently idle one.
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![native.clone(), burst.clone()], vec![queued(2)]));
+    assert_eq!(
+        got,
+        vec![("n".into(), 2, vec![]), ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])]
+    );
+    // No demand at all: tier 1 drains too, but never below what the delay protects.
+    native.workers[1].idle_ms = 1_000;
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![native, burst], vec![]));
+    assert_eq!(
+        got,
+        vec![("n".into(), 1, vec!["n1".to_string()]), ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])]
+    );
+}
+
+#[test]
+fn constrained_demand_is_placed_first_and_no_match_is_never_scaled_for_it() {
+    let content = "1, big\n1, small\n";
+    let mut big = manager("big", "big", 3, 1);
+    big.environments = vec![("large".into(), Verdict::Match)];
+    let mut small = manager("small", "small", 3, 1);
+    small.environments = vec![("large".into(), Verdict::NoMatch)];
+    let constrained = Demand { environments: vec!["large".into()], ..queued(3) };
+    // Listed after the unconstrained group, still placed first: it can only go to `big`.
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![big.clone(), small.clone()], vec![queued(3), constrained.clone()]));
+    assert_eq!(desired(&got), vec![("big", 3), ("small", 3)]);
+    // Only constrained demand: `small` (no-match) gets nothing even with room.
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![big, small], vec![Demand { queued: 5, ..constrained }]));
+    assert_eq!(desired(&got), vec![("big", 3), ("small", 0)]);
+}
+
+#[test]
+fn unknown_verdict_gets_one_worker_to_learn() {
+    let content = "1, fresh\n2, known\n";
+    let fresh = manager("fresh", "fresh", 10, 2);
+    let mut known = manager("known", "known", 10, 1);
+    known.environments = vec![("gpu-driver".into(), Verdict::Match)];
+    let demand = Demand { environments: vec!["gpu-driver".into()], ..queued(6) };
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![fresh, known], vec![demand]));
+    // `fresh` has never evaluated gpu-driver: one 2-slot worker to find out, the rest spills.
+    assert_eq!(desired(&got), vec![("fresh", 1), ("known", 4)]);
+}
+
+#[test]
+fn capability_amounts_decide_who_can_serve_and_how_densely() {
+    let content = "1, cpu\n1, gpu\n";
+    let mut cpu = manager("cpu", "cpu", 100, 8);
+    cpu.capabilities = vec![("cpu".into(), 4)];
+    let mut gpu = manager("gpu", "gpu", 100, 8);
+    gpu.capabilities = vec![("cpu".into(), 4), ("gpu".into(), 1)];
+    let gpu_tasks = Demand { capabilities: vec![("gpu".into(), 1)], ..queued(3) };
+    let two_cpu = Demand { capabilities: vec![("cpu".into(), 2)], ..queued(4) };
+    // gpu tasks: only `gpu` serves them, one per worker (gpu=1 each). cpu=2 tasks: two per
+    // worker; the 4 are shared 2/2 between the managers by free capacity.
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![cpu, gpu], vec![two_cpu, gpu_tasks]));
+    assert_eq!(desired(&got), vec![("cpu", 1), ("gpu", 4)]);
+}
+
+#[test]
+fn unlimited_managers_absorb_everything_below_them() {
+    let content = "1, a\n2, b\n";
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![manager("a", "a", UNLIMITED, 1), manager("b", "b", 10, 1)], vec![queued(1_000_000)]),
+    );
+    assert_eq!(desired(&got), vec![("a", 1_000_000), ("b", 0)]);
+}
+
+// ---- random snapshots: native and WASM agree, decisions are always valid ----
+
+fn arb_manager(index: usize) -> impl Strategy<Value = Manager> {
+    let types = prop::sample::select(vec!["native", "burst", "aws", "other"]);
+    (
+        types,
+        prop_oneof![0u32..50, Just(UNLIMITED)],
+        1u32..5,
+        prop::bool::weighted(0.85),
+        prop::collection::vec((0u32..5, 0u64..100_000), 0..6),
+        0u32..3,
+        prop::collection::vec(prop::sample::select(vec!["gpu", "cpu"]).prop_flat_map(|c| (Just(c), 0u64..4)), 0..2),
+        prop::collection::vec(
+            (prop::sample::select(vec!["large", "fast"]), prop::sample::select(vec![Verdict::Match, Verdict::NoMatch, Verdict::Unknown])),
+            0..2,
+        ),
+    )
+        .prop_map(move |(wt, cap, slots, online, workers, starting, caps, envs)| Manager {
+            id: format!("m{index}"),
+            worker_type: wt.to_string(),
+            max_task_concurrency: cap,
+            worker_slots: slots,
+            online,
+            workers: workers
+                .into_iter()
+                .enumerate()
+                .map(|(i, (busy, idle_ms))| Worker {
+                    id: format!("m{index}-w{i}"),
+                    slots,
+                    busy: busy.min(slots),
+                    idle_ms: if busy == 0 { idle_ms } else { 0 },
+                })
+                .collect(),
+            starting,
+            capabilities: caps.into_iter().map(|(c, n)| (c.to_string(), n)).collect(),
+            environments: envs.into_iter().map(|(e, v)| (e.to_string(), v)).collect(),
+        })
+}
+
+fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
+    (1usize..7)
+        .prop_flat_map(|n| (0..n).map(arb_manager).collect::<Vec<_>>())
+        .prop_flat_map(|managers| {
+            let demand = prop::collection::vec(
+                (
+                    prop::collection::vec(prop::sample::select(vec!["gpu", "cpu"]).prop_flat_map(|c| (Just(c), 0u64..3)), 0..2),
+                    prop::collection::vec(prop::sample::select(vec!["large", "fast"]), 0..2),
+                    0u32..200,
+                ),
+                0..4,
+            );
+            (Just(managers), demand, 0u64..60_000)
+        })
+        .prop_map(|(managers, demand, delay)| Snapshot {
+            now_ms: 42,
+            scale_down_delay_ms: delay,
+            managers,
+            demand: demand
+                .into_iter()
+                .map(|(caps, envs, queued)| Demand {
+                    capabilities: caps.into_iter().map(|(c, n)| (c.to_string(), n)).collect(),
+                    environments: envs.into_iter().map(str::to_string).collect(),
+                    queued,
+                    running: 0,
+                })
+                .collect(),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn wasm_engines_match_the_native_reference(snapshot in arb_snapshot()) {
+        // Both flavors: v2 by worker type; v1 by the managers' ids with a few rule caps.
+        decide(Flavor::WorkerType, "1, native\n2, burst\n2, aws\n", &snapshot);
+        decide(Flavor::ManagerId, "1, m0, 5\n1, m1\n2, m2, -1\n3, m3\n3, m4, 20\n", &snapshot);
+    }
+}

@@ -3,8 +3,9 @@
 //!
 //! - [`core`]: pure state machines and rules (no I/O, no clock).
 //! - [`plugin`]: the wasmtime host for the components defined in `wit/weir.wit`.
-//! - [`cli`]: what the executables in `src/bin/` share.
+//! - [`config`]: policy selection from flags and the reference TOML form.
 
-pub mod cli;
+pub mod config;
 pub mod core;
 pub mod plugin;
+pub mod telemetry;

@@ -199,7 +199,7 @@ fn wrong_world_and_non_components_get_one_clear_error() {
     let text = host().load("notes.txt", b"hello, I am not wasm\n", Some(World::Environment)).unwrap_err();
     assert_eq!(
         text.to_string(),
-        "notes.txt: not a WebAssembly component: no WebAssembly header; expected a component of the `environment` world"
+        "notes.txt: not a WebAssembly component (no WebAssembly header); expected a component of the `environment` world"
     );
     assert!(matches!(host().load("empty", b"", None), Err(PluginError::NotWasm { .. })));
     let core_module = b"\0asm\x01\0\0\0";

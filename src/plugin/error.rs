@@ -6,20 +6,16 @@ use super::World;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
-    #[error("{plugin}: cannot read: {source}")]
-    Read {
-        plugin: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{plugin}: cannot read: {error}")]
+    Read { plugin: String, error: std::io::Error },
 
-    /// `expected` is empty or ` of the `NAME` world`.
-    #[error("{plugin}: not a WebAssembly component: {detail}; expected a component{expected}")]
+    /// `expected` is empty or `; expected a component of the `NAME` world`.
+    #[error("{plugin}: not a WebAssembly component ({detail}){expected}")]
     NotWasm { plugin: String, detail: String, expected: String },
 
     #[error(
-        "{plugin}: is a core WebAssembly module, not a component; expected a component{expected} \
-         (build with `--target wasm32-wasip2`, or wrap it with `wasm-tools component new`)"
+        "{plugin}: a core WebAssembly module, not a component (build with `--target wasm32-wasip2`, \
+         or wrap it with `wasm-tools component new`){expected}"
     )]
     CoreModule { plugin: String, expected: String },
 

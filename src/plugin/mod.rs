@@ -165,7 +165,7 @@ impl PluginHost {
     /// Read a component file; `expected` names the world in errors and is checked when given.
     pub fn load_file(&self, path: &Path, expected: Option<World>) -> Result<Loaded, PluginError> {
         let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| PluginError::Read { plugin: name.clone(), source })?;
+        let bytes = std::fs::read(path).map_err(|error| PluginError::Read { plugin: name.clone(), error })?;
         self.load(&name, &bytes, expected)
     }
 
@@ -316,7 +316,7 @@ fn start_epoch_ticker(engine: &Engine) {
 /// Reject what is plainly not a component before handing it to the compiler.
 fn check_header(plugin: &str, bytes: &[u8], expected: Option<World>) -> Result<(), PluginError> {
     let plugin = plugin.to_string();
-    let expecting = expected.map_or(String::new(), |w| format!(" of the `{w}` world"));
+    let expecting = expected.map_or(String::new(), |w| format!("; expected a component of the `{w}` world"));
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         let detail = if bytes.is_empty() {
             "the file is empty".to_string()

@@ -1,0 +1,139 @@
+//! `weir demo`: the bundled plugins doing real work with no flags and no files.
+//!
+//! A small simulated cluster (two worker managers, tiers `1, native` and `2, burst`) receives a
+//! burst of tasks; every simulated second the bundled waterfall_v2 component decides how many
+//! workers each manager runs, and the simulation applies the decision. Then the bundled mem_gt
+//! condition is evaluated against this machine.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde_json::json;
+use weir::config::{Engine, PolicySpec};
+use weir::core::scaling::{Demand, Manager, Snapshot, Worker};
+use weir::plugin::{HostFacts, Limits, PluginHost, World, bundled};
+
+const CONTENT: &str = "# priority, worker_type\n1, native\n2, burst\n";
+const TASKS: u32 = 12;
+const TASK_SECONDS: u64 = 3;
+const SCALE_DOWN_DELAY_MS: u64 = 2_000;
+
+struct SimManager {
+    id: &'static str,
+    worker_type: &'static str,
+    max_tasks: u32,
+    workers: Vec<SimWorker>,
+    next_worker: u32,
+}
+
+struct SimWorker {
+    id: String,
+    /// When its task finishes, while it runs one.
+    busy_until: Option<u64>,
+    idle_since: u64,
+}
+
+pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
+    let spec = PolicySpec { engine: Engine::Bundled("waterfall_v2"), content: CONTENT.to_string() };
+    let mut policy = spec.instantiate(host, Limits::default())?;
+    let mut managers = vec![
+        SimManager { id: "native_1", worker_type: "native", max_tasks: 2, workers: vec![], next_worker: 0 },
+        SimManager { id: "burst_1", worker_type: "burst", max_tasks: 4, workers: vec![], next_worker: 0 },
+    ];
+    let mut queued = TASKS;
+    let mut done = 0;
+    let mut ticks = Vec::new();
+    if !json_output {
+        println!("waterfall_v2 (bundled) with tiers `1, native` / `2, burst`; {TASKS} tasks of {TASK_SECONDS} s each");
+        println!("{:>4}  {:>6} {:>7} {:>4}  {:>8} {:>7}", "t(s)", "queued", "running", "done", "native_1", "burst_1");
+    }
+    for second in 0..40u64 {
+        let now = second * 1000;
+        // Finish tasks, then hand queued tasks to idle workers, highest tier first.
+        for worker in managers.iter_mut().flat_map(|m| m.workers.iter_mut()) {
+            if worker.busy_until.is_some_and(|t| t <= now) {
+                worker.busy_until = None;
+                worker.idle_since = now;
+                done += 1;
+            }
+        }
+        for worker in managers.iter_mut().flat_map(|m| m.workers.iter_mut()) {
+            if queued > 0 && worker.busy_until.is_none() {
+                worker.busy_until = Some(now + TASK_SECONDS * 1000);
+                queued -= 1;
+            }
+        }
+        let running = managers.iter().flat_map(|m| &m.workers).filter(|w| w.busy_until.is_some()).count() as u32;
+        let snapshot = Snapshot {
+            now_ms: now,
+            scale_down_delay_ms: SCALE_DOWN_DELAY_MS,
+            managers: managers.iter().map(|m| snapshot_of(m, now)).collect(),
+            demand: vec![Demand { capabilities: vec![], environments: vec![], queued, running }],
+        };
+        let decisions = policy.decide(&snapshot)?;
+        // Apply: stop what the policy names, start up to the desired count (they register at once).
+        for decision in &decisions {
+            let Some(manager) = managers.iter_mut().find(|m| m.id == decision.manager_id) else { continue };
+            manager.workers.retain(|w| !decision.stop.contains(&w.id));
+            while manager.workers.len() < decision.desired_workers as usize {
+                manager.next_worker += 1;
+                let id = format!("{}-w{}", manager.id, manager.next_worker);
+                manager.workers.push(SimWorker { id, busy_until: None, idle_since: now });
+            }
+        }
+        let counts: Vec<usize> = managers.iter().map(|m| m.workers.len()).collect();
+        if json_output {
+            ticks.push(json!({ "second": second, "queued": queued, "running": running, "done": done,
+                               "workers": { "native_1": counts[0], "burst_1": counts[1] }, "decisions": decisions }));
+        } else {
+            println!("{second:>4}  {queued:>6} {running:>7} {done:>4}  {:>8} {:>7}", counts[0], counts[1]);
+        }
+        if done == TASKS && counts.iter().all(|&c| c == 0) {
+            break;
+        }
+    }
+
+    let loaded = host.load("mem_gt", bundled::MEM_GT, Some(World::Environment))?;
+    let mut condition = host.condition(&loaded, Limits::default())?;
+    let facts = Arc::new(HostFacts::probe("", &[], &[]));
+    let mut verdicts = Vec::new();
+    for threshold in ["8GiB", "1PB"] {
+        let config = vec![("threshold".to_string(), threshold.to_string())];
+        let verdict = match condition.evaluate(&facts, &config) {
+            Ok(true) => "match".to_string(),
+            Ok(false) => "no-match".to_string(),
+            Err(error) => format!("error({error})"),
+        };
+        verdicts.push(json!({ "condition": format!("mem_gt threshold={threshold}"), "verdict": verdict }));
+        if !json_output {
+            println!("mem_gt threshold={threshold:<5} on this machine ({} bytes): {verdict}", facts.total_memory_bytes);
+        }
+    }
+    if json_output {
+        println!("{}", json!({ "ticks": ticks, "conditions": verdicts }));
+    }
+    Ok(())
+}
+
+fn snapshot_of(m: &SimManager, now: u64) -> Manager {
+    Manager {
+        id: m.id.to_string(),
+        worker_type: m.worker_type.to_string(),
+        max_task_concurrency: m.max_tasks,
+        worker_slots: 1,
+        online: true,
+        workers: m
+            .workers
+            .iter()
+            .map(|w| Worker {
+                id: w.id.clone(),
+                slots: 1,
+                busy: u32::from(w.busy_until.is_some()),
+                idle_ms: if w.busy_until.is_some() { 0 } else { now - w.idle_since },
+            })
+            .collect(),
+        starting: 0,
+        capabilities: vec![],
+        environments: vec![],
+    }
+}

@@ -1,0 +1,200 @@
+//! `weir`: the client CLI. This build has the plugin and policy commands and a local demo;
+//! task submission arrives with the network runtime.
+
+mod demo;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+use weir::config::{self, Engine, PolicySpec};
+use weir::core::scaling::{Decision, Snapshot};
+use weir::plugin::{Limits, Origin, PluginHost};
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "weir: a task scheduler with WebAssembly scaling policies and environment conditions")]
+struct Cli {
+    /// How results are printed: `cli` for people, `json` for programs (exactly one JSON value;
+    /// errors as {"error": ...}).
+    #[arg(long, global = true, value_enum, default_value_t = Output::Cli)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Cli,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect plugin components.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Check scaling policies and replay snapshots through them.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Run the bundled waterfall_v2 engine over a simulated burst of tasks and evaluate the
+    /// bundled mem_gt condition on this machine. Needs no flags and no files.
+    Demo,
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Which world a component implements, its imports and exports, size and load time.
+    Inspect {
+        /// A .wasm component file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Parse policy content with the real engine and print its tiers, or the line-numbered error.
+    Check(PolicyArgs),
+    /// Replay a JSON array of snapshots through a policy and print each decision.
+    Simulate {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// JSON file: an array of snapshots (the `weir:plugin/scaling` snapshot record).
+        #[arg(long)]
+        trace: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct PolicyArgs {
+    /// Policy engine: `waterfall_v1`, `waterfall_v2` (bundled) or a .wasm component.
+    #[arg(long, value_name = "ENGINE|FILE.wasm", required_unless_present = "config", conflicts_with = "config")]
+    policy: Option<String>,
+    /// Policy content: the rows themselves, or @FILE to read them from a file.
+    #[arg(long, value_name = "TEXT|@FILE", requires = "policy")]
+    content: Option<String>,
+    /// A TOML file with `policy_engine_type` and `policy_content` (the reference form).
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+}
+
+impl PolicyArgs {
+    fn spec(&self) -> Result<PolicySpec> {
+        if let Some(path) = &self.config {
+            return Ok(PolicySpec::from_toml_file(path)?);
+        }
+        let engine = Engine::parse(self.policy.as_deref().unwrap_or_default())?;
+        let content = match &self.content {
+            Some(arg) => config::content_arg(arg)?,
+            None => anyhow::bail!("--content is required with --policy (the rows, or @FILE)"),
+        };
+        Ok(PolicySpec { engine, content })
+    }
+}
+
+fn main() -> ExitCode {
+    weir::telemetry::init_logging();
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            match cli.output {
+                Output::Json => println!("{}", json!({ "error": format!("{error:#}") })),
+                Output::Cli => eprintln!("error: {error:#}"),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<()> {
+    let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
+    match &cli.command {
+        Command::Plugin(PluginCommand::Inspect { file }) => inspect(&host, file, cli.output),
+        Command::Policy(PolicyCommand::Check(args)) => check(&host, args, cli.output),
+        Command::Policy(PolicyCommand::Simulate { policy, trace }) => simulate(&host, policy, trace, cli.output),
+        Command::Demo => demo::run(&host, cli.output == Output::Json),
+    }
+}
+
+fn inspect(host: &PluginHost, file: &PathBuf, output: Output) -> Result<()> {
+    let loaded = host.load_file(file, None)?;
+    let info = host.inspect(&loaded);
+    let how = match info.origin {
+        Origin::Compiled => "compiled",
+        Origin::Disk => "loaded from the compile cache",
+        Origin::Memory => "already loaded",
+    };
+    if output == Output::Json {
+        println!(
+            "{}",
+            json!({
+                "file": file.display().to_string(),
+                "world": info.world,
+                "imports": info.imports,
+                "exports": info.exports,
+                "size_bytes": info.size_bytes,
+                "sha256": info.sha256,
+                "load": how,
+                "load_ms": info.load_time.as_secs_f64() * 1e3,
+            })
+        );
+        return Ok(());
+    }
+    let world = match info.world {
+        Some(world) => format!("{world} (exports {})", world.export_name()),
+        None => "none: exports no weir:plugin@0.1.0 interface".to_string(),
+    };
+    println!("{}", file.display());
+    println!("  world:   {world}");
+    println!("  size:    {} bytes", info.size_bytes);
+    println!("  sha256:  {}", info.sha256);
+    println!("  load:    {:.1} ms ({how})", info.load_time.as_secs_f64() * 1e3);
+    println!("  imports: {}", info.imports.join(", "));
+    println!("  exports: {}", info.exports.join(", "));
+    Ok(())
+}
+
+fn check(host: &PluginHost, args: &PolicyArgs, output: Output) -> Result<()> {
+    let spec = args.spec()?;
+    let mut policy = spec.instantiate(host, Limits::default())?;
+    let tiers = policy.tiers()?;
+    if output == Output::Json {
+        println!("{}", json!({ "engine": spec.engine.name(), "tiers": tiers }));
+        return Ok(());
+    }
+    println!("{}: content is valid; {} tier{}", spec.engine.name(), tiers.len(), if tiers.len() == 1 { "" } else { "s" });
+    for tier in &tiers {
+        println!("  priority {:>3}: {}", tier.priority, tier.members.join(", "));
+    }
+    Ok(())
+}
+
+fn simulate(host: &PluginHost, args: &PolicyArgs, trace: &PathBuf, output: Output) -> Result<()> {
+    let spec = args.spec()?;
+    let mut policy = spec.instantiate(host, Limits::default())?;
+    let text = std::fs::read_to_string(trace).with_context(|| format!("cannot read {}", trace.display()))?;
+    let snapshots: Vec<Snapshot> =
+        serde_json::from_str(&text).with_context(|| format!("{}: not a JSON array of snapshots", trace.display()))?;
+    let mut steps = Vec::new();
+    for (step, snapshot) in snapshots.iter().enumerate() {
+        let decisions = policy.decide(snapshot).with_context(|| format!("snapshot {step}"))?;
+        if output == Output::Cli {
+            println!("snapshot {step} (now_ms {}):", snapshot.now_ms);
+            print_decisions(&decisions);
+        }
+        steps.push(json!({ "step": step, "now_ms": snapshot.now_ms, "decisions": decisions }));
+    }
+    if output == Output::Json {
+        println!("{}", serde_json::Value::Array(steps));
+    }
+    Ok(())
+}
+
+fn print_decisions(decisions: &[Decision]) {
+    for d in decisions {
+        let stop = if d.stop.is_empty() { String::new() } else { format!(" stop [{}]", d.stop.join(", ")) };
+        println!("  {:<12} desired {:>4}{stop}  ({})", d.manager_id, d.desired_workers, d.reason);
+    }
+}

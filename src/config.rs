@@ -1,0 +1,165 @@
+//! Which scaling policy to run, from flags (`--policy`, `--policy-content`) or from the
+//! reference TOML form:
+//!
+//! ```toml
+//! policy_engine_type = "waterfall_v2"      # a bundled engine, or a path to a .wasm component
+//! policy_content = """
+//! 1, native
+//! 2, burst
+//! """
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::plugin::{Limits, PluginError, PluginHost, PolicyPlugin, World, bundled};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("{}: {message}", path.display())]
+    Toml { path: PathBuf, message: String },
+    #[error(
+        "unknown policy engine `{0}`: use waterfall_v1, waterfall_v2 or a path to a .wasm component"
+    )]
+    UnknownEngine(String),
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+}
+
+/// A policy engine: bundled in the executable, or a component file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Bundled(&'static str),
+    File(PathBuf),
+}
+
+impl Engine {
+    /// `waterfall_v1` / `waterfall_v2` name the bundled engines (unless a file of that name
+    /// exists); anything else is a path.
+    pub fn parse(arg: &str) -> Result<Engine, ConfigError> {
+        let path = Path::new(arg);
+        if let Some((name, _)) = bundled::ALL.iter().find(|(name, _)| *name == arg)
+            && !path.exists()
+        {
+            return Ok(Engine::Bundled(name));
+        }
+        if path.extension().is_some_and(|e| e == "wasm") || path.exists() {
+            return Ok(Engine::File(path.to_path_buf()));
+        }
+        Err(ConfigError::UnknownEngine(arg.to_string()))
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Engine::Bundled(name) => (*name).to_string(),
+            Engine::File(path) => path.display().to_string(),
+        }
+    }
+}
+
+/// A policy engine with its content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicySpec {
+    pub engine: Engine,
+    pub content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyToml {
+    policy_engine_type: String,
+    policy_content: String,
+}
+
+impl PolicySpec {
+    /// The reference TOML form. A relative engine path is relative to the file.
+    pub fn from_toml_file(path: &Path) -> Result<PolicySpec, ConfigError> {
+        let text = read(path)?;
+        let parsed: PolicyToml =
+            toml::from_str(&text).map_err(|e| ConfigError::Toml { path: path.to_path_buf(), message: e.to_string() })?;
+        let engine = match Engine::parse(&parsed.policy_engine_type)? {
+            Engine::File(file) if file.is_relative() => {
+                Engine::File(path.parent().unwrap_or(Path::new(".")).join(file))
+            }
+            engine => engine,
+        };
+        Ok(PolicySpec { engine, content: parsed.policy_content })
+    }
+
+    /// Load the component and create the engine from the content (so bad content fails here,
+    /// with its line number).
+    pub fn instantiate(&self, host: &PluginHost, limits: Limits) -> Result<PolicyPlugin, ConfigError> {
+        let loaded = match &self.engine {
+            Engine::Bundled(name) => {
+                let bytes = bundled::by_name(name).ok_or_else(|| ConfigError::UnknownEngine(name.to_string()))?;
+                host.load(name, bytes, Some(World::Policy))?
+            }
+            Engine::File(path) => host.load_file(path, Some(World::Policy))?,
+        };
+        Ok(host.policy(&loaded, &self.content, limits)?)
+    }
+}
+
+/// A `--policy-content` value: the text itself, or `@FILE` for a file's contents.
+pub fn content_arg(arg: &str) -> Result<String, ConfigError> {
+    match arg.strip_prefix('@') {
+        Some(path) => read(Path::new(path)),
+        None => Ok(arg.to_string()),
+    }
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })
+}
+
+/// A `--env-plugin [NAME=]FILE.wasm[,key=value...]` value: an environment condition a worker
+/// evaluates. NAME defaults to the file stem; a bundled condition (`mem_gt`) needs no file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvPluginSpec {
+    pub name: String,
+    pub source: Engine,
+    pub config: Vec<(String, String)>,
+}
+
+impl EnvPluginSpec {
+    pub fn parse(arg: &str) -> Result<EnvPluginSpec, String> {
+        let mut parts = arg.split(',');
+        let head = parts.next().unwrap_or_default().trim();
+        let (name, file) = match head.split_once('=') {
+            Some((name, file)) => (name.trim().to_string(), file.trim()),
+            None => {
+                let stem = Path::new(head).file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+                (stem.to_string(), head)
+            }
+        };
+        if file.is_empty() {
+            return Err(format!("`{arg}`: expected [NAME=]FILE.wasm[,key=value...]"));
+        }
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Err(format!("`{arg}`: environment name `{name}` must be letters, digits, `_` or `-`"));
+        }
+        let source = Engine::parse(file).map_err(|_| format!("`{arg}`: `{file}` is neither a .wasm file nor a bundled condition"))?;
+        let mut config = Vec::new();
+        for pair in parts {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(format!("`{arg}`: `{pair}` is not key=value"));
+            };
+            config.push((key.trim().to_string(), value.trim().to_string()));
+        }
+        Ok(EnvPluginSpec { name, source, config })
+    }
+
+    /// Load and check the condition component.
+    pub fn load(&self, host: &PluginHost) -> Result<crate::plugin::Loaded, ConfigError> {
+        Ok(match &self.source {
+            Engine::Bundled(name) => {
+                let bytes = bundled::by_name(name).ok_or_else(|| ConfigError::UnknownEngine(name.to_string()))?;
+                host.load(name, bytes, Some(World::Environment))?
+            }
+            Engine::File(path) => host.load_file(path, Some(World::Environment))?,
+        })
+    }
+}

@@ -61,3 +61,56 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        let worker = |id: &str, busy| Worker { id: id.into(), slots: 1, busy, idle_ms: 0 };
+        let manager = |id: &str, online| Manager {
+            id: id.into(),
+            worker_type: "t".into(),
+            max_task_concurrency: 4,
+            worker_slots: 2,
+            online,
+            workers: vec![worker(&format!("{id}-idle"), 0), worker(&format!("{id}-busy"), 1)],
+            starting: 0,
+            capabilities: vec![],
+            environments: vec![],
+        };
+        Snapshot { now_ms: 0, scale_down_delay_ms: 0, managers: vec![manager("a", true), manager("off", false)], demand: vec![] }
+    }
+
+    fn decision(id: &str, desired: u32, stop: &[&str]) -> Decision {
+        Decision {
+            manager_id: id.into(),
+            desired_workers: desired,
+            stop: stop.iter().map(|s| s.to_string()).collect(),
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn sensible_decisions_pass() {
+        assert_eq!(validate_decisions(&snapshot(), &[decision("a", 2, &[])]), Ok(()));
+        assert_eq!(validate_decisions(&snapshot(), &[decision("a", 1, &["a-idle"])]), Ok(()));
+        assert_eq!(validate_decisions(&snapshot(), &[]), Ok(()));
+    }
+
+    #[test]
+    fn nonsense_is_named() {
+        let cases = [
+            (vec![decision("ghost", 1, &[])], "unknown manager `ghost`"),
+            (vec![decision("off", 1, &[])], "manager `off` is offline"),
+            (vec![decision("a", 1, &[]), decision("a", 2, &[])], "two decisions for manager `a`"),
+            (vec![decision("a", 3, &[])], "asks manager `a` for 3 workers; its max task concurrency 4 allows 2"),
+            (vec![decision("a", 1, &["a-busy"])], "stops worker `a-busy` of manager `a` while it runs tasks"),
+            (vec![decision("a", 1, &["off-idle"])], "stops `off-idle`, which is not a worker of manager `a`"),
+            (vec![decision("a", 0, &["a-idle", "a-idle"])], "stops worker `a-idle` of manager `a` twice"),
+        ];
+        for (decisions, expected) in cases {
+            assert_eq!(validate_decisions(&snapshot(), &decisions), Err(expected.to_string()));
+        }
+    }
+}

@@ -9,3 +9,4 @@ pub mod config;
 pub mod core;
 pub mod plugin;
 pub mod telemetry;
+pub mod proto;

@@ -2,3 +2,4 @@
 //! Everything here takes `now` as an argument and is tested without a network.
 
 pub mod scaling;
+pub mod tasks;

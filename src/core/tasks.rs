@@ -1,0 +1,545 @@
+//! The scheduler's task core: jobs, groups, tasks, workers and the matching of the two.
+//!
+//! Pure and synchronous: every method takes `now` (milliseconds) where time matters and records
+//! what the shell must do as [`Action`]s, drained with [`Core::take_actions`]. The shell turns
+//! frames into method calls and actions into frames.
+//!
+//! Rules:
+//! - Queued tasks wait in one FIFO queue per (priority, requirement class); scheduling walks the
+//!   queues by priority and skips a class no worker can take, so a task that cannot be placed
+//!   never delays one that can (no head-of-line blocking).
+//! - A running task holds one slot and its capability amounts on its worker until the worker
+//!   reports it finished, or is lost; capacity is never exceeded.
+//! - A lost worker's running tasks are requeued at the front of their queue while attempts
+//!   remain (`retries + 1` runs in all), otherwise they fail.
+//! - A report for a task that is not running on the reporting worker (late, duplicate, or from a
+//!   worker already declared lost) is ignored: every task is finished exactly once.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use crate::proto::{
+    ComponentHash, GroupId, JobCounts, JobId, NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult,
+    TaskSpec, TaskState, WorkerId, WorkerInfo, WorkerStatus,
+};
+
+/// Most tasks one submission may create.
+pub const MAX_TASKS_PER_SUBMIT: u64 = 10_000_000;
+
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    /// A worker silent for longer than this is lost.
+    pub heartbeat_timeout_ms: u64,
+}
+
+impl Default for CoreConfig {
+    fn default() -> CoreConfig {
+        CoreConfig { heartbeat_timeout_ms: 10_000 }
+    }
+}
+
+/// What the shell must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send these tasks to the worker (its group specs and components first, if it lacks them).
+    Dispatch { worker: WorkerId, tasks: Vec<TaskId> },
+    /// Tell the worker to stop these tasks.
+    Cancel { worker: WorkerId, tasks: Vec<TaskId> },
+    /// Close the worker's connection: it is considered lost.
+    Disconnect { worker: WorkerId, reason: String },
+    /// The task reached a final state (for waiting clients).
+    Finished { job: JobId, task: TaskId },
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("empty submission: no tasks")]
+    Empty,
+    #[error("a submission may create at most {MAX_TASKS_PER_SUBMIT} tasks, not {0}")]
+    TooMany(u64),
+    #[error("group {group}: `count` is {count} but {inputs} inputs were given")]
+    CountMismatch { group: usize, count: u32, inputs: usize },
+    #[error("group {group}: a command task needs a program (argv is empty)")]
+    EmptyArgv { group: usize },
+    #[error("group {group}: unknown wasm component {hash}; send it with the submission")]
+    UnknownComponent { group: usize, hash: String },
+    #[error("group {group}: unknown environment `{name}`; register it first (`weir env register`)")]
+    UnknownEnvironment { group: usize, name: String },
+}
+
+pub struct Group {
+    pub id: GroupId,
+    pub job: JobId,
+    pub spec: TaskSpec,
+    pub inputs: Vec<Vec<u8>>,
+    first_task: TaskId,
+    class: usize,
+}
+
+impl Group {
+    /// The input of the group's task `index`.
+    pub fn input(&self, index: u32) -> Option<&[u8]> {
+        self.inputs.get(index as usize).map(Vec::as_slice)
+    }
+}
+
+struct Task {
+    group: GroupId,
+    state: TaskState,
+    /// Runs started.
+    attempts: u32,
+    /// The worker holding its resources (running, or canceled but not yet confirmed).
+    worker: Option<WorkerId>,
+    outcome: Option<Outcome>,
+}
+
+struct Job {
+    counts: JobCounts,
+    tasks: Vec<(TaskId, u64)>,
+}
+
+/// Requirements shared by tasks: what a worker must have free to take one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Class {
+    capabilities: Vec<(String, u64)>,
+    environments: Vec<String>,
+}
+
+struct Worker {
+    info: WorkerInfo,
+    free_slots: u32,
+    free: Vec<(String, u64)>,
+    running: HashSet<TaskId>,
+    environments: HashSet<String>,
+    last_seen: u64,
+}
+
+impl Worker {
+    fn fits(&self, class: &Class) -> bool {
+        self.free_slots > 0
+            && class.capabilities.iter().all(|(name, need)| *need == 0 || amount(&self.free, name) >= *need)
+            && class.environments.iter().all(|e| self.environments.contains(e))
+    }
+
+    fn take(&mut self, class: &Class) {
+        self.free_slots -= 1;
+        for (name, need) in &class.capabilities {
+            if let Some((_, have)) = self.free.iter_mut().find(|(n, _)| n == name) {
+                *have -= need;
+            }
+        }
+    }
+
+    fn give_back(&mut self, class: &Class) {
+        self.free_slots += 1;
+        for (name, need) in &class.capabilities {
+            if let Some((_, have)) = self.free.iter_mut().find(|(n, _)| n == name) {
+                *have += need;
+            }
+        }
+    }
+}
+
+fn amount(list: &[(String, u64)], name: &str) -> u64 {
+    list.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v)
+}
+
+#[derive(Default)]
+pub struct Core {
+    config: CoreConfig,
+    /// Task `id` is at `tasks[id - 1]`: ids are dense and never reused.
+    tasks: Vec<Task>,
+    groups: HashMap<GroupId, Arc<Group>>,
+    jobs: Vec<Job>,
+    classes: Vec<Class>,
+    /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
+    queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
+    workers: BTreeMap<WorkerId, Worker>,
+    components: HashSet<ComponentHash>,
+    environments: HashSet<String>,
+    counts: JobCounts,
+    next_worker: WorkerId,
+    actions: Vec<Action>,
+}
+
+impl Core {
+    pub fn new(config: CoreConfig) -> Core {
+        Core { config, ..Core::default() }
+    }
+
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// A wasm task component is known (the shell keeps its bytes).
+    pub fn add_component(&mut self, hash: ComponentHash) {
+        self.components.insert(hash);
+    }
+
+    pub fn group(&self, id: GroupId) -> Option<&Arc<Group>> {
+        self.groups.get(&id)
+    }
+
+    /// The group and index of a task.
+    pub fn task_group(&self, task: TaskId) -> Option<(&Arc<Group>, u32)> {
+        let t = self.task(task)?;
+        let group = self.groups.get(&t.group)?;
+        Some((group, (task - group.first_task) as u32))
+    }
+
+    fn task(&self, id: TaskId) -> Option<&Task> {
+        self.tasks.get(id.checked_sub(1)? as usize)
+    }
+
+    fn task_mut(&mut self, id: TaskId) -> Option<&mut Task> {
+        self.tasks.get_mut(id.checked_sub(1)? as usize)
+    }
+
+    /// Accept a job: all its groups or none. Returns (job, first task id, task count).
+    pub fn submit(&mut self, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), SubmitError> {
+        let mut total = 0u64;
+        for (index, group) in groups.iter().enumerate() {
+            let n = if group.inputs.is_empty() { u64::from(group.count) } else { group.inputs.len() as u64 };
+            if !group.inputs.is_empty() && group.count != 0 && group.count as usize != group.inputs.len() {
+                return Err(SubmitError::CountMismatch { group: index, count: group.count, inputs: group.inputs.len() });
+            }
+            match &group.spec.kind {
+                TaskKind::Command { argv, .. } if argv.is_empty() => return Err(SubmitError::EmptyArgv { group: index }),
+                TaskKind::Wasm { component } if !self.components.contains(component) => {
+                    return Err(SubmitError::UnknownComponent { group: index, hash: hex::encode(component) });
+                }
+                _ => {}
+            }
+            if let Some(name) = group.spec.environments.iter().find(|e| !self.environments.contains(*e)) {
+                return Err(SubmitError::UnknownEnvironment { group: index, name: name.clone() });
+            }
+            total += n;
+        }
+        if total == 0 {
+            return Err(SubmitError::Empty);
+        }
+        if total > MAX_TASKS_PER_SUBMIT {
+            return Err(SubmitError::TooMany(total));
+        }
+
+        let job = self.jobs.len() as JobId + 1;
+        let first_task = self.tasks.len() as TaskId + 1;
+        let mut ranges = Vec::new();
+        for new in groups {
+            let n = if new.inputs.is_empty() { u64::from(new.count) } else { new.inputs.len() as u64 };
+            if n == 0 {
+                continue;
+            }
+            let gid = self.groups.len() as GroupId + 1;
+            let class = self.class_of(&new.spec);
+            let first = self.tasks.len() as TaskId + 1;
+            let priority = std::cmp::Reverse(new.spec.priority);
+            self.groups.insert(
+                gid,
+                Arc::new(Group { id: gid, job, spec: new.spec, inputs: new.inputs, first_task: first, class }),
+            );
+            let queue = self.queues.entry((priority, class)).or_default();
+            for id in first..first + n {
+                self.tasks.push(Task { group: gid, state: TaskState::Queued, attempts: 0, worker: None, outcome: None });
+                queue.push_back(id);
+            }
+            ranges.push((first, n));
+        }
+        let counts = JobCounts { queued: total, ..JobCounts::default() };
+        self.counts.queued += total;
+        self.jobs.push(Job { counts, tasks: ranges });
+        Ok((job, first_task, total))
+    }
+
+    fn class_of(&mut self, spec: &TaskSpec) -> usize {
+        let mut capabilities: Vec<(String, u64)> = spec.capabilities.iter().filter(|(_, n)| *n > 0).cloned().collect();
+        capabilities.sort();
+        let mut environments = spec.environments.clone();
+        environments.sort();
+        environments.dedup();
+        let class = Class { capabilities, environments };
+        match self.classes.iter().position(|c| *c == class) {
+            Some(index) => index,
+            None => {
+                self.classes.push(class);
+                self.classes.len() - 1
+            }
+        }
+    }
+
+    pub fn worker_joined(&mut self, now: u64, info: WorkerInfo) -> WorkerId {
+        self.next_worker += 1;
+        let id = self.next_worker;
+        let worker = Worker {
+            free_slots: info.slots,
+            free: info.capabilities.clone(),
+            info,
+            running: HashSet::new(),
+            environments: HashSet::new(),
+            last_seen: now,
+        };
+        self.workers.insert(id, worker);
+        id
+    }
+
+    pub fn heartbeat(&mut self, now: u64, worker: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.last_seen = now;
+        }
+    }
+
+    /// The worker is gone (connection closed or silent): requeue or fail its running tasks.
+    pub fn worker_lost(&mut self, worker: WorkerId, reason: &str) {
+        let Some(w) = self.workers.remove(&worker) else { return };
+        let mut running: Vec<TaskId> = w.running.into_iter().collect();
+        running.sort_unstable();
+        // Requeue in reverse so the front of the queue keeps the original order.
+        for &id in running.iter().rev() {
+            let Some(task) = self.task_mut(id) else { continue };
+            task.worker = None;
+            if task.state != TaskState::Running {
+                continue; // canceled while running: already final
+            }
+            let (gid, attempts) = (task.group, task.attempts);
+            let group = self.groups[&gid].clone();
+            if attempts > group.spec.retries {
+                let message = format!("worker {worker} lost ({reason}); gave up after {attempts} attempts");
+                self.finish(id, TaskState::Failed, Outcome::Error { message });
+            } else {
+                self.set_state(id, TaskState::Queued);
+                let key = (std::cmp::Reverse(group.spec.priority), group.class);
+                self.queues.entry(key).or_default().push_front(id);
+            }
+        }
+    }
+
+    /// A worker reports a finished run. Returns false (and changes nothing) when the task is not
+    /// running on that worker: a duplicate or late report.
+    pub fn finished(&mut self, now: u64, worker: WorkerId, task: TaskId, outcome: Outcome) -> bool {
+        let Some(t) = self.task(task) else { return false };
+        if t.worker != Some(worker) || !self.workers.contains_key(&worker) {
+            return false;
+        }
+        let (state, class) = (t.state, self.groups[&t.group].class);
+        let class = self.classes[class].clone();
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.running.remove(&task);
+            w.give_back(&class);
+            w.last_seen = now;
+        }
+        if let Some(t) = self.task_mut(task) {
+            t.worker = None;
+        }
+        if state == TaskState::Running {
+            let final_state = if outcome.succeeded() { TaskState::Succeeded } else { TaskState::Failed };
+            self.finish(task, final_state, outcome);
+        }
+        true
+    }
+
+    /// Cancel every unfinished task of a job. Returns how many were canceled.
+    pub fn cancel_job(&mut self, job: JobId) -> u64 {
+        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else { return 0 };
+        let ids: Vec<TaskId> = j.tasks.iter().flat_map(|&(first, n)| first..first + n).collect();
+        let mut canceled = 0;
+        let mut per_worker: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
+        for id in ids {
+            let Some(task) = self.task(id) else { continue };
+            if task.state.is_final() {
+                continue;
+            }
+            if let (TaskState::Running, Some(w)) = (task.state, task.worker) {
+                per_worker.entry(w).or_default().push(id);
+            }
+            self.finish(id, TaskState::Canceled, Outcome::Error { message: "canceled".into() });
+            canceled += 1;
+        }
+        for (worker, tasks) in per_worker {
+            self.actions.push(Action::Cancel { worker, tasks });
+        }
+        canceled
+    }
+
+    /// Declare silent workers lost.
+    pub fn tick(&mut self, now: u64) {
+        let timeout = self.config.heartbeat_timeout_ms;
+        let silent: Vec<WorkerId> =
+            self.workers.iter().filter(|(_, w)| now.saturating_sub(w.last_seen) > timeout).map(|(id, _)| *id).collect();
+        for worker in silent {
+            let reason = format!("no heartbeat for {timeout} ms");
+            self.worker_lost(worker, &reason);
+            self.actions.push(Action::Disconnect { worker, reason });
+        }
+    }
+
+    /// Place queued tasks on workers with room.
+    pub fn schedule(&mut self) {
+        if !self.workers.values().any(|w| w.free_slots > 0) {
+            return;
+        }
+        let mut dispatch: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
+        let mut emptied = Vec::new();
+        for (key, queue) in self.queues.iter_mut() {
+            let class = &self.classes[key.1];
+            for (worker_id, worker) in self.workers.iter_mut() {
+                while worker.fits(class) {
+                    let Some(id) = queue.pop_front() else { break };
+                    let task = &mut self.tasks[id as usize - 1];
+                    if task.state != TaskState::Queued {
+                        continue; // canceled while queued
+                    }
+                    task.state = TaskState::Running;
+                    task.attempts += 1;
+                    task.worker = Some(*worker_id);
+                    worker.take(class);
+                    worker.running.insert(id);
+                    let job = &mut self.jobs[self.groups[&task.group].job as usize - 1].counts;
+                    job.queued -= 1;
+                    job.running += 1;
+                    self.counts.queued -= 1;
+                    self.counts.running += 1;
+                    dispatch.entry(*worker_id).or_default().push(id);
+                }
+                if queue.is_empty() {
+                    break;
+                }
+            }
+            // Drop canceled tasks at the front so an all-canceled queue goes away.
+            while queue.front().is_some_and(|&id| self.tasks[id as usize - 1].state != TaskState::Queued) {
+                queue.pop_front();
+            }
+            if queue.is_empty() {
+                emptied.push(*key);
+            }
+        }
+        for key in emptied {
+            self.queues.remove(&key);
+        }
+        for (worker, tasks) in dispatch {
+            self.actions.push(Action::Dispatch { worker, tasks });
+        }
+    }
+
+    fn set_state(&mut self, id: TaskId, state: TaskState) {
+        let Some(task) = self.tasks.get_mut(id as usize - 1) else { return };
+        let old = std::mem::replace(&mut task.state, state);
+        let job = self.groups[&task.group].job;
+        for counts in [&mut self.counts, &mut self.jobs[job as usize - 1].counts] {
+            *slot(counts, old) -= 1;
+            *slot(counts, state) += 1;
+        }
+    }
+
+    fn finish(&mut self, id: TaskId, state: TaskState, outcome: Outcome) {
+        self.set_state(id, state);
+        let Some(task) = self.tasks.get_mut(id as usize - 1) else { return };
+        task.outcome = Some(outcome);
+        let job = self.groups[&task.group].job;
+        self.actions.push(Action::Finished { job, task: id });
+    }
+
+    pub fn job_counts(&self, job: JobId) -> Option<&JobCounts> {
+        self.jobs.get(job.checked_sub(1)? as usize).map(|j| &j.counts)
+    }
+
+    /// Results of a job's final tasks, in task order.
+    pub fn results(&self, job: JobId) -> Option<Vec<TaskResult>> {
+        let j = self.jobs.get(job.checked_sub(1)? as usize)?;
+        let mut results = Vec::new();
+        for id in j.tasks.iter().flat_map(|&(first, n)| first..first + n) {
+            let Some(task) = self.task(id) else { continue };
+            if let (true, Some(outcome)) = (task.state.is_final(), &task.outcome) {
+                results.push(TaskResult {
+                    task: id,
+                    state: task.state,
+                    outcome: outcome.clone(),
+                    attempts: task.attempts,
+                    worker: None,
+                });
+            }
+        }
+        Some(results)
+    }
+
+    pub fn status(&self) -> StatusReport {
+        StatusReport {
+            workers: self
+                .workers
+                .iter()
+                .map(|(id, w)| WorkerStatus {
+                    id: *id,
+                    name: w.info.name.clone(),
+                    worker_type: w.info.worker_type.clone(),
+                    slots: w.info.slots,
+                    running: w.running.len() as u32,
+                    capabilities: w.info.capabilities.clone(),
+                })
+                .collect(),
+            tasks: self.counts.clone(),
+            jobs: self.jobs.len() as u64,
+        }
+    }
+
+    /// Check every invariant; the tests call this after each step. Returns the first violation.
+    pub fn sanity_check(&self) -> Result<(), String> {
+        let mut counted = JobCounts::default();
+        for (index, task) in self.tasks.iter().enumerate() {
+            let id = index as TaskId + 1;
+            *slot(&mut counted, task.state) += 1;
+            match (task.state, task.worker) {
+                (TaskState::Running, None) => return Err(format!("task {id} running on no worker")),
+                (TaskState::Queued | TaskState::Succeeded | TaskState::Failed, Some(w)) => {
+                    return Err(format!("task {id} is {:?} but held by worker {w}", task.state));
+                }
+                (_, Some(w)) => match self.workers.get(&w) {
+                    Some(worker) if worker.running.contains(&id) => {}
+                    _ => return Err(format!("task {id} held by worker {w}, which does not list it")),
+                },
+                _ => {}
+            }
+            if task.state.is_final() != task.outcome.is_some() {
+                return Err(format!("task {id}: state {:?} but outcome {:?}", task.state, task.outcome));
+            }
+        }
+        if counted != self.counts {
+            return Err(format!("counts {:?} but tasks say {counted:?}", self.counts));
+        }
+        let queued: HashSet<TaskId> = self.queues.values().flatten().copied().collect();
+        for (index, task) in self.tasks.iter().enumerate() {
+            if task.state == TaskState::Queued && !queued.contains(&(index as TaskId + 1)) {
+                return Err(format!("queued task {} is in no queue", index + 1));
+            }
+        }
+        for (id, worker) in &self.workers {
+            if worker.free_slots as usize + worker.running.len() != worker.info.slots as usize {
+                return Err(format!("worker {id}: {} free + {} running != {} slots", worker.free_slots, worker.running.len(), worker.info.slots));
+            }
+            for (name, total) in &worker.info.capabilities {
+                let used: u64 = worker
+                    .running
+                    .iter()
+                    .map(|t| amount(&self.classes[self.groups[&self.tasks[*t as usize - 1].group].class].capabilities, name))
+                    .sum();
+                if used + amount(&worker.free, name) != *total || used > *total {
+                    return Err(format!("worker {id}: capability {name}: {used} used + {} free != {total}", amount(&worker.free, name)));
+                }
+            }
+            for task in &worker.running {
+                if self.tasks[*task as usize - 1].worker != Some(*id) {
+                    return Err(format!("worker {id} lists task {task}, which is not held by it"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn slot(counts: &mut JobCounts, state: TaskState) -> &mut u64 {
+    match state {
+        TaskState::Queued => &mut counts.queued,
+        TaskState::Running => &mut counts.running,
+        TaskState::Succeeded => &mut counts.succeeded,
+        TaskState::Failed => &mut counts.failed,
+        TaskState::Canceled => &mut counts.canceled,
+    }
+}

@@ -1,0 +1,208 @@
+//! The messages. Append-only: add variants and fields at the end of a new protocol version.
+
+use serde::{Deserialize, Serialize};
+
+pub type TaskId = u64;
+pub type JobId = u64;
+pub type WorkerId = u64;
+/// A submitted group of tasks sharing one specification (a `weir submit` call may send several).
+pub type GroupId = u64;
+/// SHA-256 of a wasm task component.
+pub type ComponentHash = [u8; 32];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    Client,
+    Worker,
+    Manager,
+}
+
+/// First frame of every connection, from the connecting side.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub version: u32,
+    pub role: Role,
+    pub token: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HelloReply {
+    Welcome,
+    Refused { reason: String },
+}
+
+/// What a task runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskKind {
+    /// A process: argv, extra environment variables; its stdin is the task's input.
+    Command { argv: Vec<String>, env: Vec<(String, String)> },
+    /// A component of the `task` world, run on the input bytes.
+    Wasm { component: ComponentHash },
+}
+
+/// The specification shared by the tasks of a group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    pub kind: TaskKind,
+    /// Amounts consumed while a task runs, e.g. `[("gpu", 1)]`.
+    pub capabilities: Vec<(String, u64)>,
+    /// Environments every task of the group needs (names; resolved when a worker is chosen).
+    pub environments: Vec<String>,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Wall-clock limit of one run, in milliseconds (0: none).
+    pub timeout_ms: u64,
+    /// How many times a task is run again after its worker was lost.
+    pub retries: u32,
+    /// Input of every task without its own (`inputs`).
+    pub input: Vec<u8>,
+}
+
+/// A group as submitted: `count` tasks, or one per entry of `inputs` when it is not empty.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewGroup {
+    pub spec: TaskSpec,
+    pub count: u32,
+    pub inputs: Vec<Vec<u8>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaskState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl TaskState {
+    pub fn is_final(self) -> bool {
+        matches!(self, TaskState::Succeeded | TaskState::Failed | TaskState::Canceled)
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// A command exited (`code` is `None` when a signal ended it).
+    Exited { code: Option<i32>, stdout: Vec<u8>, stderr: Vec<u8> },
+    /// A wasm task returned.
+    Returned { output: Vec<u8> },
+    /// It could not run or did not finish: spawn failure, timeout, trap, lost worker, cancel.
+    Error { message: String },
+}
+
+impl Outcome {
+    pub fn succeeded(&self) -> bool {
+        matches!(self, Outcome::Exited { code: Some(0), .. } | Outcome::Returned { .. })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskResult {
+    pub task: TaskId,
+    pub state: TaskState,
+    pub outcome: Outcome,
+    /// Runs started (more than 1 after a lost worker).
+    pub attempts: u32,
+    pub worker: Option<WorkerId>,
+}
+
+// ---- worker <-> scheduler ----
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub name: String,
+    pub slots: u32,
+    pub capabilities: Vec<(String, u64)>,
+    pub worker_type: String,
+    pub manager: Option<String>,
+}
+
+/// One task for a worker to run; the group's spec was sent before (`ToWorker::Group`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub task: TaskId,
+    pub group: GroupId,
+    /// Index within the job (`WEIR_TASK_INDEX`).
+    pub index: u32,
+    /// The task's own input, when it has one (otherwise the group's).
+    pub input: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromWorker {
+    Register(WorkerInfo),
+    Heartbeat,
+    /// Finished runs: (task, outcome).
+    Finished(Vec<(TaskId, Outcome)>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToWorker {
+    Registered { id: WorkerId },
+    Group { id: GroupId, job: JobId, spec: TaskSpec },
+    Component { hash: ComponentHash, bytes: Vec<u8> },
+    Run(Vec<Assignment>),
+    Cancel(Vec<TaskId>),
+}
+
+// ---- client <-> scheduler: one request per stream, one or more responses ----
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Components first (the scheduler keeps them by hash), then the groups of one job.
+    Submit { components: Vec<Vec<u8>>, groups: Vec<NewGroup> },
+    /// Progress until every task of the job is final, then `Done`.
+    Wait { job: JobId },
+    /// Results of a job's final tasks.
+    Results { job: JobId },
+    Cancel { job: JobId },
+    Status,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Submitted { job: JobId, first_task: TaskId, tasks: u64 },
+    Progress(JobCounts),
+    Done(JobCounts),
+    Results(Vec<TaskResult>),
+    Canceled { tasks: u64 },
+    Status(StatusReport),
+    Error { message: String },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCounts {
+    pub queued: u64,
+    pub running: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub canceled: u64,
+}
+
+impl JobCounts {
+    pub fn total(&self) -> u64 {
+        self.queued + self.running + self.succeeded + self.failed + self.canceled
+    }
+    pub fn finished(&self) -> u64 {
+        self.succeeded + self.failed + self.canceled
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    pub id: WorkerId,
+    pub name: String,
+    pub worker_type: String,
+    pub slots: u32,
+    pub running: u32,
+    pub capabilities: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub workers: Vec<WorkerStatus>,
+    pub tasks: JobCounts,
+    pub jobs: u64,
+}

@@ -1,0 +1,14 @@
+//! Wire protocol: messages (serde + postcard) in length-prefixed frames.
+//!
+//! Every connection starts with the connecting side's [`Hello`] and the scheduler's
+//! [`HelloReply`]; a wrong version, token or role is refused before anything else is read.
+//! Enums are append-only: new variants go at the end, so older peers still decode the old ones.
+
+pub mod frame;
+pub mod messages;
+
+pub use frame::{FrameError, MAX_FRAME, decode, encode};
+pub use messages::*;
+
+/// Bumped whenever a message changes incompatibly.
+pub const PROTOCOL_VERSION: u32 = 1;

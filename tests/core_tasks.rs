@@ -1,0 +1,274 @@
+//! The scheduler core without a network: unit cases for the rules, and property tests that
+//! drive it with random event sequences (submits, joins, losses, finishes, duplicate and late
+//! reports, cancels, ticks) and check the invariants after every step.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use weir::core::tasks::{Action, Core, CoreConfig, SubmitError};
+use weir::proto::{NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
+
+fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
+    TaskSpec {
+        kind: TaskKind::Command { argv: vec!["true".into()], env: vec![] },
+        capabilities: capabilities.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        environments: vec![],
+        priority,
+        timeout_ms: 0,
+        retries,
+        input: vec![],
+    }
+}
+
+fn group(count: u32, capabilities: &[(&str, u64)]) -> NewGroup {
+    NewGroup { spec: spec(capabilities, 0, 3), count, inputs: vec![] }
+}
+
+fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerInfo {
+    WorkerInfo {
+        name: "w".into(),
+        slots,
+        capabilities: capabilities.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        worker_type: String::new(),
+        manager: None,
+    }
+}
+
+fn ok() -> Outcome {
+    Outcome::Exited { code: Some(0), stdout: vec![], stderr: vec![] }
+}
+
+fn dispatched(actions: &[Action]) -> HashMap<u64, Vec<u64>> {
+    let mut map: HashMap<u64, Vec<u64>> = HashMap::new();
+    for action in actions {
+        if let Action::Dispatch { worker, tasks } = action {
+            map.entry(*worker).or_default().extend(tasks);
+        }
+    }
+    map
+}
+
+#[test]
+fn a_task_that_cannot_be_placed_does_not_block_the_others() {
+    let mut core = Core::new(CoreConfig::default());
+    core.submit(vec![NewGroup { spec: spec(&[("gpu", 1)], 10, 3), count: 1, inputs: vec![] }]).unwrap();
+    core.submit(vec![group(5, &[])]).unwrap();
+    let w = core.worker_joined(0, worker(2, &[("cpu", 4)]));
+    core.schedule();
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![2, 3]);
+    // Each finish frees a slot for the next CPU task; the gpu task (1) keeps waiting.
+    for task in 2..=6 {
+        assert!(core.finished(1, w, task, ok()));
+        core.schedule();
+        core.sanity_check().unwrap();
+    }
+    assert_eq!(core.job_counts(1).unwrap().queued, 1);
+    assert_eq!(core.job_counts(2).unwrap().succeeded, 5);
+    // A gpu worker arrives: the gpu task runs there.
+    let g = core.worker_joined(2, worker(1, &[("gpu", 1)]));
+    core.schedule();
+    assert_eq!(dispatched(&core.take_actions())[&g], vec![1]);
+}
+
+#[test]
+fn capability_amounts_are_consumed_while_running() {
+    let mut core = Core::new(CoreConfig::default());
+    core.submit(vec![group(4, &[("memory", 6)])]).unwrap();
+    let w = core.worker_joined(0, worker(8, &[("memory", 16)]));
+    core.schedule();
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![1, 2]); // 2 x 6 <= 16 < 3 x 6
+    core.finished(1, w, 1, ok());
+    core.schedule();
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![3]);
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn higher_priority_runs_first() {
+    let mut core = Core::new(CoreConfig::default());
+    core.submit(vec![group(2, &[])]).unwrap();
+    core.submit(vec![NewGroup { spec: spec(&[], 5, 3), count: 2, inputs: vec![] }]).unwrap();
+    let w = core.worker_joined(0, worker(3, &[]));
+    core.schedule();
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![3, 4, 1]);
+}
+
+#[test]
+fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
+    let mut core = Core::new(CoreConfig { heartbeat_timeout_ms: 100 });
+    core.submit(vec![NewGroup { spec: spec(&[], 0, 1), count: 1, inputs: vec![] }]).unwrap();
+    let a = core.worker_joined(0, worker(1, &[]));
+    core.schedule();
+    core.worker_lost(a, "connection closed");
+    core.sanity_check().unwrap();
+    assert_eq!(core.job_counts(1).unwrap().queued, 1);
+    let b = core.worker_joined(10, worker(1, &[]));
+    core.schedule();
+    core.take_actions();
+    // b goes silent: the tick declares it lost, and with retries = 1 the task fails.
+    core.tick(500);
+    let actions = core.take_actions();
+    assert!(actions.contains(&Action::Disconnect { worker: b, reason: "no heartbeat for 100 ms".into() }));
+    let results = core.results(1).unwrap();
+    assert_eq!(results[0].state, TaskState::Failed);
+    assert_eq!(results[0].attempts, 2);
+    // A late report from a lost worker changes nothing.
+    assert!(!core.finished(600, a, 1, ok()));
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
+    let mut core = Core::new(CoreConfig::default());
+    core.submit(vec![group(3, &[])]).unwrap();
+    let w = core.worker_joined(0, worker(1, &[]));
+    core.schedule();
+    core.take_actions();
+    assert_eq!(core.cancel_job(1), 3);
+    let actions = core.take_actions();
+    assert!(actions.contains(&Action::Cancel { worker: w, tasks: vec![1] }));
+    // The slot is still held until the worker confirms.
+    core.submit(vec![group(1, &[])]).unwrap();
+    core.schedule();
+    assert!(dispatched(&core.take_actions()).is_empty());
+    assert!(core.finished(1, w, 1, Outcome::Error { message: "killed".into() }));
+    core.schedule();
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![4]);
+    assert_eq!(core.job_counts(1).unwrap().canceled, 3);
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn bad_submissions_are_refused_whole() {
+    let mut core = Core::new(CoreConfig::default());
+    assert_eq!(core.submit(vec![]), Err(SubmitError::Empty));
+    let mut no_argv = group(1, &[]);
+    no_argv.spec.kind = TaskKind::Command { argv: vec![], env: vec![] };
+    assert_eq!(core.submit(vec![group(1, &[]), no_argv]), Err(SubmitError::EmptyArgv { group: 1 }));
+    let mut wasm = group(1, &[]);
+    wasm.spec.kind = TaskKind::Wasm { component: [7; 32] };
+    assert!(matches!(core.submit(vec![wasm]), Err(SubmitError::UnknownComponent { group: 0, .. })));
+    let mut env = group(1, &[]);
+    env.spec.environments = vec!["large".into()];
+    assert_eq!(
+        core.submit(vec![env]).unwrap_err().to_string(),
+        "group 0: unknown environment `large`; register it first (`weir env register`)"
+    );
+    let mismatch = NewGroup { spec: spec(&[], 0, 0), count: 2, inputs: vec![vec![1]] };
+    assert!(matches!(core.submit(vec![mismatch]), Err(SubmitError::CountMismatch { .. })));
+    assert_eq!(core.status().tasks.total(), 0);
+    core.sanity_check().unwrap();
+}
+
+// ---- random event sequences ----
+
+#[derive(Clone, Debug)]
+enum Event {
+    Submit { count: u32, gpu: bool, priority: i32, retries: u32 },
+    Join { slots: u32, gpu: u64 },
+    Lose(usize),
+    Finish { pick: usize, success: bool },
+    Duplicate(usize),
+    Cancel(u64),
+    Tick(u64),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        2 => (1u32..20, prop::bool::weighted(0.3), -2i32..3, 0u32..3)
+            .prop_map(|(count, gpu, priority, retries)| Event::Submit { count, gpu, priority, retries }),
+        1 => (1u32..4, 0u64..3).prop_map(|(slots, gpu)| Event::Join { slots, gpu }),
+        1 => any::<usize>().prop_map(Event::Lose),
+        5 => (any::<usize>(), prop::bool::weighted(0.8)).prop_map(|(pick, success)| Event::Finish { pick, success }),
+        1 => any::<usize>().prop_map(Event::Duplicate),
+        1 => (1u64..6).prop_map(Event::Cancel),
+        1 => (0u64..3000).prop_map(Event::Tick),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_task_lost_none_finished_twice_capacity_never_exceeded(events in prop::collection::vec(event(), 1..120)) {
+        let mut core = Core::new(CoreConfig { heartbeat_timeout_ms: 1000 });
+        let mut now = 0u64;
+        let mut live: Vec<u64> = Vec::new();
+        // What each worker was told to run and has not reported (as a real worker would know).
+        let mut running: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut finished_events: HashMap<u64, u32> = HashMap::new();
+        let mut submitted = 0u64;
+        let mut lost: Vec<u64> = Vec::new();
+
+        let mut apply = |core: &mut Core, running: &mut HashMap<u64, Vec<u64>>, live: &mut Vec<u64>| {
+            core.schedule();
+            for action in core.take_actions() {
+                match action {
+                    Action::Dispatch { worker, tasks } => running.entry(worker).or_default().extend(tasks),
+                    Action::Finished { task, .. } => *finished_events.entry(task).or_default() += 1,
+                    Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); }
+                    Action::Cancel { .. } => {}
+                }
+            }
+        };
+
+        for event in events {
+            now += 10;
+            match event {
+                Event::Submit { count, gpu, priority, retries } => {
+                    let caps: &[(&str, u64)] = if gpu { &[("gpu", 1)] } else { &[] };
+                    let new = NewGroup { spec: spec(caps, priority, retries), count, inputs: vec![] };
+                    submitted += core.submit(vec![new]).unwrap().2;
+                }
+                Event::Join { slots, gpu } => live.push(core.worker_joined(now, worker(slots, &[("gpu", gpu)]))),
+                Event::Lose(pick) if !live.is_empty() => {
+                    let w = live.remove(pick % live.len());
+                    core.worker_lost(w, "test");
+                    if let Some(tasks) = running.remove(&w) { lost.extend(tasks.iter().map(|t| (w << 32) | *t)); }
+                }
+                Event::Finish { pick, success } => {
+                    let all: Vec<(u64, u64)> = running.iter().flat_map(|(w, ts)| ts.iter().map(move |t| (*w, *t))).collect();
+                    if !all.is_empty() {
+                        let (w, t) = all[pick % all.len()];
+                        running.get_mut(&w).unwrap().retain(|x| *x != t);
+                        let outcome = if success { ok() } else { Outcome::Exited { code: Some(1), stdout: vec![], stderr: vec![] } };
+                        prop_assert!(core.finished(now, w, t, outcome), "report of a dispatched task refused");
+                        for other in &live { core.heartbeat(now, *other); }
+                    }
+                }
+                Event::Duplicate(pick) => {
+                    // A report the core must ignore: a task already reported, or from a lost worker.
+                    if !lost.is_empty() {
+                        let entry = lost[pick % lost.len()];
+                        prop_assert!(!core.finished(now, entry >> 32, entry & 0xffff_ffff, ok()));
+                    }
+                }
+                Event::Cancel(job) => { core.cancel_job(job); }
+                Event::Tick(dt) => { now += dt; core.tick(now); }
+                Event::Lose(_) => {}
+            }
+            apply(&mut core, &mut running, &mut live);
+            if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }
+        }
+
+        // Drain: a big worker with every capability, and every run reported.
+        let big = core.worker_joined(now, worker(64, &[("gpu", 64)]));
+        live.push(big);
+        for _ in 0..10_000 {
+            apply(&mut core, &mut running, &mut live);
+            let all: Vec<(u64, u64)> = running.iter().flat_map(|(w, ts)| ts.iter().map(move |t| (*w, *t))).collect();
+            if all.is_empty() { break; }
+            for (w, t) in all {
+                running.get_mut(&w).unwrap().retain(|x| *x != t);
+                core.finished(now, w, t, ok());
+            }
+        }
+        apply(&mut core, &mut running, &mut live);
+        if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }
+        let counts = core.status().tasks;
+        prop_assert_eq!(counts.total(), submitted);
+        prop_assert_eq!(counts.finished(), submitted, "unfinished tasks: {:?}", counts);
+        prop_assert_eq!(finished_events.len() as u64, submitted);
+        prop_assert!(finished_events.values().all(|n| *n == 1), "a task finished twice");
+    }
+}

@@ -8,7 +8,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
-bundled=(waterfall_v1 waterfall_v2 mem_gt)
+bundled=(waterfall_v1 waterfall_v2 mem_gt square)
 fixtures=(hostile_policy hostile_condition)
 
 check=false

@@ -163,3 +163,42 @@ impl EnvPluginSpec {
         })
     }
 }
+
+/// `cpu=4,memory=16GB,gpu=1`: capability amounts. Amounts are whole numbers, optionally with a
+/// decimal (`k`, `M`, `G`, `T`, `KB`, `MB`, `GB`, `TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`) suffix.
+pub fn parse_capabilities(text: &str) -> Result<Vec<(String, u64)>, String> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = pair.split_once('=') else {
+            return Err(format!("`{pair}` is not name=amount"));
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Err(format!("capability name `{name}` must be letters, digits, `_` or `-`"));
+        }
+        let amount = parse_amount(value.trim()).ok_or_else(|| format!("`{value}` is not an amount (e.g. 4, 16GB, 512MiB)"))?;
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(format!("capability `{name}` given twice"));
+        }
+        out.push((name.to_string(), amount));
+    }
+    Ok(out)
+}
+
+pub fn parse_amount(text: &str) -> Option<u64> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let multiplier: u64 = match unit {
+        "" => 1,
+        "k" | "K" | "KB" | "kB" => 1_000,
+        "M" | "MB" => 1_000_000,
+        "G" | "GB" => 1_000_000_000,
+        "T" | "TB" => 1_000_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(multiplier)
+}

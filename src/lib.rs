@@ -10,3 +10,7 @@ pub mod core;
 pub mod plugin;
 pub mod telemetry;
 pub mod proto;
+pub mod net;
+pub mod scheduler;
+pub mod worker;
+pub mod client;

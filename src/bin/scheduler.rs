@@ -1,19 +1,34 @@
-//! `scheduler`: holds tasks, workers, managers and environments, and runs the scaling policy.
-//!
-//! This build loads and checks the scaling policy (`--check`); the QUIC runtime that serves
-//! workers and clients is not built yet.
+//! `scheduler`: serves workers and clients over QUIC and holds every task.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use weir::config::{self, Engine, PolicySpec};
 use weir::plugin::{Limits, PluginHost};
+use weir::scheduler::Settings;
 
 #[derive(Parser)]
-#[command(name = "scheduler", version, about = "The weir scheduler")]
+#[command(name = "scheduler", version, about = "The weir scheduler: holds tasks, matches them to workers, runs the scaling policy")]
 struct Args {
+    /// Address to listen on (`quic://HOST:PORT` or HOST:PORT; port 0 picks a free one).
+    #[arg(long, default_value = "quic://127.0.0.1:7788", value_name = "ADDRESS")]
+    listen: String,
+    /// Where to write the access file (address, certificate, tokens) peers read.
+    #[arg(long, env = "WEIR_ACCESS_FILE", default_value = ".weir/access.json", value_name = "FILE")]
+    access_file: PathBuf,
+    /// A worker silent this long (seconds) is lost and its running tasks are requeued.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    heartbeat_timeout: f64,
+    /// TLS certificate (PEM); default: a self-signed one created beside the access file.
+    #[arg(long, requires = "key", value_name = "FILE")]
+    cert: Option<PathBuf>,
+    /// TLS private key (PEM) for --cert.
+    #[arg(long, requires = "cert", value_name = "FILE")]
+    key: Option<PathBuf>,
     /// Scaling policy engine: `waterfall_v1`, `waterfall_v2` (bundled) or a .wasm component of
     /// the `policy` world. Default: the bundled waterfall_v2 with one tier, `1, default`
     /// (every manager of worker type `default`).
@@ -51,22 +66,37 @@ fn run(args: Args) -> Result<()> {
             engine: Engine::parse(args.policy.as_deref().unwrap_or("waterfall_v2"))?,
             content: match &args.policy_content {
                 Some(arg) => config::content_arg(arg)?,
-                // With no policy at all: every manager of every worker type, one tier.
                 None if args.policy.is_none() => "1, default\n".to_string(),
                 None => bail!("--policy-content is required with --policy (the rows, or @FILE)"),
             },
         },
     };
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
-    let limits = Limits { deadline: std::time::Duration::from_millis(args.policy_deadline_ms), ..Limits::default() };
+    let limits = Limits { deadline: Duration::from_millis(args.policy_deadline_ms), ..Limits::default() };
     let mut policy = spec.instantiate(&host, limits)?;
     let tiers = policy.tiers()?;
-    println!("policy {}: {} tier(s)", spec.engine.name(), tiers.len());
-    for tier in &tiers {
-        println!("  priority {:>3}: {}", tier.priority, tier.members.join(", "));
-    }
     if args.check {
+        println!("policy {}: {} tier(s)", spec.engine.name(), tiers.len());
+        for tier in &tiers {
+            println!("  priority {:>3}: {}", tier.priority, tier.members.join(", "));
+        }
         return Ok(());
     }
-    bail!("the scheduler's network runtime is not built yet; only --check works in this version")
+    tracing::info!(engine = %spec.engine.name(), tiers = tiers.len(), "scaling policy loaded (worker managers are not supported yet)");
+    if !(args.heartbeat_timeout > 0.0 && args.heartbeat_timeout.is_finite()) {
+        bail!("--heartbeat-timeout must be a positive number of seconds");
+    }
+    let listen: SocketAddr = weir::net::parse_address(&args.listen)?;
+    let settings = Settings {
+        listen,
+        access_file: args.access_file,
+        heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout),
+        cert: args.cert.zip(args.key),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(weir::scheduler::run(settings, |running| {
+        // The first line of stdout: scripts and tests wait for it.
+        println!("scheduler listening on {}", running.address);
+    }))?;
+    Ok(())
 }

@@ -1,19 +1,42 @@
-//! `worker`: runs tasks and evaluates environment conditions on its machine.
-//!
-//! This build evaluates its `--env-plugin` conditions and prints the verdicts (`--check`); the
-//! connection to the scheduler is not built yet.
+//! `worker`: runs tasks for the scheduler and evaluates environment conditions on its machine.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use weir::config::EnvPluginSpec;
+use weir::config::{EnvPluginSpec, parse_capabilities};
+use weir::net::AccessFile;
 use weir::plugin::{HostFacts, Limits, PluginHost};
+use weir::proto::WorkerInfo;
+use weir::worker::Settings;
 
 #[derive(Parser)]
-#[command(name = "worker", version, about = "A weir worker")]
+#[command(name = "worker", version, about = "A weir worker: runs tasks, evaluates environment conditions")]
 struct Args {
+    /// The access file the scheduler wrote.
+    #[arg(long, env = "WEIR_ACCESS_FILE", default_value = ".weir/access.json", value_name = "FILE")]
+    access_file: PathBuf,
+    /// Tasks run at once (default: the number of CPUs).
+    #[arg(long)]
+    slots: Option<u32>,
+    /// Amounts this worker has, consumed while tasks run: `cpu=4,memory=16GB,gpu=1`.
+    #[arg(long, default_value = "", value_name = "NAME=AMOUNT,...")]
+    capabilities: String,
+    /// Name shown in `weir status` (default: HOSTNAME-PID).
+    #[arg(long)]
+    name: Option<String>,
+    /// Worker type (set by its worker manager).
+    #[arg(long, default_value = "")]
+    worker_type: String,
+    /// Seconds between heartbeats.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    heartbeat_interval: f64,
+    /// Bytes of stdout and of stderr kept per command task.
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
+    output_limit: usize,
     /// An environment condition: [NAME=]FILE.wasm[,key=value...] (NAME defaults to the file
     /// stem; `mem_gt` is bundled). Repeatable.
     #[arg(long = "env-plugin", value_name = "[NAME=]FILE.wasm[,k=v...]", value_parser = EnvPluginSpec::parse)]
@@ -21,9 +44,6 @@ struct Args {
     /// Environment variables conditions may read through `env-var` (all others are hidden).
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
-    /// Worker type reported to conditions.
-    #[arg(long, default_value = "")]
-    worker_type: String,
     /// Evaluate the conditions on this machine, print the verdicts, and exit.
     #[arg(long)]
     check: bool,
@@ -41,8 +61,45 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    let capabilities = parse_capabilities(&args.capabilities)
+        .map_err(|e| anyhow::anyhow!("--capabilities: {e}"))?;
+    if args.check {
+        return check(&args, &capabilities);
+    }
+    if !args.env_plugins.is_empty() {
+        bail!("--env-plugin needs the scheduler's environment support, which is not built yet; use --check to evaluate");
+    }
+    if !(args.heartbeat_interval > 0.0 && args.heartbeat_interval.is_finite()) {
+        bail!("--heartbeat-interval must be a positive number of seconds");
+    }
+    let access = AccessFile::read(&args.access_file)?;
+    let slots = args.slots.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    if slots == 0 {
+        bail!("--slots must be at least 1");
+    }
+    let hostname = HostFacts::probe("", &[], &[]).hostname;
+    let settings = Settings {
+        info: WorkerInfo {
+            name: args.name.unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
+            slots,
+            capabilities,
+            worker_type: args.worker_type,
+            manager: None,
+        },
+        heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),
+        output_limit: args.output_limit,
+        idle_timeout: Duration::from_secs(30),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let reason = runtime.block_on(weir::worker::run(&access, settings))?;
+    tracing::warn!(%reason, "disconnected from the scheduler");
+    eprintln!("worker: disconnected from the scheduler: {reason}");
+    Ok(())
+}
+
+fn check(args: &Args, capabilities: &[(String, u64)]) -> Result<()> {
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
-    let facts = Arc::new(HostFacts::probe(&args.worker_type, &[], &args.env_allow));
+    let facts = Arc::new(HostFacts::probe(&args.worker_type, capabilities, &args.env_allow));
     for spec in &args.env_plugins {
         let loaded = spec.load(&host)?;
         let mut condition = host.condition(&loaded, Limits::default())?;
@@ -53,8 +110,5 @@ fn run(args: Args) -> Result<()> {
         };
         println!("{}: {verdict}", spec.name);
     }
-    if args.check {
-        return Ok(());
-    }
-    bail!("the worker's connection to the scheduler is not built yet; only --check works in this version")
+    Ok(())
 }

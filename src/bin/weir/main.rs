@@ -1,7 +1,8 @@
-//! `weir`: the client CLI. This build has the plugin and policy commands and a local demo;
-//! task submission arrives with the network runtime.
+//! `weir`: the client CLI.
 
 mod demo;
+mod local;
+mod tasks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,18 +21,34 @@ struct Cli {
     /// errors as {"error": ...}).
     #[arg(long, global = true, value_enum, default_value_t = Output::Cli)]
     output: Output,
+    /// The access file the scheduler wrote.
+    #[arg(long, global = true, env = "WEIR_ACCESS_FILE", default_value = ".weir/access.json", value_name = "FILE")]
+    access_file: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Output {
+pub enum Output {
     Cli,
     Json,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Submit tasks: a command (after --) or a wasm component, N times or once per input line.
+    Submit(tasks::SubmitArgs),
+    /// Wait for a job to finish, showing progress.
+    Wait { job: u64 },
+    /// Print the results of a job's finished tasks.
+    Results { job: u64 },
+    /// Cancel a job's unfinished tasks.
+    Cancel { job: u64 },
+    /// Workers and task counts.
+    Status,
+    /// Start a scheduler and workers on this machine, run a batch of command tasks and a batch of
+    /// wasm tasks, check every result, and shut down. Needs no flags and no files.
+    Local(local::LocalArgs),
     /// Inspect plugin components.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -109,13 +126,32 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<()> {
-    let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
+    let output = cli.output;
     match &cli.command {
-        Command::Plugin(PluginCommand::Inspect { file }) => inspect(&host, file, cli.output),
-        Command::Policy(PolicyCommand::Check(args)) => check(&host, args, cli.output),
-        Command::Policy(PolicyCommand::Simulate { policy, trace }) => simulate(&host, policy, trace, cli.output),
-        Command::Demo => demo::run(&host, cli.output == Output::Json),
+        Command::Plugin(PluginCommand::Inspect { file }) => inspect(&host()?, file, output),
+        Command::Policy(PolicyCommand::Check(args)) => check(&host()?, args, output),
+        Command::Policy(PolicyCommand::Simulate { policy, trace }) => simulate(&host()?, policy, trace, output),
+        Command::Demo => demo::run(&host()?, output == Output::Json),
+        Command::Local(args) => block_on(local::run(args, output)),
+        Command::Submit(args) => block_on(async { tasks::submit(&connect(cli).await?, args, output).await }),
+        Command::Wait { job } => block_on(async { tasks::wait(&connect(cli).await?, *job, output).await }),
+        Command::Results { job } => block_on(async { tasks::results(&connect(cli).await?, *job, output).await }),
+        Command::Cancel { job } => block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await }),
+        Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
     }
+}
+
+fn host() -> Result<PluginHost> {
+    PluginHost::with_default_cache().context("cannot start the plugin host")
+}
+
+fn block_on(future: impl std::future::Future<Output = Result<()>>) -> Result<()> {
+    tokio::runtime::Runtime::new().context("cannot start the async runtime")?.block_on(future)
+}
+
+async fn connect(cli: &Cli) -> Result<weir::client::Client> {
+    let access = weir::net::AccessFile::read(&cli.access_file)?;
+    Ok(weir::client::Client::connect(&access).await?)
 }
 
 fn inspect(host: &PluginHost, file: &PathBuf, output: Output) -> Result<()> {

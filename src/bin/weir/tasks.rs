@@ -1,0 +1,231 @@
+//! `weir submit | wait | results | cancel | status`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::{Value, json};
+use weir::client::Client;
+use weir::config::parse_capabilities;
+use weir::plugin::bundled;
+use weir::proto::{JobCounts, NewGroup, Outcome, TaskKind, TaskResult, TaskSpec};
+
+use crate::Output;
+
+#[derive(Args)]
+pub struct SubmitArgs {
+    /// Number of tasks (each gets WEIR_TASK_INDEX 0..N-1).
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    /// Amounts each task consumes while it runs: `cpu=2,gpu=1`.
+    #[arg(long = "cap", value_name = "NAME=AMOUNT,...")]
+    capabilities: Option<String>,
+    /// An environment the tasks need (repeatable).
+    #[arg(long = "env", value_name = "NAME")]
+    environments: Vec<String>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i32,
+    /// Seconds a run may take before it is killed and the task fails.
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+    /// Times a task is run again when its worker is lost.
+    #[arg(long, default_value_t = 3)]
+    retries: u32,
+    /// Run a component of the `task` world (a .wasm file, or the bundled `square`) instead of a command.
+    #[arg(long, value_name = "FILE.wasm")]
+    wasm: Option<String>,
+    /// Input of every task: a command's stdin, a wasm task's input.
+    #[arg(long, conflicts_with = "inputs_file")]
+    input: Option<String>,
+    /// One task per line of FILE, the line being its input (overrides --count).
+    #[arg(long, value_name = "FILE")]
+    inputs_file: Option<PathBuf>,
+    /// Wait for every task to finish, showing progress; exit 1 if any failed.
+    #[arg(long)]
+    wait: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+pub async fn submit(client: &Client, args: &SubmitArgs, output: Output) -> Result<()> {
+    let mut components = Vec::new();
+    let kind = match (&args.wasm, args.command.is_empty()) {
+        (Some(_), false) => bail!("give either --wasm FILE or a command after --, not both"),
+        (None, true) => bail!("nothing to run: give a command after -- (e.g. `weir submit -- echo hi`) or --wasm FILE"),
+        (Some(wasm), true) => {
+            let bytes = match bundled::by_name(wasm) {
+                Some(bytes) if !std::path::Path::new(wasm).exists() => bytes.to_vec(),
+                _ => std::fs::read(wasm).with_context(|| format!("cannot read {wasm}"))?,
+            };
+            let hash = weir::plugin::cache::content_hash(&bytes);
+            components.push(bytes);
+            TaskKind::Wasm { component: hash }
+        }
+        (None, false) => TaskKind::Command { argv: args.command.clone(), env: vec![] },
+    };
+    let inputs: Vec<Vec<u8>> = match &args.inputs_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .lines()
+            .map(|l| l.as_bytes().to_vec())
+            .collect(),
+        None => Vec::new(),
+    };
+    if args.inputs_file.is_some() && inputs.is_empty() {
+        bail!("the inputs file has no lines: no tasks to submit");
+    }
+    let capabilities = match &args.capabilities {
+        Some(text) => parse_capabilities(text).map_err(|e| anyhow::anyhow!("--cap: {e}"))?,
+        None => Vec::new(),
+    };
+    let timeout_ms = match args.timeout {
+        Some(s) if s > 0.0 && s.is_finite() => (s * 1000.0).ceil() as u64,
+        Some(_) => bail!("--timeout must be a positive number of seconds"),
+        None => 0,
+    };
+    let spec = TaskSpec {
+        kind,
+        capabilities,
+        environments: args.environments.clone(),
+        priority: args.priority,
+        timeout_ms,
+        retries: args.retries,
+        input: args.input.clone().unwrap_or_default().into_bytes(),
+    };
+    let count = if inputs.is_empty() { args.count } else { 0 };
+    let (job, first, tasks) = client.submit(components, vec![NewGroup { spec, count, inputs }]).await?;
+    if !args.wait {
+        match output {
+            Output::Json => println!("{}", json!({ "job": job, "first_task": first, "tasks": tasks })),
+            Output::Cli => println!("job {job}: {tasks} task(s) submitted (ids {first}-{})", first + tasks - 1),
+        }
+        return Ok(());
+    }
+    if output == Output::Cli {
+        eprintln!("job {job}: {tasks} task(s) submitted (ids {first}-{})", first + tasks - 1);
+    }
+    let counts = wait_for(client, job, output).await?;
+    finish(job, &counts, output)
+}
+
+pub async fn wait(client: &Client, job: u64, output: Output) -> Result<()> {
+    let counts = wait_for(client, job, output).await?;
+    finish(job, &counts, output)
+}
+
+fn finish(job: u64, counts: &JobCounts, output: Output) -> Result<()> {
+    match output {
+        Output::Json => println!("{}", json!({ "job": job, "counts": counts })),
+        Output::Cli => println!(
+            "job {job}: {} succeeded, {} failed, {} canceled",
+            counts.succeeded, counts.failed, counts.canceled
+        ),
+    }
+    if counts.failed > 0 {
+        bail!("job {job}: {} task(s) failed (see `weir results {job}`)", counts.failed);
+    }
+    Ok(())
+}
+
+/// Wait with a progress bar on a terminal, a line per second otherwise (nothing for JSON).
+async fn wait_for(client: &Client, job: u64, output: Output) -> Result<JobCounts> {
+    let terminal = output == Output::Cli && std::io::stderr().is_terminal();
+    let bar = terminal.then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} tasks  {per_sec}  eta {eta}  {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut last_line = Instant::now();
+    let counts = client
+        .wait(job, |counts| {
+            if let Some(bar) = &bar {
+                bar.set_length(counts.total());
+                bar.set_position(counts.finished());
+                bar.set_message(format!("{} running, {} failed", counts.running, counts.failed));
+            } else if output == Output::Cli && last_line.elapsed() >= Duration::from_secs(1) {
+                last_line = Instant::now();
+                eprintln!(
+                    "job {job}: {}/{} finished, {} running, {} queued, {} failed",
+                    counts.finished(),
+                    counts.total(),
+                    counts.running,
+                    counts.queued,
+                    counts.failed
+                );
+            }
+        })
+        .await?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(counts)
+}
+
+pub fn result_json(result: &TaskResult) -> Value {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let mut value = json!({ "task": result.task, "state": result.state, "attempts": result.attempts });
+    match &result.outcome {
+        Outcome::Exited { code, stdout, stderr } => {
+            value["exit_code"] = json!(code);
+            value["stdout"] = json!(text(stdout));
+            value["stderr"] = json!(text(stderr));
+        }
+        Outcome::Returned { output } => value["output"] = json!(text(output)),
+        Outcome::Error { message } => value["error"] = json!(message),
+    }
+    value
+}
+
+pub async fn results(client: &Client, job: u64, output: Output) -> Result<()> {
+    let results = client.results(job).await?;
+    if output == Output::Json {
+        println!("{}", Value::Array(results.iter().map(result_json).collect()));
+        return Ok(());
+    }
+    for result in &results {
+        let first_line = |bytes: &[u8]| String::from_utf8_lossy(bytes).lines().next().unwrap_or("").to_string();
+        let detail = match &result.outcome {
+            Outcome::Exited { code: Some(code), stdout, .. } => format!("exit {code}: {}", first_line(stdout)),
+            Outcome::Exited { code: None, .. } => "killed by a signal".to_string(),
+            Outcome::Returned { output } => format!("returned: {}", first_line(output)),
+            Outcome::Error { message } => format!("error: {message}"),
+        };
+        println!("task {:>8} {:<9} {detail}", result.task, format!("{:?}", result.state).to_lowercase());
+    }
+    Ok(())
+}
+
+pub async fn cancel(client: &Client, job: u64, output: Output) -> Result<()> {
+    let tasks = client.cancel(job).await?;
+    match output {
+        Output::Json => println!("{}", json!({ "job": job, "canceled": tasks })),
+        Output::Cli => println!("job {job}: {tasks} task(s) canceled"),
+    }
+    Ok(())
+}
+
+pub async fn status(client: &Client, output: Output) -> Result<()> {
+    let report = client.status().await?;
+    if output == Output::Json {
+        println!("{}", serde_json::to_value(&report)?);
+        return Ok(());
+    }
+    let t = &report.tasks;
+    println!(
+        "tasks: {} queued, {} running, {} succeeded, {} failed, {} canceled ({} jobs)",
+        t.queued, t.running, t.succeeded, t.failed, t.canceled, report.jobs
+    );
+    println!("workers: {}", report.workers.len());
+    for w in &report.workers {
+        let caps: Vec<String> = w.capabilities.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        println!("  {:>4} {:<24} {}/{} slots busy  {}", w.id, w.name, w.running, w.slots, caps.join(","));
+    }
+    Ok(())
+}

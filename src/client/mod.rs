@@ -1,0 +1,101 @@
+//! The client library behind `weir`: one QUIC connection, one stream per request.
+
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint, RecvStream};
+
+use crate::net::{self, AccessFile, NetError};
+use crate::proto::{self, FrameError, JobCounts, JobId, NewGroup, Request, Response, Role, StatusReport, TaskId, TaskResult};
+
+pub struct Client {
+    _endpoint: Endpoint,
+    connection: Connection,
+}
+
+/// The responses to one request, in order; `None` after the last.
+pub struct Responses {
+    recv: RecvStream,
+}
+
+impl Responses {
+    pub async fn next(&mut self) -> Result<Option<Response>, NetError> {
+        match proto::frame::read::<_, Response>(&mut self.recv).await {
+            Ok(Response::Error { message }) => Err(NetError::Refused(message)),
+            Ok(response) => Ok(Some(response)),
+            Err(FrameError::Closed) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
+fn unexpected(response: Option<Response>) -> NetError {
+    match response {
+        Some(other) => NetError::Refused(format!("unexpected response {other:?}")),
+        None => NetError::Refused("the scheduler closed the request without answering".into()),
+    }
+}
+
+impl Client {
+    pub async fn connect(access: &AccessFile) -> Result<Client, NetError> {
+        let (endpoint, connection, mut send, _recv) = net::connect(access, Role::Client, Duration::from_secs(30)).await?;
+        let _ = send.finish();
+        Ok(Client { _endpoint: endpoint, connection })
+    }
+
+    pub async fn call(&self, request: &Request) -> Result<Responses, NetError> {
+        let (mut send, recv) = self.connection.open_bi().await?;
+        proto::frame::write(&mut send, request).await?;
+        let _ = send.finish();
+        Ok(Responses { recv })
+    }
+
+    /// Submit one job. Returns (job, first task id, number of tasks).
+    pub async fn submit(&self, components: Vec<Vec<u8>>, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), NetError> {
+        let mut responses = self.call(&Request::Submit { components, groups }).await?;
+        match responses.next().await? {
+            Some(Response::Submitted { job, first_task, tasks }) => Ok((job, first_task, tasks)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Wait until every task of `job` is final, calling `progress` on each update.
+    pub async fn wait(&self, job: JobId, mut progress: impl FnMut(&JobCounts)) -> Result<JobCounts, NetError> {
+        let mut responses = self.call(&Request::Wait { job }).await?;
+        loop {
+            match responses.next().await? {
+                Some(Response::Progress(counts)) => progress(&counts),
+                Some(Response::Done(counts)) => {
+                    progress(&counts);
+                    return Ok(counts);
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    pub async fn results(&self, job: JobId) -> Result<Vec<TaskResult>, NetError> {
+        let mut responses = self.call(&Request::Results { job }).await?;
+        let mut all = Vec::new();
+        while let Some(response) = responses.next().await? {
+            match response {
+                Response::Results(chunk) => all.extend(chunk),
+                other => return Err(unexpected(Some(other))),
+            }
+        }
+        Ok(all)
+    }
+
+    pub async fn cancel(&self, job: JobId) -> Result<u64, NetError> {
+        match self.call(&Request::Cancel { job }).await?.next().await? {
+            Some(Response::Canceled { tasks }) => Ok(tasks),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn status(&self) -> Result<StatusReport, NetError> {
+        match self.call(&Request::Status).await?.next().await? {
+            Some(Response::Status(report)) => Ok(report),
+            other => Err(unexpected(other)),
+        }
+    }
+}

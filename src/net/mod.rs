@@ -1,0 +1,91 @@
+//! QUIC plumbing: TLS with a pinned self-signed certificate, the access file, endpoints, and the
+//! hello exchange every connection starts with.
+
+pub mod access;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint, RecvStream, SendStream};
+
+use crate::proto::{self, FrameError, Hello, HelloReply, PROTOCOL_VERSION, Role};
+pub use access::AccessFile;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("{0}")]
+    Tls(String),
+    #[error("bad address `{0}`: expected quic://HOST:PORT")]
+    Address(String),
+    #[error("cannot reach the scheduler at {address}: {error}")]
+    Connect { address: String, error: String },
+    #[error("the scheduler refused the connection: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("connection: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("write: {0}")]
+    Write(#[from] quinn::WriteError),
+    #[error("{0}")]
+    Access(String),
+}
+
+/// Liveness: keep-alives every second; a peer silent for `idle_timeout` is gone.
+pub fn transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(Duration::from_millis(500).min(idle_timeout / 3)));
+    if let Ok(timeout) = quinn::IdleTimeout::try_from(idle_timeout) {
+        transport.max_idle_timeout(Some(timeout));
+    }
+    // Many concurrent client requests (one stream each).
+    transport.max_concurrent_bidi_streams(1024u32.into());
+    Arc::new(transport)
+}
+
+/// `quic://HOST:PORT` (or `HOST:PORT`) to a socket address.
+pub fn parse_address(address: &str) -> Result<SocketAddr, NetError> {
+    use std::net::ToSocketAddrs;
+    let rest = address.strip_prefix("quic://").unwrap_or(address);
+    rest.to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| NetError::Address(address.to_string()))
+}
+
+/// Connect to the scheduler in `access` as `role`, and say hello on the first stream.
+pub async fn connect(
+    access: &AccessFile,
+    role: Role,
+    idle_timeout: Duration,
+) -> Result<(Endpoint, Connection, SendStream, RecvStream), NetError> {
+    let address = parse_address(&access.address)?;
+    let bind: SocketAddr = if address.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }
+        .parse()
+        .map_err(|_| NetError::Address(access.address.clone()))?;
+    let mut endpoint = Endpoint::client(bind)?;
+    let mut config = tls::client_config(&access.certificate_der()?)?;
+    config.transport_config(transport(idle_timeout));
+    endpoint.set_default_client_config(config);
+    let connecting = endpoint
+        .connect(address, tls::SERVER_NAME)
+        .map_err(|e| NetError::Connect { address: access.address.clone(), error: e.to_string() })?;
+    let connection =
+        connecting.await.map_err(|e| NetError::Connect { address: access.address.clone(), error: e.to_string() })?;
+    let (mut send, mut recv) = connection.open_bi().await?;
+    let token = match role {
+        Role::Client => access.client_token.clone(),
+        Role::Worker | Role::Manager => access.worker_token.clone(),
+    };
+    proto::frame::write(&mut send, &Hello { version: PROTOCOL_VERSION, role, token }).await?;
+    match proto::frame::read::<_, HelloReply>(&mut recv).await {
+        Ok(HelloReply::Welcome) => Ok((endpoint, connection, send, recv)),
+        Ok(HelloReply::Refused { reason }) => Err(NetError::Refused(reason)),
+        Err(FrameError::Closed) => Err(NetError::Refused("connection closed during hello".into())),
+        Err(e) => Err(e.into()),
+    }
+}

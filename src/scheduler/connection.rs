@@ -1,0 +1,211 @@
+//! One task per connection: the hello check, then a worker session or client requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{Connection, RecvStream, SendStream};
+use tokio::sync::{mpsc, oneshot};
+
+use super::Event;
+use crate::net::{AccessFile, NetError};
+use crate::plugin::{PluginHost, World};
+use crate::proto::{
+    self, ComponentHash, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Request, Response, Role, ToWorker, frame,
+};
+
+/// A peer must say hello (and a worker register) within this time.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) async fn serve(
+    incoming: quinn::Incoming,
+    access: Arc<AccessFile>,
+    events: mpsc::UnboundedSender<Event>,
+    host: Arc<PluginHost>,
+) -> Result<(), NetError> {
+    let connection = incoming.await?;
+    let peer = connection.remote_address();
+    let (mut send, mut recv) = match tokio::time::timeout(HELLO_TIMEOUT, connection.accept_bi()).await {
+        Ok(streams) => streams?,
+        Err(_) => {
+            connection.close(1u32.into(), b"no hello");
+            return Ok(());
+        }
+    };
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, frame::read::<_, Hello>(&mut recv)).await {
+        Ok(Ok(hello)) => hello,
+        Ok(Err(error)) => return refuse(&connection, &mut send, &format!("bad hello: {error}")).await,
+        Err(_) => return refuse(&connection, &mut send, "no hello in time").await,
+    };
+    if hello.version != PROTOCOL_VERSION {
+        let reason = format!("protocol version {} is not supported; this scheduler speaks {PROTOCOL_VERSION}", hello.version);
+        return refuse(&connection, &mut send, &reason).await;
+    }
+    let expected = match hello.role {
+        Role::Client => &access.client_token,
+        Role::Worker | Role::Manager => &access.worker_token,
+    };
+    if !same(hello.token.as_bytes(), expected.as_bytes()) {
+        tracing::warn!(%peer, role = ?hello.role, "refused a peer with a wrong token");
+        return refuse(&connection, &mut send, &format!("wrong token for role {:?}", hello.role)).await;
+    }
+    match hello.role {
+        Role::Manager => refuse(&connection, &mut send, "worker managers are not supported by this scheduler yet").await,
+        Role::Worker => {
+            frame::write(&mut send, &HelloReply::Welcome).await?;
+            worker_session(connection, send, recv, events).await
+        }
+        Role::Client => {
+            frame::write(&mut send, &HelloReply::Welcome).await?;
+            let _ = send.finish();
+            client_session(connection, events, host).await
+        }
+    }
+}
+
+/// Constant-time comparison of tokens.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn refuse(connection: &Connection, send: &mut SendStream, reason: &str) -> Result<(), NetError> {
+    let _ = frame::write(send, &HelloReply::Refused { reason: reason.to_string() }).await;
+    let _ = send.finish();
+    // Give the peer a moment to read the reason before the connection goes.
+    let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+    connection.close(1u32.into(), reason.as_bytes());
+    Ok(())
+}
+
+async fn worker_session(
+    connection: Connection,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    events: mpsc::UnboundedSender<Event>,
+) -> Result<(), NetError> {
+    let info = match tokio::time::timeout(HELLO_TIMEOUT, frame::read::<_, FromWorker>(&mut recv)).await {
+        Ok(Ok(FromWorker::Register(info))) => info,
+        _ => {
+            connection.close(1u32.into(), b"expected Register");
+            return Ok(());
+        }
+    };
+    let (frames, mut outbox) = mpsc::unbounded_channel::<ToWorker>();
+    let (reply, joined) = oneshot::channel();
+    if events.send(Event::WorkerJoined { info, frames, reply }).is_err() {
+        return Ok(());
+    }
+    let Ok(worker) = joined.await else { return Ok(()) };
+
+    // Writer: coalesce whatever is queued into one write.
+    let mut writer = tokio::spawn(async move {
+        let mut buffer = Vec::new();
+        while let Some(message) = outbox.recv().await {
+            buffer.clear();
+            append(&mut buffer, &message)?;
+            while buffer.len() < (1 << 20) {
+                match outbox.try_recv() {
+                    Ok(message) => append(&mut buffer, &message)?,
+                    Err(_) => break,
+                }
+            }
+            send.write_all(&buffer).await?;
+        }
+        Ok::<_, NetError>(())
+    });
+
+    let reason = loop {
+        tokio::select! {
+            message = frame::read::<_, FromWorker>(&mut recv) => match message {
+                Ok(FromWorker::Heartbeat) => { let _ = events.send(Event::Heartbeat { worker }); }
+                Ok(FromWorker::Finished(results)) => { let _ = events.send(Event::Finished { worker, results }); }
+                Ok(FromWorker::Register(_)) => break "registered twice".to_string(),
+                Err(error) => break error.to_string(),
+            },
+            ended = &mut writer => break match ended {
+                Ok(Ok(())) => "dropped by the scheduler".to_string(),
+                Ok(Err(error)) => error.to_string(),
+                Err(error) => error.to_string(),
+            },
+        }
+    };
+    writer.abort();
+    let _ = events.send(Event::WorkerGone { worker, reason: reason.clone() });
+    connection.close(0u32.into(), reason.as_bytes());
+    Ok(())
+}
+
+fn append(buffer: &mut Vec<u8>, message: &ToWorker) -> Result<(), NetError> {
+    buffer.extend_from_slice(&proto::encode(message)?);
+    Ok(())
+}
+
+async fn client_session(
+    connection: Connection,
+    events: mpsc::UnboundedSender<Event>,
+    host: Arc<PluginHost>,
+) -> Result<(), NetError> {
+    loop {
+        let (send, recv) = match connection.accept_bi().await {
+            Ok(streams) => streams,
+            Err(_) => return Ok(()), // the client went away
+        };
+        let events = events.clone();
+        let host = host.clone();
+        tokio::spawn(async move {
+            if let Err(error) = request(send, recv, events, host).await {
+                tracing::debug!(%error, "client request failed");
+            }
+        });
+    }
+}
+
+async fn request(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    events: mpsc::UnboundedSender<Event>,
+    host: Arc<PluginHost>,
+) -> Result<(), NetError> {
+    let mut request: Request = match frame::read(&mut recv).await {
+        Ok(request) => request,
+        Err(error) => {
+            let message = format!("bad request: {error}");
+            frame::write(&mut send, &Response::Error { message }).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+    };
+    let mut components = Vec::new();
+    if let Request::Submit { components: bytes, .. } = &mut request {
+        for bytes in std::mem::take(bytes) {
+            match check_component(&host, bytes).await {
+                Ok(component) => components.push(component),
+                Err(message) => {
+                    frame::write(&mut send, &Response::Error { message }).await?;
+                    let _ = send.finish();
+                    return Ok(());
+                }
+            }
+        }
+    }
+    let (reply, mut responses) = mpsc::unbounded_channel();
+    if events.send(Event::Request { request, components, reply }).is_err() {
+        return Ok(());
+    }
+    while let Some(response) = responses.recv().await {
+        frame::write(&mut send, &response).await?;
+    }
+    let _ = send.finish();
+    let _ = send.stopped().await;
+    Ok(())
+}
+
+/// A submitted wasm task component must be a component of the `task` world.
+async fn check_component(host: &Arc<PluginHost>, bytes: Vec<u8>) -> Result<(ComponentHash, Arc<Vec<u8>>), String> {
+    let host = host.clone();
+    tokio::task::spawn_blocking(move || {
+        let loaded = host.load("submitted component", &bytes, Some(World::Task)).map_err(|e| e.to_string())?;
+        Ok((loaded.sha256, Arc::new(bytes)))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}

@@ -1,0 +1,294 @@
+//! The scheduler's async shell around [`crate::core::tasks::Core`].
+//!
+//! One actor task owns the core. Connection tasks turn frames into [`Event`]s for it; it drains
+//! every pending event, runs the core once (`schedule`), and turns the core's actions into frames
+//! for workers and responses for clients. Batching happens naturally: the busier it is, the more
+//! events one round handles and the larger the dispatch frames.
+
+mod connection;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::core::tasks::{Action, Core, CoreConfig};
+use crate::net::{self, AccessFile, NetError};
+use crate::plugin::PluginHost;
+use crate::proto::{
+    Assignment, ComponentHash, GroupId, JobId, Request, Response, TaskKind, ToWorker, WorkerId, WorkerInfo,
+};
+
+/// Scheduler settings (the executable's flags).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Address to listen on; port 0 picks a free port (written to the access file).
+    pub listen: SocketAddr,
+    pub access_file: PathBuf,
+    /// A worker silent for this long is lost and its tasks requeued.
+    pub heartbeat_timeout: Duration,
+    /// Certificate and key (PEM files); generated and kept beside the access file when absent.
+    pub cert: Option<(PathBuf, PathBuf)>,
+}
+
+/// Messages from connection tasks to the actor.
+pub(crate) enum Event {
+    WorkerJoined { info: WorkerInfo, frames: mpsc::UnboundedSender<ToWorker>, reply: oneshot::Sender<WorkerId> },
+    Heartbeat { worker: WorkerId },
+    Finished { worker: WorkerId, results: Vec<(crate::proto::TaskId, crate::proto::Outcome)> },
+    WorkerGone { worker: WorkerId, reason: String },
+    Request { request: Request, components: Vec<(ComponentHash, Arc<Vec<u8>>)>, reply: mpsc::UnboundedSender<Response> },
+}
+
+struct WorkerLink {
+    frames: mpsc::UnboundedSender<ToWorker>,
+    groups: HashSet<GroupId>,
+    components: HashSet<ComponentHash>,
+}
+
+struct Actor {
+    core: Core,
+    started: Instant,
+    workers: HashMap<WorkerId, WorkerLink>,
+    components: HashMap<ComponentHash, Arc<Vec<u8>>>,
+    waiters: HashMap<JobId, Vec<mpsc::UnboundedSender<Response>>>,
+}
+
+/// A running scheduler: its address and access file.
+pub struct Running {
+    pub address: String,
+    pub access: AccessFile,
+}
+
+/// Bind, write the access file, and serve until the process ends.
+pub async fn run(settings: Settings, ready: impl FnOnce(&Running)) -> Result<(), NetError> {
+    let (cert_pem, key_pem) = certificate(&settings)?;
+    let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
+    server.transport_config(net::transport(settings.heartbeat_timeout));
+    let endpoint = quinn::Endpoint::server(server, settings.listen)?;
+    let local = endpoint.local_addr()?;
+    let previous = AccessFile::read(&settings.access_file).ok().filter(|a| a.certificate == cert_pem);
+    let access = AccessFile {
+        address: format!("quic://{local}"),
+        certificate: cert_pem,
+        worker_token: match &previous {
+            Some(p) => p.worker_token.clone(),
+            None => net::access::new_token()?,
+        },
+        client_token: match &previous {
+            Some(p) => p.client_token.clone(),
+            None => net::access::new_token()?,
+        },
+    };
+    access.write(&settings.access_file)?;
+    tracing::info!(address = %access.address, access_file = %settings.access_file.display(), "scheduler listening");
+    ready(&Running { address: access.address.clone(), access: access.clone() });
+
+    let host = Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
+    let (events, inbox) = mpsc::unbounded_channel();
+    let actor = Actor {
+        core: Core::new(CoreConfig { heartbeat_timeout_ms: settings.heartbeat_timeout.as_millis() as u64 }),
+        started: Instant::now(),
+        workers: HashMap::new(),
+        components: HashMap::new(),
+        waiters: HashMap::new(),
+    };
+    tokio::spawn(actor.run(inbox, settings.heartbeat_timeout));
+    let access = Arc::new(access);
+    while let Some(incoming) = endpoint.accept().await {
+        let events = events.clone();
+        let access = access.clone();
+        let host = host.clone();
+        tokio::spawn(async move {
+            if let Err(error) = connection::serve(incoming, access, events, host).await {
+                tracing::debug!(%error, "connection ended");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The certificate and key: from `--cert/--key`, else kept in `scheduler-key.pem` /
+/// `scheduler-cert.pem` beside the access file (created on first start), so restarts keep
+/// the identity peers pinned.
+fn certificate(settings: &Settings) -> Result<(String, String), NetError> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).map_err(|e| NetError::Tls(format!("cannot read {}: {e}", p.display())))
+    };
+    if let Some((cert, key)) = &settings.cert {
+        return Ok((read(cert)?, read(key)?));
+    }
+    let dir = settings.access_file.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let (cert_path, key_path) = (dir.join("scheduler-cert.pem"), dir.join("scheduler-key.pem"));
+    if let (Ok(cert), Ok(key)) = (std::fs::read_to_string(&cert_path), std::fs::read_to_string(&key_path)) {
+        return Ok((cert, key));
+    }
+    let (cert, key) = net::tls::generate()?;
+    let fail = |e: std::io::Error| NetError::Tls(format!("cannot write the certificate into {}: {e}", dir.display()));
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    net::access::write_private(&key_path, key.as_bytes()).map_err(fail)?;
+    net::access::write_private(&cert_path, cert.as_bytes()).map_err(fail)?;
+    Ok((cert, key))
+}
+
+impl Actor {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>, heartbeat_timeout: Duration) {
+        let mut ticker = tokio::time::interval((heartbeat_timeout / 4).max(Duration::from_millis(50)));
+        loop {
+            tokio::select! {
+                event = inbox.recv() => {
+                    let Some(event) = event else { return };
+                    self.handle(event);
+                    // Take everything already waiting before scheduling once.
+                    for _ in 0..10_000 {
+                        match inbox.try_recv() {
+                            Ok(event) => self.handle(event),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                _ = ticker.tick() => {
+                    let now = self.now();
+                    self.core.tick(now);
+                }
+            }
+            self.core.schedule();
+            self.apply();
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        let now = self.now();
+        match event {
+            Event::WorkerJoined { info, frames, reply } => {
+                tracing::info!(name = %info.name, slots = info.slots, "worker joined");
+                let id = self.core.worker_joined(now, info);
+                let _ = frames.send(ToWorker::Registered { id });
+                self.workers.insert(id, WorkerLink { frames, groups: HashSet::new(), components: HashSet::new() });
+                let _ = reply.send(id);
+            }
+            Event::Heartbeat { worker } => self.core.heartbeat(now, worker),
+            Event::Finished { worker, results } => {
+                for (task, outcome) in results {
+                    if !self.core.finished(now, worker, task, outcome) {
+                        tracing::debug!(worker, task, "ignored a report for a task not running there");
+                    }
+                }
+            }
+            Event::WorkerGone { worker, reason } => {
+                if self.workers.remove(&worker).is_some() {
+                    tracing::warn!(worker, %reason, "worker lost; requeueing its tasks");
+                    self.core.worker_lost(worker, &reason);
+                }
+            }
+            Event::Request { request, components, reply } => self.request(request, components, reply),
+        }
+    }
+
+    fn request(
+        &mut self,
+        request: Request,
+        components: Vec<(ComponentHash, Arc<Vec<u8>>)>,
+        reply: mpsc::UnboundedSender<Response>,
+    ) {
+        let response = match request {
+            Request::Submit { groups, .. } => {
+                for (hash, bytes) in components {
+                    self.core.add_component(hash);
+                    self.components.insert(hash, bytes);
+                }
+                match self.core.submit(groups) {
+                    Ok((job, first_task, tasks)) => {
+                        tracing::info!(job, tasks, "job submitted");
+                        Response::Submitted { job, first_task, tasks }
+                    }
+                    Err(error) => Response::Error { message: error.to_string() },
+                }
+            }
+            Request::Wait { job } => match self.core.job_counts(job) {
+                None => Response::Error { message: format!("no job {job}") },
+                Some(counts) if counts.finished() == counts.total() => Response::Done(counts.clone()),
+                Some(counts) => {
+                    let _ = reply.send(Response::Progress(counts.clone()));
+                    self.waiters.entry(job).or_default().push(reply);
+                    return;
+                }
+            },
+            Request::Results { job } => match self.core.results(job) {
+                None => Response::Error { message: format!("no job {job}") },
+                Some(results) => {
+                    for chunk in results.chunks(1000) {
+                        let _ = reply.send(Response::Results(chunk.to_vec()));
+                    }
+                    return;
+                }
+            },
+            Request::Cancel { job } => match self.core.job_counts(job) {
+                None => Response::Error { message: format!("no job {job}") },
+                Some(_) => Response::Canceled { tasks: self.core.cancel_job(job) },
+            },
+            Request::Status => Response::Status(self.core.status()),
+        };
+        let _ = reply.send(response);
+    }
+
+    /// Turn the core's actions into frames and responses.
+    fn apply(&mut self) {
+        let mut touched: HashSet<JobId> = HashSet::new();
+        for action in self.core.take_actions() {
+            match action {
+                Action::Dispatch { worker, tasks } => self.dispatch(worker, tasks),
+                Action::Cancel { worker, tasks } => {
+                    if let Some(link) = self.workers.get(&worker) {
+                        let _ = link.frames.send(ToWorker::Cancel(tasks));
+                    }
+                }
+                Action::Disconnect { worker, reason } => {
+                    tracing::warn!(worker, %reason, "worker lost");
+                    // Dropping the sender ends the connection task, which closes the connection.
+                    self.workers.remove(&worker);
+                }
+                Action::Finished { job, .. } => {
+                    touched.insert(job);
+                }
+            }
+        }
+        for job in touched {
+            let Some(counts) = self.core.job_counts(job).cloned() else { continue };
+            let done = counts.finished() == counts.total();
+            if let Some(waiters) = self.waiters.get_mut(&job) {
+                let message = if done { Response::Done(counts) } else { Response::Progress(counts) };
+                waiters.retain(|w| w.send(message.clone()).is_ok());
+                if done {
+                    self.waiters.remove(&job);
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, worker: WorkerId, tasks: Vec<crate::proto::TaskId>) {
+        let Some(link) = self.workers.get_mut(&worker) else { return };
+        let mut assignments = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let Some((group, index)) = self.core.task_group(task) else { continue };
+            if link.groups.insert(group.id) {
+                if let TaskKind::Wasm { component } = &group.spec.kind
+                    && link.components.insert(*component)
+                    && let Some(bytes) = self.components.get(component)
+                {
+                    let _ = link.frames.send(ToWorker::Component { hash: *component, bytes: bytes.to_vec() });
+                }
+                let _ = link.frames.send(ToWorker::Group { id: group.id, job: group.job, spec: group.spec.clone() });
+            }
+            assignments.push(Assignment { task, group: group.id, index, input: group.input(index).map(<[u8]>::to_vec) });
+        }
+        let _ = link.frames.send(ToWorker::Run(assignments));
+    }
+}

@@ -1,0 +1,137 @@
+//! The worker: connects, registers, runs what the scheduler assigns, reports in batches.
+//!
+//! Tasks run concurrently (the scheduler never assigns more than `slots`). Command tasks are
+//! processes (killed on timeout or cancel); wasm tasks run in the sandbox on blocking threads,
+//! one fresh instance per task. Finished runs are sent in batches: whatever finished while the
+//! previous batch was being written goes in the next frame.
+
+mod run;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::net::{self, AccessFile, NetError};
+use crate::plugin::PluginHost;
+use crate::proto::{FromWorker, GroupId, JobId, Outcome, Role, TaskId, TaskSpec, ToWorker, WorkerInfo, frame};
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub info: WorkerInfo,
+    pub heartbeat_interval: Duration,
+    /// Cap on each of stdout and stderr kept from a command task.
+    pub output_limit: usize,
+    /// The scheduler is gone when silent this long.
+    pub idle_timeout: Duration,
+}
+
+pub(crate) struct Group {
+    pub job: JobId,
+    pub spec: TaskSpec,
+}
+
+/// Run until the scheduler closes the connection. Returns why it ended.
+pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetError> {
+    let (_endpoint, connection, mut send, mut recv) = net::connect(access, Role::Worker, settings.idle_timeout).await?;
+    frame::write(&mut send, &FromWorker::Register(settings.info.clone())).await?;
+    let id = match frame::read::<_, ToWorker>(&mut recv).await? {
+        ToWorker::Registered { id } => id,
+        other => return Err(NetError::Refused(format!("expected Registered, got {other:?}"))),
+    };
+    tracing::info!(worker = id, address = %access.address, "registered");
+
+    let (outgoing, mut outbox) = mpsc::unbounded_channel::<FromWorker>();
+    let (done, mut finished) = mpsc::unbounded_channel::<(TaskId, Outcome)>();
+    let writer = tokio::spawn(async move {
+        while let Some(message) = outbox.recv().await {
+            frame::write(&mut send, &message).await?;
+        }
+        Ok::<_, NetError>(())
+    });
+    // Batch finished runs.
+    let batcher = {
+        let outgoing = outgoing.clone();
+        tokio::spawn(async move {
+            while let Some(first) = finished.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < 4096 {
+                    match finished.try_recv() {
+                        Ok(result) => batch.push(result),
+                        Err(_) => break,
+                    }
+                }
+                if outgoing.send(FromWorker::Finished(batch)).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let heartbeat = {
+        let outgoing = outgoing.clone();
+        let interval = settings.heartbeat_interval;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            loop {
+                ticker.tick().await;
+                if outgoing.send(FromWorker::Heartbeat).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+
+    let host = Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
+    let runner = Arc::new(run::Runner::new(host, settings.output_limit, settings.info.clone()));
+    let mut groups: HashMap<GroupId, Arc<Group>> = HashMap::new();
+    let mut running: HashMap<TaskId, AbortHandle> = HashMap::new();
+    let (ended, mut reaped) = mpsc::unbounded_channel::<TaskId>();
+    let reason = loop {
+        tokio::select! {
+            message = frame::read::<_, ToWorker>(&mut recv) => match message {
+                Ok(ToWorker::Group { id, job, spec }) => { groups.insert(id, Arc::new(Group { job, spec })); }
+                Ok(ToWorker::Component { hash, bytes }) => runner.add_component(hash, bytes).await,
+                Ok(ToWorker::Run(assignments)) => {
+                    for assignment in assignments {
+                        let Some(group) = groups.get(&assignment.group).cloned() else {
+                            let message = format!("unknown group {}", assignment.group);
+                            let _ = done.send((assignment.task, Outcome::Error { message }));
+                            continue;
+                        };
+                        let task = assignment.task;
+                        let runner = runner.clone();
+                        let done = done.clone();
+                        let ended = ended.clone();
+                        let handle = tokio::spawn(async move {
+                            let outcome = runner.run(&group, assignment).await;
+                            let _ = ended.send(task);
+                            let _ = done.send((task, outcome));
+                        });
+                        running.insert(task, handle.abort_handle());
+                    }
+                }
+                Ok(ToWorker::Cancel(tasks)) => {
+                    for task in tasks {
+                        if let Some(handle) = running.remove(&task) {
+                            handle.abort(); // drops the child process: killed
+                            let _ = done.send((task, Outcome::Error { message: "canceled".into() }));
+                        }
+                    }
+                }
+                Ok(ToWorker::Registered { .. }) => break "registered twice".to_string(),
+                Err(error) => break error.to_string(),
+            },
+            Some(task) = reaped.recv() => { running.remove(&task); }
+        }
+    };
+    for handle in running.values() {
+        handle.abort();
+    }
+    heartbeat.abort();
+    batcher.abort();
+    writer.abort();
+    connection.close(0u32.into(), b"worker stopping");
+    Ok(reason)
+}

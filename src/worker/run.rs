@@ -1,0 +1,160 @@
+//! Running one task: a process or a sandboxed component.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::RwLock;
+
+use super::Group;
+use crate::plugin::{Limits, Loaded, PluginHost, TaskPlugin, World};
+use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
+
+pub(super) struct Runner {
+    host: Arc<PluginHost>,
+    output_limit: usize,
+    info: WorkerInfo,
+    components: RwLock<HashMap<ComponentHash, Result<Loaded, String>>>,
+    /// Idle task instances per component, reused across tasks.
+    pools: Mutex<HashMap<ComponentHash, Vec<TaskPlugin>>>,
+}
+
+impl Runner {
+    pub fn new(host: Arc<PluginHost>, output_limit: usize, info: WorkerInfo) -> Runner {
+        Runner { host, output_limit, info, components: RwLock::default(), pools: Mutex::default() }
+    }
+
+    /// Compile (or take from the cache) a component the scheduler sent.
+    pub async fn add_component(&self, hash: ComponentHash, bytes: Vec<u8>) {
+        let host = self.host.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            host.load(&format!("task {}", &hex::encode(hash)[..12]), &bytes, Some(World::Task)).map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        if let Err(error) = &loaded {
+            tracing::warn!(%error, "cannot load a task component");
+        }
+        self.components.write().await.insert(hash, loaded);
+    }
+
+    pub async fn run(&self, group: &Group, assignment: Assignment) -> Outcome {
+        let input = assignment.input.as_deref().unwrap_or(&group.spec.input).to_vec();
+        let timeout = (group.spec.timeout_ms > 0).then(|| Duration::from_millis(group.spec.timeout_ms));
+        match &group.spec.kind {
+            TaskKind::Command { argv, env } => {
+                let mut extra = env.clone();
+                extra.push(("WEIR_TASK_ID".into(), assignment.task.to_string()));
+                extra.push(("WEIR_TASK_INDEX".into(), assignment.index.to_string()));
+                extra.push(("WEIR_JOB_ID".into(), group.job.to_string()));
+                extra.push(("WEIR_WORKER_NAME".into(), self.info.name.clone()));
+                self.command(argv, &extra, input, timeout).await
+            }
+            TaskKind::Wasm { component } => self.wasm(*component, input, timeout).await,
+        }
+    }
+
+    async fn command(&self, argv: &[String], env: &[(String, String)], input: Vec<u8>, timeout: Option<Duration>) -> Outcome {
+        let Some((program, args)) = argv.split_first() else {
+            return Outcome::Error { message: "empty argv".into() };
+        };
+        let mut child = match tokio::process::Command::new(program)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(if input.is_empty() { Stdio::null() } else { Stdio::piped() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(error) => return Outcome::Error { message: format!("cannot start `{program}`: {error}") },
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&input).await;
+            });
+        }
+        let limit = self.output_limit;
+        let stdout = tokio::spawn(read_capped(child.stdout.take(), limit));
+        let stderr = tokio::spawn(read_capped(child.stderr.take(), limit));
+        let status = match timeout {
+            Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    let _ = child.kill().await;
+                    return Outcome::Error { message: format!("timed out after {limit:?}") };
+                }
+            },
+            None => child.wait().await,
+        };
+        let status = match status {
+            Ok(status) => status,
+            Err(error) => return Outcome::Error { message: format!("waiting for `{program}`: {error}") },
+        };
+        Outcome::Exited {
+            code: status.code(),
+            stdout: stdout.await.unwrap_or_default(),
+            stderr: stderr.await.unwrap_or_default(),
+        }
+    }
+
+    async fn wasm(&self, hash: ComponentHash, input: Vec<u8>, timeout: Option<Duration>) -> Outcome {
+        let loaded = match self.components.read().await.get(&hash) {
+            Some(Ok(loaded)) => loaded.clone(),
+            Some(Err(error)) => return Outcome::Error { message: error.clone() },
+            None => return Outcome::Error { message: "the task's component never arrived".into() },
+        };
+        let pooled = self.pools.lock().ok().and_then(|mut pools| pools.get_mut(&hash).and_then(Vec::pop));
+        let plugin = match pooled {
+            Some(plugin) => plugin,
+            None => {
+                let limits = Limits {
+                    deadline: timeout.unwrap_or(Duration::from_secs(24 * 3600)),
+                    memory_bytes: 512 << 20,
+                    ..Limits::default()
+                };
+                match self.host.task(&loaded, limits) {
+                    Ok(plugin) => plugin,
+                    Err(error) => return Outcome::Error { message: error.to_string() },
+                }
+            }
+        };
+        let result = tokio::task::spawn_blocking(move || {
+            let mut plugin = plugin;
+            let output = plugin.run(&input, Vec::new());
+            (plugin, output)
+        })
+        .await;
+        match result {
+            Ok((plugin, output)) => {
+                if let Ok(mut pools) = self.pools.lock() {
+                    pools.entry(hash).or_default().push(plugin);
+                }
+                match output {
+                    Ok(output) => Outcome::Returned { output },
+                    Err(error) => Outcome::Error { message: error.to_string() },
+                }
+            }
+            Err(error) => Outcome::Error { message: format!("task thread: {error}") },
+        }
+    }
+}
+
+/// Read everything, keep the first `limit` bytes.
+async fn read_capped(stream: Option<impl AsyncRead + Unpin>, limit: usize) -> Vec<u8> {
+    let Some(mut stream) = stream else { return Vec::new() };
+    let mut kept = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                let room = limit.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! End to end: the real `scheduler`, `worker` and `weir` executables on loopback.
+//! Waiting is on conditions (a line printed, a job finished, a status reached), never on time.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    scheduler: Child,
+    workers: Vec<Child>,
+}
+
+impl Cluster {
+    fn start(heartbeat_timeout: &str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut scheduler = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+            .args(["--listen", "quic://127.0.0.1:0", "--heartbeat-timeout", heartbeat_timeout, "--access-file"])
+            .arg(dir.path().join("access.json"))
+            .env("WEIR_CACHE_DIR", dir.path().join("cache"))
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("scheduler starts");
+        let mut line = String::new();
+        BufReader::new(scheduler.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("scheduler listening on quic://127.0.0.1:"), "{line}");
+        Cluster { dir, scheduler, workers: Vec::new() }
+    }
+
+    fn access_file(&self) -> PathBuf {
+        self.dir.path().join("access.json")
+    }
+
+    fn worker(&mut self, name: &str, args: &[&str]) -> usize {
+        let child = Command::new(env!("CARGO_BIN_EXE_worker"))
+            .arg("--access-file")
+            .arg(self.access_file())
+            .args(["--name", name, "--heartbeat-interval", "0.2"])
+            .args(args)
+            .env("WEIR_CACHE_DIR", self.dir.path().join("cache"))
+            .env("RUST_LOG", "error")
+            .spawn()
+            .expect("worker starts");
+        self.workers.push(child);
+        self.workers.len() - 1
+    }
+
+    fn weir(&self, args: &[&str]) -> Output {
+        self.weir_with(&self.access_file(), args)
+    }
+
+    fn weir_with(&self, access_file: &Path, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("--access-file")
+            .arg(access_file)
+            .args(args)
+            .env("WEIR_CACHE_DIR", self.dir.path().join("cache"))
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("weir runs")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let out = self.weir(&all);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("weir {args:?}: {e}: {}{}", text(&out.stdout), text(&out.stderr)))
+    }
+
+    /// Poll `weir status` until `ready` holds for it.
+    fn await_status(&self, ready: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let status = self.json(&["status"]);
+            if ready(&status) {
+                return status;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+        let _ = self.scheduler.kill();
+        let _ = self.scheduler.wait();
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn workers(status: &Value) -> usize {
+    status["workers"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn a_thousand_command_tasks_and_ten_thousand_wasm_tasks_all_succeed_with_correct_outputs() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("a", &["--slots", "4"]);
+    cluster.worker("b", &["--slots", "4"]);
+
+    let done = cluster.json(&["submit", "--count", "1000", "--wait", "--", "sh", "-c", "echo $((WEIR_TASK_INDEX * 3))"]);
+    assert_eq!(done["counts"]["succeeded"], 1000, "{done}");
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 1000);
+    for (index, result) in results.iter().enumerate() {
+        assert_eq!(result["state"], "Succeeded");
+        assert_eq!(result["stdout"].as_str().unwrap().trim(), (index * 3).to_string(), "{result}");
+    }
+
+    let inputs = cluster.dir.path().join("inputs.txt");
+    std::fs::write(&inputs, (0..10_000).map(|i| format!("{i}\n")).collect::<String>()).unwrap();
+    let done = cluster.json(&["submit", "--wasm", "plugins/square.wasm", "--inputs-file", inputs.to_str().unwrap(), "--wait"]);
+    assert_eq!(done["counts"]["succeeded"], 10_000, "{done}");
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 10_000);
+    for (index, result) in results.iter().enumerate() {
+        assert_eq!(result["output"].as_str().unwrap(), (index * index).to_string(), "{result}");
+    }
+}
+
+#[test]
+fn a_task_needing_a_gpu_waits_while_the_others_run_past_it() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("cpu-only", &["--slots", "2", "--capabilities", "cpu=2"]);
+    let gpu_job = cluster.json(&["submit", "--cap", "gpu=1", "--", "echo", "on a gpu"]);
+    let others = cluster.json(&["submit", "--count", "20", "--wait", "--", "true"]);
+    assert_eq!(others["counts"]["succeeded"], 20);
+    let status = cluster.json(&["status"]);
+    assert_eq!(status["tasks"]["queued"], 1, "{status}");
+
+    cluster.worker("gpu", &["--slots", "1", "--capabilities", "gpu=1"]);
+    let done = cluster.json(&["wait", &gpu_job["job"].to_string()]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+}
+
+#[test]
+fn kill_9_of_a_worker_mid_batch_loses_no_task_and_reports_none_twice() {
+    let mut cluster = Cluster::start("3");
+    let doomed = cluster.worker("doomed", &["--slots", "4"]);
+    cluster.await_status(|s| workers(s) == 1);
+    let job = cluster.json(&["submit", "--count", "60", "--", "sh", "-c", "sleep 0.1; echo $WEIR_TASK_INDEX"]);
+    let job = job["job"].to_string();
+    // Kill it while all its slots are busy.
+    cluster.await_status(|s| s["workers"][0]["running"] == 4);
+    cluster.workers[doomed].kill().unwrap();
+    cluster.workers[doomed].wait().unwrap();
+    cluster.worker("survivor", &["--slots", "4"]);
+
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 60, "{done}");
+    let results = cluster.json(&["results", &job]);
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 60, "one result per task");
+    let mut seen = std::collections::HashSet::new();
+    for (index, result) in results.iter().enumerate() {
+        assert!(seen.insert(result["task"].as_u64().unwrap()), "task reported twice: {result}");
+        assert_eq!(result["stdout"].as_str().unwrap().trim(), index.to_string());
+    }
+    // The four that were running on the killed worker ran again.
+    let rerun = results.iter().filter(|r| r["attempts"].as_u64().unwrap() == 2).count();
+    assert_eq!(rerun, 4, "{results:?}");
+}
+
+#[test]
+fn wrong_tokens_and_garbage_are_refused_while_the_cluster_keeps_working() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("w", &["--slots", "2"]);
+
+    // A client with the workers' token (or any wrong one) is refused with a clear error.
+    let mut access: Value = serde_json::from_str(&std::fs::read_to_string(cluster.access_file()).unwrap()).unwrap();
+    access["client_token"] = access["worker_token"].clone();
+    let bad = cluster.dir.path().join("bad-access.json");
+    std::fs::write(&bad, access.to_string()).unwrap();
+    let out = cluster.weir_with(&bad, &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("the scheduler refused the connection: wrong token for role Client"), "{}", text(&out.stderr));
+
+    // Raw peers: garbage, an oversized frame, another protocol version.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let access = weir::net::AccessFile::read(&cluster.access_file()).unwrap();
+    runtime.block_on(async {
+        for (payload, expected) in [
+            (vec![0, 0, 0, 4, 0xde, 0xad, 0xbe, 0xef], "bad hello: undecodable frame"),
+            (vec![0xff, 0xff, 0xff, 0xff], "bad hello: frame of 4294967295 bytes exceeds"),
+            (hello(99, &access.client_token), "protocol version 99 is not supported"),
+        ] {
+            let reason = raw_exchange(&access, &payload).await;
+            assert!(reason.contains(expected), "{reason}");
+        }
+    });
+
+    let done = cluster.json(&["submit", "--count", "10", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 10, "{done}");
+}
+
+fn hello(version: u32, token: &str) -> Vec<u8> {
+    weir::proto::encode(&weir::proto::Hello { version, role: weir::proto::Role::Client, token: token.into() }).unwrap()
+}
+
+/// Connect with the right certificate, send `payload` as the first bytes, return the refusal.
+async fn raw_exchange(access: &weir::net::AccessFile, payload: &[u8]) -> String {
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(weir::net::tls::client_config(&access.certificate_der().unwrap()).unwrap());
+    let address = weir::net::parse_address(&access.address).unwrap();
+    let connection = endpoint.connect(address, weir::net::tls::SERVER_NAME).unwrap().await.unwrap();
+    let (mut send, mut recv) = connection.open_bi().await.unwrap();
+    send.write_all(payload).await.unwrap();
+    let _ = send.finish();
+    match weir::proto::frame::read::<_, weir::proto::HelloReply>(&mut recv).await {
+        Ok(weir::proto::HelloReply::Refused { reason }) => reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

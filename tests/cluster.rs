@@ -223,3 +223,46 @@ async fn raw_exchange(access: &weir::net::AccessFile, payload: &[u8]) -> String 
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+#[test]
+fn timeouts_fail_the_task_and_cancel_frees_the_slots() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("w", &["--slots", "2"]);
+    let out = cluster.weir(&["--output", "json", "submit", "--timeout", "0.3", "--wait", "--", "sleep", "30"]);
+    assert_eq!(out.status.code(), Some(1), "a failed task fails --wait");
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    assert_eq!(results[0]["state"], "Failed");
+    assert_eq!(results[0]["error"], "timed out after 300ms");
+
+    let job = cluster.json(&["submit", "--count", "5", "--", "sleep", "30"])["job"].to_string();
+    cluster.await_status(|s| s["tasks"]["running"] == 2);
+    let canceled = cluster.json(&["cancel", &job]);
+    assert_eq!(canceled["canceled"], 5);
+    // The killed tasks gave their slots back: new work runs.
+    let done = cluster.json(&["submit", "--count", "4", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 4, "{done}");
+    let status = cluster.json(&["status"]);
+    assert_eq!(status["tasks"]["canceled"], 5, "{status}");
+}
+
+#[test]
+fn clients_get_clear_errors_for_bad_requests() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("w", &["--slots", "1"]);
+    let out = cluster.weir(&["submit", "--env", "large", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("unknown environment `large`"), "{}", text(&out.stderr));
+    let out = cluster.weir(&["submit", "--wasm", "plugins/mem_gt.wasm"]);
+    assert!(text(&out.stderr).contains("does not implement the `task` world"), "{}", text(&out.stderr));
+    let out = cluster.weir(&["submit"]);
+    assert!(text(&out.stderr).contains("nothing to run"), "{}", text(&out.stderr));
+    let out = cluster.weir(&["wait", "99"]);
+    assert!(text(&out.stderr).contains("no job 99"), "{}", text(&out.stderr));
+    let out = cluster.weir(&["--output", "json", "results", "99"]);
+    let error: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(error["error"].as_str().unwrap().contains("no job 99"), "{error}");
+    // A missing access file says what to do.
+    let out = cluster.weir_with(Path::new("/nonexistent/access.json"), &["status"]);
+    assert!(text(&out.stderr).contains("is the scheduler running?"), "{}", text(&out.stderr));
+}

@@ -110,11 +110,24 @@ impl PolicyArgs {
     }
 }
 
+/// An error already printed as part of the command's output (JSON mode): exit 1, print nothing more.
+#[derive(Debug)]
+pub struct Reported(pub String);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reported {}
+
 fn main() -> ExitCode {
     weir::telemetry::init_logging();
     let cli = Cli::parse();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.is::<Reported>() => ExitCode::FAILURE,
         Err(error) => {
             match cli.output {
                 Output::Json => println!("{}", json!({ "error": format!("{error:#}") })),

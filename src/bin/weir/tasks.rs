@@ -117,18 +117,29 @@ pub async fn wait(client: &Client, job: u64, output: Output) -> Result<()> {
     finish(job, &counts, output)
 }
 
+/// Print the final counts; a job with failed tasks is an error (exit 1), reported in the same
+/// single JSON value in JSON mode.
 fn finish(job: u64, counts: &JobCounts, output: Output) -> Result<()> {
+    let failed = (counts.failed > 0)
+        .then(|| format!("job {job}: {} task(s) failed (see `weir results {job}`)", counts.failed));
     match output {
-        Output::Json => println!("{}", json!({ "job": job, "counts": counts })),
+        Output::Json => {
+            let mut value = json!({ "job": job, "counts": counts });
+            if let Some(error) = &failed {
+                value["error"] = json!(error);
+            }
+            println!("{value}");
+        }
         Output::Cli => println!(
             "job {job}: {} succeeded, {} failed, {} canceled",
             counts.succeeded, counts.failed, counts.canceled
         ),
     }
-    if counts.failed > 0 {
-        bail!("job {job}: {} task(s) failed (see `weir results {job}`)", counts.failed);
+    match failed {
+        Some(error) if output == Output::Json => Err(crate::Reported(error).into()),
+        Some(error) => Err(anyhow::anyhow!(error)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Wait with a progress bar on a terminal, a line per second otherwise (nothing for JSON).

@@ -152,15 +152,21 @@ impl EnvPluginSpec {
         Ok(EnvPluginSpec { name, source, config })
     }
 
+    /// The component's bytes.
+    pub fn bytes(&self) -> Result<Vec<u8>, ConfigError> {
+        match &self.source {
+            Engine::Bundled(name) => {
+                bundled::by_name(name).map(<[u8]>::to_vec).ok_or_else(|| ConfigError::UnknownEngine(name.to_string()))
+            }
+            Engine::File(path) => {
+                std::fs::read(path).map_err(|error| ConfigError::Read { path: path.clone(), error })
+            }
+        }
+    }
+
     /// Load and check the condition component.
     pub fn load(&self, host: &PluginHost) -> Result<crate::plugin::Loaded, ConfigError> {
-        Ok(match &self.source {
-            Engine::Bundled(name) => {
-                let bytes = bundled::by_name(name).ok_or_else(|| ConfigError::UnknownEngine(name.to_string()))?;
-                host.load(name, bytes, Some(World::Environment))?
-            }
-            Engine::File(path) => host.load_file(path, Some(World::Environment))?,
-        })
+        Ok(host.load(&self.name, &self.bytes()?, Some(World::Environment))?)
     }
 }
 

@@ -31,6 +31,7 @@ fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerInfo {
         capabilities: capabilities.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
         worker_type: String::new(),
         manager: None,
+        local_environments: vec![],
     }
 }
 

@@ -9,9 +9,10 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use weir::config::{EnvPluginSpec, parse_capabilities};
 use weir::net::AccessFile;
-use weir::plugin::{HostFacts, Limits, PluginHost};
+use weir::plugin::{HostFacts, Limits, PluginHost, World};
 use weir::proto::WorkerInfo;
 use weir::worker::Settings;
+use weir::worker::env::LocalEnv;
 
 #[derive(Parser)]
 #[command(name = "worker", version, about = "A weir worker: runs tasks, evaluates environment conditions")]
@@ -44,6 +45,9 @@ struct Args {
     /// Environment variables conditions may read through `env-var` (all others are hidden).
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
+    /// Seconds between evaluations of every condition (changed verdicts are reported).
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    env_recheck: f64,
     /// Evaluate the conditions on this machine, print the verdicts, and exit.
     #[arg(long)]
     check: bool,
@@ -66,11 +70,21 @@ fn run(args: Args) -> Result<()> {
     if args.check {
         return check(&args, &capabilities);
     }
-    if !args.env_plugins.is_empty() {
-        bail!("--env-plugin needs the scheduler's environment support, which is not built yet; use --check to evaluate");
+    for (flag, value) in [("--heartbeat-interval", args.heartbeat_interval), ("--env-recheck", args.env_recheck)] {
+        if !(value > 0.0 && value.is_finite()) {
+            bail!("{flag} must be a positive number of seconds");
+        }
     }
-    if !(args.heartbeat_interval > 0.0 && args.heartbeat_interval.is_finite()) {
-        bail!("--heartbeat-interval must be a positive number of seconds");
+    // Check every condition loads before connecting: a typo is an error now, not a verdict later.
+    let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
+    let mut local_environments: Vec<LocalEnv> = Vec::new();
+    for spec in &args.env_plugins {
+        if local_environments.iter().any(|e| e.name == spec.name) {
+            bail!("--env-plugin: environment `{}` given twice", spec.name);
+        }
+        let bytes = spec.bytes()?;
+        host.load(&spec.name, &bytes, Some(World::Environment))?;
+        local_environments.push(LocalEnv { name: spec.name.clone(), bytes: Arc::new(bytes), config: spec.config.clone() });
     }
     let access = AccessFile::read(&args.access_file)?;
     let slots = args.slots.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
@@ -85,10 +99,14 @@ fn run(args: Args) -> Result<()> {
             capabilities,
             worker_type: args.worker_type,
             manager: None,
+            local_environments: Vec::new(),
         },
         heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),
         output_limit: args.output_limit,
         idle_timeout: Duration::from_secs(30),
+        local_environments,
+        env_allow: args.env_allow,
+        env_recheck: Duration::from_secs_f64(args.env_recheck),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reason = runtime.block_on(weir::worker::run(&access, settings))?;

@@ -5,7 +5,10 @@ use std::time::Duration;
 use quinn::{Connection, Endpoint, RecvStream};
 
 use crate::net::{self, AccessFile, NetError};
-use crate::proto::{self, FrameError, JobCounts, JobId, NewGroup, Request, Response, Role, StatusReport, TaskId, TaskResult};
+use crate::proto::{
+    self, EnvironmentStatus, FrameError, JobCounts, JobId, NewGroup, Request, Response, Role, StatusReport, TaskId,
+    TaskResult,
+};
 
 pub struct Client {
     _endpoint: Endpoint,
@@ -95,6 +98,42 @@ impl Client {
     pub async fn status(&self) -> Result<StatusReport, NetError> {
         match self.call(&Request::Status).await?.next().await? {
             Some(Response::Status(report)) => Ok(report),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Register (or replace) a run-time environment; with `wait`, after every live worker answered.
+    pub async fn env_register(
+        &self,
+        name: &str,
+        component: Vec<u8>,
+        config: Vec<(String, String)>,
+        wait: bool,
+    ) -> Result<Vec<EnvironmentStatus>, NetError> {
+        let request = Request::EnvRegister { name: name.to_string(), component, config, wait };
+        match self.call(&request).await?.next().await? {
+            Some(Response::Environments(list)) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn env_list(&self) -> Result<Vec<EnvironmentStatus>, NetError> {
+        match self.call(&Request::EnvList).await?.next().await? {
+            Some(Response::Environments(list)) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn env_remove(&self, name: &str) -> Result<(), NetError> {
+        match self.call(&Request::EnvRemove { name: name.to_string() }).await?.next().await? {
+            Some(Response::EnvRemoved { .. }) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn explain(&self, task: TaskId) -> Result<Vec<String>, NetError> {
+        match self.call(&Request::Explain { task }).await?.next().await? {
+            Some(Response::Explanation { lines }) => Ok(lines),
             other => Err(unexpected(other)),
         }
     }

@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::proto::{
-    ComponentHash, GroupId, JobCounts, JobId, NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult,
-    TaskSpec, TaskState, WorkerId, WorkerInfo, WorkerStatus,
+    ComponentHash, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId, NewGroup, Outcome, StatusReport, TaskId,
+    TaskKind, TaskResult, TaskSpec, TaskState, WorkerId, WorkerInfo, WorkerStatus,
 };
 
 /// Most tasks one submission may create.
@@ -49,6 +49,14 @@ pub enum Action {
     Disconnect { worker: WorkerId, reason: String },
     /// The task reached a final state (for waiting clients).
     Finished { job: JobId, task: TaskId },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnvSource {
+    /// `weir env register`: sent to every worker.
+    Registered,
+    /// A worker's own `--env-plugin`.
+    Worker,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -110,7 +118,9 @@ struct Worker {
     free_slots: u32,
     free: Vec<(String, u64)>,
     running: HashSet<TaskId>,
+    /// Environments it matches (derived from `verdicts`, kept for fast matching).
     environments: HashSet<String>,
+    verdicts: BTreeMap<String, EnvVerdict>,
     last_seen: u64,
 }
 
@@ -156,7 +166,8 @@ pub struct Core {
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
     workers: BTreeMap<WorkerId, Worker>,
     components: HashSet<ComponentHash>,
-    environments: HashSet<String>,
+    /// Known environment names: registered at run time, or evaluated by some worker on its own.
+    environments: BTreeMap<String, EnvSource>,
     counts: JobCounts,
     next_worker: WorkerId,
     actions: Vec<Action>,
@@ -210,7 +221,7 @@ impl Core {
                 }
                 _ => {}
             }
-            if let Some(name) = group.spec.environments.iter().find(|e| !self.environments.contains(*e)) {
+            if let Some(name) = group.spec.environments.iter().find(|e| !self.environments.contains_key(*e)) {
                 return Err(SubmitError::UnknownEnvironment { group: index, name: name.clone() });
             }
             total += n;
@@ -270,16 +281,182 @@ impl Core {
     pub fn worker_joined(&mut self, now: u64, info: WorkerInfo) -> WorkerId {
         self.next_worker += 1;
         let id = self.next_worker;
+        for name in &info.local_environments {
+            self.environments.entry(name.clone()).or_insert(EnvSource::Worker);
+        }
         let worker = Worker {
             free_slots: info.slots,
             free: info.capabilities.clone(),
             info,
             running: HashSet::new(),
             environments: HashSet::new(),
+            verdicts: BTreeMap::new(),
             last_seen: now,
         };
         self.workers.insert(id, worker);
         id
+    }
+
+    /// A run-time environment was registered or replaced: every worker's verdict on it is
+    /// pending until it reports again.
+    pub fn register_environment(&mut self, name: &str) {
+        self.environments.insert(name.to_string(), EnvSource::Registered);
+        for worker in self.workers.values_mut() {
+            worker.verdicts.remove(name);
+            worker.environments.remove(name);
+        }
+    }
+
+    /// Forget a run-time environment. Tasks that need it stay queued (and `explain` says why).
+    pub fn remove_environment(&mut self, name: &str) -> bool {
+        if self.environments.get(name) != Some(&EnvSource::Registered) {
+            return false;
+        }
+        self.environments.remove(name);
+        for worker in self.workers.values_mut() {
+            worker.verdicts.remove(name);
+            worker.environments.remove(name);
+        }
+        true
+    }
+
+    pub fn environment_source(&self, name: &str) -> Option<EnvSource> {
+        self.environments.get(name).copied()
+    }
+
+    /// A worker's verdicts changed.
+    pub fn set_verdicts(&mut self, now: u64, worker: WorkerId, verdicts: Vec<(String, EnvVerdict)>) {
+        let Some(w) = self.workers.get_mut(&worker) else { return };
+        w.last_seen = now;
+        for (name, verdict) in verdicts {
+            if !self.environments.contains_key(&name) {
+                if !w.info.local_environments.contains(&name) {
+                    continue; // removed meanwhile
+                }
+                self.environments.insert(name.clone(), EnvSource::Worker);
+            }
+            if verdict == EnvVerdict::Match {
+                w.environments.insert(name.clone());
+            } else {
+                w.environments.remove(&name);
+            }
+            w.verdicts.insert(name, verdict);
+        }
+    }
+
+    /// Whether `worker` has answered about `name`.
+    pub fn has_verdict(&self, worker: WorkerId, name: &str) -> bool {
+        self.workers.get(&worker).is_some_and(|w| w.verdicts.contains_key(name))
+    }
+
+    pub fn worker_ids(&self) -> Vec<WorkerId> {
+        self.workers.keys().copied().collect()
+    }
+
+    /// Per environment: which live workers match, do not, fail, or have not answered.
+    pub fn environment_report(&self, only: Option<&str>) -> Vec<EnvironmentStatus> {
+        self.environments
+            .iter()
+            .filter(|(name, _)| only.is_none_or(|o| o == name.as_str()))
+            .map(|(name, source)| {
+                let mut status = EnvironmentStatus {
+                    name: name.clone(),
+                    source: match source {
+                        EnvSource::Registered => "registered".into(),
+                        EnvSource::Worker => "worker".into(),
+                    },
+                    ..EnvironmentStatus::default()
+                };
+                for worker in self.workers.values() {
+                    let who = worker.info.name.clone();
+                    match worker.verdicts.get(name) {
+                        Some(EnvVerdict::Match) => status.matching.push(who),
+                        Some(EnvVerdict::NoMatch) => status.not_matching.push(who),
+                        Some(EnvVerdict::Error(reason)) => status.erroring.push((who, reason.clone())),
+                        None if *source == EnvSource::Registered || worker.info.local_environments.contains(name) => {
+                            status.pending.push(who)
+                        }
+                        None => {}
+                    }
+                }
+                status
+            })
+            .collect()
+    }
+
+    /// Why a task is in its state: for a queued task, what each live worker lacks.
+    pub fn explain(&self, id: TaskId) -> Option<Vec<String>> {
+        let task = self.task(id)?;
+        let group = &self.groups[&task.group];
+        let class = &self.classes[group.class];
+        let mut lines = vec![format!("task {id} (job {}) is {:?}, {} attempt(s)", group.job, task.state, task.attempts)];
+        let needs: Vec<String> = class.capabilities.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        lines.push(format!(
+            "needs: {} slot, capabilities [{}], environments [{}]",
+            1,
+            needs.join(", "),
+            class.environments.join(", ")
+        ));
+        match task.state {
+            TaskState::Running => {
+                let worker = task.worker.and_then(|w| self.workers.get(&w).map(|x| (w, x.info.name.clone())));
+                if let Some((w, name)) = worker {
+                    lines.push(format!("running on worker {w} ({name})"));
+                }
+            }
+            TaskState::Queued => {
+                for name in &class.environments {
+                    if !self.environments.contains_key(name) {
+                        lines.push(format!("environment `{name}` is not registered (it was removed): no worker can qualify"));
+                    }
+                }
+                if self.workers.is_empty() {
+                    lines.push("no live worker: it runs when one that qualifies joins".into());
+                }
+                let mut could_run = false;
+                for (wid, worker) in &self.workers {
+                    let mut missing = Vec::new();
+                    for (name, need) in &class.capabilities {
+                        let total = amount(&worker.info.capabilities, name);
+                        if total < *need {
+                            missing.push(format!("has {name}={total}, needs {need}"));
+                        } else if amount(&worker.free, name) < *need {
+                            missing.push(format!("{name} in use ({} of {total} free, needs {need})", amount(&worker.free, name)));
+                        }
+                    }
+                    for name in &class.environments {
+                        match worker.verdicts.get(name) {
+                            Some(EnvVerdict::Match) => {}
+                            Some(EnvVerdict::NoMatch) => missing.push(format!("environment `{name}`: no-match")),
+                            Some(EnvVerdict::Error(reason)) => missing.push(format!("environment `{name}`: error({reason})")),
+                            None => missing.push(format!("environment `{name}`: not evaluated yet")),
+                        }
+                    }
+                    if worker.free_slots == 0 {
+                        missing.push(format!("all {} slots busy", worker.info.slots));
+                    }
+                    if missing.is_empty() {
+                        could_run = true;
+                        lines.push(format!("worker {wid} ({}): qualifies; it is placed at the next scheduling round", worker.info.name));
+                    } else {
+                        lines.push(format!("worker {wid} ({}): {}", worker.info.name, missing.join("; ")));
+                    }
+                }
+                if !could_run && !self.workers.is_empty() {
+                    let any_ever = self.workers.values().any(|w| {
+                        class.capabilities.iter().all(|(n, need)| amount(&w.info.capabilities, n) >= *need)
+                            && class.environments.iter().all(|e| w.environments.contains(e))
+                    });
+                    lines.push(if any_ever {
+                        "waiting for a qualifying worker to free a slot".into()
+                    } else {
+                        "no live worker can ever run it: it waits for one that qualifies to join".into()
+                    });
+                }
+            }
+            _ => {}
+        }
+        Some(lines)
     }
 
     pub fn heartbeat(&mut self, now: u64, worker: WorkerId) {

@@ -117,6 +117,8 @@ pub struct WorkerInfo {
     pub capabilities: Vec<(String, u64)>,
     pub worker_type: String,
     pub manager: Option<String>,
+    /// Names of the environments it evaluates from its own --env-plugin flags.
+    pub local_environments: Vec<String>,
 }
 
 /// One task for a worker to run; the group's spec was sent before (`ToWorker::Group`).
@@ -130,12 +132,31 @@ pub struct Assignment {
     pub input: Option<Vec<u8>>,
 }
 
+/// A worker's answer about one environment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EnvVerdict {
+    Match,
+    NoMatch,
+    /// The condition failed: its own error, a trap, a timeout, a component that does not load.
+    Error(String),
+}
+
+/// An environment: a condition component (by hash) and its config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentDef {
+    pub name: String,
+    pub component: ComponentHash,
+    pub config: Vec<(String, String)>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromWorker {
     Register(WorkerInfo),
     Heartbeat,
     /// Finished runs: (task, outcome).
     Finished(Vec<(TaskId, Outcome)>),
+    /// Verdicts that changed (and every verdict for a newly received environment set).
+    Verdicts(Vec<(String, EnvVerdict)>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,6 +166,9 @@ pub enum ToWorker {
     Component { hash: ComponentHash, bytes: Vec<u8> },
     Run(Vec<Assignment>),
     Cancel(Vec<TaskId>),
+    /// The whole set of run-time environments (replaces the previous set), with the bytes of
+    /// the condition components this worker has not been sent yet.
+    Environments { defs: Vec<EnvironmentDef>, components: Vec<(ComponentHash, Vec<u8>)> },
 }
 
 // ---- client <-> scheduler: one request per stream, one or more responses ----
@@ -159,6 +183,13 @@ pub enum Request {
     Results { job: JobId },
     Cancel { job: JobId },
     Status,
+    /// Register (or replace) an environment; with `wait`, answer once every live worker has
+    /// reported its verdict.
+    EnvRegister { name: String, component: Vec<u8>, config: Vec<(String, String)>, wait: bool },
+    EnvList,
+    EnvRemove { name: String },
+    /// Why a task is where it is.
+    Explain { task: TaskId },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +201,23 @@ pub enum Response {
     Canceled { tasks: u64 },
     Status(StatusReport),
     Error { message: String },
+    Environments(Vec<EnvironmentStatus>),
+    EnvRemoved { name: String },
+    Explanation { lines: Vec<String> },
+}
+
+/// Who matches an environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentStatus {
+    pub name: String,
+    /// `registered` (weir env register) or `worker` (a worker's --env-plugin).
+    pub source: String,
+    pub matching: Vec<String>,
+    pub not_matching: Vec<String>,
+    /// (worker, reason)
+    pub erroring: Vec<(String, String)>,
+    /// Live workers that have not answered yet.
+    pub pending: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

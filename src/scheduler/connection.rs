@@ -118,6 +118,7 @@ async fn worker_session(
             message = frame::read::<_, FromWorker>(&mut recv) => match message {
                 Ok(FromWorker::Heartbeat) => { let _ = events.send(Event::Heartbeat { worker }); }
                 Ok(FromWorker::Finished(results)) => { let _ = events.send(Event::Finished { worker, results }); }
+                Ok(FromWorker::Verdicts(verdicts)) => { let _ = events.send(Event::Verdicts { worker, verdicts }); }
                 Ok(FromWorker::Register(_)) => break "registered twice".to_string(),
                 Err(error) => break error.to_string(),
             },
@@ -175,9 +176,14 @@ async fn request(
         }
     };
     let mut components = Vec::new();
-    if let Request::Submit { components: bytes, .. } = &mut request {
-        for bytes in std::mem::take(bytes) {
-            match check_component(&host, bytes).await {
+    let submitted = match &mut request {
+        Request::Submit { components: bytes, .. } => Some((std::mem::take(bytes), World::Task)),
+        Request::EnvRegister { component, .. } => Some((vec![std::mem::take(component)], World::Environment)),
+        _ => None,
+    };
+    if let Some((submitted, world)) = submitted {
+        for bytes in submitted {
+            match check_component(&host, bytes, world).await {
                 Ok(component) => components.push(component),
                 Err(message) => {
                     frame::write(&mut send, &Response::Error { message }).await?;
@@ -199,11 +205,15 @@ async fn request(
     Ok(())
 }
 
-/// A submitted wasm task component must be a component of the `task` world.
-async fn check_component(host: &Arc<PluginHost>, bytes: Vec<u8>) -> Result<(ComponentHash, Arc<Vec<u8>>), String> {
+/// A submitted component must load and be of the expected world.
+async fn check_component(
+    host: &Arc<PluginHost>,
+    bytes: Vec<u8>,
+    world: World,
+) -> Result<(ComponentHash, Arc<Vec<u8>>), String> {
     let host = host.clone();
     tokio::task::spawn_blocking(move || {
-        let loaded = host.load("submitted component", &bytes, Some(World::Task)).map_err(|e| e.to_string())?;
+        let loaded = host.load("submitted component", &bytes, Some(world)).map_err(|e| e.to_string())?;
         Ok((loaded.sha256, Arc::new(bytes)))
     })
     .await

@@ -7,7 +7,7 @@
 
 mod connection;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,8 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::core::tasks::{Action, Core, CoreConfig};
 use crate::net::{self, AccessFile, NetError};
 use crate::plugin::PluginHost;
+use crate::core::tasks::EnvSource;
 use crate::proto::{
-    Assignment, ComponentHash, GroupId, JobId, Request, Response, TaskKind, ToWorker, WorkerId, WorkerInfo,
+    Assignment, ComponentHash, EnvVerdict, EnvironmentDef, GroupId, JobId, Request, Response, TaskKind, ToWorker,
+    WorkerId, WorkerInfo,
 };
 
 /// Scheduler settings (the executable's flags).
@@ -39,6 +41,7 @@ pub(crate) enum Event {
     WorkerJoined { info: WorkerInfo, frames: mpsc::UnboundedSender<ToWorker>, reply: oneshot::Sender<WorkerId> },
     Heartbeat { worker: WorkerId },
     Finished { worker: WorkerId, results: Vec<(crate::proto::TaskId, crate::proto::Outcome)> },
+    Verdicts { worker: WorkerId, verdicts: Vec<(String, EnvVerdict)> },
     WorkerGone { worker: WorkerId, reason: String },
     Request { request: Request, components: Vec<(ComponentHash, Arc<Vec<u8>>)>, reply: mpsc::UnboundedSender<Response> },
 }
@@ -47,6 +50,15 @@ struct WorkerLink {
     frames: mpsc::UnboundedSender<ToWorker>,
     groups: HashSet<GroupId>,
     components: HashSet<ComponentHash>,
+    /// Condition components already sent.
+    conditions: HashSet<ComponentHash>,
+}
+
+/// A `weir env register --wait` waiting for every live worker's verdict.
+struct EnvWait {
+    name: String,
+    workers: HashSet<WorkerId>,
+    reply: mpsc::UnboundedSender<Response>,
 }
 
 struct Actor {
@@ -55,6 +67,9 @@ struct Actor {
     workers: HashMap<WorkerId, WorkerLink>,
     components: HashMap<ComponentHash, Arc<Vec<u8>>>,
     waiters: HashMap<JobId, Vec<mpsc::UnboundedSender<Response>>>,
+    /// Run-time environments, sent whole to every worker.
+    environments: BTreeMap<String, EnvironmentDef>,
+    env_waits: Vec<EnvWait>,
 }
 
 /// A running scheduler: its address and access file.
@@ -95,6 +110,8 @@ pub async fn run(settings: Settings, ready: impl FnOnce(&Running)) -> Result<(),
         workers: HashMap::new(),
         components: HashMap::new(),
         waiters: HashMap::new(),
+        environments: BTreeMap::new(),
+        env_waits: Vec::new(),
     };
     tokio::spawn(actor.run(inbox, settings.heartbeat_timeout));
     let access = Arc::new(access);
@@ -171,7 +188,14 @@ impl Actor {
                 tracing::info!(name = %info.name, slots = info.slots, "worker joined");
                 let id = self.core.worker_joined(now, info);
                 let _ = frames.send(ToWorker::Registered { id });
-                self.workers.insert(id, WorkerLink { frames, groups: HashSet::new(), components: HashSet::new() });
+                let link = WorkerLink {
+                    frames,
+                    groups: HashSet::new(),
+                    components: HashSet::new(),
+                    conditions: HashSet::new(),
+                };
+                self.workers.insert(id, link);
+                self.send_environments(id);
                 let _ = reply.send(id);
             }
             Event::Heartbeat { worker } => self.core.heartbeat(now, worker),
@@ -182,10 +206,15 @@ impl Actor {
                     }
                 }
             }
+            Event::Verdicts { worker, verdicts } => {
+                self.core.set_verdicts(now, worker, verdicts);
+                self.settle_env_waits();
+            }
             Event::WorkerGone { worker, reason } => {
                 if self.workers.remove(&worker).is_some() {
                     tracing::warn!(worker, %reason, "worker lost; requeueing its tasks");
                     self.core.worker_lost(worker, &reason);
+                    self.settle_env_waits();
                 }
             }
             Event::Request { request, components, reply } => self.request(request, components, reply),
@@ -235,8 +264,80 @@ impl Actor {
                 Some(_) => Response::Canceled { tasks: self.core.cancel_job(job) },
             },
             Request::Status => Response::Status(self.core.status()),
+            Request::EnvRegister { name, config, wait, .. } => {
+                let Some((hash, bytes)) = components.into_iter().next() else {
+                    let _ = reply.send(Response::Error { message: "no condition component".into() });
+                    return;
+                };
+                if let Err(message) = check_env_name(&name) {
+                    let _ = reply.send(Response::Error { message });
+                    return;
+                }
+                if self.core.environment_source(&name) == Some(EnvSource::Worker) {
+                    tracing::info!(environment = %name, "registering a name some workers also define locally; theirs wins on them");
+                }
+                self.components.insert(hash, bytes);
+                self.core.register_environment(&name);
+                self.environments.insert(name.clone(), EnvironmentDef { name: name.clone(), component: hash, config });
+                tracing::info!(environment = %name, "environment registered");
+                for worker in self.core.worker_ids() {
+                    self.send_environments(worker);
+                }
+                if wait {
+                    let workers = self.core.worker_ids().into_iter().collect();
+                    self.env_waits.push(EnvWait { name, workers, reply });
+                    self.settle_env_waits();
+                    return;
+                }
+                Response::Environments(self.core.environment_report(Some(&name)))
+            }
+            Request::EnvList => Response::Environments(self.core.environment_report(None)),
+            Request::EnvRemove { name } => {
+                if self.core.remove_environment(&name) {
+                    self.environments.remove(&name);
+                    for worker in self.core.worker_ids() {
+                        self.send_environments(worker);
+                    }
+                    Response::EnvRemoved { name }
+                } else {
+                    Response::Error { message: format!("no run-time environment `{name}` (a worker's own --env-plugin cannot be removed here)") }
+                }
+            }
+            Request::Explain { task } => match self.core.explain(task) {
+                Some(lines) => Response::Explanation { lines },
+                None => Response::Error { message: format!("no task {task}") },
+            },
         };
         let _ = reply.send(response);
+    }
+
+    /// Send `worker` the whole environment set, with the condition components it lacks.
+    fn send_environments(&mut self, worker: WorkerId) {
+        let Some(link) = self.workers.get_mut(&worker) else { return };
+        let defs: Vec<EnvironmentDef> = self.environments.values().cloned().collect();
+        let mut components = Vec::new();
+        for def in &defs {
+            if link.conditions.insert(def.component)
+                && let Some(bytes) = self.components.get(&def.component)
+            {
+                components.push((def.component, bytes.to_vec()));
+            }
+        }
+        let _ = link.frames.send(ToWorker::Environments { defs, components });
+    }
+
+    /// Answer the `env register --wait` requests every live worker has now answered.
+    fn settle_env_waits(&mut self) {
+        let live: HashSet<WorkerId> = self.core.worker_ids().into_iter().collect();
+        let core = &self.core;
+        self.env_waits.retain_mut(|wait| {
+            wait.workers.retain(|w| live.contains(w) && !core.has_verdict(*w, &wait.name));
+            if wait.workers.is_empty() {
+                let _ = wait.reply.send(Response::Environments(core.environment_report(Some(&wait.name))));
+                return false;
+            }
+            true
+        });
     }
 
     /// Turn the core's actions into frames and responses.
@@ -291,4 +392,12 @@ impl Actor {
         }
         let _ = link.frames.send(ToWorker::Run(assignments));
     }
+}
+
+/// Environment names become parts of variable names (`WEIR_ENV_<NAME>_<KEY>`).
+fn check_env_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(format!("environment name `{name}` must be 1 to 64 letters, digits, `_` or `-`"));
+    }
+    Ok(())
 }

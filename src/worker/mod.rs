@@ -5,10 +5,11 @@
 //! one fresh instance per task. Finished runs are sent in batches: whatever finished while the
 //! previous batch was being written goes in the next frame.
 
+pub mod env;
 mod run;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -26,6 +27,12 @@ pub struct Settings {
     pub output_limit: usize,
     /// The scheduler is gone when silent this long.
     pub idle_timeout: Duration,
+    /// Conditions from the worker's own `--env-plugin` flags.
+    pub local_environments: Vec<env::LocalEnv>,
+    /// Environment variables conditions may read.
+    pub env_allow: Vec<String>,
+    /// How often every condition is evaluated again (changes are reported).
+    pub env_recheck: Duration,
 }
 
 pub(crate) struct Group {
@@ -36,7 +43,9 @@ pub(crate) struct Group {
 /// Run until the scheduler closes the connection. Returns why it ended.
 pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetError> {
     let (_endpoint, connection, mut send, mut recv) = net::connect(access, Role::Worker, settings.idle_timeout).await?;
-    frame::write(&mut send, &FromWorker::Register(settings.info.clone())).await?;
+    let mut info = settings.info.clone();
+    info.local_environments = settings.local_environments.iter().map(|e| e.name.clone()).collect();
+    frame::write(&mut send, &FromWorker::Register(info)).await?;
     let id = match frame::read::<_, ToWorker>(&mut recv).await? {
         ToWorker::Registered { id } => id,
         other => return Err(NetError::Refused(format!("expected Registered, got {other:?}"))),
@@ -84,7 +93,16 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
     };
 
     let host = Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
-    let runner = Arc::new(run::Runner::new(host, settings.output_limit, settings.info.clone()));
+    let facts = env::FactsSource {
+        worker_type: settings.info.worker_type.clone(),
+        capabilities: settings.info.capabilities.clone(),
+        env_allow: settings.env_allow.clone(),
+    };
+    let environments = Arc::new(Mutex::new(env::Environments::new(host.clone(), facts, settings.local_environments.clone())));
+    let values = environments.lock().map(|e| e.values.clone()).unwrap_or_default();
+    let (env_updates, env_inbox) = mpsc::unbounded_channel();
+    let env_task = tokio::spawn(evaluate_environments(environments.clone(), env_inbox, outgoing.clone(), settings.env_recheck));
+    let runner = Arc::new(run::Runner::new(host, settings.output_limit, settings.info.clone(), values));
     let mut groups: HashMap<GroupId, Arc<Group>> = HashMap::new();
     let mut running: HashMap<TaskId, AbortHandle> = HashMap::new();
     let (ended, mut reaped) = mpsc::unbounded_channel::<TaskId>();
@@ -120,6 +138,7 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
                         }
                     }
                 }
+                Ok(ToWorker::Environments { defs, components }) => { let _ = env_updates.send((defs, components)); }
                 Ok(ToWorker::Registered { .. }) => break "registered twice".to_string(),
                 Err(error) => break error.to_string(),
             },
@@ -132,6 +151,51 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
     heartbeat.abort();
     batcher.abort();
     writer.abort();
+    env_task.abort();
     connection.close(0u32.into(), b"worker stopping");
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Ok(mut environments) = environments.lock() {
+            environments.teardown_all();
+        }
+    })
+    .await;
     Ok(reason)
+}
+
+type EnvUpdate = (Vec<crate::proto::EnvironmentDef>, Vec<(crate::proto::ComponentHash, Vec<u8>)>);
+
+/// Evaluate at start, on every new set from the scheduler, and every `recheck`; report changes.
+async fn evaluate_environments(
+    environments: Arc<Mutex<env::Environments>>,
+    mut updates: mpsc::UnboundedReceiver<EnvUpdate>,
+    outgoing: mpsc::UnboundedSender<FromWorker>,
+    recheck: Duration,
+) {
+    let mut ticker = tokio::time::interval(recheck);
+    ticker.tick().await; // the first tick is immediate: the evaluation below covers it
+    let mut pending: Option<EnvUpdate> = None;
+    let mut full = false;
+    loop {
+        let environments = environments.clone();
+        let update = pending.take();
+        let changes = tokio::task::spawn_blocking(move || {
+            let Ok(mut environments) = environments.lock() else { return Vec::new() };
+            if let Some((defs, components)) = update {
+                environments.set_remote(defs, components);
+            }
+            environments.evaluate(full)
+        })
+        .await
+        .unwrap_or_default();
+        if !changes.is_empty() && outgoing.send(FromWorker::Verdicts(changes)).is_err() {
+            return;
+        }
+        tokio::select! {
+            update = updates.recv() => match update {
+                Some(update) => { pending = Some(update); full = false; }
+                None => return,
+            },
+            _ = ticker.tick() => full = true,
+        }
+    }
 }

@@ -16,14 +16,22 @@ pub(super) struct Runner {
     host: Arc<PluginHost>,
     output_limit: usize,
     info: WorkerInfo,
+    /// `setup` values of the environments this worker matches.
+    values: super::env::SharedValues,
     components: RwLock<HashMap<ComponentHash, Result<Loaded, String>>>,
     /// Idle task instances per component, reused across tasks.
     pools: Mutex<HashMap<ComponentHash, Vec<TaskPlugin>>>,
 }
 
 impl Runner {
-    pub fn new(host: Arc<PluginHost>, output_limit: usize, info: WorkerInfo) -> Runner {
-        Runner { host, output_limit, info, components: RwLock::default(), pools: Mutex::default() }
+    pub fn new(host: Arc<PluginHost>, output_limit: usize, info: WorkerInfo, values: super::env::SharedValues) -> Runner {
+        Runner { host, output_limit, info, values, components: RwLock::default(), pools: Mutex::default() }
+    }
+
+    /// The `setup` values of the environments a task asked for.
+    fn environment_values(&self, environments: &[String]) -> Vec<(String, Vec<(String, String)>)> {
+        let Ok(values) = self.values.read() else { return Vec::new() };
+        environments.iter().filter_map(|name| values.get(name).map(|v| (name.clone(), v.clone()))).collect()
     }
 
     /// Compile (or take from the cache) a component the scheduler sent.
@@ -43,6 +51,7 @@ impl Runner {
     pub async fn run(&self, group: &Group, assignment: Assignment) -> Outcome {
         let input = assignment.input.as_deref().unwrap_or(&group.spec.input).to_vec();
         let timeout = (group.spec.timeout_ms > 0).then(|| Duration::from_millis(group.spec.timeout_ms));
+        let environments = self.environment_values(&group.spec.environments);
         match &group.spec.kind {
             TaskKind::Command { argv, env } => {
                 let mut extra = env.clone();
@@ -50,9 +59,12 @@ impl Runner {
                 extra.push(("WEIR_TASK_INDEX".into(), assignment.index.to_string()));
                 extra.push(("WEIR_JOB_ID".into(), group.job.to_string()));
                 extra.push(("WEIR_WORKER_NAME".into(), self.info.name.clone()));
+                for (name, values) in &environments {
+                    extra.extend(values.iter().map(|(key, value)| (super::env::variable(name, key), value.clone())));
+                }
                 self.command(argv, &extra, input, timeout).await
             }
-            TaskKind::Wasm { component } => self.wasm(*component, input, timeout).await,
+            TaskKind::Wasm { component } => self.wasm(*component, input, timeout, environments).await,
         }
     }
 
@@ -101,7 +113,13 @@ impl Runner {
         }
     }
 
-    async fn wasm(&self, hash: ComponentHash, input: Vec<u8>, timeout: Option<Duration>) -> Outcome {
+    async fn wasm(
+        &self,
+        hash: ComponentHash,
+        input: Vec<u8>,
+        timeout: Option<Duration>,
+        environments: Vec<(String, Vec<(String, String)>)>,
+    ) -> Outcome {
         let loaded = match self.components.read().await.get(&hash) {
             Some(Ok(loaded)) => loaded.clone(),
             Some(Err(error)) => return Outcome::Error { message: error.clone() },
@@ -124,7 +142,7 @@ impl Runner {
         };
         let result = tokio::task::spawn_blocking(move || {
             let mut plugin = plugin;
-            let output = plugin.run(&input, Vec::new());
+            let output = plugin.run(&input, environments);
             (plugin, output)
         })
         .await;

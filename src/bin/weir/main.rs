@@ -46,6 +46,11 @@ enum Command {
     Cancel { job: u64 },
     /// Workers and task counts.
     Status,
+    /// Environments: conditions workers evaluate; tasks ask for them with `submit --env NAME`.
+    #[command(subcommand)]
+    Env(tasks::EnvCommand),
+    /// Why a task is queued, running or finished: what each worker lacks for it.
+    Explain { task: u64 },
     /// Start a scheduler and workers on this machine, run a batch of command tasks and a batch of
     /// wasm tasks, check every result, and shut down. Needs no flags and no files.
     Local(local::LocalArgs),
@@ -151,6 +156,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Results { job } => block_on(async { tasks::results(&connect(cli).await?, *job, output).await }),
         Command::Cancel { job } => block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await }),
         Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
+        Command::Env(command) => block_on(async { tasks::env(&connect(cli).await?, command, output).await }),
+        Command::Explain { task } => block_on(async { tasks::explain(&connect(cli).await?, *task, output).await }),
     }
 }
 

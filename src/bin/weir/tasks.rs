@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
+use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use weir::client::Client;
 use weir::config::parse_capabilities;
 use weir::plugin::bundled;
-use weir::proto::{JobCounts, NewGroup, Outcome, TaskKind, TaskResult, TaskSpec};
+use weir::proto::{EnvironmentStatus, JobCounts, NewGroup, Outcome, TaskKind, TaskResult, TaskSpec};
 
 use crate::Output;
 
@@ -237,6 +237,91 @@ pub async fn status(client: &Client, output: Output) -> Result<()> {
     for w in &report.workers {
         let caps: Vec<String> = w.capabilities.iter().map(|(n, v)| format!("{n}={v}")).collect();
         println!("  {:>4} {:<24} {}/{} slots busy  {}", w.id, w.name, w.running, w.slots, caps.join(","));
+    }
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum EnvCommand {
+    /// Register (or replace) an environment: every worker evaluates the condition and reports.
+    Register {
+        name: String,
+        /// A component of the `environment` world (or the bundled `mem_gt`).
+        file: String,
+        /// A config value handed to the condition (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        config: Vec<String>,
+        /// Return once every live worker has answered, with the counts.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Every environment with its matching, not matching and erroring workers.
+    List,
+    /// Remove a run-time environment (workers tear it down; tasks needing it stay queued).
+    Remove { name: String },
+}
+
+pub async fn env(client: &Client, command: &EnvCommand, output: Output) -> Result<()> {
+    match command {
+        EnvCommand::Register { name, file, config, wait } => {
+            let bytes = match bundled::by_name(file) {
+                Some(bytes) if !std::path::Path::new(file).exists() => bytes.to_vec(),
+                _ => std::fs::read(file).with_context(|| format!("cannot read {file}"))?,
+            };
+            let mut pairs = Vec::new();
+            for item in config {
+                let Some((key, value)) = item.split_once('=') else { bail!("--config `{item}` is not KEY=VALUE") };
+                pairs.push((key.trim().to_string(), value.trim().to_string()));
+            }
+            let list = client.env_register(name, bytes, pairs, *wait).await?;
+            print_environments(&list, output);
+        }
+        EnvCommand::List => print_environments(&client.env_list().await?, output),
+        EnvCommand::Remove { name } => {
+            client.env_remove(name).await?;
+            match output {
+                Output::Json => println!("{}", json!({ "removed": name })),
+                Output::Cli => println!("environment `{name}` removed"),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_environments(list: &[EnvironmentStatus], output: Output) {
+    if output == Output::Json {
+        println!("{}", serde_json::to_value(list).unwrap_or_default());
+        return;
+    }
+    if list.is_empty() {
+        println!("no environments");
+    }
+    for env in list {
+        println!(
+            "{} ({}): {} matching, {} not matching, {} erroring, {} pending",
+            env.name,
+            env.source,
+            env.matching.len(),
+            env.not_matching.len(),
+            env.erroring.len(),
+            env.pending.len()
+        );
+        for (label, names) in [("matching", &env.matching), ("not matching", &env.not_matching), ("pending", &env.pending)] {
+            if !names.is_empty() {
+                println!("  {label}: {}", names.join(", "));
+            }
+        }
+        for (worker, reason) in &env.erroring {
+            println!("  error on {worker}: {reason}");
+        }
+    }
+}
+
+pub async fn explain(client: &Client, task: u64, output: Output) -> Result<()> {
+    let lines = client.explain(task).await?;
+    match output {
+        Output::Json => println!("{}", json!({ "task": task, "explanation": lines })),
+        Output::Cli => lines.iter().for_each(|line| println!("{line}")),
     }
     Ok(())
 }

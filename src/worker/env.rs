@@ -1,0 +1,168 @@
+//! Environment conditions on the worker: its own (`--env-plugin`) and the scheduler's run-time
+//! set. Each is evaluated under the sandbox's deadline; `setup` runs where it matches and its
+//! values are kept for tasks; `teardown` runs when an environment goes away. Only changed
+//! verdicts are reported.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use crate::plugin::{ConditionPlugin, HostFacts, Limits, PluginHost, World};
+use crate::proto::{ComponentHash, EnvVerdict, EnvironmentDef};
+
+pub type Values = Vec<(String, String)>;
+
+/// `setup` values of the environments this worker matches, shared with the task runner.
+pub type SharedValues = Arc<RwLock<HashMap<String, Values>>>;
+
+/// A condition from the worker's own flags.
+#[derive(Clone, Debug)]
+pub struct LocalEnv {
+    pub name: String,
+    pub bytes: Arc<Vec<u8>>,
+    pub config: Values,
+}
+
+struct Active {
+    component: ComponentHash,
+    config: Values,
+    plugin: Result<ConditionPlugin, String>,
+}
+
+pub struct Environments {
+    host: Arc<PluginHost>,
+    limits: Limits,
+    facts: FactsSource,
+    local: Vec<LocalEnv>,
+    remote: Vec<EnvironmentDef>,
+    components: HashMap<ComponentHash, Arc<Vec<u8>>>,
+    active: BTreeMap<String, Active>,
+    verdicts: BTreeMap<String, EnvVerdict>,
+    pub values: SharedValues,
+}
+
+pub struct FactsSource {
+    pub worker_type: String,
+    pub capabilities: Vec<(String, u64)>,
+    pub env_allow: Vec<String>,
+}
+
+impl Environments {
+    pub fn new(host: Arc<PluginHost>, facts: FactsSource, local: Vec<LocalEnv>) -> Environments {
+        Environments {
+            host,
+            limits: Limits::default(),
+            facts,
+            local,
+            remote: Vec::new(),
+            components: HashMap::new(),
+            active: BTreeMap::new(),
+            verdicts: BTreeMap::new(),
+            values: SharedValues::default(),
+        }
+    }
+
+    /// The scheduler's set replaced the previous one.
+    pub fn set_remote(&mut self, defs: Vec<EnvironmentDef>, components: Vec<(ComponentHash, Vec<u8>)>) {
+        for (hash, bytes) in components {
+            self.components.insert(hash, Arc::new(bytes));
+        }
+        self.remote = defs;
+    }
+
+    /// Evaluate every environment (new ones, changed ones, and — when `recheck` — all again).
+    /// Returns the verdicts that changed, plus every verdict of a new or changed environment.
+    pub fn evaluate(&mut self, recheck: bool) -> Vec<(String, EnvVerdict)> {
+        let facts = Arc::new(HostFacts::probe(&self.facts.worker_type, &self.facts.capabilities, &self.facts.env_allow));
+        let mut wanted: BTreeMap<String, (ComponentHash, Values, Option<Arc<Vec<u8>>>)> = BTreeMap::new();
+        for local in &self.local {
+            let hash = crate::plugin::cache::content_hash(&local.bytes);
+            wanted.insert(local.name.clone(), (hash, local.config.clone(), Some(local.bytes.clone())));
+        }
+        for def in &self.remote {
+            // A worker's own flag wins over a run-time registration of the same name.
+            wanted.entry(def.name.clone()).or_insert_with(|| {
+                (def.component, def.config.clone(), self.components.get(&def.component).cloned())
+            });
+        }
+
+        // Gone: tear down, forget.
+        let gone: Vec<String> = self.active.keys().filter(|n| !wanted.contains_key(*n)).cloned().collect();
+        for name in gone {
+            if let Some(Active { plugin: Ok(mut plugin), .. }) = self.active.remove(&name)
+                && let Err(error) = plugin.teardown(&facts)
+            {
+                tracing::warn!(environment = %name, %error, "teardown failed");
+            }
+            self.verdicts.remove(&name);
+            self.write_values(&name, None);
+        }
+
+        let mut changes = Vec::new();
+        for (name, (hash, config, bytes)) in wanted {
+            let fresh = match self.active.get(&name) {
+                Some(active) => active.component != hash || active.config != config,
+                None => true,
+            };
+            if fresh {
+                let plugin = match bytes {
+                    Some(bytes) => self
+                        .host
+                        .load(&format!("environment {name}"), &bytes, Some(World::Environment))
+                        .and_then(|loaded| self.host.condition(&loaded, self.limits.clone()))
+                        .map_err(|e| e.to_string()),
+                    None => Err("the condition component never arrived".to_string()),
+                };
+                self.active.insert(name.clone(), Active { component: hash, config: config.clone(), plugin });
+            } else if !recheck {
+                continue;
+            }
+            let Some(active) = self.active.get_mut(&name) else { continue };
+            let (verdict, values) = match &mut active.plugin {
+                Err(error) => (EnvVerdict::Error(error.clone()), None),
+                Ok(plugin) => match plugin.evaluate(&facts, &config) {
+                    Ok(true) => match plugin.setup(&facts, &config) {
+                        Ok(values) => (EnvVerdict::Match, Some(values)),
+                        Err(error) => (EnvVerdict::Error(format!("setup: {}", error.message())), None),
+                    },
+                    Ok(false) => (EnvVerdict::NoMatch, None),
+                    Err(error) => (EnvVerdict::Error(error.message()), None),
+                },
+            };
+            self.write_values(&name, values);
+            if fresh || self.verdicts.get(&name) != Some(&verdict) {
+                tracing::info!(environment = %name, ?verdict, "environment evaluated");
+                changes.push((name.clone(), verdict.clone()));
+            }
+            self.verdicts.insert(name, verdict);
+        }
+        changes
+    }
+
+    fn write_values(&self, name: &str, values: Option<Values>) {
+        let Ok(mut map) = self.values.write() else { return };
+        match values {
+            Some(values) => map.insert(name.to_string(), values),
+            None => map.remove(name),
+        };
+    }
+
+    /// Tear every environment down (the worker is leaving).
+    pub fn teardown_all(&mut self) {
+        let facts = Arc::new(HostFacts::probe(&self.facts.worker_type, &self.facts.capabilities, &self.facts.env_allow));
+        for (name, active) in std::mem::take(&mut self.active) {
+            if let Ok(mut plugin) = active.plugin
+                && let Err(error) = plugin.teardown(&facts)
+            {
+                tracing::warn!(environment = %name, %error, "teardown failed");
+            }
+        }
+    }
+}
+
+/// `WEIR_ENV_<NAME>_<KEY>`: upper case, anything but letters and digits becomes `_`.
+pub fn variable(environment: &str, key: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+    };
+    format!("WEIR_ENV_{}_{}", clean(environment), clean(key))
+}

@@ -1,0 +1,105 @@
+//! A cluster of real processes on loopback for the end-to-end tests.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub scheduler: Child,
+    pub workers: Vec<Child>,
+}
+
+impl Cluster {
+    pub fn start(heartbeat_timeout: &str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let mut scheduler = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+            .args(["--listen", "quic://127.0.0.1:0", "--heartbeat-timeout", heartbeat_timeout, "--access-file"])
+            .arg(dir.path().join("access.json"))
+            .env("WEIR_CACHE_DIR", dir.path().join("cache"))
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("scheduler starts");
+        let mut line = String::new();
+        BufReader::new(scheduler.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("scheduler listening on quic://127.0.0.1:"), "{line}");
+        Cluster { dir, scheduler, workers: Vec::new() }
+    }
+
+    pub fn access_file(&self) -> PathBuf {
+        self.dir.path().join("access.json")
+    }
+
+    pub fn worker(&mut self, name: &str, args: &[&str]) -> usize {
+        let child = Command::new(env!("CARGO_BIN_EXE_worker"))
+            .arg("--access-file")
+            .arg(self.access_file())
+            .args(["--name", name, "--heartbeat-interval", "0.2"])
+            .args(args)
+            .env("WEIR_CACHE_DIR", self.dir.path().join("cache"))
+            .env("RUST_LOG", "error")
+            .spawn()
+            .expect("worker starts");
+        self.workers.push(child);
+        self.workers.len() - 1
+    }
+
+    pub fn weir(&self, args: &[&str]) -> Output {
+        self.weir_with(&self.access_file(), args)
+    }
+
+    pub fn weir_with(&self, access_file: &Path, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("--access-file")
+            .arg(access_file)
+            .args(args)
+            .env("WEIR_CACHE_DIR", self.dir.path().join("cache"))
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("weir runs")
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let out = self.weir(&all);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("weir {args:?}: {e}: {}{}", text(&out.stdout), text(&out.stderr)))
+    }
+
+    /// Poll `weir status` until `ready` holds for it.
+    pub fn await_status(&self, ready: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let status = self.json(&["status"]);
+            if ready(&status) {
+                return status;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+        let _ = self.scheduler.kill();
+        let _ = self.scheduler.wait();
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub fn workers(status: &Value) -> usize {
+    status["workers"].as_array().map_or(0, Vec::len)
+}
+

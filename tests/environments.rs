@@ -1,0 +1,104 @@
+//! Environments end to end: conditions evaluated by real workers, registered at run time,
+//! resolved when a worker is chosen, explained when nothing qualifies.
+
+mod common;
+
+use common::{Cluster, text};
+use serde_json::Value;
+
+fn environment<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array().unwrap().iter().find(|e| e["name"] == name).unwrap_or(&Value::Null)
+}
+
+fn names(value: &Value) -> Vec<String> {
+    let mut names: Vec<String> = value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("big-worker", &["--slots", "2", "--env-plugin", "big=plugins/mem_gt.wasm,threshold=1"]);
+    cluster.worker("small-worker", &["--slots", "2", "--env-plugin", "big=plugins/mem_gt.wasm,threshold=1PB"]);
+    let envs = loop {
+        let list = cluster.json(&["env", "list"]);
+        let big = environment(&list, "big");
+        if big["matching"].as_array().is_some_and(|m| m.len() == 1) && big["not_matching"].as_array().is_some_and(|m| m.len() == 1) {
+            break list;
+        }
+        std::thread::yield_now();
+    };
+    assert_eq!(environment(&envs, "big")["matching"][0], "big-worker");
+    assert_eq!(environment(&envs, "big")["source"], "worker");
+
+    // 100 tasks needing `big` all run on big-worker, with the condition's setup values.
+    let done = cluster.json(&["submit", "--count", "100", "--env", "big", "--wait", "--", "sh", "-c", "echo $WEIR_WORKER_NAME $WEIR_ENV_BIG_THRESHOLD"]);
+    assert_eq!(done["counts"]["succeeded"], 100, "{done}");
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    for result in results.as_array().unwrap() {
+        assert_eq!(result["stdout"].as_str().unwrap().trim(), "big-worker 1", "{result}");
+    }
+    // Tasks with no environment run on both.
+    let done = cluster.json(&["submit", "--count", "40", "--wait", "--", "sh", "-c", "sleep 0.05; echo $WEIR_WORKER_NAME"]);
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    let mut ran_on: Vec<&str> = results.as_array().unwrap().iter().map(|r| r["stdout"].as_str().unwrap().trim()).collect();
+    ran_on.sort();
+    ran_on.dedup();
+    assert_eq!(ran_on, vec!["big-worker", "small-worker"]);
+
+    // Registered at run time with --wait: both workers' verdicts come back.
+    let registered = cluster.json(&["env", "register", "huge", "plugins/mem_gt.wasm", "--config", "threshold=1PB", "--wait"]);
+    assert_eq!(names(&registered[0]["not_matching"]), vec!["big-worker", "small-worker"], "{registered}");
+    assert_eq!(registered[0]["pending"].as_array().unwrap().len(), 0);
+
+    // A task for it stays queued, and explain says why.
+    let job = cluster.json(&["submit", "--env", "huge", "--", "sh", "-c", "echo $WEIR_WORKER_NAME"]);
+    let task = job["first_task"].to_string();
+    let explanation = cluster.json(&["explain", &task]);
+    let lines: Vec<&str> = explanation["explanation"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines[0].contains("is Queued"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("(big-worker): environment `huge`: no-match")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("no live worker can ever run it")), "{lines:?}");
+
+    // A worker that joins afterwards and matches it (its own condition for `huge`) takes the task.
+    cluster.worker("huge-worker", &["--slots", "1", "--env-plugin", "huge=mem_gt,threshold=1"]);
+    let done = cluster.json(&["wait", &job["job"].to_string()]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    let results = cluster.json(&["results", &job["job"].to_string()]);
+    assert_eq!(results[0]["stdout"].as_str().unwrap().trim(), "huge-worker");
+
+    // Removing it: the workers tear it down and it is no longer listed.
+    cluster.json(&["env", "remove", "huge"]);
+    let list = cluster.json(&["env", "list"]);
+    assert!(environment(&list, "huge").is_null(), "{list}");
+}
+
+#[test]
+fn hostile_conditions_are_reported_as_errors_and_the_workers_keep_working() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("a", &["--slots", "2"]);
+    cluster.worker("b", &["--slots", "2"]);
+    cluster.await_status(|s| common::workers(s) == 2);
+    for (mode, reason) in [
+        ("loop", "evaluate timed out after 1s"),
+        ("oom", "ran out of memory"),
+        ("panic", "panicked: hostile condition panicked on purpose"),
+        ("error", "hostile condition says no"),
+    ] {
+        let name = format!("hostile-{mode}");
+        let config = format!("mode={mode}");
+        let registered = cluster.json(&["env", "register", &name, "plugins/fixtures/hostile_condition.wasm", "--config", &config, "--wait"]);
+        let erroring = registered[0]["erroring"].as_array().unwrap();
+        assert_eq!(erroring.len(), 2, "{registered}");
+        for entry in erroring {
+            assert!(entry[1].as_str().unwrap().contains(reason), "{mode}: {entry}");
+        }
+    }
+    let done = cluster.json(&["submit", "--count", "10", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 10, "{done}");
+    // A component of the wrong world is refused at registration.
+    let out = cluster.weir(&["env", "register", "x", "plugins/waterfall_v2.wasm"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("does not implement the `environment` world"), "{}", text(&out.stderr));
+}

@@ -14,3 +14,4 @@ pub mod net;
 pub mod scheduler;
 pub mod worker;
 pub mod client;
+pub mod manager;

@@ -122,16 +122,41 @@ fn v2_reference_config_sums_managers_of_a_type() {
 #[test]
 fn demand_fills_tier_one_then_spills_to_the_next() {
     let content = "1, native\n2, burst\n";
-    let managers = vec![manager("n", "native", 2, 1), manager("b", "burst", 4, 1)];
+    let mut native = manager("n", "native", 2, 1);
+    native.workers = vec![idle("n1", 1, 0), idle("n2", 1, 0)];
+    let managers = vec![native, manager("b", "burst", 4, 1)];
     let spill = |n| desired(&decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(n)])))
         .into_iter()
         .map(|(_, d)| d)
         .collect::<Vec<_>>();
-    assert_eq!(spill(1), vec![1, 0]);
+    // One task: tier 1 needs one worker, but the idle one is within the scale-down delay.
+    assert_eq!(spill(1), vec![2, 0]);
     assert_eq!(spill(2), vec![2, 0]);
     assert_eq!(spill(3), vec![2, 1]);
     assert_eq!(spill(6), vec![2, 4]);
     assert_eq!(spill(60), vec![2, 4]);
+}
+
+#[test]
+fn demand_spills_only_once_the_tier_above_is_up() {
+    let content = "1, native\n2, burst\n";
+    let managers = vec![manager("n", "native", 2, 1), manager("b", "burst", 4, 1)];
+    // Nothing live yet: tier 1 is asked for its 2 workers; the overflow waits for them.
+    let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(6)]));
+    assert_eq!(desired(&got), vec![("n", 2), ("b", 0)]);
+    // Its workers are starting: still waiting.
+    let mut starting = managers.clone();
+    starting[0].starting = 2;
+    let got = decide(Flavor::WorkerType, content, &snapshot(starting, vec![queued(6)]));
+    assert_eq!(desired(&got), vec![("n", 2), ("b", 0)]);
+    // Registered and busy: the overflow spills.
+    let mut up = managers;
+    up[0].workers = vec![
+        Worker { id: "n1".into(), slots: 1, busy: 1, idle_ms: 0 },
+        Worker { id: "n2".into(), slots: 1, busy: 1, idle_ms: 0 },
+    ];
+    let got = decide(Flavor::WorkerType, content, &snapshot(up, vec![queued(4)]));
+    assert_eq!(desired(&got), vec![("n", 2), ("b", 4)]);
 }
 
 #[test]
@@ -153,8 +178,13 @@ fn running_tasks_stay_and_their_free_slots_are_used_first() {
     // Tier 1 takes the 3 queued tasks; the busy burst worker is kept, not stopped.
     let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(3)]));
     assert_eq!(got, vec![("n".into(), 1, vec![]), ("b".into(), 1, vec![])]);
-    // With tier 1 full, burst's 3 free slots absorb 3 of the 7 overflow tasks before a new worker.
-    let got = decide(Flavor::WorkerType, content, &snapshot(managers, vec![queued(11)]));
+    // Tier 1 takes 4 of 11 but has no live worker yet: the overflow waits for it.
+    let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(11)]));
+    assert_eq!(desired(&got), vec![("n", 1), ("b", 1)]);
+    // Once tier 1 is up, burst's 3 free slots absorb 3 of the 7 overflow tasks before a new worker.
+    let mut up = managers;
+    up[0].workers = vec![Worker { id: "n1".into(), slots: 4, busy: 4, idle_ms: 0 }];
+    let got = decide(Flavor::WorkerType, content, &snapshot(up, vec![queued(7)]));
     assert_eq!(desired(&got), vec![("n", 1), ("b", 2)]);
 }
 
@@ -178,13 +208,16 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
         got,
         vec![("n".into(), 2, vec![]), ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])]
     );
-    // No demand at all: tier 1 drains too, but never below what the delay protects.
-    native.workers[1].idle_ms = 1_000;
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![native, burst], vec![]));
+    // No demand at all: tier 1 keeps its workers while tier 2 still has any.
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![native.clone(), burst], vec![]));
     assert_eq!(
         got,
-        vec![("n".into(), 1, vec!["n1".to_string()]), ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])]
+        vec![("n".into(), 2, vec![]), ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])]
     );
+    // Tier 2 empty: now tier 1 drains, but never a worker within the delay.
+    native.workers[1].idle_ms = 1_000;
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![native, manager("b", "burst", 4, 1)], vec![]));
+    assert_eq!(got, vec![("n".into(), 1, vec!["n1".to_string()]), ("b".into(), 0, vec![])]);
 }
 
 #[test]
@@ -206,13 +239,17 @@ fn constrained_demand_is_placed_first_and_no_match_is_never_scaled_for_it() {
 #[test]
 fn unknown_verdict_gets_one_worker_to_learn() {
     let content = "1, fresh\n2, known\n";
-    let fresh = manager("fresh", "fresh", 10, 2);
+    let mut fresh = manager("fresh", "fresh", 10, 2);
     let mut known = manager("known", "known", 10, 1);
     known.environments = vec![("gpu-driver".into(), Verdict::Match)];
     let demand = Demand { environments: vec!["gpu-driver".into()], ..queued(6) };
+    // `fresh` has never evaluated gpu-driver: one 2-slot worker to find out; the rest waits for it.
+    let got = decide(Flavor::WorkerType, content, &snapshot(vec![fresh.clone(), known.clone()], vec![demand.clone()]));
+    assert_eq!(desired(&got), vec![("fresh", 1), ("known", 0)]);
+    // Its worker is up and still has not answered: the rest spills to the tier that matches.
+    fresh.workers = vec![Worker { id: "f1".into(), slots: 2, busy: 2, idle_ms: 0 }];
     let got = decide(Flavor::WorkerType, content, &snapshot(vec![fresh, known], vec![demand]));
-    // `fresh` has never evaluated gpu-driver: one 2-slot worker to find out, the rest spills.
-    assert_eq!(desired(&got), vec![("fresh", 1), ("known", 4)]);
+    assert_eq!(desired(&got), vec![("fresh", 1), ("known", 6)]);
 }
 
 #[test]

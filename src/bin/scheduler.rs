@@ -43,6 +43,15 @@ struct Args {
     /// Deadline of one policy call, in milliseconds.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     policy_deadline_ms: u64,
+    /// Seconds between scaling decisions.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    scaling_interval: f64,
+    /// Seconds a worker must be idle before the policy may stop it.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    scale_down_delay: f64,
+    /// Append every snapshot the policy sees to FILE (JSON lines), for `weir policy simulate`.
+    #[arg(long, value_name = "FILE")]
+    record_snapshots: Option<PathBuf>,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
     check: bool,
@@ -82,9 +91,14 @@ fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
-    tracing::info!(engine = %spec.engine.name(), tiers = tiers.len(), "scaling policy loaded (worker managers are not supported yet)");
-    if !(args.heartbeat_timeout > 0.0 && args.heartbeat_timeout.is_finite()) {
-        bail!("--heartbeat-timeout must be a positive number of seconds");
+    tracing::info!(engine = %spec.engine.name(), tiers = tiers.len(), "scaling policy loaded");
+    for (flag, value) in [("--heartbeat-timeout", args.heartbeat_timeout), ("--scaling-interval", args.scaling_interval)] {
+        if !(value > 0.0 && value.is_finite()) {
+            bail!("{flag} must be a positive number of seconds");
+        }
+    }
+    if !(args.scale_down_delay >= 0.0 && args.scale_down_delay.is_finite()) {
+        bail!("--scale-down-delay must be zero or a positive number of seconds");
     }
     let listen: SocketAddr = weir::net::parse_address(&args.listen)?;
     let settings = Settings {
@@ -92,9 +106,13 @@ fn run(args: Args) -> Result<()> {
         access_file: args.access_file,
         heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout),
         cert: args.cert.zip(args.key),
+        scaling_interval: Duration::from_secs_f64(args.scaling_interval),
+        scale_down_delay: Duration::from_secs_f64(args.scale_down_delay),
+        record_snapshots: args.record_snapshots,
     };
+    let scaling = weir::scheduler::Scaling { policy, tiers };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(weir::scheduler::run(settings, |running| {
+    runtime.block_on(weir::scheduler::run(settings, Some(scaling), |running| {
         // The first line of stdout: scripts and tests wait for it.
         println!("scheduler listening on {}", running.address);
     }))?;

@@ -1,17 +1,109 @@
 //! `worker-manager`: starts and stops the workers of one pool of machines.
-//! Not built yet: it arrives with the network runtime (see the README's status section).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use anyhow::{Context, Result, bail};
 use clap::Parser;
+use weir::config::{EnvPluginSpec, parse_capabilities};
+use weir::manager::Settings;
+use weir::net::AccessFile;
 
 #[derive(Parser)]
-#[command(name = "worker-manager", version, about = "A weir worker manager (not built yet)")]
-struct Args {}
+#[command(
+    name = "worker-manager",
+    version,
+    about = "A weir worker manager: runs as many workers as the scheduler's scaling policy asks (or --fixed N)"
+)]
+struct Args {
+    /// The access file the scheduler wrote.
+    #[arg(long, env = "WEIR_ACCESS_FILE", default_value = ".weir/access.json", value_name = "FILE")]
+    access_file: PathBuf,
+    /// This manager's id (what waterfall_v1 rows name). Default: worker type and process id.
+    #[arg(long)]
+    id: Option<String>,
+    /// Worker type of every worker it starts (what waterfall_v2 rows name).
+    #[arg(long, default_value = "default")]
+    worker_type: String,
+    /// Most tasks at once over all its workers; `-1` or `unlimited` for no limit.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    max_task_concurrency: Option<String>,
+    /// Task slots of each worker.
+    #[arg(long, default_value_t = 1)]
+    slots: u32,
+    /// Amounts each worker has: `cpu=4,memory=16GB,gpu=1`.
+    #[arg(long, default_value = "", value_name = "NAME=AMOUNT,...")]
+    capabilities: String,
+    /// Environment condition for its workers: [NAME=]FILE.wasm[,key=value...] (repeatable).
+    #[arg(long = "env-plugin", value_name = "[NAME=]FILE.wasm[,k=v...]")]
+    env_plugins: Vec<String>,
+    /// Start exactly N workers with this worker type, wait for them, do not scale.
+    #[arg(long, value_name = "N")]
+    fixed: Option<u32>,
+    /// The worker executable (default: `worker` beside this one).
+    #[arg(long, value_name = "PATH")]
+    worker_command: Option<PathBuf>,
+    /// Seconds between heartbeats.
+    #[arg(long, default_value_t = 0.5, value_name = "SECONDS")]
+    heartbeat_interval: f64,
+}
 
 fn main() -> ExitCode {
     weir::telemetry::init_logging();
-    let Args {} = Args::parse();
-    eprintln!("error: the worker manager is not built yet in this version of weir");
-    ExitCode::FAILURE
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_cap(text: &str) -> Result<u32> {
+    if text == "-1" || text.eq_ignore_ascii_case("unlimited") {
+        return Ok(u32::MAX);
+    }
+    text.parse::<u32>().with_context(|| format!("--max-task-concurrency `{text}`: a whole number, -1 or unlimited"))
+}
+
+fn run(args: Args) -> Result<()> {
+    let capabilities = parse_capabilities(&args.capabilities).map_err(|e| anyhow::anyhow!("--capabilities: {e}"))?;
+    for env in &args.env_plugins {
+        EnvPluginSpec::parse(env).map_err(|e| anyhow::anyhow!("--env-plugin {e}"))?;
+    }
+    if args.slots == 0 {
+        bail!("--slots must be at least 1");
+    }
+    if !(args.heartbeat_interval > 0.0 && args.heartbeat_interval.is_finite()) {
+        bail!("--heartbeat-interval must be a positive number of seconds");
+    }
+    let worker_command = match args.worker_command {
+        Some(path) => path,
+        None => std::env::current_exe().context("cannot find this executable")?.with_file_name("worker"),
+    };
+    let max_task_concurrency = match (&args.max_task_concurrency, args.fixed) {
+        (Some(text), _) => parse_cap(text)?,
+        (None, Some(_)) => u32::MAX,
+        (None, None) => bail!("--max-task-concurrency is required (or --fixed N): how many tasks this pool may run"),
+    };
+    let settings = Settings {
+        id: args.id.unwrap_or_else(|| format!("{}-{}", args.worker_type, std::process::id())),
+        worker_type: args.worker_type,
+        max_task_concurrency,
+        slots: args.slots,
+        capabilities,
+        worker_capabilities_flag: args.capabilities,
+        env_plugin_flags: args.env_plugins,
+        worker_command,
+        access_file: args.access_file.clone(),
+        heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    if let Some(count) = args.fixed {
+        return runtime.block_on(weir::manager::run_fixed(count, settings)).map_err(|e| anyhow::anyhow!(e));
+    }
+    let access = AccessFile::read(&args.access_file)?;
+    let reason = runtime.block_on(weir::manager::run_dynamic(&access, settings))?;
+    bail!("disconnected from the scheduler: {reason}")
 }

@@ -32,6 +32,9 @@ struct Args {
     /// Worker type (set by its worker manager).
     #[arg(long, default_value = "")]
     worker_type: String,
+    /// The id of the worker manager that started it.
+    #[arg(long, value_name = "ID")]
+    manager: Option<String>,
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
     heartbeat_interval: f64,
@@ -98,7 +101,7 @@ fn run(args: Args) -> Result<()> {
             slots,
             capabilities,
             worker_type: args.worker_type,
-            manager: None,
+            manager: args.manager,
             local_environments: Vec::new(),
         },
         heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),

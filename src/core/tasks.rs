@@ -122,11 +122,16 @@ struct Worker {
     environments: HashSet<String>,
     verdicts: BTreeMap<String, EnvVerdict>,
     last_seen: u64,
+    /// Since when it has run nothing (`None` while busy).
+    idle_since: Option<u64>,
+    /// Being stopped by its manager: takes no new task.
+    draining: bool,
 }
 
 impl Worker {
     fn fits(&self, class: &Class) -> bool {
-        self.free_slots > 0
+        !self.draining
+            && self.free_slots > 0
             && class.capabilities.iter().all(|(name, need)| *need == 0 || amount(&self.free, name) >= *need)
             && class.environments.iter().all(|e| self.environments.contains(e))
     }
@@ -152,6 +157,19 @@ impl Worker {
 
 fn amount(list: &[(String, u64)], name: &str) -> u64 {
     list.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v)
+}
+
+/// The scaling view of a live worker.
+#[derive(Clone, Debug)]
+pub struct WorkerView {
+    pub id: WorkerId,
+    pub name: String,
+    pub manager: Option<String>,
+    pub slots: u32,
+    pub busy: u32,
+    pub idle_ms: u64,
+    pub draining: bool,
+    pub verdicts: Vec<(String, EnvVerdict)>,
 }
 
 #[derive(Default)]
@@ -292,6 +310,8 @@ impl Core {
             environments: HashSet::new(),
             verdicts: BTreeMap::new(),
             last_seen: now,
+            idle_since: Some(now),
+            draining: false,
         };
         self.workers.insert(id, worker);
         id
@@ -503,6 +523,9 @@ impl Core {
             w.running.remove(&task);
             w.give_back(&class);
             w.last_seen = now;
+            if w.running.is_empty() {
+                w.idle_since = Some(now);
+            }
         }
         if let Some(t) = self.task_mut(task) {
             t.worker = None;
@@ -535,6 +558,64 @@ impl Core {
             self.actions.push(Action::Cancel { worker, tasks });
         }
         canceled
+    }
+
+    /// Every live worker as the scaling loop sees it.
+    pub fn worker_views(&self, now: u64) -> Vec<WorkerView> {
+        self.workers
+            .iter()
+            .map(|(id, w)| WorkerView {
+                id: *id,
+                name: w.info.name.clone(),
+                manager: w.info.manager.clone(),
+                slots: w.info.slots,
+                busy: w.running.len() as u32,
+                idle_ms: w.idle_since.map_or(0, |since| now.saturating_sub(since)),
+                draining: w.draining,
+                verdicts: w.verdicts.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+            })
+            .collect()
+    }
+
+    /// Queued and running tasks grouped by what they need, for the scaling policy.
+    pub fn demand(&self) -> Vec<crate::core::scaling::Demand> {
+        let mut queued: BTreeMap<usize, u64> = BTreeMap::new();
+        for ((_, class), queue) in &self.queues {
+            let n = queue.iter().filter(|id| self.tasks[**id as usize - 1].state == TaskState::Queued).count();
+            *queued.entry(*class).or_default() += n as u64;
+        }
+        let mut running: BTreeMap<usize, u64> = BTreeMap::new();
+        for worker in self.workers.values() {
+            for task in &worker.running {
+                let class = self.groups[&self.tasks[*task as usize - 1].group].class;
+                *running.entry(class).or_default() += 1;
+            }
+        }
+        let classes: HashSet<usize> = queued.keys().chain(running.keys()).copied().collect();
+        let mut classes: Vec<usize> = classes.into_iter().collect();
+        classes.sort_unstable();
+        classes
+            .into_iter()
+            .map(|c| crate::core::scaling::Demand {
+                capabilities: self.classes[c].capabilities.clone(),
+                environments: self.classes[c].environments.clone(),
+                queued: u32::try_from(queued.get(&c).copied().unwrap_or(0)).unwrap_or(u32::MAX),
+                running: u32::try_from(running.get(&c).copied().unwrap_or(0)).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    /// Stop giving the named workers tasks (their manager is about to stop them). Only idle
+    /// workers are drained; returns the names that were.
+    pub fn drain(&mut self, names: &[String]) -> Vec<String> {
+        let mut drained = Vec::new();
+        for worker in self.workers.values_mut() {
+            if names.contains(&worker.info.name) && worker.running.is_empty() {
+                worker.draining = true;
+                drained.push(worker.info.name.clone());
+            }
+        }
+        drained
     }
 
     /// Declare silent workers lost.
@@ -570,6 +651,7 @@ impl Core {
                     task.worker = Some(*worker_id);
                     worker.take(class);
                     worker.running.insert(id);
+                    worker.idle_since = None;
                     let job = &mut self.jobs[self.groups[&task.group].job as usize - 1].counts;
                     job.queued -= 1;
                     job.running += 1;
@@ -645,6 +727,7 @@ impl Core {
                 .iter()
                 .map(|(id, w)| WorkerStatus {
                     id: *id,
+                    manager: w.info.manager.clone(),
                     name: w.info.name.clone(),
                     worker_type: w.info.worker_type.clone(),
                     slots: w.info.slots,
@@ -654,6 +737,8 @@ impl Core {
                 .collect(),
             tasks: self.counts.clone(),
             jobs: self.jobs.len() as u64,
+            managers: Vec::new(),
+            policy_error: None,
         }
     }
 

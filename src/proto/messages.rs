@@ -171,6 +171,35 @@ pub enum ToWorker {
     Environments { defs: Vec<EnvironmentDef>, components: Vec<(ComponentHash, Vec<u8>)> },
 }
 
+// ---- worker manager <-> scheduler ----
+
+/// What a worker manager reports on every heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagerState {
+    pub id: String,
+    pub worker_type: String,
+    /// Most tasks at once over all its workers (u32::MAX: no limit).
+    pub max_task_concurrency: u32,
+    /// Slots of each worker it starts.
+    pub worker_slots: u32,
+    /// Amounts each of its workers has.
+    pub capabilities: Vec<(String, u64)>,
+    /// Names of its worker processes that are alive (registered or still starting).
+    pub workers: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromManager {
+    Heartbeat(ManagerState),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToManager {
+    /// Converge to `desired` workers: stop the named (idle, already drained) ones first; if
+    /// still above, stop workers that have not registered yet (`registered` lists those that have).
+    Desired { desired: u32, stop: Vec<String>, registered: Vec<String>, reason: String },
+}
+
 // ---- client <-> scheduler: one request per stream, one or more responses ----
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -239,8 +268,23 @@ impl JobCounts {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagerStatus {
+    pub id: String,
+    pub worker_type: String,
+    pub online: bool,
+    /// Priority of its tier in the policy; `None`: the policy does not list it (not scaled).
+    pub tier: Option<u32>,
+    pub max_task_concurrency: u32,
+    pub desired: Option<u32>,
+    pub live: u32,
+    pub starting: u32,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerStatus {
     pub id: WorkerId,
+    pub manager: Option<String>,
     pub name: String,
     pub worker_type: String,
     pub slots: u32,
@@ -253,4 +297,7 @@ pub struct StatusReport {
     pub workers: Vec<WorkerStatus>,
     pub tasks: JobCounts,
     pub jobs: u64,
+    pub managers: Vec<ManagerStatus>,
+    /// The scaling policy's last error (its last good decision is held meanwhile).
+    pub policy_error: Option<String>,
 }

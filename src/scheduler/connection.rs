@@ -10,7 +10,8 @@ use super::Event;
 use crate::net::{AccessFile, NetError};
 use crate::plugin::{PluginHost, World};
 use crate::proto::{
-    self, ComponentHash, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Request, Response, Role, ToWorker, frame,
+    self, ComponentHash, FromManager, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Request, Response, Role, ToManager,
+    ToWorker, frame,
 };
 
 /// A peer must say hello (and a worker register) within this time.
@@ -49,7 +50,10 @@ pub(super) async fn serve(
         return refuse(&connection, &mut send, &format!("wrong token for role {:?}", hello.role)).await;
     }
     match hello.role {
-        Role::Manager => refuse(&connection, &mut send, "worker managers are not supported by this scheduler yet").await,
+        Role::Manager => {
+            frame::write(&mut send, &HelloReply::Welcome).await?;
+            manager_session(connection, send, recv, events).await
+        }
         Role::Worker => {
             frame::write(&mut send, &HelloReply::Welcome).await?;
             worker_session(connection, send, recv, events).await
@@ -131,6 +135,43 @@ async fn worker_session(
     };
     writer.abort();
     let _ = events.send(Event::WorkerGone { worker, reason: reason.clone() });
+    connection.close(0u32.into(), reason.as_bytes());
+    Ok(())
+}
+
+async fn manager_session(
+    connection: Connection,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    events: mpsc::UnboundedSender<Event>,
+) -> Result<(), NetError> {
+    let (link, mut outbox) = mpsc::unbounded_channel::<ToManager>();
+    let mut writer = tokio::spawn(async move {
+        while let Some(message) = outbox.recv().await {
+            frame::write(&mut send, &message).await?;
+        }
+        Ok::<_, NetError>(())
+    });
+    let mut id: Option<String> = None;
+    let reason = loop {
+        tokio::select! {
+            message = frame::read::<_, FromManager>(&mut recv) => match message {
+                Ok(FromManager::Heartbeat(state)) => {
+                    if id.as_ref().is_some_and(|known| *known != state.id) {
+                        break "a manager changed its id".to_string();
+                    }
+                    id = Some(state.id.clone());
+                    let _ = events.send(Event::ManagerHeartbeat { state, link: link.clone() });
+                }
+                Err(error) => break error.to_string(),
+            },
+            _ = &mut writer => break "writer ended".to_string(),
+        }
+    };
+    writer.abort();
+    if let Some(id) = id {
+        let _ = events.send(Event::ManagerGone { id });
+    }
     connection.close(0u32.into(), reason.as_bytes());
     Ok(())
 }

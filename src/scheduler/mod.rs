@@ -15,13 +15,15 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::core::managers::Managers;
+use crate::core::scaling::{Decision, Snapshot, Tier};
 use crate::core::tasks::{Action, Core, CoreConfig};
 use crate::net::{self, AccessFile, NetError};
-use crate::plugin::PluginHost;
+use crate::plugin::{PluginHost, PolicyPlugin};
 use crate::core::tasks::EnvSource;
 use crate::proto::{
-    Assignment, ComponentHash, EnvVerdict, EnvironmentDef, GroupId, JobId, Request, Response, TaskKind, ToWorker,
-    WorkerId, WorkerInfo,
+    Assignment, ComponentHash, EnvVerdict, EnvironmentDef, GroupId, JobId, ManagerState, Request, Response, TaskKind,
+    ToManager, ToWorker, WorkerId, WorkerInfo,
 };
 
 /// Scheduler settings (the executable's flags).
@@ -34,6 +36,18 @@ pub struct Settings {
     pub heartbeat_timeout: Duration,
     /// Certificate and key (PEM files); generated and kept beside the access file when absent.
     pub cert: Option<(PathBuf, PathBuf)>,
+    /// How often the scaling policy decides.
+    pub scaling_interval: Duration,
+    /// A worker idle for less than this is not stopped.
+    pub scale_down_delay: Duration,
+    /// Append every snapshot given to the policy to this file (JSON lines) for `weir policy simulate`.
+    pub record_snapshots: Option<PathBuf>,
+}
+
+/// The scaling policy and its tiers (for `weir status`).
+pub struct Scaling {
+    pub policy: PolicyPlugin,
+    pub tiers: Vec<Tier>,
 }
 
 /// Messages from connection tasks to the actor.
@@ -44,6 +58,9 @@ pub(crate) enum Event {
     Verdicts { worker: WorkerId, verdicts: Vec<(String, EnvVerdict)> },
     WorkerGone { worker: WorkerId, reason: String },
     Request { request: Request, components: Vec<(ComponentHash, Arc<Vec<u8>>)>, reply: mpsc::UnboundedSender<Response> },
+    ManagerHeartbeat { state: ManagerState, link: mpsc::UnboundedSender<ToManager> },
+    ManagerGone { id: String },
+    Decided(Result<Vec<Decision>, String>),
 }
 
 struct WorkerLink {
@@ -70,6 +87,15 @@ struct Actor {
     /// Run-time environments, sent whole to every worker.
     environments: BTreeMap<String, EnvironmentDef>,
     env_waits: Vec<EnvWait>,
+    managers: Managers,
+    manager_links: HashMap<String, mpsc::UnboundedSender<ToManager>>,
+    /// Snapshots to the policy thread; `None` without a policy.
+    policy: Option<std::sync::mpsc::Sender<Snapshot>>,
+    policy_busy: bool,
+    policy_error: Option<String>,
+    tiers: Vec<Tier>,
+    scale_down_delay_ms: u64,
+    record: Option<std::fs::File>,
 }
 
 /// A running scheduler: its address and access file.
@@ -79,7 +105,7 @@ pub struct Running {
 }
 
 /// Bind, write the access file, and serve until the process ends.
-pub async fn run(settings: Settings, ready: impl FnOnce(&Running)) -> Result<(), NetError> {
+pub async fn run(settings: Settings, scaling: Option<Scaling>, ready: impl FnOnce(&Running)) -> Result<(), NetError> {
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
     server.transport_config(net::transport(settings.heartbeat_timeout));
@@ -104,6 +130,18 @@ pub async fn run(settings: Settings, ready: impl FnOnce(&Running)) -> Result<(),
 
     let host = Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
     let (events, inbox) = mpsc::unbounded_channel();
+    let record = match &settings.record_snapshots {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| NetError::Access(format!("cannot open {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let tiers = scaling.as_ref().map(|s| s.tiers.clone()).unwrap_or_default();
+    let policy = scaling.map(|scaling| policy_thread(scaling.policy, events.clone()));
     let actor = Actor {
         core: Core::new(CoreConfig { heartbeat_timeout_ms: settings.heartbeat_timeout.as_millis() as u64 }),
         started: Instant::now(),
@@ -112,8 +150,16 @@ pub async fn run(settings: Settings, ready: impl FnOnce(&Running)) -> Result<(),
         waiters: HashMap::new(),
         environments: BTreeMap::new(),
         env_waits: Vec::new(),
+        managers: Managers::new(settings.heartbeat_timeout.as_millis() as u64),
+        manager_links: HashMap::new(),
+        policy,
+        policy_busy: false,
+        policy_error: None,
+        tiers,
+        scale_down_delay_ms: settings.scale_down_delay.as_millis() as u64,
+        record,
     };
-    tokio::spawn(actor.run(inbox, settings.heartbeat_timeout));
+    tokio::spawn(actor.run(inbox, settings.heartbeat_timeout, settings.scaling_interval));
     let access = Arc::new(access);
     while let Some(incoming) = endpoint.accept().await {
         let events = events.clone();
@@ -156,8 +202,9 @@ impl Actor {
         self.started.elapsed().as_millis() as u64
     }
 
-    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>, heartbeat_timeout: Duration) {
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>, heartbeat_timeout: Duration, scaling: Duration) {
         let mut ticker = tokio::time::interval((heartbeat_timeout / 4).max(Duration::from_millis(50)));
+        let mut scaling = tokio::time::interval(scaling);
         loop {
             tokio::select! {
                 event = inbox.recv() => {
@@ -175,6 +222,7 @@ impl Actor {
                     let now = self.now();
                     self.core.tick(now);
                 }
+                _ = scaling.tick() => self.scale(),
             }
             self.core.schedule();
             self.apply();
@@ -218,7 +266,71 @@ impl Actor {
                 }
             }
             Event::Request { request, components, reply } => self.request(request, components, reply),
+            Event::ManagerHeartbeat { state, link } => {
+                if !self.manager_links.contains_key(&state.id) {
+                    tracing::info!(manager = %state.id, worker_type = %state.worker_type, "worker manager joined");
+                }
+                self.manager_links.insert(state.id.clone(), link);
+                self.managers.heartbeat(now, state);
+            }
+            Event::ManagerGone { id } => {
+                tracing::warn!(manager = %id, "worker manager disconnected");
+                self.manager_links.remove(&id);
+            }
+            Event::Decided(result) => {
+                self.policy_busy = false;
+                match result {
+                    Ok(decisions) => {
+                        self.policy_error = None;
+                        self.apply_decisions(&decisions);
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "scaling policy failed; holding its last good decision");
+                        self.policy_error = Some(error);
+                    }
+                }
+            }
         }
+    }
+
+    /// Hand the policy thread a snapshot, unless it is still deciding on the last one.
+    fn scale(&mut self) {
+        let Some(policy) = &self.policy else { return };
+        if self.policy_busy || self.managers.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let views = self.core.worker_views(now);
+        let snapshot = self.managers.snapshot(now, self.scale_down_delay_ms, &views, self.core.demand());
+        if let Some(file) = &mut self.record {
+            use std::io::Write;
+            if let Ok(line) = serde_json::to_string(&snapshot) {
+                let _ = writeln!(file, "{line}");
+            }
+        }
+        self.policy_busy = policy.send(snapshot).is_ok();
+    }
+
+    fn apply_decisions(&mut self, decisions: &[Decision]) {
+        let now = self.now();
+        let views = self.core.worker_views(now);
+        for decision in decisions {
+            let Some(link) = self.manager_links.get(&decision.manager_id) else { continue };
+            let stop = self.core.drain(&decision.stop);
+            let registered: Vec<String> = views
+                .iter()
+                .filter(|w| w.manager.as_deref() == Some(decision.manager_id.as_str()))
+                .map(|w| w.name.clone())
+                .collect();
+            tracing::debug!(manager = %decision.manager_id, desired = decision.desired_workers, reason = %decision.reason, "scaling");
+            let _ = link.send(ToManager::Desired {
+                desired: decision.desired_workers,
+                stop,
+                registered,
+                reason: decision.reason.clone(),
+            });
+        }
+        self.managers.record(decisions);
     }
 
     fn request(
@@ -263,7 +375,13 @@ impl Actor {
                 None => Response::Error { message: format!("no job {job}") },
                 Some(_) => Response::Canceled { tasks: self.core.cancel_job(job) },
             },
-            Request::Status => Response::Status(self.core.status()),
+            Request::Status => {
+                let now = self.now();
+                let mut report = self.core.status();
+                report.managers = self.managers.status(now, &self.core.worker_views(now), &self.tiers);
+                report.policy_error = self.policy_error.clone();
+                Response::Status(report)
+            }
             Request::EnvRegister { name, config, wait, .. } => {
                 let Some((hash, bytes)) = components.into_iter().next() else {
                     let _ = reply.send(Response::Error { message: "no condition component".into() });
@@ -400,4 +518,22 @@ fn check_env_name(name: &str) -> Result<(), String> {
         return Err(format!("environment name `{name}` must be 1 to 64 letters, digits, `_` or `-`"));
     }
     Ok(())
+}
+
+/// The policy runs on its own thread: a slow or looping policy (stopped by its deadline) never
+/// holds up the actor. Snapshots in, `Event::Decided` out.
+fn policy_thread(mut policy: PolicyPlugin, events: mpsc::UnboundedSender<Event>) -> std::sync::mpsc::Sender<Snapshot> {
+    let (snapshots, inbox) = std::sync::mpsc::channel::<Snapshot>();
+    let spawned = std::thread::Builder::new().name("weir-policy".into()).spawn(move || {
+        while let Ok(snapshot) = inbox.recv() {
+            let result = policy.decide(&snapshot).map_err(|e| e.to_string());
+            if events.send(Event::Decided(result)).is_err() {
+                return;
+            }
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start the policy thread: no scaling");
+    }
+    snapshots
 }

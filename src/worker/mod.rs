@@ -106,8 +106,10 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
     let mut groups: HashMap<GroupId, Arc<Group>> = HashMap::new();
     let mut running: HashMap<TaskId, AbortHandle> = HashMap::new();
     let (ended, mut reaped) = mpsc::unbounded_channel::<TaskId>();
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let reason = loop {
         tokio::select! {
+            _ = sigterm.recv() => break "stopped by SIGTERM".to_string(),
             message = frame::read::<_, ToWorker>(&mut recv) => match message {
                 Ok(ToWorker::Group { id, job, spec }) => { groups.insert(id, Arc::new(Group { job, spec })); }
                 Ok(ToWorker::Component { hash, bytes }) => runner.add_component(hash, bytes).await,

@@ -16,10 +16,15 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(heartbeat_timeout: &str) -> Cluster {
+        Cluster::start_with(&["--heartbeat-timeout", heartbeat_timeout])
+    }
+
+    pub fn start_with(args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let mut scheduler = Command::new(env!("CARGO_BIN_EXE_scheduler"))
-            .args(["--listen", "quic://127.0.0.1:0", "--heartbeat-timeout", heartbeat_timeout, "--access-file"])
+            .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
             .arg(dir.path().join("access.json"))
+            .args(args)
             .env("WEIR_CACHE_DIR", dir.path().join("cache"))
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
@@ -45,6 +50,21 @@ impl Cluster {
             .env("RUST_LOG", "error")
             .spawn()
             .expect("worker starts");
+        self.workers.push(child);
+        self.workers.len() - 1
+    }
+
+    /// A worker manager; it starts the `worker` executable beside it.
+    pub fn manager(&mut self, args: &[&str]) -> usize {
+        let child = Command::new(env!("CARGO_BIN_EXE_worker-manager"))
+            .arg("--access-file")
+            .arg(self.access_file())
+            .args(["--heartbeat-interval", "0.2"])
+            .args(args)
+            .env("WEIR_CACHE_DIR", self.dir.path().join("cache"))
+            .env("RUST_LOG", "error")
+            .spawn()
+            .expect("worker-manager starts");
         self.workers.push(child);
         self.workers.len() - 1
     }

@@ -9,13 +9,16 @@
 //!    environments), most constrained group first (fewest managers able to serve it). A group
 //!    fills tier 1, spills to tier 2, and so on. A manager can serve a group when the capability
 //!    amounts of its workers cover the group's and no required environment is `no-match`; when a
-//!    verdict is `unknown` it gets at most one worker's worth, to learn. Managers of one tier share
+//!    verdict is `unknown` it gets one worker's worth to learn, and nothing while it has a worker that
+//!    has not answered yet. Managers of one tier share
 //!    what the tier takes in proportion to their free capacity (largest remainder, ties to the
-//!    earlier row), never "first row wins".
+//!    earlier row), never "first row wins". Demand spills past a tier only once that tier is up:
+//!    while one of its managers able to serve the group is still starting workers (or is being
+//!    asked to start more), the rest of the group waits a tick, so cheaper tiers fill first.
 //! 4. A manager's target is the workers its placed tasks need. Above its current count it grows;
 //!    below, it first cancels workers still starting, then stops idle workers that have been idle
-//!    for at least the scale-down delay, longest idle first. Since demand fills the highest tier
-//!    first, the lowest tiers are the first to lose their demand and so their workers.
+//!    for at least the scale-down delay, longest idle first. Scale-down runs the waterfall in
+//!    reverse: a tier gives up workers only once every tier below it has none.
 
 use crate::content::{Flavor, Policy};
 use crate::model::{Decision, Demand, Manager, Snapshot};
@@ -53,6 +56,11 @@ impl Plan<'_> {
         density
     }
 
+    /// Still coming up: workers starting, or more asked for than are live.
+    fn filling(&self) -> bool {
+        self.manager.starting > 0 || self.used_workers > self.manager.workers.len() as u64
+    }
+
     /// Queued tasks of `group` this manager can still take.
     fn free_for(&self, group: &Demand) -> u64 {
         let density = self.density(group);
@@ -68,7 +76,12 @@ impl Plan<'_> {
             }
         }
         let free = self.spare_slots + self.max_workers.saturating_sub(self.used_workers) * density;
-        if unknown { free.min(density) } else { free }
+        match unknown {
+            // One worker to learn the verdict; none more while one exists that has not answered.
+            true if self.manager.current_workers() > 0 => 0,
+            true => free.min(density),
+            false => free,
+        }
     }
 
     fn place(&mut self, group: &Demand, tasks: u64) {
@@ -99,11 +112,31 @@ impl Policy {
                 let priority = plans[start].priority;
                 let end = start + plans[start..].iter().take_while(|p| p.priority == priority).count();
                 remaining -= fill_tier(&mut plans[start..end], group, remaining);
+                let serves = |p: &Plan<'_>| p.density(group) > 0;
+                if remaining > 0 && plans[start..end].iter().any(|p| serves(p) && p.filling()) {
+                    break; // the rest spills once this tier is up
+                }
                 start = end;
             }
         }
 
-        plans.iter().map(|plan| conclude(plan, snapshot.scale_down_delay_ms)).collect()
+        // Conclude from the lowest tier up: a tier may shrink only while every tier below is empty.
+        let mut decisions = Vec::with_capacity(plans.len());
+        let mut below_empty = true;
+        let mut end = plans.len();
+        while end > 0 {
+            let priority = plans[end - 1].priority;
+            let start = end - plans[..end].iter().rev().take_while(|p| p.priority == priority).count();
+            let tier = &plans[start..end];
+            let mut concluded: Vec<Decision> =
+                tier.iter().map(|plan| conclude(plan, snapshot.scale_down_delay_ms, below_empty)).collect();
+            below_empty &= tier.iter().all(|p| p.manager.current_workers() == 0);
+            concluded.reverse();
+            decisions.extend(concluded);
+            end = start;
+        }
+        decisions.reverse();
+        decisions
     }
 
     fn plans<'a>(&self, snapshot: &'a Snapshot) -> Vec<Plan<'a>> {
@@ -170,13 +203,15 @@ fn fill_tier(tier: &mut [Plan<'_>], group: &Demand, wanted: u64) -> u64 {
     take as u64
 }
 
-fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64) -> Decision {
+fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64, may_shrink: bool) -> Decision {
     let manager = plan.manager;
     let current = manager.current_workers();
     let target = plan.used_workers;
     let mut stop = Vec::new();
     let desired = if target >= current {
         target
+    } else if !may_shrink {
+        current
     } else {
         let mut excess = current - target;
         let cancelled = excess.min(u64::from(manager.starting));
@@ -205,6 +240,9 @@ fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64) -> Decision {
     );
     if !stop.is_empty() {
         reason.push_str(&format!("; stopping {} idle", stop.len()));
+    }
+    if target < current && !may_shrink {
+        reason.push_str("; holding until the tiers below are empty");
     }
     Decision { manager_id: manager.id.clone(), desired_workers: desired, stop, reason }
 }

@@ -233,6 +233,26 @@ pub async fn status(client: &Client, output: Output) -> Result<()> {
         "tasks: {} queued, {} running, {} succeeded, {} failed, {} canceled ({} jobs)",
         t.queued, t.running, t.succeeded, t.failed, t.canceled, report.jobs
     );
+    if !report.managers.is_empty() {
+        println!("managers: {}", report.managers.len());
+        for m in &report.managers {
+            let tier = m.tier.map_or("unlisted".to_string(), |p| format!("priority {p}"));
+            let desired = m.desired.map_or("-".to_string(), |d| d.to_string());
+            println!(
+                "  {:<16} {:<10} {:<11} {} desired {desired}, live {}, starting {}  ({})",
+                m.id,
+                m.worker_type,
+                tier,
+                if m.online { "online " } else { "OFFLINE" },
+                m.live,
+                m.starting,
+                m.reason
+            );
+        }
+    }
+    if let Some(error) = &report.policy_error {
+        println!("scaling policy error (last good decision held): {error}");
+    }
     println!("workers: {}", report.workers.len());
     for w in &report.workers {
         let caps: Vec<String> = w.capabilities.iter().map(|(n, v)| format!("{n}={v}")).collect();

@@ -1,0 +1,226 @@
+//! The worker manager: starts and stops the worker processes of one pool.
+//!
+//! Dynamic mode heartbeats its state to the scheduler and converges to the desired count the
+//! scaling policy sends: it stops the (idle, already drained) workers named, then any extra
+//! ones that have not registered yet, and starts new ones to fill up; a worker that dies is
+//! replaced. Fixed mode (`--fixed N`) starts N workers and waits for them, with no scheduler
+//! connection of its own.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use crate::net::{self, AccessFile, NetError};
+use crate::proto::{FromManager, ManagerState, Role, ToManager, frame};
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub id: String,
+    pub worker_type: String,
+    pub max_task_concurrency: u32,
+    pub slots: u32,
+    pub capabilities: Vec<(String, u64)>,
+    /// The `--capabilities` text and `--env-plugin` values, passed on to every worker.
+    pub worker_capabilities_flag: String,
+    pub env_plugin_flags: Vec<String>,
+    pub worker_command: PathBuf,
+    pub access_file: PathBuf,
+    pub heartbeat_interval: Duration,
+}
+
+struct Pool {
+    settings: Settings,
+    children: BTreeMap<String, Child>,
+    next: u64,
+}
+
+impl Pool {
+    fn new(settings: Settings) -> Pool {
+        Pool { settings, children: BTreeMap::new(), next: 0 }
+    }
+
+    fn start(&mut self) -> Result<String, std::io::Error> {
+        self.next += 1;
+        let s = &self.settings;
+        let name = format!("{}-{}", s.id, self.next);
+        let mut command = Command::new(&s.worker_command);
+        command
+            .arg("--access-file")
+            .arg(&s.access_file)
+            .args(["--slots", &s.slots.to_string(), "--worker-type", &s.worker_type, "--manager", &s.id, "--name", &name])
+            .kill_on_drop(true);
+        if !s.worker_capabilities_flag.is_empty() {
+            command.args(["--capabilities", &s.worker_capabilities_flag]);
+        }
+        for env in &s.env_plugin_flags {
+            command.args(["--env-plugin", env]);
+        }
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the worker when
+        // this manager dies, so no worker outlives its manager.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn()?;
+        tracing::info!(worker = %name, "worker started");
+        self.children.insert(name.clone(), child);
+        Ok(name)
+    }
+
+    /// SIGTERM: the worker closes its connection (so the scheduler knows at once) and exits.
+    fn stop(&mut self, name: &str) {
+        if let Some(mut child) = self.children.remove(name) {
+            tracing::info!(worker = %name, "stopping worker");
+            match child.id() {
+                // SAFETY: plain kill(2) on our own child's pid.
+                Some(pid) => unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGTERM);
+                },
+                None => {
+                    let _ = child.start_kill();
+                }
+            }
+            // Reap it in the background.
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+            });
+        }
+    }
+
+    /// Forget workers that exited.
+    fn reap(&mut self) {
+        self.children.retain(|name, child| match child.try_wait() {
+            Ok(Some(status)) => {
+                tracing::warn!(worker = %name, %status, "worker exited");
+                false
+            }
+            _ => true,
+        });
+    }
+
+    fn state(&self) -> ManagerState {
+        let s = &self.settings;
+        ManagerState {
+            id: s.id.clone(),
+            worker_type: s.worker_type.clone(),
+            max_task_concurrency: s.max_task_concurrency,
+            worker_slots: s.slots,
+            capabilities: s.capabilities.clone(),
+            workers: self.children.keys().cloned().collect(),
+        }
+    }
+
+    /// Move toward `desired` workers.
+    fn converge(&mut self, desired: u32, registered: &[String]) -> Result<(), std::io::Error> {
+        self.reap();
+        let desired = desired as usize;
+        // Too many: drop the newest that have not registered (they have no task yet).
+        let unregistered: Vec<String> =
+            self.children.keys().rev().filter(|n| !registered.contains(n)).cloned().collect();
+        for name in unregistered.into_iter().take(self.children.len().saturating_sub(desired)) {
+            self.stop(&name);
+        }
+        while self.children.len() < desired {
+            self.start()?;
+        }
+        Ok(())
+    }
+}
+
+/// Dynamic mode: until the scheduler goes away. Returns why it ended.
+pub async fn run_dynamic(access: &AccessFile, settings: Settings) -> Result<String, NetError> {
+    let (_endpoint, connection, mut send, mut recv) =
+        net::connect(access, Role::Manager, Duration::from_secs(30)).await?;
+    let interval = settings.heartbeat_interval;
+    let mut pool = Pool::new(settings);
+    let (outgoing, mut outbox) = mpsc::unbounded_channel::<FromManager>();
+    let writer = tokio::spawn(async move {
+        while let Some(message) = outbox.recv().await {
+            frame::write(&mut send, &message).await?;
+        }
+        Ok::<_, NetError>(())
+    });
+    let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
+    let mut ticker = tokio::time::interval(interval);
+    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut desired = 0u32;
+    let mut registered: Vec<String> = Vec::new();
+    let reason = loop {
+        tokio::select! {
+            message = frame::read::<_, ToManager>(&mut recv) => match message {
+                Ok(ToManager::Desired { desired: wanted, stop, registered: known, reason }) => {
+                    if wanted != desired || !stop.is_empty() {
+                        tracing::info!(desired = wanted, stop = stop.len(), %reason, "scaling");
+                    }
+                    for name in &stop {
+                        pool.stop(name);
+                    }
+                    desired = wanted;
+                    registered = known;
+                    if let Err(error) = pool.converge(desired, &registered) {
+                        break format!("cannot start a worker ({}): {error}", pool.settings.worker_command.display());
+                    }
+                    let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
+                }
+                Err(error) => break error.to_string(),
+            },
+            _ = sigterm.recv() => break "stopped by SIGTERM".to_string(),
+            _ = sigint.recv() => break "stopped by SIGINT".to_string(),
+            _ = ticker.tick() => {
+                // Replace workers that died; report.
+                if let Err(error) = pool.converge(desired, &registered) {
+                    break format!("cannot start a worker ({}): {error}", pool.settings.worker_command.display());
+                }
+                if outgoing.send(FromManager::Heartbeat(pool.state())).is_err() {
+                    break "connection writer ended".to_string();
+                }
+            }
+        }
+    };
+    writer.abort();
+    connection.close(0u32.into(), b"manager stopping");
+    let names: Vec<String> = pool.children.keys().cloned().collect();
+    for name in names {
+        pool.stop(&name);
+    }
+    Ok(reason)
+}
+
+fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, NetError> {
+    Ok(tokio::signal::unix::signal(kind)?)
+}
+
+/// Fixed mode: start `count` workers and wait for them. Errors if one cannot start or any
+/// exits with a failure.
+pub async fn run_fixed(count: u32, settings: Settings) -> Result<(), String> {
+    let mut pool = Pool::new(settings);
+    for _ in 0..count {
+        pool.start().map_err(|e| format!("cannot start a worker ({}): {e}", pool.settings.worker_command.display()))?;
+    }
+    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut failed = Vec::new();
+    let children = std::mem::take(&mut pool.children);
+    let waiting = async {
+        for (name, mut child) in children {
+            match child.wait().await {
+                Ok(status) if status.success() => {}
+                Ok(status) => failed.push(format!("worker {name} exited with {status}")),
+                Err(error) => failed.push(format!("worker {name}: {error}")),
+            }
+        }
+    };
+    tokio::select! {
+        () = waiting => {}
+        _ = sigterm.recv() => return Ok(()), // the workers get SIGTERM from the kernel (PDEATHSIG)
+    }
+    if failed.is_empty() { Ok(()) } else { Err(failed.join("; ")) }
+}

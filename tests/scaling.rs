@@ -1,0 +1,90 @@
+//! Worker managers driven by the WASM waterfall engines, end to end with real processes.
+
+mod common;
+
+use common::Cluster;
+use serde_json::Value;
+
+fn manager<'a>(status: &'a Value, id: &str) -> &'a Value {
+    status["managers"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap_or(&Value::Null)
+}
+
+fn current(m: &Value) -> u64 {
+    m["live"].as_u64().unwrap_or(0) + m["starting"].as_u64().unwrap_or(0)
+}
+
+/// Tiers `native` (2 workers) then `burst` (4): six 2-second tasks; tier 1 fills first, the
+/// overflow spills to burst, and burst drains first.
+fn waterfall(engine: &str, content: &str) {
+    let mut cluster = Cluster::start_with(&[
+        "--policy", engine, "--policy-content", content, "--scaling-interval", "0.2", "--scale-down-delay", "1",
+    ]);
+    cluster.manager(&["--id", "native_1", "--worker-type", "native", "--max-task-concurrency", "2"]);
+    cluster.manager(&["--id", "burst_1", "--worker-type", "burst", "--max-task-concurrency", "4"]);
+    cluster.await_status(|s| s["managers"].as_array().is_some_and(|m| m.len() == 2));
+    let job = cluster.json(&["submit", "--count", "6", "--", "sleep", "2"])["job"].to_string();
+
+    let mut burst_peak = 0;
+    let mut finished = false;
+    loop {
+        let status = cluster.json(&["status"]);
+        let (native, burst) = (manager(&status, "native_1"), manager(&status, "burst_1"));
+        // The waterfall, both ways: burst has workers only while native has both of its own.
+        if current(burst) > 0 {
+            assert_eq!(native["live"], 2, "burst scaled before native was full: {status}");
+        }
+        burst_peak = burst_peak.max(burst["live"].as_u64().unwrap_or(0));
+        assert!(current(native) <= 2 && current(burst) <= 4, "a cap was exceeded: {status}");
+        finished |= status["tasks"]["succeeded"] == 6;
+        if finished && current(native) == 0 && current(burst) == 0 {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(burst_peak, 4, "burst took the overflow");
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 6);
+}
+
+#[test]
+fn waterfall_v2_fills_native_first_spills_to_burst_and_drains_burst_first() {
+    waterfall("plugins/waterfall_v2.wasm", "1, native\n2, burst\n");
+}
+
+#[test]
+fn waterfall_v1_does_the_same_by_manager_id() {
+    waterfall("waterfall_v1", "1, native_1, 2\n2, burst_1\n");
+}
+
+#[test]
+fn a_looping_policy_leaves_the_cluster_running_tasks_on_its_workers() {
+    let mut cluster = Cluster::start_with(&[
+        "--policy", "plugins/fixtures/hostile_policy.wasm", "--policy-content", "loop",
+        "--policy-deadline-ms", "200", "--scaling-interval", "0.2",
+    ]);
+    cluster.manager(&["--id", "m", "--worker-type", "t", "--max-task-concurrency", "4"]);
+    cluster.worker("standing", &["--slots", "2"]);
+    let status = cluster.await_status(|s| s["policy_error"].is_string());
+    assert!(status["policy_error"].as_str().unwrap().contains("decide timed out after 200ms"), "{status}");
+    let done = cluster.json(&["submit", "--count", "20", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 20, "{done}");
+}
+
+#[test]
+fn a_fixed_manager_starts_exactly_n_workers_of_its_type() {
+    let mut cluster = Cluster::start("10");
+    cluster.manager(&["--fixed", "3", "--worker-type", "orb"]);
+    let status = cluster.await_status(|s| common::workers(s) == 3);
+    for worker in status["workers"].as_array().unwrap() {
+        assert_eq!(worker["worker_type"], "orb", "{worker}");
+    }
+    let done = cluster.json(&["submit", "--count", "9", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 9);
+    // A fixed manager whose workers cannot start says so and fails.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_worker-manager"))
+        .args(["--fixed", "2", "--worker-command", "/nonexistent/worker"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start a worker (/nonexistent/worker)"));
+}

@@ -27,7 +27,7 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
         if big["matching"].as_array().is_some_and(|m| m.len() == 1) && big["not_matching"].as_array().is_some_and(|m| m.len() == 1) {
             break list;
         }
-        std::thread::yield_now();
+        common::pause();
     };
     assert_eq!(environment(&envs, "big")["matching"][0], "big-worker");
     assert_eq!(environment(&envs, "big")["source"], "worker");

@@ -16,8 +16,11 @@ fn current(m: &Value) -> u64 {
 /// Tiers `native` (2 workers) then `burst` (4): six 2-second tasks; tier 1 fills first, the
 /// overflow spills to burst, and burst drains first.
 fn waterfall(engine: &str, content: &str) {
+    let trace = tempfile::NamedTempFile::new().unwrap();
+    let trace = trace.path().to_str().unwrap().to_string();
     let mut cluster = Cluster::start_with(&[
         "--policy", engine, "--policy-content", content, "--scaling-interval", "0.2", "--scale-down-delay", "1",
+        "--record-snapshots", &trace,
     ]);
     cluster.manager(&["--id", "native_1", "--worker-type", "native", "--max-task-concurrency", "2"]);
     cluster.manager(&["--id", "burst_1", "--worker-type", "burst", "--max-task-concurrency", "4"]);
@@ -39,11 +42,23 @@ fn waterfall(engine: &str, content: &str) {
         if finished && current(native) == 0 && current(burst) == 0 {
             break;
         }
-        std::thread::yield_now();
+        common::pause();
     }
     assert_eq!(burst_peak, 4, "burst took the overflow");
     let done = cluster.json(&["wait", &job]);
     assert_eq!(done["counts"]["succeeded"], 6);
+
+    // The recorded snapshots replay through the same engine offline.
+    let replay = cluster.json(&["policy", "simulate", "--policy", engine, "--content", content, "--trace", &trace]);
+    let steps = replay.as_array().unwrap();
+    assert!(steps.len() > 3, "{replay}");
+    let most_burst = steps
+        .iter()
+        .flat_map(|s| s["decisions"].as_array().unwrap())
+        .filter(|d| d["manager_id"] == "burst_1")
+        .map(|d| d["desired_workers"].as_u64().unwrap())
+        .max();
+    assert_eq!(most_burst, Some(4), "{replay}");
 }
 
 #[test]

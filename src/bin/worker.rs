@@ -113,9 +113,11 @@ fn run(args: Args) -> Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reason = runtime.block_on(weir::worker::run(&access, settings))?;
-    tracing::warn!(%reason, "disconnected from the scheduler");
-    eprintln!("worker: disconnected from the scheduler: {reason}");
-    Ok(())
+    if reason.starts_with("stopped by") {
+        tracing::info!(%reason, "worker stopped");
+        return Ok(());
+    }
+    bail!("disconnected from the scheduler: {reason}")
 }
 
 fn check(args: &Args, capabilities: &[(String, u64)]) -> Result<()> {

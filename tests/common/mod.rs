@@ -99,7 +99,7 @@ impl Cluster {
             if ready(&status) {
                 return status;
             }
-            std::thread::yield_now();
+            pause();
         }
     }
 }
@@ -123,3 +123,9 @@ pub fn workers(status: &Value) -> usize {
     status["workers"].as_array().map_or(0, Vec::len)
 }
 
+
+/// Between two polls of a condition: keeps the poller from starving the cluster it watches on a
+/// 2-core machine. Correctness never depends on its length.
+pub fn pause() {
+    std::thread::sleep(std::time::Duration::from_millis(20));
+}

@@ -82,7 +82,8 @@ enum PolicyCommand {
     Simulate {
         #[command(flatten)]
         policy: PolicyArgs,
-        /// JSON file: an array of snapshots (the `weir:plugin/scaling` snapshot record).
+        /// JSON file: an array of snapshots (the `weir:plugin/scaling` snapshot record), or JSON
+        /// lines as `scheduler --record-snapshots` writes them.
         #[arg(long)]
         trace: PathBuf,
     },
@@ -231,8 +232,19 @@ fn simulate(host: &PluginHost, args: &PolicyArgs, trace: &PathBuf, output: Outpu
     let spec = args.spec()?;
     let mut policy = spec.instantiate(host, Limits::default())?;
     let text = std::fs::read_to_string(trace).with_context(|| format!("cannot read {}", trace.display()))?;
-    let snapshots: Vec<Snapshot> =
-        serde_json::from_str(&text).with_context(|| format!("{}: not a JSON array of snapshots", trace.display()))?;
+    // A JSON array of snapshots, or JSON lines as `scheduler --record-snapshots` writes them.
+    let snapshots: Vec<Snapshot> = match serde_json::from_str(&text) {
+        Ok(snapshots) => snapshots,
+        Err(_) => text
+            .lines()
+            .enumerate()
+            .filter(|(_, line)| !line.trim().is_empty())
+            .map(|(n, line)| {
+                serde_json::from_str(line)
+                    .with_context(|| format!("{} line {}: not a snapshot (nor is the file a JSON array)", trace.display(), n + 1))
+            })
+            .collect::<Result<_>>()?,
+    };
     let mut steps = Vec::new();
     for (step, snapshot) in snapshots.iter().enumerate() {
         let decisions = policy.decide(snapshot).with_context(|| format!("snapshot {step}"))?;

@@ -129,6 +129,11 @@ impl std::fmt::Display for Reported {
 impl std::error::Error for Reported {}
 
 fn main() -> ExitCode {
+    // Like other command-line tools: `weir results 1 | head` ends quietly when the pipe closes.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     weir::telemetry::init_logging();
     let cli = Cli::parse();
     match run(&cli) {

@@ -48,6 +48,13 @@ fn waterfall(engine: &str, content: &str) {
     let done = cluster.json(&["wait", &job]);
     assert_eq!(done["counts"]["succeeded"], 6);
 
+    // A task no manager can serve: explain says which manager lacks what.
+    let gpu = cluster.json(&["submit", "--cap", "gpu=1", "--", "true"]);
+    let explanation = cluster.json(&["explain", &gpu["first_task"].to_string()]);
+    let lines: Vec<&str> = explanation["explanation"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(lines.contains(&"manager native_1 (native): cannot: its workers have gpu=0, the task needs 1"), "{lines:?}");
+    cluster.json(&["cancel", &gpu["job"].to_string()]);
+
     // The recorded snapshots replay through the same engine offline.
     let replay = cluster.json(&["policy", "simulate", "--policy", engine, "--content", content, "--trace", &trace]);
     let steps = replay.as_array().unwrap();

@@ -106,6 +106,52 @@ impl Managers {
     }
 }
 
+impl Managers {
+    /// For `weir explain`: which managers could start a worker for a task needing `capabilities`
+    /// and `environments`, and why the others cannot.
+    pub fn explain(
+        &self,
+        now: u64,
+        capabilities: &[(String, u64)],
+        environments: &[String],
+        workers: &[WorkerView],
+        tiers: &[Tier],
+    ) -> Vec<String> {
+        let mut lines = Vec::new();
+        for entry in self.entries.values() {
+            let state = &entry.state;
+            let mine: Vec<&WorkerView> = workers.iter().filter(|w| w.manager.as_deref() == Some(&state.id)).collect();
+            let verdicts = verdicts(&mine);
+            let mut missing = Vec::new();
+            if !self.online(entry, now) {
+                missing.push("offline".to_string());
+            }
+            if !tiers.iter().any(|t| t.members.iter().any(|m| *m == state.id || *m == state.worker_type)) {
+                missing.push("not listed in the scaling policy".to_string());
+            }
+            for (name, need) in capabilities {
+                let have = state.capabilities.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+                if have < *need {
+                    missing.push(format!("its workers have {name}={have}, the task needs {need}"));
+                }
+            }
+            for env in environments {
+                match verdicts.iter().find(|(n, _)| n == env).map(|(_, v)| *v) {
+                    Some(Verdict::NoMatch) => missing.push(format!("its workers do not match `{env}`")),
+                    Some(_) => {}
+                    None => {} // unknown: one worker would be started to learn
+                }
+            }
+            let last = self.last.get(&state.id).map(|d| format!("; last decision: {} worker(s), {}", d.desired_workers, d.reason));
+            lines.push(match missing.is_empty() {
+                true => format!("manager {} ({}): could start workers for it{}", state.id, state.worker_type, last.unwrap_or_default()),
+                false => format!("manager {} ({}): cannot: {}", state.id, state.worker_type, missing.join("; ")),
+            });
+        }
+        lines
+    }
+}
+
 /// A manager's verdict on each environment its workers evaluated: `match` if any worker matches,
 /// `no-match` if they answered and none does; names nobody answered are left out (`unknown`).
 fn verdicts(workers: &[&WorkerView]) -> Vec<(String, Verdict)> {

@@ -422,7 +422,15 @@ impl Actor {
                 }
             }
             Request::Explain { task } => match self.core.explain(task) {
-                Some(lines) => Response::Explanation { lines },
+                Some(mut lines) => {
+                    if let Some((group, _)) = self.core.task_group(task) {
+                        let now = self.now();
+                        let (caps, envs) = (group.spec.capabilities.clone(), group.spec.environments.clone());
+                        let views = self.core.worker_views(now);
+                        lines.extend(self.managers.explain(now, &caps, &envs, &views, &self.tiers));
+                    }
+                    Response::Explanation { lines }
+                }
                 None => Response::Error { message: format!("no task {task}") },
             },
         };

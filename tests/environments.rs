@@ -19,8 +19,9 @@ fn names(value: &Value) -> Vec<String> {
 #[test]
 fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
     let mut cluster = Cluster::start("10");
-    cluster.worker("big-worker", &["--slots", "2", "--env-plugin", "big=plugins/mem_gt.wasm,threshold=1"]);
-    cluster.worker("small-worker", &["--slots", "2", "--env-plugin", "big=plugins/mem_gt.wasm,threshold=1PB"]);
+    let local = ["--slots", "2", "--total-memory", "1GB", "--env-plugin"];
+    cluster.worker("big-worker", &[&local[..], &["big=plugins/mem_gt.wasm,threshold=1"]].concat());
+    cluster.worker("small-worker", &[&local[..], &["big=plugins/mem_gt.wasm,threshold=1PB"]].concat());
     let envs = loop {
         let list = cluster.json(&["env", "list"]);
         let big = environment(&list, "big");
@@ -47,13 +48,13 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
     ran_on.dedup();
     assert_eq!(ran_on, vec!["big-worker", "small-worker"]);
 
-    // Registered at run time with --wait: both workers' verdicts come back.
-    let registered = cluster.json(&["env", "register", "huge", "plugins/mem_gt.wasm", "--config", "threshold=1PB", "--wait"]);
+    // Registered at run time with --wait: both workers' verdicts come back (each offers 1 GB).
+    let registered = cluster.json(&["env", "register", "huge", "plugins/mem_gt.wasm", "--config", "threshold=2GB", "--wait"]);
     assert_eq!(names(&registered[0]["not_matching"]), vec!["big-worker", "small-worker"], "{registered}");
     assert_eq!(registered[0]["pending"].as_array().unwrap().len(), 0);
 
     // A task for it stays queued, and explain says why.
-    let job = cluster.json(&["submit", "--env", "huge", "--", "sh", "-c", "echo $WEIR_WORKER_NAME"]);
+    let job = cluster.json(&["submit", "--env", "huge", "--", "sh", "-c", "echo $WEIR_WORKER_NAME $WEIR_ENV_HUGE_THRESHOLD"]);
     let task = job["first_task"].to_string();
     let explanation = cluster.json(&["explain", &task]);
     let lines: Vec<&str> = explanation["explanation"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
@@ -61,12 +62,12 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
     assert!(lines.iter().any(|l| l.contains("(big-worker): environment `huge`: no-match")), "{lines:?}");
     assert!(lines.iter().any(|l| l.contains("no live worker can ever run it")), "{lines:?}");
 
-    // A worker that joins afterwards and matches it (its own condition for `huge`) takes the task.
-    cluster.worker("huge-worker", &["--slots", "1", "--env-plugin", "huge=mem_gt,threshold=1"]);
+    // A worker that joins afterwards gets the registered set, matches, and takes the task.
+    cluster.worker("huge-worker", &["--slots", "1", "--total-memory", "4GB"]);
     let done = cluster.json(&["wait", &job["job"].to_string()]);
     assert_eq!(done["counts"]["succeeded"], 1, "{done}");
     let results = cluster.json(&["results", &job["job"].to_string()]);
-    assert_eq!(results[0]["stdout"].as_str().unwrap().trim(), "huge-worker");
+    assert_eq!(results[0]["stdout"].as_str().unwrap().trim(), "huge-worker 2000000000");
 
     // Removing it: the workers tear it down and it is no longer listed.
     cluster.json(&["env", "remove", "huge"]);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use weir::config::{EnvPluginSpec, parse_capabilities};
+use weir::config::{EnvPluginSpec, parse_amount, parse_capabilities};
 use weir::net::AccessFile;
 use weir::plugin::{HostFacts, Limits, PluginHost, World};
 use weir::proto::WorkerInfo;
@@ -48,6 +48,10 @@ struct Args {
     /// Environment variables conditions may read through `env-var` (all others are hidden).
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
+    /// Memory this worker offers (what conditions see as total memory), when less than the
+    /// machine's: e.g. 8GB on a shared machine.
+    #[arg(long, value_name = "AMOUNT")]
+    total_memory: Option<String>,
     /// Seconds between evaluations of every condition (changed verdicts are reported).
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     env_recheck: f64,
@@ -89,6 +93,10 @@ fn run(args: Args) -> Result<()> {
         host.load(&spec.name, &bytes, Some(World::Environment))?;
         local_environments.push(LocalEnv { name: spec.name.clone(), bytes: Arc::new(bytes), config: spec.config.clone() });
     }
+    let total_memory = match &args.total_memory {
+        Some(text) => Some(parse_amount(text).with_context(|| format!("--total-memory `{text}` is not an amount (e.g. 8GB)"))?),
+        None => None,
+    };
     let access = AccessFile::read(&args.access_file)?;
     let slots = args.slots.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
     if slots == 0 {
@@ -110,6 +118,7 @@ fn run(args: Args) -> Result<()> {
         local_environments,
         env_allow: args.env_allow,
         env_recheck: Duration::from_secs_f64(args.env_recheck),
+        total_memory,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reason = runtime.block_on(weir::worker::run(&access, settings))?;

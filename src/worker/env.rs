@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use crate::plugin::{ConditionPlugin, HostFacts, Limits, PluginHost, World};
+
 use crate::proto::{ComponentHash, EnvVerdict, EnvironmentDef};
 
 pub type Values = Vec<(String, String)>;
@@ -44,6 +45,19 @@ pub struct FactsSource {
     pub worker_type: String,
     pub capabilities: Vec<(String, u64)>,
     pub env_allow: Vec<String>,
+    /// Memory this worker offers, when less than the machine's (`worker --total-memory`).
+    pub total_memory: Option<u64>,
+}
+
+impl FactsSource {
+    fn probe(&self) -> Arc<HostFacts> {
+        let mut facts = HostFacts::probe(&self.worker_type, &self.capabilities, &self.env_allow);
+        if let Some(limit) = self.total_memory {
+            facts.total_memory_bytes = facts.total_memory_bytes.min(limit);
+            facts.available_memory_bytes = facts.available_memory_bytes.min(limit);
+        }
+        Arc::new(facts)
+    }
 }
 
 impl Environments {
@@ -72,7 +86,7 @@ impl Environments {
     /// Evaluate every environment (new ones, changed ones, and — when `recheck` — all again).
     /// Returns the verdicts that changed, plus every verdict of a new or changed environment.
     pub fn evaluate(&mut self, recheck: bool) -> Vec<(String, EnvVerdict)> {
-        let facts = Arc::new(HostFacts::probe(&self.facts.worker_type, &self.facts.capabilities, &self.facts.env_allow));
+        let facts = self.facts.probe();
         let mut wanted: BTreeMap<String, (ComponentHash, Values, Option<Arc<Vec<u8>>>)> = BTreeMap::new();
         for local in &self.local {
             let hash = crate::plugin::cache::content_hash(&local.bytes);
@@ -148,7 +162,7 @@ impl Environments {
 
     /// Tear every environment down (the worker is leaving).
     pub fn teardown_all(&mut self) {
-        let facts = Arc::new(HostFacts::probe(&self.facts.worker_type, &self.facts.capabilities, &self.facts.env_allow));
+        let facts = self.facts.probe();
         for (name, active) in std::mem::take(&mut self.active) {
             if let Ok(mut plugin) = active.plugin
                 && let Err(error) = plugin.teardown(&facts)

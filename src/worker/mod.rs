@@ -33,6 +33,8 @@ pub struct Settings {
     pub env_allow: Vec<String>,
     /// How often every condition is evaluated again (changes are reported).
     pub env_recheck: Duration,
+    /// Memory this worker offers conditions, when less than the machine's.
+    pub total_memory: Option<u64>,
 }
 
 pub(crate) struct Group {
@@ -97,6 +99,7 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
         worker_type: settings.info.worker_type.clone(),
         capabilities: settings.info.capabilities.clone(),
         env_allow: settings.env_allow.clone(),
+        total_memory: settings.total_memory,
     };
     let environments = Arc::new(Mutex::new(env::Environments::new(host.clone(), facts, settings.local_environments.clone())));
     let values = environments.lock().map(|e| e.values.clone()).unwrap_or_default();

@@ -55,6 +55,9 @@ struct Args {
     /// Seconds between evaluations of every condition (changed verdicts are reported).
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     env_recheck: f64,
+    /// Benchmarking only: report every task as succeeded without running it.
+    #[arg(long)]
+    no_execute: bool,
     /// Evaluate the conditions on this machine, print the verdicts, and exit.
     #[arg(long)]
     check: bool,
@@ -119,6 +122,7 @@ fn run(args: Args) -> Result<()> {
         env_allow: args.env_allow,
         env_recheck: Duration::from_secs_f64(args.env_recheck),
         total_memory,
+        no_execute: args.no_execute,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reason = runtime.block_on(weir::worker::run(&access, settings))?;

@@ -31,7 +31,7 @@ pub struct LocalArgs {
     tasks: u32,
 }
 
-fn sibling(name: &str) -> Result<PathBuf> {
+pub fn sibling(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let path = exe.with_file_name(name);
     if !path.exists() {
@@ -51,40 +51,72 @@ pub async fn run(args: &LocalArgs, output: Output) -> Result<()> {
     result
 }
 
+/// A scheduler and workers started as processes of this machine; killed when dropped.
+pub struct LocalCluster {
+    pub scheduler: Child,
+    pub workers: Vec<Child>,
+    pub access_file: PathBuf,
+    pub address: String,
+}
+
+impl LocalCluster {
+    pub async fn start(dir: &Path, scheduler_args: &[String]) -> Result<LocalCluster> {
+        let access_file = dir.join("access.json");
+        let mut scheduler = Command::new(sibling("scheduler")?)
+            .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
+            .arg(&access_file)
+            .args(scheduler_args)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start the scheduler")?;
+        let stdout = scheduler.stdout.take().context("no scheduler stdout")?;
+        let first = BufReader::new(stdout).lines().next_line().await?.unwrap_or_default();
+        let Some(address) = first.strip_prefix("scheduler listening on ") else {
+            bail!("the scheduler did not start (it said {first:?})");
+        };
+        Ok(LocalCluster { scheduler, workers: Vec::new(), access_file, address: address.to_string() })
+    }
+
+    pub fn worker(&mut self, name: &str, args: &[String]) -> Result<()> {
+        let child = Command::new(sibling("worker")?)
+            .arg("--access-file")
+            .arg(&self.access_file)
+            .args(["--name", name])
+            .args(args)
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start a worker")?;
+        self.workers.push(child);
+        Ok(())
+    }
+
+    pub async fn client(&self) -> Result<Client> {
+        Ok(Client::connect(&AccessFile::read(&self.access_file)?).await?)
+    }
+
+    pub async fn stop(mut self) {
+        for worker in &mut self.workers {
+            let _ = worker.kill().await;
+        }
+        let _ = self.scheduler.kill().await;
+    }
+}
+
 async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
     let say = |line: String| {
         if output == Output::Cli {
             println!("{line}");
         }
     };
-    let access_file = dir.join("access.json");
-    let mut scheduler = Command::new(sibling("scheduler")?)
-        .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
-        .arg(&access_file)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start the scheduler")?;
-    let stdout = scheduler.stdout.take().context("no scheduler stdout")?;
-    let first = BufReader::new(stdout).lines().next_line().await?.unwrap_or_default();
-    let Some(address) = first.strip_prefix("scheduler listening on ") else {
-        bail!("the scheduler did not start (it said {first:?})");
-    };
-    say(format!("scheduler on {address}"));
-    let mut workers: Vec<Child> = Vec::new();
+    let mut local = LocalCluster::start(dir, &[]).await?;
+    say(format!("scheduler on {}", local.address));
     for i in 0..args.workers {
-        let child = Command::new(sibling("worker")?)
-            .arg("--access-file")
-            .arg(&access_file)
-            .args(["--slots", &args.slots.to_string(), "--name", &format!("local-{i}")])
-            .kill_on_drop(true)
-            .spawn()
-            .context("cannot start a worker")?;
-        workers.push(child);
+        local.worker(&format!("local-{i}"), &["--slots".into(), args.slots.to_string()])?;
     }
     say(format!("{} workers x {} slots", args.workers, args.slots));
 
-    let client = Client::connect(&AccessFile::read(&access_file)?).await?;
+    let client = local.client().await?;
     let started = Instant::now();
     let square = "echo $((WEIR_TASK_INDEX * WEIR_TASK_INDEX))";
     let command = spec(TaskKind::Command { argv: vec!["sh".into(), "-c".into(), square.into()], env: vec![] });
@@ -124,9 +156,6 @@ async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
     if output == Output::Json {
         println!("{}", json!({ "jobs": summary, "seconds": elapsed }));
     }
-    for mut worker in workers {
-        let _ = worker.kill().await;
-    }
-    let _ = scheduler.kill().await;
+    local.stop().await;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `weir`: the client CLI.
 
+mod bench;
 mod demo;
 mod local;
 mod tasks;
@@ -54,6 +55,9 @@ enum Command {
     /// Start a scheduler and workers on this machine, run a batch of command tasks and a batch of
     /// wasm tasks, check every result, and shut down. Needs no flags and no files.
     Local(local::LocalArgs),
+    /// Measure throughput, per-task cost, plugin cost and reaction time on this machine
+    /// (build with --release); `--markdown FILE` writes the tables.
+    Bench(bench::BenchArgs),
     /// Inspect plugin components.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -157,6 +161,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Policy(PolicyCommand::Simulate { policy, trace }) => simulate(&host()?, policy, trace, output),
         Command::Demo => demo::run(&host()?, output == Output::Json),
         Command::Local(args) => block_on(local::run(args, output)),
+        Command::Bench(args) => block_on(bench::run(args)),
         Command::Submit(args) => block_on(async { tasks::submit(&connect(cli).await?, args, output).await }),
         Command::Wait { job } => block_on(async { tasks::wait(&connect(cli).await?, *job, output).await }),
         Command::Results { job } => block_on(async { tasks::results(&connect(cli).await?, *job, output).await }),

@@ -5,6 +5,8 @@
 //! `weir:plugin/scaling` in `wit/weir.wit`), so the native reference implementation and the WASM
 //! engines speak the same types.
 
+use std::collections::{HashMap, HashSet};
+
 pub use weir_waterfall::model::UNLIMITED;
 pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
 
@@ -27,19 +29,19 @@ impl ScalingPolicy for weir_waterfall::Policy {
 /// snapshot once, asks for no more workers than the manager's cap allows (unless it already has
 /// more, which a policy may keep), and stops only idle workers of that manager.
 pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), String> {
-    let mut seen: Vec<&str> = Vec::with_capacity(decisions.len());
+    let managers: HashMap<&str, &Manager> = snapshot.managers.iter().map(|m| (m.id.as_str(), m)).collect();
+    let mut seen: HashSet<&str> = HashSet::with_capacity(decisions.len());
     for decision in decisions {
         let id = decision.manager_id.as_str();
-        let Some(manager) = snapshot.managers.iter().find(|m| m.id == id) else {
+        let Some(manager) = managers.get(id) else {
             return Err(format!("unknown manager `{id}`"));
         };
         if !manager.online {
             return Err(format!("manager `{id}` is offline"));
         }
-        if seen.contains(&id) {
+        if !seen.insert(id) {
             return Err(format!("two decisions for manager `{id}`"));
         }
-        seen.push(id);
         let allowed = manager.max_workers_for(manager.max_task_concurrency).max(manager.current_workers());
         if u64::from(decision.desired_workers) > allowed {
             return Err(format!(
@@ -47,14 +49,19 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
                 decision.desired_workers, manager.max_task_concurrency
             ));
         }
-        for (index, worker_id) in decision.stop.iter().enumerate() {
-            let Some(worker) = manager.workers.iter().find(|w| w.id == *worker_id) else {
+        if decision.stop.is_empty() {
+            continue;
+        }
+        let workers: HashMap<&str, &Worker> = manager.workers.iter().map(|w| (w.id.as_str(), w)).collect();
+        let mut stopped: HashSet<&str> = HashSet::with_capacity(decision.stop.len());
+        for worker_id in &decision.stop {
+            let Some(worker) = workers.get(worker_id.as_str()) else {
                 return Err(format!("stops `{worker_id}`, which is not a worker of manager `{id}`"));
             };
             if worker.busy > 0 {
                 return Err(format!("stops worker `{worker_id}` of manager `{id}` while it runs tasks"));
             }
-            if decision.stop[..index].contains(worker_id) {
+            if !stopped.insert(worker_id) {
                 return Err(format!("stops worker `{worker_id}` of manager `{id}` twice"));
             }
         }

@@ -20,6 +20,8 @@
 //!    for at least the scale-down delay, longest idle first. Scale-down runs the waterfall in
 //!    reverse: a tier gives up workers only once every tier below it has none.
 
+use std::collections::HashMap;
+
 use crate::content::{Flavor, Policy};
 use crate::model::{Decision, Demand, Manager, Snapshot};
 
@@ -140,16 +142,18 @@ impl Policy {
     }
 
     fn plans<'a>(&self, snapshot: &'a Snapshot) -> Vec<Plan<'a>> {
+        // Online managers by what the rows name: one pass, not one per row.
+        let mut by_member: HashMap<&str, Vec<&Manager>> = HashMap::new();
+        for manager in snapshot.managers.iter().filter(|m| m.online) {
+            let key = match self.flavor {
+                Flavor::ManagerId => manager.id.as_str(),
+                Flavor::WorkerType => manager.worker_type.as_str(),
+            };
+            by_member.entry(key).or_default().push(manager);
+        }
         let mut plans = Vec::new();
         for rule in &self.rules {
-            let members = snapshot.managers.iter().filter(|m| {
-                m.online
-                    && match self.flavor {
-                        Flavor::ManagerId => m.id == rule.member,
-                        Flavor::WorkerType => m.worker_type == rule.member,
-                    }
-            });
-            for manager in members {
+            for &manager in by_member.get(rule.member.as_str()).map_or(&[][..], Vec::as_slice) {
                 let cap = rule.cap.map_or(manager.max_task_concurrency, |c| c.min(manager.max_task_concurrency));
                 let busy: Vec<_> = manager.workers.iter().filter(|w| w.busy > 0).collect();
                 plans.push(Plan {

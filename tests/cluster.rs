@@ -172,3 +172,28 @@ fn clients_get_clear_errors_for_bad_requests() {
     let out = cluster.weir_with(Path::new("/nonexistent/access.json"), &["status"]);
     assert!(text(&out.stderr).contains("is the scheduler running?"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let journal = journal.to_str().unwrap();
+    let mut cluster = Cluster::start_with(&["--journal", journal, "--heartbeat-timeout", "10"]);
+    cluster.worker("a", &["--slots", "4"]);
+    cluster.worker("b", &["--slots", "4"]);
+    let job = cluster.json(&["submit", "--count", "120", "--", "sh", "-c", "sleep 0.05; echo $WEIR_TASK_INDEX"]);
+    let job = job["job"].to_string();
+    cluster.await_status(|s| s["tasks"]["succeeded"].as_u64().unwrap_or(0) >= 20);
+
+    // kill -9, then a new scheduler on the same journal and access file (a new port: port 0).
+    cluster.restart_scheduler(&["--journal", journal, "--heartbeat-timeout", "10"]);
+    // The workers find it by themselves; the job finishes with one result per task.
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 120, "{done}");
+    let results = cluster.json(&["results", &job]);
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 120);
+    for (index, result) in results.iter().enumerate() {
+        assert_eq!(result["stdout"].as_str().unwrap().trim(), index.to_string(), "{result}");
+    }
+}

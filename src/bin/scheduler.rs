@@ -52,6 +52,10 @@ struct Args {
     /// Append every snapshot the policy sees to FILE (JSON lines), for `weir policy simulate`.
     #[arg(long, value_name = "FILE")]
     record_snapshots: Option<PathBuf>,
+    /// Journal every accepted task and final result to FILE and reload them on start, so a
+    /// restarted scheduler loses nothing.
+    #[arg(long, value_name = "FILE")]
+    journal: Option<PathBuf>,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
     check: bool,
@@ -109,6 +113,7 @@ fn run(args: Args) -> Result<()> {
         scaling_interval: Duration::from_secs_f64(args.scaling_interval),
         scale_down_delay: Duration::from_secs_f64(args.scale_down_delay),
         record_snapshots: args.record_snapshots,
+        journal: args.journal,
     };
     let scaling = weir::scheduler::Scaling { policy, tiers };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

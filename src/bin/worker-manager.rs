@@ -8,7 +8,6 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use weir::config::{EnvPluginSpec, parse_capabilities};
 use weir::manager::Settings;
-use weir::net::AccessFile;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +46,10 @@ struct Args {
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 0.5, value_name = "SECONDS")]
     heartbeat_interval: f64,
+    /// Keep trying to reach the scheduler this many seconds after losing it (it may be
+    /// restarting) before giving up.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    reconnect_timeout: f64,
 }
 
 fn main() -> ExitCode {
@@ -103,7 +106,14 @@ fn run(args: Args) -> Result<()> {
     if let Some(count) = args.fixed {
         return runtime.block_on(weir::manager::run_fixed(count, settings)).map_err(|e| anyhow::anyhow!(e));
     }
-    let access = AccessFile::read(&args.access_file)?;
-    let reason = runtime.block_on(weir::manager::run_dynamic(&access, settings))?;
-    bail!("disconnected from the scheduler: {reason}")
+    let reconnect = Duration::from_secs_f64(args.reconnect_timeout.max(0.0));
+    runtime.block_on(async {
+        let pool = std::sync::Arc::new(tokio::sync::Mutex::new(weir::manager::Pool::new(settings)));
+        weir::net::reconnecting(&args.access_file, reconnect, "worker manager", |access| {
+            let pool = pool.clone();
+            async move { weir::manager::run_dynamic(&access, &mut *pool.lock().await).await }
+        })
+        .await
+    })?;
+    Ok(())
 }

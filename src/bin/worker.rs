@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use weir::config::{EnvPluginSpec, parse_amount, parse_capabilities};
-use weir::net::AccessFile;
 use weir::plugin::{HostFacts, Limits, PluginHost, World};
 use weir::proto::WorkerInfo;
 use weir::worker::Settings;
@@ -55,6 +54,10 @@ struct Args {
     /// Seconds between evaluations of every condition (changed verdicts are reported).
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     env_recheck: f64,
+    /// Keep trying to reach the scheduler this many seconds after losing it (it may be
+    /// restarting) before giving up.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    reconnect_timeout: f64,
     /// Benchmarking only: report every task as succeeded without running it.
     #[arg(long)]
     no_execute: bool,
@@ -100,7 +103,7 @@ fn run(args: Args) -> Result<()> {
         Some(text) => Some(parse_amount(text).with_context(|| format!("--total-memory `{text}` is not an amount (e.g. 8GB)"))?),
         None => None,
     };
-    let access = AccessFile::read(&args.access_file)?;
+
     let slots = args.slots.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
     if slots == 0 {
         bail!("--slots must be at least 1");
@@ -117,7 +120,7 @@ fn run(args: Args) -> Result<()> {
         },
         heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),
         output_limit: args.output_limit,
-        idle_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(5),
         local_environments,
         env_allow: args.env_allow,
         env_recheck: Duration::from_secs_f64(args.env_recheck),
@@ -125,12 +128,13 @@ fn run(args: Args) -> Result<()> {
         no_execute: args.no_execute,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let reason = runtime.block_on(weir::worker::run(&access, settings))?;
-    if reason.starts_with("stopped by") {
-        tracing::info!(%reason, "worker stopped");
-        return Ok(());
-    }
-    bail!("disconnected from the scheduler: {reason}")
+    let reconnect = Duration::from_secs_f64(args.reconnect_timeout.max(0.0));
+    let reason = runtime.block_on(weir::net::reconnecting(&args.access_file, reconnect, "worker", |access| {
+        let settings = settings.clone();
+        async move { weir::worker::run(&access, settings).await }
+    }))?;
+    tracing::info!(%reason, "worker stopped");
+    Ok(())
 }
 
 fn check(args: &Args, capabilities: &[(String, u64)]) -> Result<()> {

@@ -537,6 +537,28 @@ impl Core {
         true
     }
 
+    /// A task's final state, outcome and attempts (for the journal).
+    pub fn final_record(&self, id: TaskId) -> Option<(TaskState, Outcome, u32)> {
+        let task = self.task(id)?;
+        match (&task.outcome, task.state.is_final()) {
+            (Some(outcome), true) => Some((task.state, outcome.clone(), task.attempts)),
+            _ => None,
+        }
+    }
+
+    /// Replaying the journal: a queued task had already finished before the restart.
+    pub fn restore_final(&mut self, id: TaskId, state: TaskState, outcome: Outcome, attempts: u32) {
+        let Some(task) = self.task(id) else { return };
+        if task.state != TaskState::Queued || !state.is_final() {
+            return;
+        }
+        self.set_state(id, state);
+        if let Some(task) = self.task_mut(id) {
+            task.outcome = Some(outcome);
+            task.attempts = attempts;
+        }
+    }
+
     /// Cancel every unfinished task of a job. Returns how many were canceled.
     pub fn cancel_job(&mut self, job: JobId) -> u64 {
         let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else { return 0 };

@@ -31,14 +31,15 @@ pub struct Settings {
     pub heartbeat_interval: Duration,
 }
 
-struct Pool {
+/// The manager's worker processes; kept across reconnections to the scheduler.
+pub struct Pool {
     settings: Settings,
     children: BTreeMap<String, Child>,
     next: u64,
 }
 
 impl Pool {
-    fn new(settings: Settings) -> Pool {
+    pub fn new(settings: Settings) -> Pool {
         Pool { settings, children: BTreeMap::new(), next: 0 }
     }
 
@@ -135,12 +136,13 @@ impl Pool {
     }
 }
 
-/// Dynamic mode: until the scheduler goes away. Returns why it ended.
-pub async fn run_dynamic(access: &AccessFile, settings: Settings) -> Result<String, NetError> {
+/// Dynamic mode: one connection, until the scheduler goes away or a signal stops it. Returns
+/// why it ended; on a signal the workers are stopped, otherwise they keep running (and
+/// reconnect by themselves) while the caller reconnects.
+pub async fn run_dynamic(access: &AccessFile, pool: &mut Pool) -> Result<String, NetError> {
     let (_endpoint, connection, mut send, mut recv) =
-        net::connect(access, Role::Manager, Duration::from_secs(30)).await?;
-    let interval = settings.heartbeat_interval;
-    let mut pool = Pool::new(settings);
+        net::connect(access, Role::Manager, Duration::from_secs(5)).await?;
+    let interval = pool.settings.heartbeat_interval;
     let (outgoing, mut outbox) = mpsc::unbounded_channel::<FromManager>();
     let writer = tokio::spawn(async move {
         while let Some(message) = outbox.recv().await {
@@ -188,9 +190,11 @@ pub async fn run_dynamic(access: &AccessFile, settings: Settings) -> Result<Stri
     };
     writer.abort();
     connection.close(0u32.into(), b"manager stopping");
-    let names: Vec<String> = pool.children.keys().cloned().collect();
-    for name in names {
-        pool.stop(&name);
+    if reason.starts_with("stopped by") {
+        let names: Vec<String> = pool.children.keys().cloned().collect();
+        for name in names {
+            pool.stop(&name);
+        }
     }
     Ok(reason)
 }

@@ -89,3 +89,55 @@ pub async fn connect(
         Err(e) => Err(e.into()),
     }
 }
+
+/// Run sessions with the scheduler, reconnecting after it goes away: back off from 0.2 s to 5 s,
+/// re-read the access file each time (a restarted scheduler may have a new address), and give up
+/// `timeout` after the last working session. A session that ends with a reason starting with
+/// "stopped by" (a signal) ends the loop.
+pub async fn reconnecting<F, Fut>(
+    access_file: &std::path::Path,
+    timeout: Duration,
+    who: &str,
+    mut session: F,
+) -> Result<String, NetError>
+where
+    F: FnMut(AccessFile) -> Fut,
+    Fut: std::future::Future<Output = Result<String, NetError>>,
+{
+    use tokio::signal::unix::{SignalKind, signal};
+    // Once a process listens for SIGTERM the default action is gone for good: keep listening
+    // between sessions too, or a stop request while reconnecting would be lost.
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut last_ok = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(200);
+    let mut connected_once = false;
+    loop {
+        let outcome = match AccessFile::read(access_file) {
+            // The session handles SIGTERM itself (closing its connection cleanly); one that
+            // arrives while connecting is kept by `sigterm` and seen below.
+            Ok(access) => session(access).await,
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok(reason) if reason.starts_with("stopped by") => return Ok(reason),
+            Ok(reason) => {
+                tracing::warn!(%reason, "{who}: lost the scheduler; reconnecting");
+                connected_once = true;
+                last_ok = std::time::Instant::now();
+                backoff = Duration::from_millis(200);
+            }
+            Err(error) if !connected_once && timeout.is_zero() => return Err(error),
+            Err(error) => {
+                if last_ok.elapsed() > timeout {
+                    return Err(NetError::Refused(format!("gave up reaching the scheduler after {timeout:?}: {error}")));
+                }
+                tracing::debug!(%error, "{who}: scheduler not reachable yet");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            _ = sigterm.recv() => return Ok("stopped by SIGTERM".to_string()),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}

@@ -6,6 +6,7 @@
 //! events one round handles and the larger the dispatch frames.
 
 mod connection;
+pub mod journal;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -42,6 +43,8 @@ pub struct Settings {
     pub scale_down_delay: Duration,
     /// Append every snapshot given to the policy to this file (JSON lines) for `weir policy simulate`.
     pub record_snapshots: Option<PathBuf>,
+    /// Keep every accepted task and final result here, and reload them at start.
+    pub journal: Option<PathBuf>,
 }
 
 /// The scaling policy and its tiers (for `weir status`).
@@ -96,6 +99,9 @@ struct Actor {
     tiers: Vec<Tier>,
     scale_down_delay_ms: u64,
     record: Option<std::fs::File>,
+    journal: Option<journal::Journal>,
+    /// Replies held until this round's journal records are on disk.
+    deferred: Vec<(mpsc::UnboundedSender<Response>, Response)>,
 }
 
 /// A running scheduler: its address and access file.
@@ -158,7 +164,15 @@ pub async fn run(settings: Settings, scaling: Option<Scaling>, ready: impl FnOnc
         tiers,
         scale_down_delay_ms: settings.scale_down_delay.as_millis() as u64,
         record,
+        journal: None,
+        deferred: Vec::new(),
     };
+    let mut actor = actor;
+    if let Some(path) = &settings.journal {
+        let (journal, records) = journal::Journal::open(path).map_err(|e| NetError::Access(e.to_string()))?;
+        actor.replay(records);
+        actor.journal = Some(journal);
+    }
     tokio::spawn(actor.run(inbox, settings.heartbeat_timeout, settings.scaling_interval));
     let access = Arc::new(access);
     while let Some(incoming) = endpoint.accept().await {
@@ -226,6 +240,61 @@ impl Actor {
             }
             self.core.schedule();
             self.apply();
+            if let Some(journal) = &mut self.journal
+                && let Err(error) = journal.sync()
+            {
+                tracing::error!(%error, "cannot write the journal");
+            }
+            for (reply, response) in self.deferred.drain(..) {
+                let _ = reply.send(response);
+            }
+        }
+    }
+
+    fn journal(&mut self, record: journal::Record) {
+        if let Some(journal) = &mut self.journal
+            && let Err(error) = journal.append(&record)
+        {
+            tracing::error!(%error, "cannot write the journal");
+        }
+    }
+
+    /// Rebuild the state a previous run journaled: same jobs, same task ids, finished results.
+    fn replay(&mut self, records: Vec<journal::Record>) {
+        let (mut jobs, mut finals) = (0u64, 0u64);
+        for record in records {
+            match record {
+                journal::Record::Submit { components, groups } => {
+                    for (hash, bytes) in components {
+                        self.core.add_component(hash);
+                        self.components.insert(hash, Arc::new(bytes));
+                    }
+                    if let Err(error) = self.core.submit(groups) {
+                        tracing::error!(%error, "a journaled submission no longer validates; skipped");
+                    }
+                    jobs += 1;
+                }
+                journal::Record::Final(results) => {
+                    for (task, state, outcome, attempts) in results {
+                        self.core.restore_final(task, state, outcome, attempts);
+                        finals += 1;
+                    }
+                }
+                journal::Record::EnvRegister { def, component } => {
+                    self.core.add_component(def.component);
+                    self.components.insert(def.component, Arc::new(component));
+                    self.core.register_environment(&def.name);
+                    self.environments.insert(def.name.clone(), def);
+                }
+                journal::Record::EnvRemove { name } => {
+                    self.core.remove_environment(&name);
+                    self.environments.remove(&name);
+                }
+            }
+        }
+        self.core.take_actions();
+        if jobs > 0 {
+            tracing::info!(jobs, finished = finals, "journal replayed");
         }
     }
 
@@ -341,14 +410,24 @@ impl Actor {
     ) {
         let response = match request {
             Request::Submit { groups, .. } => {
+                let mut new_components = Vec::new();
                 for (hash, bytes) in components {
                     self.core.add_component(hash);
+                    if self.journal.is_some() && !self.components.contains_key(&hash) {
+                        new_components.push((hash, bytes.to_vec()));
+                    }
                     self.components.insert(hash, bytes);
                 }
+                let journaled = self.journal.is_some().then(|| groups.clone());
                 match self.core.submit(groups) {
                     Ok((job, first_task, tasks)) => {
                         tracing::info!(job, tasks, "job submitted");
-                        Response::Submitted { job, first_task, tasks }
+                        if let Some(groups) = journaled {
+                            self.journal(journal::Record::Submit { components: new_components, groups });
+                        }
+                        // Acknowledged once the journal has it on disk (end of this round).
+                        self.deferred.push((reply, Response::Submitted { job, first_task, tasks }));
+                        return;
                     }
                     Err(error) => Response::Error { message: error.to_string() },
                 }
@@ -394,9 +473,11 @@ impl Actor {
                 if self.core.environment_source(&name) == Some(EnvSource::Worker) {
                     tracing::info!(environment = %name, "registering a name some workers also define locally; theirs wins on them");
                 }
+                let def = EnvironmentDef { name: name.clone(), component: hash, config };
+                self.journal(journal::Record::EnvRegister { def: def.clone(), component: bytes.to_vec() });
                 self.components.insert(hash, bytes);
                 self.core.register_environment(&name);
-                self.environments.insert(name.clone(), EnvironmentDef { name: name.clone(), component: hash, config });
+                self.environments.insert(name.clone(), def);
                 tracing::info!(environment = %name, "environment registered");
                 for worker in self.core.worker_ids() {
                     self.send_environments(worker);
@@ -413,6 +494,7 @@ impl Actor {
             Request::EnvRemove { name } => {
                 if self.core.remove_environment(&name) {
                     self.environments.remove(&name);
+                    self.journal(journal::Record::EnvRemove { name: name.clone() });
                     for worker in self.core.worker_ids() {
                         self.send_environments(worker);
                     }
@@ -469,6 +551,7 @@ impl Actor {
     /// Turn the core's actions into frames and responses.
     fn apply(&mut self) {
         let mut touched: HashSet<JobId> = HashSet::new();
+        let mut finals = Vec::new();
         for action in self.core.take_actions() {
             match action {
                 Action::Dispatch { worker, tasks } => self.dispatch(worker, tasks),
@@ -482,10 +565,18 @@ impl Actor {
                     // Dropping the sender ends the connection task, which closes the connection.
                     self.workers.remove(&worker);
                 }
-                Action::Finished { job, .. } => {
+                Action::Finished { job, task } => {
                     touched.insert(job);
+                    if self.journal.is_some()
+                        && let Some((state, outcome, attempts)) = self.core.final_record(task)
+                    {
+                        finals.push((task, state, outcome, attempts));
+                    }
                 }
             }
+        }
+        if !finals.is_empty() {
+            self.journal(journal::Record::Final(finals));
         }
         for job in touched {
             let Some(counts) = self.core.job_counts(job).cloned() else { continue };

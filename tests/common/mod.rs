@@ -21,19 +21,15 @@ impl Cluster {
 
     pub fn start_with(args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let mut scheduler = Command::new(env!("CARGO_BIN_EXE_scheduler"))
-            .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
-            .arg(dir.path().join("access.json"))
-            .args(args)
-            .env("WEIR_CACHE_DIR", dir.path().join("cache"))
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("scheduler starts");
-        let mut line = String::new();
-        BufReader::new(scheduler.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        assert!(line.starts_with("scheduler listening on quic://127.0.0.1:"), "{line}");
+        let scheduler = spawn_scheduler(dir.path(), args);
         Cluster { dir, scheduler, workers: Vec::new() }
+    }
+
+    /// `kill -9` the scheduler and start a new one with the same access file.
+    pub fn restart_scheduler(&mut self, args: &[&str]) {
+        self.scheduler.kill().unwrap();
+        self.scheduler.wait().unwrap();
+        self.scheduler = spawn_scheduler(self.dir.path(), args);
     }
 
     pub fn access_file(&self) -> PathBuf {
@@ -128,4 +124,20 @@ pub fn workers(status: &Value) -> usize {
 /// 2-core machine. Correctness never depends on its length.
 pub fn pause() {
     std::thread::sleep(std::time::Duration::from_millis(20));
+}
+
+fn spawn_scheduler(dir: &Path, args: &[&str]) -> Child {
+    let mut scheduler = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
+        .arg(dir.join("access.json"))
+        .args(args)
+        .env("WEIR_CACHE_DIR", dir.join("cache"))
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("scheduler starts");
+    let mut line = String::new();
+    BufReader::new(scheduler.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("scheduler listening on quic://127.0.0.1:"), "{line}");
+    scheduler
 }

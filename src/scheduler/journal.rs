@@ -1,0 +1,91 @@
+//! The journal: every accepted submission and every final result, appended to one file, so a
+//! scheduler restarted after a crash (`kill -9`) has every task it ever accepted.
+//!
+//! Records are length-prefixed postcard frames (the wire format). Writes are buffered and
+//! synced once per actor round, before the round's submissions are acknowledged, so an
+//! acknowledged task is on disk. On start the file is replayed; a torn record at the end (a crash
+//! mid-write) is cut off.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::proto::{self, ComponentHash, EnvironmentDef, NewGroup, Outcome, TaskId, TaskState};
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Record {
+    /// Components first time seen, then the groups of one job.
+    Submit { components: Vec<(ComponentHash, Vec<u8>)>, groups: Vec<NewGroup> },
+    /// Tasks that reached a final state: (task, state, outcome, attempts).
+    Final(Vec<(TaskId, TaskState, Outcome, u32)>),
+    EnvRegister { def: EnvironmentDef, component: Vec<u8> },
+    EnvRemove { name: String },
+}
+
+pub struct Journal {
+    path: PathBuf,
+    writer: BufWriter<File>,
+    dirty: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("journal {}: {error}", path.display())]
+pub struct JournalError {
+    path: PathBuf,
+    error: String,
+}
+
+impl Journal {
+    /// Open (creating if needed) and read every intact record.
+    pub fn open(path: &Path) -> Result<(Journal, Vec<Record>), JournalError> {
+        let fail = |error: String| JournalError { path: path.to_path_buf(), error };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+        }
+        let mut bytes = Vec::new();
+        if let Ok(mut file) = File::open(path) {
+            file.read_to_end(&mut bytes).map_err(|e| fail(e.to_string()))?;
+        }
+        let mut records = Vec::new();
+        let mut good = 0usize;
+        while bytes.len() - good >= 4 {
+            let size = u32::from_be_bytes([bytes[good], bytes[good + 1], bytes[good + 2], bytes[good + 3]]) as usize;
+            let Some(payload) = bytes.get(good + 4..good + 4 + size) else { break };
+            match proto::decode::<Record>(payload) {
+                Ok(record) => records.push(record),
+                Err(_) => break,
+            }
+            good += 4 + size;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| fail(e.to_string()))?;
+        if good < bytes.len() {
+            tracing::warn!(path = %path.display(), kept = good, dropped = bytes.len() - good, "cutting a torn record off the journal's end");
+            file.set_len(good as u64).map_err(|e| fail(e.to_string()))?;
+        }
+        Ok((Journal { path: path.to_path_buf(), writer: BufWriter::with_capacity(1 << 20, file), dirty: false }, records))
+    }
+
+    pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
+        let bytes = proto::encode(record).map_err(|e| self.fail(e.to_string()))?;
+        self.writer.write_all(&bytes).map_err(|e| self.fail(e.to_string()))?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Flush and fsync what was appended since the last sync.
+    pub fn sync(&mut self) -> Result<(), JournalError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        self.writer.flush().map_err(|e| self.fail(e.to_string()))?;
+        self.writer.get_ref().sync_data().map_err(|e| self.fail(e.to_string()))?;
+        self.dirty = false;
+        Ok(())
+    }
+
+    fn fail(&self, error: String) -> JournalError {
+        JournalError { path: self.path.clone(), error }
+    }
+}

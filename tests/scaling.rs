@@ -110,3 +110,23 @@ fn a_fixed_manager_starts_exactly_n_workers_of_its_type() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start a worker (/nonexistent/worker)"));
 }
+
+#[test]
+fn kill_9_of_a_manager_loses_no_task() {
+    let mut cluster = Cluster::start_with(&["--policy", "waterfall_v2", "--policy-content", "1, pool", "--scaling-interval", "0.2"]);
+    let doomed = cluster.manager(&["--id", "m1", "--worker-type", "pool", "--max-task-concurrency", "2"]);
+    cluster.manager(&["--id", "m2", "--worker-type", "pool", "--max-task-concurrency", "2"]);
+    let job = cluster.json(&["submit", "--count", "30", "--", "sh", "-c", "sleep 0.2; echo $WEIR_TASK_INDEX"])["job"].to_string();
+    cluster.await_status(|s| manager(s, "m1")["live"] == 2 && s["tasks"]["running"].as_u64().unwrap_or(0) > 0);
+    // The manager dies; its workers go with it (and their running tasks are requeued).
+    cluster.workers[doomed].kill().unwrap();
+    cluster.workers[doomed].wait().unwrap();
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 30, "{done}");
+    let results = cluster.json(&["results", &job]);
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 30);
+    for (index, result) in results.iter().enumerate() {
+        assert_eq!(result["stdout"].as_str().unwrap().trim(), index.to_string(), "{result}");
+    }
+}

@@ -27,6 +27,9 @@ use crate::proto::{
     ToManager, ToWorker, WorkerId, WorkerInfo,
 };
 
+/// Most run-time environments at once (each is evaluated by every worker).
+pub const MAX_ENVIRONMENTS: usize = 256;
+
 /// Scheduler settings (the executable's flags).
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -467,6 +470,11 @@ impl Actor {
                     return;
                 };
                 if let Err(message) = check_env_name(&name) {
+                    let _ = reply.send(Response::Error { message });
+                    return;
+                }
+                if !self.environments.contains_key(&name) && self.environments.len() >= MAX_ENVIRONMENTS {
+                    let message = format!("at most {MAX_ENVIRONMENTS} run-time environments; remove one first");
                     let _ = reply.send(Response::Error { message });
                     return;
                 }

@@ -109,7 +109,8 @@ async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
             println!("{line}");
         }
     };
-    let mut local = LocalCluster::start(dir, &[]).await?;
+    let journal = dir.join("journal").display().to_string();
+    let mut local = LocalCluster::start(dir, &["--journal".into(), journal]).await?;
     say(format!("scheduler on {}", local.address));
     for i in 0..args.workers {
         local.worker(&format!("local-{i}"), &["--slots".into(), args.slots.to_string()])?;

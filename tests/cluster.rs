@@ -185,11 +185,28 @@ fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
     let job = job["job"].to_string();
     cluster.await_status(|s| s["tasks"]["succeeded"].as_u64().unwrap_or(0) >= 20);
 
+    // A client is waiting on the job (it has printed its first progress line) when the
+    // scheduler goes down.
+    let mut waiting = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--access-file")
+        .arg(cluster.access_file())
+        .args(["wait", &job])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut progress = std::io::BufReader::new(waiting.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut progress, &mut line).unwrap();
+    assert!(line.starts_with(&format!("job {job}: ")), "{line}");
     // kill -9, then a new scheduler on the same journal and access file (a new port: port 0).
     cluster.restart_scheduler(&["--journal", journal, "--heartbeat-timeout", "10"]);
-    // The workers find it by themselves; the job finishes with one result per task.
-    let done = cluster.json(&["wait", &job]);
-    assert_eq!(done["counts"]["succeeded"], 120, "{done}");
+    // Workers and the waiting client find it by themselves; the job finishes.
+    let drain = std::thread::spawn(move || std::io::Read::read_to_end(&mut progress, &mut Vec::new()));
+    let out = waiting.wait_with_output().unwrap();
+    let _ = drain.join();
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_eq!(text(&out.stdout), format!("job {job}: 120 succeeded, 0 failed, 0 canceled\n"));
     let results = cluster.json(&["results", &job]);
     let results = results.as_array().unwrap();
     assert_eq!(results.len(), 120);

@@ -162,8 +162,10 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Demo => demo::run(&host()?, output == Output::Json),
         Command::Local(args) => block_on(local::run(args, output)),
         Command::Bench(args) => block_on(bench::run(args)),
-        Command::Submit(args) => block_on(async { tasks::submit(&connect(cli).await?, args, output).await }),
-        Command::Wait { job } => block_on(async { tasks::wait(&connect(cli).await?, *job, output).await }),
+        Command::Submit(args) => {
+            block_on(async { tasks::submit(&connect(cli).await?, args, output, &cli.access_file).await })
+        }
+        Command::Wait { job } => block_on(async { tasks::wait(&connect(cli).await?, *job, output, &cli.access_file).await }),
         Command::Results { job } => block_on(async { tasks::results(&connect(cli).await?, *job, output).await }),
         Command::Cancel { job } => block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await }),
         Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),

@@ -51,7 +51,7 @@ pub struct SubmitArgs {
     command: Vec<String>,
 }
 
-pub async fn submit(client: &Client, args: &SubmitArgs, output: Output) -> Result<()> {
+pub async fn submit(client: &Client, args: &SubmitArgs, output: Output, access_file: &std::path::Path) -> Result<()> {
     let mut components = Vec::new();
     let kind = match (&args.wasm, args.command.is_empty()) {
         (Some(_), false) => bail!("give either --wasm FILE or a command after --, not both"),
@@ -108,13 +108,23 @@ pub async fn submit(client: &Client, args: &SubmitArgs, output: Output) -> Resul
     if output == Output::Cli {
         eprintln!("job {job}: {tasks} task(s) submitted (ids {first}-{})", first + tasks - 1);
     }
-    let counts = wait_for(client, job, output).await?;
+    let counts = wait_for(client, job, output, access_file).await?;
     finish(job, &counts, output)
 }
 
-pub async fn wait(client: &Client, job: u64, output: Output) -> Result<()> {
-    let counts = wait_for(client, job, output).await?;
+pub async fn wait(client: &Client, job: u64, output: Output, access_file: &std::path::Path) -> Result<()> {
+    let counts = wait_for(client, job, output, access_file).await?;
     finish(job, &counts, output)
+}
+
+/// Whether an error means the connection to the scheduler is gone (it may be restarting).
+fn connection_lost(error: &weir::net::NetError) -> bool {
+    use weir::net::NetError;
+    use weir::proto::FrameError;
+    matches!(
+        error,
+        NetError::Connection(_) | NetError::Write(_) | NetError::Frame(FrameError::Io(_) | FrameError::Closed)
+    ) || matches!(error, NetError::Refused(reason) if reason.contains("closed the request without answering"))
 }
 
 /// Print the final counts; a job with failed tasks is an error (exit 1), reported in the same
@@ -143,7 +153,7 @@ fn finish(job: u64, counts: &JobCounts, output: Output) -> Result<()> {
 }
 
 /// Wait with a progress bar on a terminal, a line per second otherwise (nothing for JSON).
-async fn wait_for(client: &Client, job: u64, output: Output) -> Result<JobCounts> {
+async fn wait_for(client: &Client, job: u64, output: Output, access_file: &std::path::Path) -> Result<JobCounts> {
     let terminal = output == Output::Cli && std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -153,15 +163,18 @@ async fn wait_for(client: &Client, job: u64, output: Output) -> Result<JobCounts
         );
         bar
     });
-    let mut last_line = Instant::now();
-    let counts = client
+    let mut last_line: Option<Instant> = None;
+    let mut reconnected: Option<Client> = None;
+    let counts = loop {
+        let current = reconnected.as_ref().unwrap_or(client);
+        let result = current
         .wait(job, |counts| {
             if let Some(bar) = &bar {
                 bar.set_length(counts.total());
                 bar.set_position(counts.finished());
                 bar.set_message(format!("{} running, {} failed", counts.running, counts.failed));
-            } else if output == Output::Cli && last_line.elapsed() >= Duration::from_secs(1) {
-                last_line = Instant::now();
+            } else if output == Output::Cli && last_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                last_line = Some(Instant::now());
                 eprintln!(
                     "job {job}: {}/{} finished, {} running, {} queued, {} failed",
                     counts.finished(),
@@ -172,7 +185,18 @@ async fn wait_for(client: &Client, job: u64, output: Output) -> Result<JobCounts
                 );
             }
         })
-        .await?;
+        .await;
+        match result {
+            Ok(counts) => break counts,
+            Err(error) if connection_lost(&error) => {
+                if output == Output::Cli {
+                    eprintln!("lost the scheduler ({error}); reconnecting");
+                }
+                reconnected = Some(reconnect(access_file).await?);
+            }
+            Err(error) => return Err(error.into()),
+        }
+    };
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -344,4 +368,22 @@ pub async fn explain(client: &Client, task: u64, output: Output) -> Result<()> {
         Output::Cli => lines.iter().for_each(|line| println!("{line}")),
     }
     Ok(())
+}
+
+/// Connect again after losing the scheduler: back off up to 5 s, for up to 2 minutes, re-reading
+/// the access file (a restarted scheduler may listen elsewhere).
+async fn reconnect(access_file: &std::path::Path) -> Result<Client> {
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let attempt = async { Client::connect(&weir::net::AccessFile::read(access_file)?).await };
+        match attempt.await {
+            Ok(client) => return Ok(client),
+            Err(error) if started.elapsed() > Duration::from_secs(120) => {
+                return Err(anyhow::anyhow!("gave up reconnecting to the scheduler: {error}"));
+            }
+            Err(_) => tokio::time::sleep(backoff).await,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
 }

@@ -18,7 +18,10 @@ use crate::plugin::{Limits, PluginError, PluginHost, PolicyPlugin, World, bundle
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{}: cannot read: {error}", path.display())]
-    Read { path: PathBuf, error: std::io::Error },
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     #[error("{}: {message}", path.display())]
     Toml { path: PathBuf, message: String },
     #[error(
@@ -78,23 +81,33 @@ impl PolicySpec {
     /// The reference TOML form. A relative engine path is relative to the file.
     pub fn from_toml_file(path: &Path) -> Result<PolicySpec, ConfigError> {
         let text = read(path)?;
-        let parsed: PolicyToml =
-            toml::from_str(&text).map_err(|e| ConfigError::Toml { path: path.to_path_buf(), message: e.to_string() })?;
+        let parsed: PolicyToml = toml::from_str(&text).map_err(|e| ConfigError::Toml {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
         let engine = match Engine::parse(&parsed.policy_engine_type)? {
             Engine::File(file) if file.is_relative() => {
                 Engine::File(path.parent().unwrap_or(Path::new(".")).join(file))
             }
             engine => engine,
         };
-        Ok(PolicySpec { engine, content: parsed.policy_content })
+        Ok(PolicySpec {
+            engine,
+            content: parsed.policy_content,
+        })
     }
 
     /// Load the component and create the engine from the content (so bad content fails here,
     /// with its line number).
-    pub fn instantiate(&self, host: &PluginHost, limits: Limits) -> Result<PolicyPlugin, ConfigError> {
+    pub fn instantiate(
+        &self,
+        host: &PluginHost,
+        limits: Limits,
+    ) -> Result<PolicyPlugin, ConfigError> {
         let loaded = match &self.engine {
             Engine::Bundled(name) => {
-                let bytes = bundled::by_name(name).ok_or_else(|| ConfigError::UnknownEngine(name.to_string()))?;
+                let bytes = bundled::by_name(name)
+                    .ok_or_else(|| ConfigError::UnknownEngine(name.to_string()))?;
                 host.load(name, bytes, Some(World::Policy))?
             }
             Engine::File(path) => host.load_file(path, Some(World::Policy))?,
@@ -112,7 +125,10 @@ pub fn content_arg(arg: &str) -> Result<String, ConfigError> {
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })
+    std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 /// A `--env-plugin [NAME=]FILE.wasm[,key=value...]` value: an environment condition a worker
@@ -131,17 +147,28 @@ impl EnvPluginSpec {
         let (name, file) = match head.split_once('=') {
             Some((name, file)) => (name.trim().to_string(), file.trim()),
             None => {
-                let stem = Path::new(head).file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+                let stem = Path::new(head)
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default();
                 (stem.to_string(), head)
             }
         };
         if file.is_empty() {
             return Err(format!("`{arg}`: expected [NAME=]FILE.wasm[,key=value...]"));
         }
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-            return Err(format!("`{arg}`: environment name `{name}` must be letters, digits, `_` or `-`"));
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(format!(
+                "`{arg}`: environment name `{name}` must be letters, digits, `_` or `-`"
+            ));
         }
-        let source = Engine::parse(file).map_err(|_| format!("`{arg}`: `{file}` is neither a .wasm file nor a bundled condition"))?;
+        let source = Engine::parse(file).map_err(|_| {
+            format!("`{arg}`: `{file}` is neither a .wasm file nor a bundled condition")
+        })?;
         let mut config = Vec::new();
         for pair in parts {
             let Some((key, value)) = pair.split_once('=') else {
@@ -149,18 +176,23 @@ impl EnvPluginSpec {
             };
             config.push((key.trim().to_string(), value.trim().to_string()));
         }
-        Ok(EnvPluginSpec { name, source, config })
+        Ok(EnvPluginSpec {
+            name,
+            source,
+            config,
+        })
     }
 
     /// The component's bytes.
     pub fn bytes(&self) -> Result<Vec<u8>, ConfigError> {
         match &self.source {
-            Engine::Bundled(name) => {
-                bundled::by_name(name).map(<[u8]>::to_vec).ok_or_else(|| ConfigError::UnknownEngine(name.to_string()))
-            }
-            Engine::File(path) => {
-                std::fs::read(path).map_err(|error| ConfigError::Read { path: path.clone(), error })
-            }
+            Engine::Bundled(name) => bundled::by_name(name)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| ConfigError::UnknownEngine(name.to_string())),
+            Engine::File(path) => std::fs::read(path).map_err(|error| ConfigError::Read {
+                path: path.clone(),
+                error,
+            }),
         }
     }
 
@@ -179,10 +211,17 @@ pub fn parse_capabilities(text: &str) -> Result<Vec<(String, u64)>, String> {
             return Err(format!("`{pair}` is not name=amount"));
         };
         let name = name.trim();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-            return Err(format!("capability name `{name}` must be letters, digits, `_` or `-`"));
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(format!(
+                "capability name `{name}` must be letters, digits, `_` or `-`"
+            ));
         }
-        let amount = parse_amount(value.trim()).ok_or_else(|| format!("`{value}` is not an amount (e.g. 4, 16GB, 512MiB)"))?;
+        let amount = parse_amount(value.trim())
+            .ok_or_else(|| format!("`{value}` is not an amount (e.g. 4, 16GB, 512MiB)"))?;
         if out.iter().any(|(n, _)| n == name) {
             return Err(format!("capability `{name}` given twice"));
         }
@@ -192,7 +231,9 @@ pub fn parse_capabilities(text: &str) -> Result<Vec<(String, u64)>, String> {
 }
 
 pub fn parse_amount(text: &str) -> Option<u64> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let multiplier: u64 = match unit {
         "" => 1,

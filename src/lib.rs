@@ -5,13 +5,13 @@
 //! - [`plugin`]: the wasmtime host for the components defined in `wit/weir.wit`.
 //! - [`config`]: policy selection from flags and the reference TOML form.
 
+pub mod client;
 pub mod config;
 pub mod core;
-pub mod plugin;
-pub mod telemetry;
-pub mod proto;
-pub mod net;
-pub mod scheduler;
-pub mod worker;
-pub mod client;
 pub mod manager;
+pub mod net;
+pub mod plugin;
+pub mod proto;
+pub mod scheduler;
+pub mod telemetry;
+pub mod worker;

@@ -26,15 +26,30 @@ fn stderr(output: &Output) -> String {
 #[test]
 fn inspect_names_the_world_of_each_bundled_plugin() {
     for (file, world) in [
-        ("plugins/waterfall_v2.wasm", "world:   policy (exports weir:plugin/scaling@0.1.0)"),
-        ("plugins/waterfall_v1.wasm", "world:   policy (exports weir:plugin/scaling@0.1.0)"),
-        ("plugins/mem_gt.wasm", "world:   environment (exports weir:plugin/condition@0.1.0)"),
+        (
+            "plugins/waterfall_v2.wasm",
+            "world:   policy (exports weir:plugin/scaling@0.1.0)",
+        ),
+        (
+            "plugins/waterfall_v1.wasm",
+            "world:   policy (exports weir:plugin/scaling@0.1.0)",
+        ),
+        (
+            "plugins/mem_gt.wasm",
+            "world:   environment (exports weir:plugin/condition@0.1.0)",
+        ),
     ] {
         let (out, _cache) = weir(&["plugin", "inspect", file]);
         assert!(out.status.success(), "{file}: {}", stderr(&out));
         assert!(stdout(&out).contains(world), "{file}: {}", stdout(&out));
     }
-    let (out, _cache) = weir(&["--output", "json", "plugin", "inspect", "plugins/mem_gt.wasm"]);
+    let (out, _cache) = weir(&[
+        "--output",
+        "json",
+        "plugin",
+        "inspect",
+        "plugins/mem_gt.wasm",
+    ]);
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
     assert_eq!(value["world"], "environment");
     assert_eq!(value["load"], "compiled");
@@ -45,53 +60,116 @@ fn inspect_of_a_text_file_fails_with_one_clear_line() {
     let (out, _cache) = weir(&["plugin", "inspect", "Cargo.toml"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).is_empty());
-    assert_eq!(stderr(&out), "error: Cargo.toml: not a WebAssembly component (no WebAssembly header)\n");
+    assert_eq!(
+        stderr(&out),
+        "error: Cargo.toml: not a WebAssembly component (no WebAssembly header)\n"
+    );
     let (out, _cache) = weir(&["--output", "json", "plugin", "inspect", "no/such/file.wasm"]);
     assert_eq!(out.status.code(), Some(1));
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
-    assert!(value["error"].as_str().unwrap().starts_with("no/such/file.wasm: cannot read: No such file"), "{value}");
+    assert!(
+        value["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("no/such/file.wasm: cannot read: No such file"),
+        "{value}"
+    );
 }
 
 #[test]
 fn policy_check_accepts_the_reference_configs_and_prints_tiers() {
-    let (out, _cache) = weir(&["policy", "check", "--config", "examples/configs/waterfall_v1.toml"]);
+    let (out, _cache) = weir(&[
+        "policy",
+        "check",
+        "--config",
+        "examples/configs/waterfall_v1.toml",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         stdout(&out),
         "waterfall_v1: content is valid; 1 tier\n  priority   1: wm1, wm2, wm3, wm4, wm5\n"
     );
-    let (out, _cache) = weir(&["policy", "check", "--config", "examples/configs/waterfall_v2.toml"]);
+    let (out, _cache) = weir(&[
+        "policy",
+        "check",
+        "--config",
+        "examples/configs/waterfall_v2.toml",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("priority   1: native, native1, sym, aws, batch"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("priority   1: native, native1, sym, aws, batch"),
+        "{}",
+        stdout(&out)
+    );
     // The same engine given as a component file, content inline.
-    let (out, _cache) =
-        weir(&["policy", "check", "--policy", "plugins/waterfall_v2.wasm", "--content", "2, burst\n1, native"]);
+    let (out, _cache) = weir(&[
+        "policy",
+        "check",
+        "--policy",
+        "plugins/waterfall_v2.wasm",
+        "--content",
+        "2, burst\n1, native",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).ends_with("  priority   1: native\n  priority   2: burst\n"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).ends_with("  priority   1: native\n  priority   2: burst\n"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
 fn policy_check_reports_bad_content_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let content = dir.path().join("policy.csv");
-    std::fs::write(&content, "# priority, worker_type\n1, native\n1, native, 3\n").unwrap();
+    std::fs::write(
+        &content,
+        "# priority, worker_type\n1, native\n1, native, 3\n",
+    )
+    .unwrap();
     let arg = format!("@{}", content.display());
-    let (out, _cache) = weir(&["policy", "check", "--policy", "waterfall_v2", "--content", &arg]);
+    let (out, _cache) = weir(&[
+        "policy",
+        "check",
+        "--policy",
+        "waterfall_v2",
+        "--content",
+        &arg,
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         stderr(&out),
         "error: waterfall_v2: create failed: line 3: expected `priority, worker_type`, found 3 fields in `1, native, 3`\n"
     );
     // A policy engine of the wrong world.
-    let (out, _cache) = weir(&["policy", "check", "--policy", "plugins/mem_gt.wasm", "--content", "1, a"]);
+    let (out, _cache) = weir(&[
+        "policy",
+        "check",
+        "--policy",
+        "plugins/mem_gt.wasm",
+        "--content",
+        "1, a",
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("does not implement the `policy` world"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("does not implement the `policy` world"),
+        "{}",
+        stderr(&out)
+    );
     // A TOML file with a typo in a key.
     let toml = dir.path().join("scheduler.toml");
-    std::fs::write(&toml, "policy_engine = \"waterfall_v2\"\npolicy_content = \"1, a\"\n").unwrap();
+    std::fs::write(
+        &toml,
+        "policy_engine = \"waterfall_v2\"\npolicy_content = \"1, a\"\n",
+    )
+    .unwrap();
     let (out, _cache) = weir(&["policy", "check", "--config", toml.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("unknown field `policy_engine`"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown field `policy_engine`"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -108,15 +186,33 @@ fn policy_simulate_replays_a_trace() {
             "demand": [ { "queued": queued } ]
         })
     };
-    std::fs::write(&trace, serde_json::json!([snapshot(1), snapshot(5)]).to_string()).unwrap();
+    std::fs::write(
+        &trace,
+        serde_json::json!([snapshot(1), snapshot(5)]).to_string(),
+    )
+    .unwrap();
     let trace = trace.to_str().unwrap();
     let (out, _cache) = weir(&[
-        "--output", "json", "policy", "simulate", "--policy", "waterfall_v2", "--content", "1,native\n2,burst", "--trace", trace,
+        "--output",
+        "json",
+        "policy",
+        "simulate",
+        "--policy",
+        "waterfall_v2",
+        "--content",
+        "1,native\n2,burst",
+        "--trace",
+        trace,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let desired = |step: usize| -> Vec<u64> {
-        value[step]["decisions"].as_array().unwrap().iter().map(|d| d["desired_workers"].as_u64().unwrap()).collect()
+        value[step]["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["desired_workers"].as_u64().unwrap())
+            .collect()
     };
     assert_eq!(desired(0), vec![1, 0]);
     // Five tasks: native is asked for both its workers; the overflow waits until they are up.
@@ -139,6 +235,10 @@ fn demo_runs_with_no_flags_and_drains_the_cluster() {
             assert_eq!(tick["workers"]["native_1"], 2, "{tick}");
         }
     }
-    assert!(Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/mem_gt.wasm").exists());
+    assert!(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("plugins/mem_gt.wasm")
+            .exists()
+    );
     assert_eq!(value["conditions"][1]["verdict"], "no-match");
 }

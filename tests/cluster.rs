@@ -14,25 +14,53 @@ fn a_thousand_command_tasks_and_ten_thousand_wasm_tasks_all_succeed_with_correct
     cluster.worker("a", &["--slots", "4"]);
     cluster.worker("b", &["--slots", "4"]);
 
-    let done = cluster.json(&["submit", "--count", "1000", "--wait", "--", "sh", "-c", "echo $((WEIR_TASK_INDEX * 3))"]);
+    let done = cluster.json(&[
+        "submit",
+        "--count",
+        "1000",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo $((WEIR_TASK_INDEX * 3))",
+    ]);
     assert_eq!(done["counts"]["succeeded"], 1000, "{done}");
     let results = cluster.json(&["results", &done["job"].to_string()]);
     let results = results.as_array().unwrap();
     assert_eq!(results.len(), 1000);
     for (index, result) in results.iter().enumerate() {
         assert_eq!(result["state"], "Succeeded");
-        assert_eq!(result["stdout"].as_str().unwrap().trim(), (index * 3).to_string(), "{result}");
+        assert_eq!(
+            result["stdout"].as_str().unwrap().trim(),
+            (index * 3).to_string(),
+            "{result}"
+        );
     }
 
     let inputs = cluster.dir.path().join("inputs.txt");
-    std::fs::write(&inputs, (0..10_000).map(|i| format!("{i}\n")).collect::<String>()).unwrap();
-    let done = cluster.json(&["submit", "--wasm", "plugins/square.wasm", "--inputs-file", inputs.to_str().unwrap(), "--wait"]);
+    std::fs::write(
+        &inputs,
+        (0..10_000).map(|i| format!("{i}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let done = cluster.json(&[
+        "submit",
+        "--wasm",
+        "plugins/square.wasm",
+        "--inputs-file",
+        inputs.to_str().unwrap(),
+        "--wait",
+    ]);
     assert_eq!(done["counts"]["succeeded"], 10_000, "{done}");
     let results = cluster.json(&["results", &done["job"].to_string()]);
     let results = results.as_array().unwrap();
     assert_eq!(results.len(), 10_000);
     for (index, result) in results.iter().enumerate() {
-        assert_eq!(result["output"].as_str().unwrap(), (index * index).to_string(), "{result}");
+        assert_eq!(
+            result["output"].as_str().unwrap(),
+            (index * index).to_string(),
+            "{result}"
+        );
     }
 }
 
@@ -56,7 +84,15 @@ fn kill_9_of_a_worker_mid_batch_loses_no_task_and_reports_none_twice() {
     let mut cluster = Cluster::start("3");
     let doomed = cluster.worker("doomed", &["--slots", "4"]);
     cluster.await_status(|s| workers(s) == 1);
-    let job = cluster.json(&["submit", "--count", "60", "--", "sh", "-c", "sleep 0.1; echo $WEIR_TASK_INDEX"]);
+    let job = cluster.json(&[
+        "submit",
+        "--count",
+        "60",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.1; echo $WEIR_TASK_INDEX",
+    ]);
     let job = job["job"].to_string();
     // Kill it while all its slots are busy.
     cluster.await_status(|s| s["workers"][0]["running"] == 4);
@@ -71,11 +107,17 @@ fn kill_9_of_a_worker_mid_batch_loses_no_task_and_reports_none_twice() {
     assert_eq!(results.len(), 60, "one result per task");
     let mut seen = std::collections::HashSet::new();
     for (index, result) in results.iter().enumerate() {
-        assert!(seen.insert(result["task"].as_u64().unwrap()), "task reported twice: {result}");
+        assert!(
+            seen.insert(result["task"].as_u64().unwrap()),
+            "task reported twice: {result}"
+        );
         assert_eq!(result["stdout"].as_str().unwrap().trim(), index.to_string());
     }
     // The four that were running on the killed worker ran again.
-    let rerun = results.iter().filter(|r| r["attempts"].as_u64().unwrap() == 2).count();
+    let rerun = results
+        .iter()
+        .filter(|r| r["attempts"].as_u64().unwrap() == 2)
+        .count();
     assert_eq!(rerun, 4, "{results:?}");
 }
 
@@ -85,22 +127,37 @@ fn wrong_tokens_and_garbage_are_refused_while_the_cluster_keeps_working() {
     cluster.worker("w", &["--slots", "2"]);
 
     // A client with the workers' token (or any wrong one) is refused with a clear error.
-    let mut access: Value = serde_json::from_str(&std::fs::read_to_string(cluster.access_file()).unwrap()).unwrap();
+    let mut access: Value =
+        serde_json::from_str(&std::fs::read_to_string(cluster.access_file()).unwrap()).unwrap();
     access["client_token"] = access["worker_token"].clone();
     let bad = cluster.dir.path().join("bad-access.json");
     std::fs::write(&bad, access.to_string()).unwrap();
     let out = cluster.weir_with(&bad, &["status"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("the scheduler refused the connection: wrong token for role Client"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("the scheduler refused the connection: wrong token for role Client"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // Raw peers: garbage, an oversized frame, another protocol version.
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let access = weir::net::AccessFile::read(&cluster.access_file()).unwrap();
     runtime.block_on(async {
         for (payload, expected) in [
-            (vec![0, 0, 0, 4, 0xde, 0xad, 0xbe, 0xef], "bad hello: undecodable frame"),
-            (vec![0xff, 0xff, 0xff, 0xff], "bad hello: frame of 4294967295 bytes exceeds"),
-            (hello(99, &access.client_token), "protocol version 99 is not supported"),
+            (
+                vec![0, 0, 0, 4, 0xde, 0xad, 0xbe, 0xef],
+                "bad hello: undecodable frame",
+            ),
+            (
+                vec![0xff, 0xff, 0xff, 0xff],
+                "bad hello: frame of 4294967295 bytes exceeds",
+            ),
+            (
+                hello(99, &access.client_token),
+                "protocol version 99 is not supported",
+            ),
         ] {
             let reason = raw_exchange(&access, &payload).await;
             assert!(reason.contains(expected), "{reason}");
@@ -112,15 +169,26 @@ fn wrong_tokens_and_garbage_are_refused_while_the_cluster_keeps_working() {
 }
 
 fn hello(version: u32, token: &str) -> Vec<u8> {
-    weir::proto::encode(&weir::proto::Hello { version, role: weir::proto::Role::Client, token: token.into() }).unwrap()
+    weir::proto::encode(&weir::proto::Hello {
+        version,
+        role: weir::proto::Role::Client,
+        token: token.into(),
+    })
+    .unwrap()
 }
 
 /// Connect with the right certificate, send `payload` as the first bytes, return the refusal.
 async fn raw_exchange(access: &weir::net::AccessFile, payload: &[u8]) -> String {
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(weir::net::tls::client_config(&access.certificate_der().unwrap()).unwrap());
+    endpoint.set_default_client_config(
+        weir::net::tls::client_config(&access.certificate_der().unwrap()).unwrap(),
+    );
     let address = weir::net::parse_address(&access.address).unwrap();
-    let connection = endpoint.connect(address, weir::net::tls::SERVER_NAME).unwrap().await.unwrap();
+    let connection = endpoint
+        .connect(address, weir::net::tls::SERVER_NAME)
+        .unwrap()
+        .await
+        .unwrap();
     let (mut send, mut recv) = connection.open_bi().await.unwrap();
     send.write_all(payload).await.unwrap();
     let _ = send.finish();
@@ -134,7 +202,17 @@ async fn raw_exchange(access: &weir::net::AccessFile, payload: &[u8]) -> String 
 fn timeouts_fail_the_task_and_cancel_frees_the_slots() {
     let mut cluster = Cluster::start("10");
     cluster.worker("w", &["--slots", "2"]);
-    let out = cluster.weir(&["--output", "json", "submit", "--timeout", "0.3", "--wait", "--", "sleep", "30"]);
+    let out = cluster.weir(&[
+        "--output",
+        "json",
+        "submit",
+        "--timeout",
+        "0.3",
+        "--wait",
+        "--",
+        "sleep",
+        "30",
+    ]);
     assert_eq!(out.status.code(), Some(1), "a failed task fails --wait");
     let done: Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = cluster.json(&["results", &done["job"].to_string()]);
@@ -158,19 +236,42 @@ fn clients_get_clear_errors_for_bad_requests() {
     cluster.worker("w", &["--slots", "1"]);
     let out = cluster.weir(&["submit", "--env", "large", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("unknown environment `large`"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("unknown environment `large`"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = cluster.weir(&["submit", "--wasm", "plugins/mem_gt.wasm"]);
-    assert!(text(&out.stderr).contains("does not implement the `task` world"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("does not implement the `task` world"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = cluster.weir(&["submit"]);
-    assert!(text(&out.stderr).contains("nothing to run"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("nothing to run"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = cluster.weir(&["wait", "99"]);
-    assert!(text(&out.stderr).contains("no job 99"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no job 99"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = cluster.weir(&["--output", "json", "results", "99"]);
     let error: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(error["error"].as_str().unwrap().contains("no job 99"), "{error}");
+    assert!(
+        error["error"].as_str().unwrap().contains("no job 99"),
+        "{error}"
+    );
     // A missing access file says what to do.
     let out = cluster.weir_with(Path::new("/nonexistent/access.json"), &["status"]);
-    assert!(text(&out.stderr).contains("is the scheduler running?"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is the scheduler running?"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -181,7 +282,15 @@ fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
     let mut cluster = Cluster::start_with(&["--journal", journal, "--heartbeat-timeout", "10"]);
     cluster.worker("a", &["--slots", "4"]);
     cluster.worker("b", &["--slots", "4"]);
-    let job = cluster.json(&["submit", "--count", "120", "--", "sh", "-c", "sleep 0.05; echo $WEIR_TASK_INDEX"]);
+    let job = cluster.json(&[
+        "submit",
+        "--count",
+        "120",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.05; echo $WEIR_TASK_INDEX",
+    ]);
     let job = job["job"].to_string();
     cluster.await_status(|s| s["tasks"]["succeeded"].as_u64().unwrap_or(0) >= 20);
 
@@ -202,15 +311,23 @@ fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
     // kill -9, then a new scheduler on the same journal and access file (a new port: port 0).
     cluster.restart_scheduler(&["--journal", journal, "--heartbeat-timeout", "10"]);
     // Workers and the waiting client find it by themselves; the job finishes.
-    let drain = std::thread::spawn(move || std::io::Read::read_to_end(&mut progress, &mut Vec::new()));
+    let drain =
+        std::thread::spawn(move || std::io::Read::read_to_end(&mut progress, &mut Vec::new()));
     let out = waiting.wait_with_output().unwrap();
     let _ = drain.join();
     assert!(out.status.success(), "{}", text(&out.stdout));
-    assert_eq!(text(&out.stdout), format!("job {job}: 120 succeeded, 0 failed, 0 canceled\n"));
+    assert_eq!(
+        text(&out.stdout),
+        format!("job {job}: 120 succeeded, 0 failed, 0 canceled\n")
+    );
     let results = cluster.json(&["results", &job]);
     let results = results.as_array().unwrap();
     assert_eq!(results.len(), 120);
     for (index, result) in results.iter().enumerate() {
-        assert_eq!(result["stdout"].as_str().unwrap().trim(), index.to_string(), "{result}");
+        assert_eq!(
+            result["stdout"].as_str().unwrap().trim(),
+            index.to_string(),
+            "{result}"
+        );
     }
 }

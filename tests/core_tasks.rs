@@ -10,8 +10,14 @@ use weir::proto::{NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
 
 fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
     TaskSpec {
-        kind: TaskKind::Command { argv: vec!["true".into()], env: vec![] },
-        capabilities: capabilities.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        kind: TaskKind::Command {
+            argv: vec!["true".into()],
+            env: vec![],
+        },
+        capabilities: capabilities
+            .iter()
+            .map(|(n, v)| (n.to_string(), *v))
+            .collect(),
         environments: vec![],
         priority,
         timeout_ms: 0,
@@ -21,14 +27,21 @@ fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
 }
 
 fn group(count: u32, capabilities: &[(&str, u64)]) -> NewGroup {
-    NewGroup { spec: spec(capabilities, 0, 3), count, inputs: vec![] }
+    NewGroup {
+        spec: spec(capabilities, 0, 3),
+        count,
+        inputs: vec![],
+    }
 }
 
 fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerInfo {
     WorkerInfo {
         name: "w".into(),
         slots,
-        capabilities: capabilities.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+        capabilities: capabilities
+            .iter()
+            .map(|(n, v)| (n.to_string(), *v))
+            .collect(),
         worker_type: String::new(),
         manager: None,
         local_environments: vec![],
@@ -36,7 +49,11 @@ fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerInfo {
 }
 
 fn ok() -> Outcome {
-    Outcome::Exited { code: Some(0), stdout: vec![], stderr: vec![] }
+    Outcome::Exited {
+        code: Some(0),
+        stdout: vec![],
+        stderr: vec![],
+    }
 }
 
 fn dispatched(actions: &[Action]) -> HashMap<u64, Vec<u64>> {
@@ -52,7 +69,12 @@ fn dispatched(actions: &[Action]) -> HashMap<u64, Vec<u64>> {
 #[test]
 fn a_task_that_cannot_be_placed_does_not_block_the_others() {
     let mut core = Core::new(CoreConfig::default());
-    core.submit(vec![NewGroup { spec: spec(&[("gpu", 1)], 10, 3), count: 1, inputs: vec![] }]).unwrap();
+    core.submit(vec![NewGroup {
+        spec: spec(&[("gpu", 1)], 10, 3),
+        count: 1,
+        inputs: vec![],
+    }])
+    .unwrap();
     core.submit(vec![group(5, &[])]).unwrap();
     let w = core.worker_joined(0, worker(2, &[("cpu", 4)]));
     core.schedule();
@@ -88,7 +110,12 @@ fn capability_amounts_are_consumed_while_running() {
 fn higher_priority_runs_first() {
     let mut core = Core::new(CoreConfig::default());
     core.submit(vec![group(2, &[])]).unwrap();
-    core.submit(vec![NewGroup { spec: spec(&[], 5, 3), count: 2, inputs: vec![] }]).unwrap();
+    core.submit(vec![NewGroup {
+        spec: spec(&[], 5, 3),
+        count: 2,
+        inputs: vec![],
+    }])
+    .unwrap();
     let w = core.worker_joined(0, worker(3, &[]));
     core.schedule();
     assert_eq!(dispatched(&core.take_actions())[&w], vec![3, 4, 1]);
@@ -96,8 +123,15 @@ fn higher_priority_runs_first() {
 
 #[test]
 fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
-    let mut core = Core::new(CoreConfig { heartbeat_timeout_ms: 100 });
-    core.submit(vec![NewGroup { spec: spec(&[], 0, 1), count: 1, inputs: vec![] }]).unwrap();
+    let mut core = Core::new(CoreConfig {
+        heartbeat_timeout_ms: 100,
+    });
+    core.submit(vec![NewGroup {
+        spec: spec(&[], 0, 1),
+        count: 1,
+        inputs: vec![],
+    }])
+    .unwrap();
     let a = core.worker_joined(0, worker(1, &[]));
     core.schedule();
     core.worker_lost(a, "connection closed");
@@ -109,7 +143,10 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
     // b goes silent: the tick declares it lost, and with retries = 1 the task fails.
     core.tick(500);
     let actions = core.take_actions();
-    assert!(actions.contains(&Action::Disconnect { worker: b, reason: "no heartbeat for 100 ms".into() }));
+    assert!(actions.contains(&Action::Disconnect {
+        worker: b,
+        reason: "no heartbeat for 100 ms".into()
+    }));
     let results = core.results(1).unwrap();
     assert_eq!(results[0].state, TaskState::Failed);
     assert_eq!(results[0].attempts, 2);
@@ -127,12 +164,22 @@ fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
     core.take_actions();
     assert_eq!(core.cancel_job(1), 3);
     let actions = core.take_actions();
-    assert!(actions.contains(&Action::Cancel { worker: w, tasks: vec![1] }));
+    assert!(actions.contains(&Action::Cancel {
+        worker: w,
+        tasks: vec![1]
+    }));
     // The slot is still held until the worker confirms.
     core.submit(vec![group(1, &[])]).unwrap();
     core.schedule();
     assert!(dispatched(&core.take_actions()).is_empty());
-    assert!(core.finished(1, w, 1, Outcome::Error { message: "killed".into() }));
+    assert!(core.finished(
+        1,
+        w,
+        1,
+        Outcome::Error {
+            message: "killed".into()
+        }
+    ));
     core.schedule();
     assert_eq!(dispatched(&core.take_actions())[&w], vec![4]);
     assert_eq!(core.job_counts(1).unwrap().canceled, 3);
@@ -144,19 +191,35 @@ fn bad_submissions_are_refused_whole() {
     let mut core = Core::new(CoreConfig::default());
     assert_eq!(core.submit(vec![]), Err(SubmitError::Empty));
     let mut no_argv = group(1, &[]);
-    no_argv.spec.kind = TaskKind::Command { argv: vec![], env: vec![] };
-    assert_eq!(core.submit(vec![group(1, &[]), no_argv]), Err(SubmitError::EmptyArgv { group: 1 }));
+    no_argv.spec.kind = TaskKind::Command {
+        argv: vec![],
+        env: vec![],
+    };
+    assert_eq!(
+        core.submit(vec![group(1, &[]), no_argv]),
+        Err(SubmitError::EmptyArgv { group: 1 })
+    );
     let mut wasm = group(1, &[]);
     wasm.spec.kind = TaskKind::Wasm { component: [7; 32] };
-    assert!(matches!(core.submit(vec![wasm]), Err(SubmitError::UnknownComponent { group: 0, .. })));
+    assert!(matches!(
+        core.submit(vec![wasm]),
+        Err(SubmitError::UnknownComponent { group: 0, .. })
+    ));
     let mut env = group(1, &[]);
     env.spec.environments = vec!["large".into()];
     assert_eq!(
         core.submit(vec![env]).unwrap_err().to_string(),
         "group 0: unknown environment `large`; register it first (`weir env register`)"
     );
-    let mismatch = NewGroup { spec: spec(&[], 0, 0), count: 2, inputs: vec![vec![1]] };
-    assert!(matches!(core.submit(vec![mismatch]), Err(SubmitError::CountMismatch { .. })));
+    let mismatch = NewGroup {
+        spec: spec(&[], 0, 0),
+        count: 2,
+        inputs: vec![vec![1]],
+    };
+    assert!(matches!(
+        core.submit(vec![mismatch]),
+        Err(SubmitError::CountMismatch { .. })
+    ));
     assert_eq!(core.status().tasks.total(), 0);
     core.sanity_check().unwrap();
 }
@@ -165,10 +228,21 @@ fn bad_submissions_are_refused_whole() {
 
 #[derive(Clone, Debug)]
 enum Event {
-    Submit { count: u32, gpu: bool, priority: i32, retries: u32 },
-    Join { slots: u32, gpu: u64 },
+    Submit {
+        count: u32,
+        gpu: bool,
+        priority: i32,
+        retries: u32,
+    },
+    Join {
+        slots: u32,
+        gpu: u64,
+    },
     Lose(usize),
-    Finish { pick: usize, success: bool },
+    Finish {
+        pick: usize,
+        success: bool,
+    },
     Duplicate(usize),
     Cancel(u64),
     Tick(u64),

@@ -7,11 +7,20 @@ use common::{Cluster, text};
 use serde_json::Value;
 
 fn environment<'a>(list: &'a Value, name: &str) -> &'a Value {
-    list.as_array().unwrap().iter().find(|e| e["name"] == name).unwrap_or(&Value::Null)
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or(&Value::Null)
 }
 
 fn names(value: &Value) -> Vec<String> {
-    let mut names: Vec<String> = value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    let mut names: Vec<String> = value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
     names.sort();
     names
 }
@@ -20,12 +29,20 @@ fn names(value: &Value) -> Vec<String> {
 fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
     let mut cluster = Cluster::start("10");
     let local = ["--slots", "2", "--total-memory", "1GB", "--env-plugin"];
-    cluster.worker("big-worker", &[&local[..], &["big=plugins/mem_gt.wasm,threshold=1"]].concat());
-    cluster.worker("small-worker", &[&local[..], &["big=plugins/mem_gt.wasm,threshold=1PB"]].concat());
+    cluster.worker(
+        "big-worker",
+        &[&local[..], &["big=plugins/mem_gt.wasm,threshold=1"]].concat(),
+    );
+    cluster.worker(
+        "small-worker",
+        &[&local[..], &["big=plugins/mem_gt.wasm,threshold=1PB"]].concat(),
+    );
     let envs = loop {
         let list = cluster.json(&["env", "list"]);
         let big = environment(&list, "big");
-        if big["matching"].as_array().is_some_and(|m| m.len() == 1) && big["not_matching"].as_array().is_some_and(|m| m.len() == 1) {
+        if big["matching"].as_array().is_some_and(|m| m.len() == 1)
+            && big["not_matching"].as_array().is_some_and(|m| m.len() == 1)
+        {
             break list;
         }
         common::pause();
@@ -34,40 +51,107 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
     assert_eq!(environment(&envs, "big")["source"], "worker");
 
     // 100 tasks needing `big` all run on big-worker, with the condition's setup values.
-    let done = cluster.json(&["submit", "--count", "100", "--env", "big", "--wait", "--", "sh", "-c", "echo $WEIR_WORKER_NAME $WEIR_ENV_BIG_THRESHOLD"]);
+    let done = cluster.json(&[
+        "submit",
+        "--count",
+        "100",
+        "--env",
+        "big",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo $WEIR_WORKER_NAME $WEIR_ENV_BIG_THRESHOLD",
+    ]);
     assert_eq!(done["counts"]["succeeded"], 100, "{done}");
     let results = cluster.json(&["results", &done["job"].to_string()]);
     for result in results.as_array().unwrap() {
-        assert_eq!(result["stdout"].as_str().unwrap().trim(), "big-worker 1", "{result}");
+        assert_eq!(
+            result["stdout"].as_str().unwrap().trim(),
+            "big-worker 1",
+            "{result}"
+        );
     }
     // Tasks with no environment run on both.
-    let done = cluster.json(&["submit", "--count", "40", "--wait", "--", "sh", "-c", "sleep 0.05; echo $WEIR_WORKER_NAME"]);
+    let done = cluster.json(&[
+        "submit",
+        "--count",
+        "40",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.05; echo $WEIR_WORKER_NAME",
+    ]);
     let results = cluster.json(&["results", &done["job"].to_string()]);
-    let mut ran_on: Vec<&str> = results.as_array().unwrap().iter().map(|r| r["stdout"].as_str().unwrap().trim()).collect();
+    let mut ran_on: Vec<&str> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["stdout"].as_str().unwrap().trim())
+        .collect();
     ran_on.sort();
     ran_on.dedup();
     assert_eq!(ran_on, vec!["big-worker", "small-worker"]);
 
     // Registered at run time with --wait: both workers' verdicts come back (each offers 1 GB).
-    let registered = cluster.json(&["env", "register", "huge", "plugins/mem_gt.wasm", "--config", "threshold=2GB", "--wait"]);
-    assert_eq!(names(&registered[0]["not_matching"]), vec!["big-worker", "small-worker"], "{registered}");
+    let registered = cluster.json(&[
+        "env",
+        "register",
+        "huge",
+        "plugins/mem_gt.wasm",
+        "--config",
+        "threshold=2GB",
+        "--wait",
+    ]);
+    assert_eq!(
+        names(&registered[0]["not_matching"]),
+        vec!["big-worker", "small-worker"],
+        "{registered}"
+    );
     assert_eq!(registered[0]["pending"].as_array().unwrap().len(), 0);
 
     // A task for it stays queued, and explain says why.
-    let job = cluster.json(&["submit", "--env", "huge", "--", "sh", "-c", "echo $WEIR_WORKER_NAME $WEIR_ENV_HUGE_THRESHOLD"]);
+    let job = cluster.json(&[
+        "submit",
+        "--env",
+        "huge",
+        "--",
+        "sh",
+        "-c",
+        "echo $WEIR_WORKER_NAME $WEIR_ENV_HUGE_THRESHOLD",
+    ]);
     let task = job["first_task"].to_string();
     let explanation = cluster.json(&["explain", &task]);
-    let lines: Vec<&str> = explanation["explanation"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    let lines: Vec<&str> = explanation["explanation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
     assert!(lines[0].contains("is Queued"), "{lines:?}");
-    assert!(lines.iter().any(|l| l.contains("(big-worker): environment `huge`: no-match")), "{lines:?}");
-    assert!(lines.iter().any(|l| l.contains("no live worker can ever run it")), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("(big-worker): environment `huge`: no-match")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("no live worker can ever run it")),
+        "{lines:?}"
+    );
 
     // A worker that joins afterwards gets the registered set, matches, and takes the task.
     cluster.worker("huge-worker", &["--slots", "1", "--total-memory", "4GB"]);
     let done = cluster.json(&["wait", &job["job"].to_string()]);
     assert_eq!(done["counts"]["succeeded"], 1, "{done}");
     let results = cluster.json(&["results", &job["job"].to_string()]);
-    assert_eq!(results[0]["stdout"].as_str().unwrap().trim(), "huge-worker 2000000000");
+    assert_eq!(
+        results[0]["stdout"].as_str().unwrap().trim(),
+        "huge-worker 2000000000"
+    );
 
     // Removing it: the workers tear it down and it is no longer listed.
     cluster.json(&["env", "remove", "huge"]);
@@ -89,11 +173,22 @@ fn hostile_conditions_are_reported_as_errors_and_the_workers_keep_working() {
     ] {
         let name = format!("hostile-{mode}");
         let config = format!("mode={mode}");
-        let registered = cluster.json(&["env", "register", &name, "plugins/fixtures/hostile_condition.wasm", "--config", &config, "--wait"]);
+        let registered = cluster.json(&[
+            "env",
+            "register",
+            &name,
+            "plugins/fixtures/hostile_condition.wasm",
+            "--config",
+            &config,
+            "--wait",
+        ]);
         let erroring = registered[0]["erroring"].as_array().unwrap();
         assert_eq!(erroring.len(), 2, "{registered}");
         for entry in erroring {
-            assert!(entry[1].as_str().unwrap().contains(reason), "{mode}: {entry}");
+            assert!(
+                entry[1].as_str().unwrap().contains(reason),
+                "{mode}: {entry}"
+            );
         }
     }
     let done = cluster.json(&["submit", "--count", "10", "--wait", "--", "true"]);
@@ -101,5 +196,9 @@ fn hostile_conditions_are_reported_as_errors_and_the_workers_keep_working() {
     // A component of the wrong world is refused at registration.
     let out = cluster.weir(&["env", "register", "x", "plugins/waterfall_v2.wasm"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("does not implement the `environment` world"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("does not implement the `environment` world"),
+        "{}",
+        text(&out.stderr)
+    );
 }

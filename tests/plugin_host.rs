@@ -18,15 +18,26 @@ fn host() -> &'static PluginHost {
 
 /// Short deadline and small memory so hostile calls end quickly.
 fn tight() -> Limits {
-    Limits { deadline: Duration::from_millis(200), memory_bytes: 16 << 20, ..Limits::default() }
+    Limits {
+        deadline: Duration::from_millis(200),
+        memory_bytes: 16 << 20,
+        ..Limits::default()
+    }
 }
 
 fn facts(total_memory_bytes: u64) -> Arc<HostFacts> {
-    Arc::new(HostFacts { total_memory_bytes, cpu_count: 2, ..HostFacts::default() })
+    Arc::new(HostFacts {
+        total_memory_bytes,
+        cpu_count: 2,
+        ..HostFacts::default()
+    })
 }
 
 fn config(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn one_manager() -> Snapshot {
@@ -60,17 +71,27 @@ fn bundled_components_declare_their_worlds() {
         let loaded = host().load(name, bytes, None).expect(name);
         assert_eq!(loaded.world, Some(world), "{name}");
         let inspection = host().inspect(&loaded);
-        assert!(inspection.exports.contains(&world.export_name().to_string()), "{name}: {inspection:?}");
+        assert!(
+            inspection
+                .exports
+                .contains(&world.export_name().to_string()),
+            "{name}: {inspection:?}"
+        );
         // WASI is imported (Rust std) but granted nothing; nothing else outside weir:plugin.
         for import in &inspection.imports {
-            assert!(import.starts_with("weir:plugin/") || import.starts_with("wasi:"), "{name} imports {import}");
+            assert!(
+                import.starts_with("weir:plugin/") || import.starts_with("wasi:"),
+                "{name} imports {import}"
+            );
         }
     }
 }
 
 #[test]
 fn mem_gt_compares_total_memory_with_the_threshold_in_any_unit() {
-    let loaded = host().load("mem_gt", bundled::MEM_GT, Some(World::Environment)).unwrap();
+    let loaded = host()
+        .load("mem_gt", bundled::MEM_GT, Some(World::Environment))
+        .unwrap();
     let mut condition = host().condition(&loaded, Limits::default()).unwrap();
     let gib = 1u64 << 30;
     let cases: &[(u64, &str, bool)] = &[
@@ -85,27 +106,58 @@ fn mem_gt_compares_total_memory_with_the_threshold_in_any_unit() {
         (32 * gib, "32 gib", false),
     ];
     for (total, threshold, expected) in cases {
-        let got = condition.evaluate(&facts(*total), &config(&[("threshold", threshold)])).unwrap();
+        let got = condition
+            .evaluate(&facts(*total), &config(&[("threshold", threshold)]))
+            .unwrap();
         assert_eq!(got, *expected, "total {total} threshold {threshold}");
     }
-    let values = condition.setup(&facts(64 * gib), &config(&[("threshold", "32GiB")])).unwrap();
-    assert_eq!(values, config(&[("threshold", "34359738368"), ("total_memory_bytes", "68719476736")]));
+    let values = condition
+        .setup(&facts(64 * gib), &config(&[("threshold", "32GiB")]))
+        .unwrap();
+    assert_eq!(
+        values,
+        config(&[
+            ("threshold", "34359738368"),
+            ("total_memory_bytes", "68719476736")
+        ])
+    );
 }
 
 #[test]
 fn mem_gt_reports_missing_or_bad_thresholds_as_errors_not_no_match() {
-    let loaded = host().load("mem_gt", bundled::MEM_GT, Some(World::Environment)).unwrap();
+    let loaded = host()
+        .load("mem_gt", bundled::MEM_GT, Some(World::Environment))
+        .unwrap();
     let mut condition = host().condition(&loaded, Limits::default()).unwrap();
     for (cfg, expected) in [
         (config(&[]), "missing config `threshold`"),
-        (config(&[("threshold", "lots")]), "threshold `lots` is not a size"),
-        (config(&[("threshold", "-5GB")]), "threshold `-5GB` is not a size"),
-        (config(&[("threshold", "32XB")]), "threshold `32XB` is not a size"),
-        (config(&[("threshold", "1e30")]), "threshold `1e30` is not a size"),
-        (config(&[("threshold", "1"), ("thresold", "2")]), "unknown config key `thresold`"),
+        (
+            config(&[("threshold", "lots")]),
+            "threshold `lots` is not a size",
+        ),
+        (
+            config(&[("threshold", "-5GB")]),
+            "threshold `-5GB` is not a size",
+        ),
+        (
+            config(&[("threshold", "32XB")]),
+            "threshold `32XB` is not a size",
+        ),
+        (
+            config(&[("threshold", "1e30")]),
+            "threshold `1e30` is not a size",
+        ),
+        (
+            config(&[("threshold", "1"), ("thresold", "2")]),
+            "unknown config key `thresold`",
+        ),
     ] {
         match condition.evaluate(&facts(1 << 30), &cfg) {
-            Err(PluginError::Refused { call: "evaluate", message, .. }) => {
+            Err(PluginError::Refused {
+                call: "evaluate",
+                message,
+                ..
+            }) => {
                 assert!(message.contains(expected), "{cfg:?}: {message}")
             }
             other => panic!("{cfg:?}: expected a refusal, got {other:?}"),
@@ -115,50 +167,93 @@ fn mem_gt_reports_missing_or_bad_thresholds_as_errors_not_no_match() {
 
 #[test]
 fn hostile_conditions_are_contained_with_the_right_error() {
-    let loaded = host().load("hostile_condition", HOSTILE_CONDITION, Some(World::Environment)).unwrap();
+    let loaded = host()
+        .load(
+            "hostile_condition",
+            HOSTILE_CONDITION,
+            Some(World::Environment),
+        )
+        .unwrap();
     let mut condition = host().condition(&loaded, tight()).unwrap();
     let f = facts(1 << 30);
-    let run = |c: &mut weir::plugin::ConditionPlugin, mode: &str| c.evaluate(&f, &config(&[("mode", mode)]));
+    let run = |c: &mut weir::plugin::ConditionPlugin, mode: &str| {
+        c.evaluate(&f, &config(&[("mode", mode)]))
+    };
 
-    assert!(matches!(run(&mut condition, "loop"), Err(PluginError::Timeout { call: "evaluate", .. })));
-    assert!(matches!(run(&mut condition, "oom"), Err(PluginError::MemoryLimit { limit, .. }) if limit == 16 << 20));
+    assert!(matches!(
+        run(&mut condition, "loop"),
+        Err(PluginError::Timeout {
+            call: "evaluate",
+            ..
+        })
+    ));
+    assert!(
+        matches!(run(&mut condition, "oom"), Err(PluginError::MemoryLimit { limit, .. }) if limit == 16 << 20)
+    );
     match run(&mut condition, "panic") {
-        Err(PluginError::Panic { message, .. }) => assert_eq!(message, "hostile condition panicked on purpose"),
+        Err(PluginError::Panic { message, .. }) => {
+            assert_eq!(message, "hostile condition panicked on purpose")
+        }
         other => panic!("expected a panic, got {other:?}"),
     }
-    assert!(matches!(run(&mut condition, "trap"), Err(PluginError::Trap { .. })));
+    assert!(matches!(
+        run(&mut condition, "trap"),
+        Err(PluginError::Trap { .. })
+    ));
     match run(&mut condition, "error") {
-        Err(PluginError::Refused { message, .. }) => assert_eq!(message, "hostile condition says no"),
+        Err(PluginError::Refused { message, .. }) => {
+            assert_eq!(message, "hostile condition says no")
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
     // Output is capped: the guest's writes fail once it is full (a Rust guest then panics).
     assert!(run(&mut condition, "flood").is_err());
     // After all that the same plugin, in a fresh instance, still works.
-    assert_eq!(run(&mut condition, "fine").unwrap(), true);
+    assert!(run(&mut condition, "fine").unwrap());
     let error = run(&mut condition, "loop").unwrap_err().to_string();
     assert_eq!(error, "hostile_condition: evaluate timed out after 200ms");
 }
 
 #[test]
 fn hostile_policies_are_contained_with_the_right_error() {
-    let loaded = host().load("hostile_policy", HOSTILE_POLICY, Some(World::Policy)).unwrap();
+    let loaded = host()
+        .load("hostile_policy", HOSTILE_POLICY, Some(World::Policy))
+        .unwrap();
     let snapshot = one_manager();
     let decide = |mode: &str| host().policy(&loaded, mode, tight())?.decide(&snapshot);
 
-    assert!(matches!(decide("loop"), Err(PluginError::Timeout { call: "decide", .. })));
-    assert!(matches!(decide("oom"), Err(PluginError::MemoryLimit { call: "decide", .. })));
+    assert!(matches!(
+        decide("loop"),
+        Err(PluginError::Timeout { call: "decide", .. })
+    ));
+    assert!(matches!(
+        decide("oom"),
+        Err(PluginError::MemoryLimit { call: "decide", .. })
+    ));
     match decide("panic") {
-        Err(PluginError::Panic { message, .. }) => assert_eq!(message, "hostile policy panicked on purpose"),
+        Err(PluginError::Panic { message, .. }) => {
+            assert_eq!(message, "hostile policy panicked on purpose")
+        }
         other => panic!("expected a panic, got {other:?}"),
     }
-    assert!(matches!(decide("create-loop"), Err(PluginError::Timeout { call: "create", .. })));
+    assert!(matches!(
+        decide("create-loop"),
+        Err(PluginError::Timeout { call: "create", .. })
+    ));
     match decide("reject") {
-        Err(PluginError::Refused { call: "create", message, .. }) => assert_eq!(message, "line 1: rejected on purpose"),
+        Err(PluginError::Refused {
+            call: "create",
+            message,
+            ..
+        }) => assert_eq!(message, "line 1: rejected on purpose"),
         other => panic!("expected a refusal, got {other:?}"),
     }
     for (mode, detail) in [
         ("unknown-manager", "unknown manager `ghost`"),
-        ("over-cap", "asks manager `wm1` for 4294967295 workers; its max task concurrency 10 allows 10"),
+        (
+            "over-cap",
+            "asks manager `wm1` for 4294967295 workers; its max task concurrency 10 allows 10",
+        ),
         ("duplicate", "two decisions for manager `wm1`"),
     ] {
         match decide(mode) {
@@ -169,41 +264,83 @@ fn hostile_policies_are_contained_with_the_right_error() {
     // A policy that panicked is re-instantiated on the next call (and panics again, as asked),
     // while a well-behaved one carries on.
     let mut panicking = host().policy(&loaded, "panic", tight()).unwrap();
-    assert!(matches!(panicking.decide(&snapshot), Err(PluginError::Panic { .. })));
-    assert!(matches!(panicking.decide(&snapshot), Err(PluginError::Panic { .. })));
-    let decisions = host().policy(&loaded, "fine", tight()).unwrap().decide(&snapshot).unwrap();
+    assert!(matches!(
+        panicking.decide(&snapshot),
+        Err(PluginError::Panic { .. })
+    ));
+    assert!(matches!(
+        panicking.decide(&snapshot),
+        Err(PluginError::Panic { .. })
+    ));
+    let decisions = host()
+        .policy(&loaded, "fine", tight())
+        .unwrap()
+        .decide(&snapshot)
+        .unwrap();
     assert_eq!(decisions.len(), 1);
 }
 
 #[test]
 fn waterfall_content_errors_name_the_line() {
-    let loaded = host().load("waterfall_v2", bundled::WATERFALL_V2, Some(World::Policy)).unwrap();
-    let error = host().policy(&loaded, "1, native\n\n1, native\n", Limits::default()).err().unwrap();
+    let loaded = host()
+        .load("waterfall_v2", bundled::WATERFALL_V2, Some(World::Policy))
+        .unwrap();
+    let error = host()
+        .policy(&loaded, "1, native\n\n1, native\n", Limits::default())
+        .err()
+        .unwrap();
     assert_eq!(
         error.to_string(),
         "waterfall_v2: create failed: line 3: worker type `native` is already listed on line 1"
     );
-    let mut policy = host().policy(&loaded, "1, native\n2, burst\n1, aws\n", Limits::default()).unwrap();
-    let tiers: Vec<_> = policy.tiers().unwrap().into_iter().map(|t| (t.priority, t.members)).collect();
-    assert_eq!(tiers, vec![(1, vec!["native".to_string(), "aws".to_string()]), (2, vec!["burst".to_string()])]);
+    let mut policy = host()
+        .policy(&loaded, "1, native\n2, burst\n1, aws\n", Limits::default())
+        .unwrap();
+    let tiers: Vec<_> = policy
+        .tiers()
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.priority, t.members))
+        .collect();
+    assert_eq!(
+        tiers,
+        vec![
+            (1, vec!["native".to_string(), "aws".to_string()]),
+            (2, vec!["burst".to_string()])
+        ]
+    );
 }
 
 #[test]
 fn wrong_world_and_non_components_get_one_clear_error() {
-    let wrong = host().load("mem_gt.wasm", bundled::MEM_GT, Some(World::Policy)).unwrap_err();
+    let wrong = host()
+        .load("mem_gt.wasm", bundled::MEM_GT, Some(World::Policy))
+        .unwrap_err();
     assert_eq!(
         wrong.to_string(),
         "mem_gt.wasm: does not implement the `policy` world (it must export `weir:plugin/scaling@0.1.0`); \
          it implements the `environment` world instead"
     );
-    let text = host().load("notes.txt", b"hello, I am not wasm\n", Some(World::Environment)).unwrap_err();
+    let text = host()
+        .load(
+            "notes.txt",
+            b"hello, I am not wasm\n",
+            Some(World::Environment),
+        )
+        .unwrap_err();
     assert_eq!(
         text.to_string(),
         "notes.txt: not a WebAssembly component (no WebAssembly header); expected a component of the `environment` world"
     );
-    assert!(matches!(host().load("empty", b"", None), Err(PluginError::NotWasm { .. })));
+    assert!(matches!(
+        host().load("empty", b"", None),
+        Err(PluginError::NotWasm { .. })
+    ));
     let core_module = b"\0asm\x01\0\0\0";
-    assert!(matches!(host().load("core.wasm", core_module, Some(World::Policy)), Err(PluginError::CoreModule { .. })));
+    assert!(matches!(
+        host().load("core.wasm", core_module, Some(World::Policy)),
+        Err(PluginError::CoreModule { .. })
+    ));
     let empty_component = b"\0asm\x0d\0\x01\0";
     assert!(matches!(
         host().load("empty.wasm", empty_component, Some(World::Policy)),
@@ -211,21 +348,44 @@ fn wrong_world_and_non_components_get_one_clear_error() {
     ));
     // Truncated component bytes: a compile error, not a crash.
     let truncated = &bundled::MEM_GT[..bundled::MEM_GT.len() / 2];
-    assert!(matches!(host().load("half.wasm", truncated, None), Err(PluginError::Compile { .. })));
+    assert!(matches!(
+        host().load("half.wasm", truncated, None),
+        Err(PluginError::Compile { .. })
+    ));
 }
 
 #[test]
 fn compiled_components_are_cached_on_disk_and_damaged_entries_recompiled() {
     let dir = tempfile::tempdir().unwrap();
     let first = PluginHost::new(Some(dir.path().to_path_buf())).unwrap();
-    assert_eq!(first.load("v2", bundled::WATERFALL_V2, None).unwrap().origin, Origin::Compiled);
-    assert_eq!(first.load("v2", bundled::WATERFALL_V2, None).unwrap().origin, Origin::Memory);
+    assert_eq!(
+        first
+            .load("v2", bundled::WATERFALL_V2, None)
+            .unwrap()
+            .origin,
+        Origin::Compiled
+    );
+    assert_eq!(
+        first
+            .load("v2", bundled::WATERFALL_V2, None)
+            .unwrap()
+            .origin,
+        Origin::Memory
+    );
 
     // A second process (a new host) deserializes instead of compiling, and the result works.
     let second = PluginHost::new(Some(dir.path().to_path_buf())).unwrap();
-    let loaded = second.load("v2", bundled::WATERFALL_V2, Some(World::Policy)).unwrap();
+    let loaded = second
+        .load("v2", bundled::WATERFALL_V2, Some(World::Policy))
+        .unwrap();
     assert_eq!(loaded.origin, Origin::Disk);
-    assert!(second.policy(&loaded, "1, native\n", Limits::default()).unwrap().decide(&one_manager()).is_ok());
+    assert!(
+        second
+            .policy(&loaded, "1, native\n", Limits::default())
+            .unwrap()
+            .decide(&one_manager())
+            .is_ok()
+    );
 
     // Damage every entry: the next host notices, recompiles and rewrites it.
     for entry in std::fs::read_dir(dir.path()).unwrap() {
@@ -236,7 +396,19 @@ fn compiled_components_are_cached_on_disk_and_damaged_entries_recompiled() {
         std::fs::write(&path, bytes).unwrap();
     }
     let third = PluginHost::new(Some(dir.path().to_path_buf())).unwrap();
-    assert_eq!(third.load("v2", bundled::WATERFALL_V2, None).unwrap().origin, Origin::Compiled);
+    assert_eq!(
+        third
+            .load("v2", bundled::WATERFALL_V2, None)
+            .unwrap()
+            .origin,
+        Origin::Compiled
+    );
     let fourth = PluginHost::new(Some(dir.path().to_path_buf())).unwrap();
-    assert_eq!(fourth.load("v2", bundled::WATERFALL_V2, None).unwrap().origin, Origin::Disk);
+    assert_eq!(
+        fourth
+            .load("v2", bundled::WATERFALL_V2, None)
+            .unwrap()
+            .origin,
+        Origin::Disk
+    );
 }

@@ -6,7 +6,12 @@ use common::Cluster;
 use serde_json::Value;
 
 fn manager<'a>(status: &'a Value, id: &str) -> &'a Value {
-    status["managers"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap_or(&Value::Null)
+    status["managers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or(&Value::Null)
 }
 
 fn current(m: &Value) -> u64 {
@@ -19,11 +24,33 @@ fn waterfall(engine: &str, content: &str) {
     let trace = tempfile::NamedTempFile::new().unwrap();
     let trace = trace.path().to_str().unwrap().to_string();
     let mut cluster = Cluster::start_with(&[
-        "--policy", engine, "--policy-content", content, "--scaling-interval", "0.2", "--scale-down-delay", "1",
-        "--record-snapshots", &trace,
+        "--policy",
+        engine,
+        "--policy-content",
+        content,
+        "--scaling-interval",
+        "0.2",
+        "--scale-down-delay",
+        "1",
+        "--record-snapshots",
+        &trace,
     ]);
-    cluster.manager(&["--id", "native_1", "--worker-type", "native", "--max-task-concurrency", "2"]);
-    cluster.manager(&["--id", "burst_1", "--worker-type", "burst", "--max-task-concurrency", "4"]);
+    cluster.manager(&[
+        "--id",
+        "native_1",
+        "--worker-type",
+        "native",
+        "--max-task-concurrency",
+        "2",
+    ]);
+    cluster.manager(&[
+        "--id",
+        "burst_1",
+        "--worker-type",
+        "burst",
+        "--max-task-concurrency",
+        "4",
+    ]);
     cluster.await_status(|s| s["managers"].as_array().is_some_and(|m| m.len() == 2));
     let job = cluster.json(&["submit", "--count", "6", "--", "sleep", "2"])["job"].to_string();
 
@@ -34,10 +61,16 @@ fn waterfall(engine: &str, content: &str) {
         let (native, burst) = (manager(&status, "native_1"), manager(&status, "burst_1"));
         // The waterfall, both ways: burst has workers only while native has both of its own.
         if current(burst) > 0 {
-            assert_eq!(native["live"], 2, "burst scaled before native was full: {status}");
+            assert_eq!(
+                native["live"], 2,
+                "burst scaled before native was full: {status}"
+            );
         }
         burst_peak = burst_peak.max(burst["live"].as_u64().unwrap_or(0));
-        assert!(current(native) <= 2 && current(burst) <= 4, "a cap was exceeded: {status}");
+        assert!(
+            current(native) <= 2 && current(burst) <= 4,
+            "a cap was exceeded: {status}"
+        );
         finished |= status["tasks"]["succeeded"] == 6;
         if finished && current(native) == 0 && current(burst) == 0 {
             break;
@@ -51,12 +84,31 @@ fn waterfall(engine: &str, content: &str) {
     // A task no manager can serve: explain says which manager lacks what.
     let gpu = cluster.json(&["submit", "--cap", "gpu=1", "--", "true"]);
     let explanation = cluster.json(&["explain", &gpu["first_task"].to_string()]);
-    let lines: Vec<&str> = explanation["explanation"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
-    assert!(lines.contains(&"manager native_1 (native): cannot: its workers have gpu=0, the task needs 1"), "{lines:?}");
+    let lines: Vec<&str> = explanation["explanation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        lines.contains(
+            &"manager native_1 (native): cannot: its workers have gpu=0, the task needs 1"
+        ),
+        "{lines:?}"
+    );
     cluster.json(&["cancel", &gpu["job"].to_string()]);
 
     // The recorded snapshots replay through the same engine offline.
-    let replay = cluster.json(&["policy", "simulate", "--policy", engine, "--content", content, "--trace", &trace]);
+    let replay = cluster.json(&[
+        "policy",
+        "simulate",
+        "--policy",
+        engine,
+        "--content",
+        content,
+        "--trace",
+        &trace,
+    ]);
     let steps = replay.as_array().unwrap();
     assert!(steps.len() > 3, "{replay}");
     let most_burst = steps
@@ -81,13 +133,32 @@ fn waterfall_v1_does_the_same_by_manager_id() {
 #[test]
 fn a_looping_policy_leaves_the_cluster_running_tasks_on_its_workers() {
     let mut cluster = Cluster::start_with(&[
-        "--policy", "plugins/fixtures/hostile_policy.wasm", "--policy-content", "loop",
-        "--policy-deadline-ms", "200", "--scaling-interval", "0.2",
+        "--policy",
+        "plugins/fixtures/hostile_policy.wasm",
+        "--policy-content",
+        "loop",
+        "--policy-deadline-ms",
+        "200",
+        "--scaling-interval",
+        "0.2",
     ]);
-    cluster.manager(&["--id", "m", "--worker-type", "t", "--max-task-concurrency", "4"]);
+    cluster.manager(&[
+        "--id",
+        "m",
+        "--worker-type",
+        "t",
+        "--max-task-concurrency",
+        "4",
+    ]);
     cluster.worker("standing", &["--slots", "2"]);
     let status = cluster.await_status(|s| s["policy_error"].is_string());
-    assert!(status["policy_error"].as_str().unwrap().contains("decide timed out after 200ms"), "{status}");
+    assert!(
+        status["policy_error"]
+            .as_str()
+            .unwrap()
+            .contains("decide timed out after 200ms"),
+        "{status}"
+    );
     let done = cluster.json(&["submit", "--count", "20", "--wait", "--", "true"]);
     assert_eq!(done["counts"]["succeeded"], 20, "{done}");
 }
@@ -108,16 +179,51 @@ fn a_fixed_manager_starts_exactly_n_workers_of_its_type() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start a worker (/nonexistent/worker)"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("cannot start a worker (/nonexistent/worker)")
+    );
 }
 
 #[test]
 fn kill_9_of_a_manager_loses_no_task() {
-    let mut cluster = Cluster::start_with(&["--policy", "waterfall_v2", "--policy-content", "1, pool", "--scaling-interval", "0.2"]);
-    let doomed = cluster.manager(&["--id", "m1", "--worker-type", "pool", "--max-task-concurrency", "2"]);
-    cluster.manager(&["--id", "m2", "--worker-type", "pool", "--max-task-concurrency", "2"]);
-    let job = cluster.json(&["submit", "--count", "30", "--", "sh", "-c", "sleep 0.2; echo $WEIR_TASK_INDEX"])["job"].to_string();
-    cluster.await_status(|s| manager(s, "m1")["live"] == 2 && s["tasks"]["running"].as_u64().unwrap_or(0) > 0);
+    let mut cluster = Cluster::start_with(&[
+        "--policy",
+        "waterfall_v2",
+        "--policy-content",
+        "1, pool",
+        "--scaling-interval",
+        "0.2",
+    ]);
+    let doomed = cluster.manager(&[
+        "--id",
+        "m1",
+        "--worker-type",
+        "pool",
+        "--max-task-concurrency",
+        "2",
+    ]);
+    cluster.manager(&[
+        "--id",
+        "m2",
+        "--worker-type",
+        "pool",
+        "--max-task-concurrency",
+        "2",
+    ]);
+    let job = cluster.json(&[
+        "submit",
+        "--count",
+        "30",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.2; echo $WEIR_TASK_INDEX",
+    ])["job"]
+        .to_string();
+    cluster.await_status(|s| {
+        manager(s, "m1")["live"] == 2 && s["tasks"]["running"].as_u64().unwrap_or(0) > 0
+    });
     // The manager dies; its workers go with it (and their running tasks are requeued).
     cluster.workers[doomed].kill().unwrap();
     cluster.workers[doomed].wait().unwrap();
@@ -127,6 +233,10 @@ fn kill_9_of_a_manager_loses_no_task() {
     let results = results.as_array().unwrap();
     assert_eq!(results.len(), 30);
     for (index, result) in results.iter().enumerate() {
-        assert_eq!(result["stdout"].as_str().unwrap().trim(), index.to_string(), "{result}");
+        assert_eq!(
+            result["stdout"].as_str().unwrap().trim(),
+            index.to_string(),
+            "{result}"
+        );
     }
 }

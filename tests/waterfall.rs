@@ -6,7 +6,9 @@
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
-use weir::core::scaling::{Demand, Manager, Snapshot, UNLIMITED, Verdict, Worker, validate_decisions};
+use weir::core::scaling::{
+    Demand, Manager, Snapshot, UNLIMITED, Verdict, Worker, validate_decisions,
+};
 use weir::plugin::{Limits, PluginHost, World, bundled};
 use weir_waterfall::{Flavor, Policy};
 
@@ -40,34 +42,64 @@ fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
 }
 
 fn idle(id: &str, slots: u32, idle_ms: u64) -> Worker {
-    Worker { id: id.into(), slots, busy: 0, idle_ms }
+    Worker {
+        id: id.into(),
+        slots,
+        busy: 0,
+        idle_ms,
+    }
 }
 
 fn queued(n: u32) -> Demand {
-    Demand { capabilities: Vec::new(), environments: Vec::new(), queued: n, running: 0 }
+    Demand {
+        capabilities: Vec::new(),
+        environments: Vec::new(),
+        queued: n,
+        running: 0,
+    }
 }
 
 fn snapshot(managers: Vec<Manager>, demand: Vec<Demand>) -> Snapshot {
-    Snapshot { now_ms: 1_000_000, scale_down_delay_ms: 30_000, managers, demand }
+    Snapshot {
+        now_ms: 1_000_000,
+        scale_down_delay_ms: 30_000,
+        managers,
+        demand,
+    }
 }
 
 /// `(manager, desired workers, stopped workers)` from both implementations, checked equal.
 fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u32, Vec<String>)> {
-    let native = Policy::parse(flavor, content).expect("content parses").decide(snapshot);
+    let native = Policy::parse(flavor, content)
+        .expect("content parses")
+        .decide(snapshot);
     let (name, bytes) = match flavor {
         Flavor::ManagerId => ("waterfall_v1", bundled::WATERFALL_V1),
         Flavor::WorkerType => ("waterfall_v2", bundled::WATERFALL_V2),
     };
-    let loaded = host().load(name, bytes, Some(World::Policy)).expect("bundled policy loads");
-    let mut wasm = host().policy(&loaded, content, Limits::default()).expect("content accepted");
+    let loaded = host()
+        .load(name, bytes, Some(World::Policy))
+        .expect("bundled policy loads");
+    let mut wasm = host()
+        .policy(&loaded, content, Limits::default())
+        .expect("content accepted");
     let from_wasm = wasm.decide(snapshot).expect("decide succeeds");
-    assert_eq!(native, from_wasm, "native reference and {name}.wasm disagree");
+    assert_eq!(
+        native, from_wasm,
+        "native reference and {name}.wasm disagree"
+    );
     validate_decisions(snapshot, &native).expect("decisions are valid");
-    native.into_iter().map(|d| (d.manager_id, d.desired_workers, d.stop)).collect()
+    native
+        .into_iter()
+        .map(|d| (d.manager_id, d.desired_workers, d.stop))
+        .collect()
 }
 
 fn desired(decisions: &[(String, u32, Vec<String>)]) -> Vec<(&str, u32)> {
-    decisions.iter().map(|(id, n, _)| (id.as_str(), *n)).collect()
+    decisions
+        .iter()
+        .map(|(id, n, _)| (id.as_str(), *n))
+        .collect()
 }
 
 #[test]
@@ -78,18 +110,46 @@ fn v1_reference_config_shares_one_tier_in_proportion_to_capacity() {
         .map(|id| manager(id, "any", 1000, 1))
         .collect();
     // Free capacity 10/20/40/64/1000 (the rule caps bind): 100 tasks split by largest remainder.
-    let got = decide(Flavor::ManagerId, content, &snapshot(managers.clone(), vec![queued(100)]));
-    assert_eq!(desired(&got), vec![("wm1", 1), ("wm2", 2), ("wm3", 3), ("wm4", 6), ("wm5", 88)]);
+    let got = decide(
+        Flavor::ManagerId,
+        content,
+        &snapshot(managers.clone(), vec![queued(100)]),
+    );
+    assert_eq!(
+        desired(&got),
+        vec![("wm1", 1), ("wm2", 2), ("wm3", 3), ("wm4", 6), ("wm5", 88)]
+    );
     // More demand than the tier holds: everyone at their cap, nobody above it.
-    let got = decide(Flavor::ManagerId, content, &snapshot(managers, vec![queued(5000)]));
-    assert_eq!(desired(&got), vec![("wm1", 10), ("wm2", 20), ("wm3", 40), ("wm4", 64), ("wm5", 1000)]);
+    let got = decide(
+        Flavor::ManagerId,
+        content,
+        &snapshot(managers, vec![queued(5000)]),
+    );
+    assert_eq!(
+        desired(&got),
+        vec![
+            ("wm1", 10),
+            ("wm2", 20),
+            ("wm3", 40),
+            ("wm4", 64),
+            ("wm5", 1000)
+        ]
+    );
 }
 
 #[test]
 fn v1_rule_cap_and_reported_cap_take_the_lower() {
     let content = "1, a, 10\n1, b, unlimited\n1, c\n";
-    let managers = vec![manager("a", "t", 1000, 1), manager("b", "t", 4, 1), manager("c", "t", 6, 2)];
-    let got = decide(Flavor::ManagerId, content, &snapshot(managers, vec![queued(1000)]));
+    let managers = vec![
+        manager("a", "t", 1000, 1),
+        manager("b", "t", 4, 1),
+        manager("c", "t", 6, 2),
+    ];
+    let got = decide(
+        Flavor::ManagerId,
+        content,
+        &snapshot(managers, vec![queued(1000)]),
+    );
     // c: 6 slots in workers of 2 slots = 3 workers.
     assert_eq!(desired(&got), vec![("a", 10), ("b", 4), ("c", 3)]);
 }
@@ -105,17 +165,39 @@ fn v2_reference_config_sums_managers_of_a_type() {
         manager("aws_1", "aws", 64, 1),
         manager("batch_1", "batch", 1000, 1000),
     ];
-    let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(50)]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(managers.clone(), vec![queued(50)]),
+    );
     // Shares of 50 over free capacity 10/10/10/10/64/1000: 1, 1, 0, 0, 3, 45 tasks;
     // batch's 45 tasks fit in its one 1000-slot worker.
     assert_eq!(
         desired(&got),
-        vec![("native_1", 1), ("native1_a", 1), ("native1_b", 0), ("sym_1", 0), ("aws_1", 3), ("batch_1", 1)]
+        vec![
+            ("native_1", 1),
+            ("native1_a", 1),
+            ("native1_b", 0),
+            ("sym_1", 0),
+            ("aws_1", 3),
+            ("batch_1", 1)
+        ]
     );
-    let got = decide(Flavor::WorkerType, content, &snapshot(managers, vec![queued(100_000)]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(managers, vec![queued(100_000)]),
+    );
     assert_eq!(
         desired(&got),
-        vec![("native_1", 10), ("native1_a", 10), ("native1_b", 10), ("sym_1", 1), ("aws_1", 64), ("batch_1", 1)]
+        vec![
+            ("native_1", 10),
+            ("native1_a", 10),
+            ("native1_b", 10),
+            ("sym_1", 1),
+            ("aws_1", 64),
+            ("batch_1", 1)
+        ]
     );
 }
 
@@ -125,10 +207,16 @@ fn demand_fills_tier_one_then_spills_to_the_next() {
     let mut native = manager("n", "native", 2, 1);
     native.workers = vec![idle("n1", 1, 0), idle("n2", 1, 0)];
     let managers = vec![native, manager("b", "burst", 4, 1)];
-    let spill = |n| desired(&decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(n)])))
+    let spill = |n| {
+        desired(&decide(
+            Flavor::WorkerType,
+            content,
+            &snapshot(managers.clone(), vec![queued(n)]),
+        ))
         .into_iter()
         .map(|(_, d)| d)
-        .collect::<Vec<_>>();
+        .collect::<Vec<_>>()
+    };
     // One task: tier 1 needs one worker, but the idle one is within the scale-down delay.
     assert_eq!(spill(1), vec![2, 0]);
     assert_eq!(spill(2), vec![2, 0]);
@@ -142,18 +230,36 @@ fn demand_spills_only_once_the_tier_above_is_up() {
     let content = "1, native\n2, burst\n";
     let managers = vec![manager("n", "native", 2, 1), manager("b", "burst", 4, 1)];
     // Nothing live yet: tier 1 is asked for its 2 workers; the overflow waits for them.
-    let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(6)]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(managers.clone(), vec![queued(6)]),
+    );
     assert_eq!(desired(&got), vec![("n", 2), ("b", 0)]);
     // Its workers are starting: still waiting.
     let mut starting = managers.clone();
     starting[0].starting = 2;
-    let got = decide(Flavor::WorkerType, content, &snapshot(starting, vec![queued(6)]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(starting, vec![queued(6)]),
+    );
     assert_eq!(desired(&got), vec![("n", 2), ("b", 0)]);
     // Registered and busy: the overflow spills.
     let mut up = managers;
     up[0].workers = vec![
-        Worker { id: "n1".into(), slots: 1, busy: 1, idle_ms: 0 },
-        Worker { id: "n2".into(), slots: 1, busy: 1, idle_ms: 0 },
+        Worker {
+            id: "n1".into(),
+            slots: 1,
+            busy: 1,
+            idle_ms: 0,
+        },
+        Worker {
+            id: "n2".into(),
+            slots: 1,
+            busy: 1,
+            idle_ms: 0,
+        },
     ];
     let got = decide(Flavor::WorkerType, content, &snapshot(up, vec![queued(4)]));
     assert_eq!(desired(&got), vec![("n", 2), ("b", 4)]);
@@ -164,8 +270,16 @@ fn offline_and_unlisted_managers_get_no_decision() {
     let content = "1, native\n2, burst\n";
     let mut native = manager("n", "native", 2, 1);
     native.online = false;
-    let managers = vec![native, manager("b", "burst", 4, 1), manager("x", "unlisted", 100, 1)];
-    let got = decide(Flavor::WorkerType, content, &snapshot(managers, vec![queued(3)]));
+    let managers = vec![
+        native,
+        manager("b", "burst", 4, 1),
+        manager("x", "unlisted", 100, 1),
+    ];
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(managers, vec![queued(3)]),
+    );
     assert_eq!(desired(&got), vec![("b", 3)]);
 }
 
@@ -173,17 +287,35 @@ fn offline_and_unlisted_managers_get_no_decision() {
 fn running_tasks_stay_and_their_free_slots_are_used_first() {
     let content = "1, native\n2, burst\n";
     let mut burst = manager("b", "burst", 8, 4);
-    burst.workers = vec![Worker { id: "b1".into(), slots: 4, busy: 1, idle_ms: 0 }];
+    burst.workers = vec![Worker {
+        id: "b1".into(),
+        slots: 4,
+        busy: 1,
+        idle_ms: 0,
+    }];
     let managers = vec![manager("n", "native", 4, 4), burst];
     // Tier 1 takes the 3 queued tasks; the busy burst worker is kept, not stopped.
-    let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(3)]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(managers.clone(), vec![queued(3)]),
+    );
     assert_eq!(got, vec![("n".into(), 1, vec![]), ("b".into(), 1, vec![])]);
     // Tier 1 takes 4 of 11 but has no live worker yet: the overflow waits for it.
-    let got = decide(Flavor::WorkerType, content, &snapshot(managers.clone(), vec![queued(11)]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(managers.clone(), vec![queued(11)]),
+    );
     assert_eq!(desired(&got), vec![("n", 1), ("b", 1)]);
     // Once tier 1 is up, burst's 3 free slots absorb 3 of the 7 overflow tasks before a new worker.
     let mut up = managers;
-    up[0].workers = vec![Worker { id: "n1".into(), slots: 4, busy: 4, idle_ms: 0 }];
+    up[0].workers = vec![Worker {
+        id: "n1".into(),
+        slots: 4,
+        busy: 4,
+        idle_ms: 0,
+    }];
     let got = decide(Flavor::WorkerType, content, &snapshot(up, vec![queued(7)]));
     assert_eq!(desired(&got), vec![("n", 1), ("b", 2)]);
 }
@@ -197,27 +329,56 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
     burst.workers = vec![
         idle("b1", 1, 60_000),
         idle("b2", 1, 90_000),
-        Worker { id: "b3".into(), slots: 1, busy: 1, idle_ms: 0 },
+        Worker {
+            id: "b3".into(),
+            slots: 1,
+            busy: 1,
+            idle_ms: 0,
+        },
         idle("b4", 1, 5_000),
     ];
     burst.starting = 1;
     // Two tasks left: tier 1 keeps both its workers; burst cancels the starting one, stops the idle
     // ones past the 30 s delay (longest idle first), keeps the busy one and the recently idle one.
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![native.clone(), burst.clone()], vec![queued(2)]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![native.clone(), burst.clone()], vec![queued(2)]),
+    );
     assert_eq!(
         got,
-        vec![("n".into(), 2, vec![]), ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])]
+        vec![
+            ("n".into(), 2, vec![]),
+            ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])
+        ]
     );
     // No demand at all: tier 1 keeps its workers while tier 2 still has any.
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![native.clone(), burst], vec![]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![native.clone(), burst], vec![]),
+    );
     assert_eq!(
         got,
-        vec![("n".into(), 2, vec![]), ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])]
+        vec![
+            ("n".into(), 2, vec![]),
+            ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])
+        ]
     );
     // Tier 2 empty: now tier 1 drains, but never a worker within the delay.
     native.workers[1].idle_ms = 1_000;
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![native, manager("b", "burst", 4, 1)], vec![]));
-    assert_eq!(got, vec![("n".into(), 1, vec!["n1".to_string()]), ("b".into(), 0, vec![])]);
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![native, manager("b", "burst", 4, 1)], vec![]),
+    );
+    assert_eq!(
+        got,
+        vec![
+            ("n".into(), 1, vec!["n1".to_string()]),
+            ("b".into(), 0, vec![])
+        ]
+    );
 }
 
 #[test]
@@ -227,12 +388,32 @@ fn constrained_demand_is_placed_first_and_no_match_is_never_scaled_for_it() {
     big.environments = vec![("large".into(), Verdict::Match)];
     let mut small = manager("small", "small", 3, 1);
     small.environments = vec![("large".into(), Verdict::NoMatch)];
-    let constrained = Demand { environments: vec!["large".into()], ..queued(3) };
+    let constrained = Demand {
+        environments: vec!["large".into()],
+        ..queued(3)
+    };
     // Listed after the unconstrained group, still placed first: it can only go to `big`.
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![big.clone(), small.clone()], vec![queued(3), constrained.clone()]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(
+            vec![big.clone(), small.clone()],
+            vec![queued(3), constrained.clone()],
+        ),
+    );
     assert_eq!(desired(&got), vec![("big", 3), ("small", 3)]);
     // Only constrained demand: `small` (no-match) gets nothing even with room.
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![big, small], vec![Demand { queued: 5, ..constrained }]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(
+            vec![big, small],
+            vec![Demand {
+                queued: 5,
+                ..constrained
+            }],
+        ),
+    );
     assert_eq!(desired(&got), vec![("big", 3), ("small", 0)]);
 }
 
@@ -242,13 +423,29 @@ fn unknown_verdict_gets_one_worker_to_learn() {
     let mut fresh = manager("fresh", "fresh", 10, 2);
     let mut known = manager("known", "known", 10, 1);
     known.environments = vec![("gpu-driver".into(), Verdict::Match)];
-    let demand = Demand { environments: vec!["gpu-driver".into()], ..queued(6) };
+    let demand = Demand {
+        environments: vec!["gpu-driver".into()],
+        ..queued(6)
+    };
     // `fresh` has never evaluated gpu-driver: one 2-slot worker to find out; the rest waits for it.
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![fresh.clone(), known.clone()], vec![demand.clone()]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![fresh.clone(), known.clone()], vec![demand.clone()]),
+    );
     assert_eq!(desired(&got), vec![("fresh", 1), ("known", 0)]);
     // Its worker is up and still has not answered: the rest spills to the tier that matches.
-    fresh.workers = vec![Worker { id: "f1".into(), slots: 2, busy: 2, idle_ms: 0 }];
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![fresh, known], vec![demand]));
+    fresh.workers = vec![Worker {
+        id: "f1".into(),
+        slots: 2,
+        busy: 2,
+        idle_ms: 0,
+    }];
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![fresh, known], vec![demand]),
+    );
     assert_eq!(desired(&got), vec![("fresh", 1), ("known", 6)]);
 }
 
@@ -259,11 +456,21 @@ fn capability_amounts_decide_who_can_serve_and_how_densely() {
     cpu.capabilities = vec![("cpu".into(), 4)];
     let mut gpu = manager("gpu", "gpu", 100, 8);
     gpu.capabilities = vec![("cpu".into(), 4), ("gpu".into(), 1)];
-    let gpu_tasks = Demand { capabilities: vec![("gpu".into(), 1)], ..queued(3) };
-    let two_cpu = Demand { capabilities: vec![("cpu".into(), 2)], ..queued(4) };
+    let gpu_tasks = Demand {
+        capabilities: vec![("gpu".into(), 1)],
+        ..queued(3)
+    };
+    let two_cpu = Demand {
+        capabilities: vec![("cpu".into(), 2)],
+        ..queued(4)
+    };
     // gpu tasks: only `gpu` serves them, one per worker (gpu=1 each). cpu=2 tasks: two per
     // worker; the 4 are shared 2/2 between the managers by free capacity.
-    let got = decide(Flavor::WorkerType, content, &snapshot(vec![cpu, gpu], vec![two_cpu, gpu_tasks]));
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![cpu, gpu], vec![two_cpu, gpu_tasks]),
+    );
     assert_eq!(desired(&got), vec![("cpu", 1), ("gpu", 4)]);
 }
 
@@ -273,44 +480,107 @@ fn unlimited_managers_absorb_everything_below_them() {
     let got = decide(
         Flavor::WorkerType,
         content,
-        &snapshot(vec![manager("a", "a", UNLIMITED, 1), manager("b", "b", 10, 1)], vec![queued(1_000_000)]),
+        &snapshot(
+            vec![manager("a", "a", UNLIMITED, 1), manager("b", "b", 10, 1)],
+            vec![queued(1_000_000)],
+        ),
     );
     assert_eq!(desired(&got), vec![("a", 1_000_000), ("b", 0)]);
 }
 
 #[test]
 fn content_is_parsed_with_comments_blank_lines_and_optional_caps() {
-    let content = "# priority, id, cap\n 1, wm1, 10 # ten\n\n2, wm2\n 1 ,wm3, unlimited\n3, wm4, -1\n";
+    let content =
+        "# priority, id, cap\n 1, wm1, 10 # ten\n\n2, wm2\n 1 ,wm3, unlimited\n3, wm4, -1\n";
     let policy = Policy::parse(Flavor::ManagerId, content).unwrap();
-    let rules: Vec<_> = policy.rules.iter().map(|r| (r.priority, r.member.as_str(), r.cap, r.line)).collect();
+    let rules: Vec<_> = policy
+        .rules
+        .iter()
+        .map(|r| (r.priority, r.member.as_str(), r.cap, r.line))
+        .collect();
     assert_eq!(
         rules,
-        vec![(1, "wm1", Some(10), 2), (1, "wm3", Some(UNLIMITED), 5), (2, "wm2", None, 4), (3, "wm4", Some(UNLIMITED), 6)]
+        vec![
+            (1, "wm1", Some(10), 2),
+            (1, "wm3", Some(UNLIMITED), 5),
+            (2, "wm2", None, 4),
+            (3, "wm4", Some(UNLIMITED), 6)
+        ]
     );
 }
 
 #[test]
 fn content_errors_name_the_line_in_native_and_wasm_alike() {
     let cases: &[(Flavor, &str, &str)] = &[
-        (Flavor::WorkerType, "1,a\n1,b,3\n", "line 2: expected `priority, worker_type`, found 3 fields in `1,b,3`"),
-        (Flavor::ManagerId, "x, wm1\n", "line 1: priority `x` is not a whole number (0 to 4294967295)"),
-        (Flavor::ManagerId, "1, wm1, ten\n", "line 1: max_task_concurrency `ten` is not a whole number, `-1` or `unlimited`"),
-        (Flavor::ManagerId, "1, wm1\n\n2, wm1\n", "line 3: worker manager `wm1` is already listed on line 1"),
+        (
+            Flavor::WorkerType,
+            "1,a\n1,b,3\n",
+            "line 2: expected `priority, worker_type`, found 3 fields in `1,b,3`",
+        ),
+        (
+            Flavor::ManagerId,
+            "x, wm1\n",
+            "line 1: priority `x` is not a whole number (0 to 4294967295)",
+        ),
+        (
+            Flavor::ManagerId,
+            "1, wm1, ten\n",
+            "line 1: max_task_concurrency `ten` is not a whole number, `-1` or `unlimited`",
+        ),
+        (
+            Flavor::ManagerId,
+            "1, wm1\n\n2, wm1\n",
+            "line 3: worker manager `wm1` is already listed on line 1",
+        ),
         (Flavor::WorkerType, "1,\n", "line 1: empty worker type"),
-        (Flavor::WorkerType, "1\n", "line 1: expected `priority, worker_type`, found 1 field in `1`"),
-        (Flavor::WorkerType, "1, a b\n", "line 1: worker type `a b` contains whitespace"),
-        (Flavor::ManagerId, "1, wm1,\n", "line 1: empty max_task_concurrency"),
-        (Flavor::ManagerId, "-1, wm1\n", "line 1: priority `-1` is not a whole number (0 to 4294967295)"),
-        (Flavor::WorkerType, "# only a comment\n\n", "policy content has no rows; expected `priority, worker_type` rows"),
-        (Flavor::WorkerType, "", "policy content has no rows; expected `priority, worker_type` rows"),
+        (
+            Flavor::WorkerType,
+            "1\n",
+            "line 1: expected `priority, worker_type`, found 1 field in `1`",
+        ),
+        (
+            Flavor::WorkerType,
+            "1, a b\n",
+            "line 1: worker type `a b` contains whitespace",
+        ),
+        (
+            Flavor::ManagerId,
+            "1, wm1,\n",
+            "line 1: empty max_task_concurrency",
+        ),
+        (
+            Flavor::ManagerId,
+            "-1, wm1\n",
+            "line 1: priority `-1` is not a whole number (0 to 4294967295)",
+        ),
+        (
+            Flavor::WorkerType,
+            "# only a comment\n\n",
+            "policy content has no rows; expected `priority, worker_type` rows",
+        ),
+        (
+            Flavor::WorkerType,
+            "",
+            "policy content has no rows; expected `priority, worker_type` rows",
+        ),
     ];
     for (flavor, content, want) in cases {
         let native = Policy::parse(*flavor, content).unwrap_err().to_string();
         assert_eq!(&native, want, "content {content:?}");
-        let name = if *flavor == Flavor::ManagerId { "waterfall_v1" } else { "waterfall_v2" };
-        let loaded = host().load(name, bundled::by_name(name).unwrap(), Some(World::Policy)).unwrap();
+        let name = if *flavor == Flavor::ManagerId {
+            "waterfall_v1"
+        } else {
+            "waterfall_v2"
+        };
+        let loaded = host()
+            .load(name, bundled::by_name(name).unwrap(), Some(World::Policy))
+            .unwrap();
         match host().policy(&loaded, content, Limits::default()) {
-            Err(weir::plugin::PluginError::Refused { call: "create", message, .. }) => assert_eq!(&message, want),
+            Err(weir::plugin::PluginError::Refused {
+                call: "create",
+                message,
+                ..
+            }) => assert_eq!(&message, want),
             Err(other) => panic!("{content:?}: {other}"),
             Ok(_) => panic!("{content:?}: accepted"),
         }
@@ -328,32 +598,40 @@ fn arb_manager(index: usize) -> impl Strategy<Value = Manager> {
         prop::bool::weighted(0.85),
         prop::collection::vec((0u32..5, 0u64..100_000), 0..6),
         0u32..3,
-        prop::collection::vec(prop::sample::select(vec!["gpu", "cpu"]).prop_flat_map(|c| (Just(c), 0u64..4)), 0..2),
         prop::collection::vec(
-            (prop::sample::select(vec!["large", "fast"]), prop::sample::select(vec![Verdict::Match, Verdict::NoMatch, Verdict::Unknown])),
+            prop::sample::select(vec!["gpu", "cpu"]).prop_flat_map(|c| (Just(c), 0u64..4)),
+            0..2,
+        ),
+        prop::collection::vec(
+            (
+                prop::sample::select(vec!["large", "fast"]),
+                prop::sample::select(vec![Verdict::Match, Verdict::NoMatch, Verdict::Unknown]),
+            ),
             0..2,
         ),
     )
-        .prop_map(move |(wt, cap, slots, online, workers, starting, caps, envs)| Manager {
-            id: format!("m{index}"),
-            worker_type: wt.to_string(),
-            max_task_concurrency: cap,
-            worker_slots: slots,
-            online,
-            workers: workers
-                .into_iter()
-                .enumerate()
-                .map(|(i, (busy, idle_ms))| Worker {
-                    id: format!("m{index}-w{i}"),
-                    slots,
-                    busy: busy.min(slots),
-                    idle_ms: if busy == 0 { idle_ms } else { 0 },
-                })
-                .collect(),
-            starting,
-            capabilities: caps.into_iter().map(|(c, n)| (c.to_string(), n)).collect(),
-            environments: envs.into_iter().map(|(e, v)| (e.to_string(), v)).collect(),
-        })
+        .prop_map(
+            move |(wt, cap, slots, online, workers, starting, caps, envs)| Manager {
+                id: format!("m{index}"),
+                worker_type: wt.to_string(),
+                max_task_concurrency: cap,
+                worker_slots: slots,
+                online,
+                workers: workers
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (busy, idle_ms))| Worker {
+                        id: format!("m{index}-w{i}"),
+                        slots,
+                        busy: busy.min(slots),
+                        idle_ms: if busy == 0 { idle_ms } else { 0 },
+                    })
+                    .collect(),
+                starting,
+                capabilities: caps.into_iter().map(|(c, n)| (c.to_string(), n)).collect(),
+                environments: envs.into_iter().map(|(e, v)| (e.to_string(), v)).collect(),
+            },
+        )
 }
 
 fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
@@ -362,7 +640,11 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
         .prop_flat_map(|managers| {
             let demand = prop::collection::vec(
                 (
-                    prop::collection::vec(prop::sample::select(vec!["gpu", "cpu"]).prop_flat_map(|c| (Just(c), 0u64..3)), 0..2),
+                    prop::collection::vec(
+                        prop::sample::select(vec!["gpu", "cpu"])
+                            .prop_flat_map(|c| (Just(c), 0u64..3)),
+                        0..2,
+                    ),
                     prop::collection::vec(prop::sample::select(vec!["large", "fast"]), 0..2),
                     0u32..200,
                 ),

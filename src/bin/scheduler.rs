@@ -12,13 +12,22 @@ use weir::plugin::{Limits, PluginHost};
 use weir::scheduler::Settings;
 
 #[derive(Parser)]
-#[command(name = "scheduler", version, about = "The weir scheduler: holds tasks, matches them to workers, runs the scaling policy")]
+#[command(
+    name = "scheduler",
+    version,
+    about = "The weir scheduler: holds tasks, matches them to workers, runs the scaling policy"
+)]
 struct Args {
     /// Address to listen on (`quic://HOST:PORT` or HOST:PORT; port 0 picks a free one).
     #[arg(long, default_value = "quic://127.0.0.1:7788", value_name = "ADDRESS")]
     listen: String,
     /// Where to write the access file (address, certificate, tokens) peers read.
-    #[arg(long, env = "WEIR_ACCESS_FILE", default_value = ".weir/access.json", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "WEIR_ACCESS_FILE",
+        default_value = ".weir/access.json",
+        value_name = "FILE"
+    )]
     access_file: PathBuf,
     /// A worker silent this long (seconds) is lost and its running tasks are requeued.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
@@ -85,18 +94,28 @@ fn run(args: Args) -> Result<()> {
         },
     };
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
-    let limits = Limits { deadline: Duration::from_millis(args.policy_deadline_ms), ..Limits::default() };
+    let limits = Limits {
+        deadline: Duration::from_millis(args.policy_deadline_ms),
+        ..Limits::default()
+    };
     let mut policy = spec.instantiate(&host, limits)?;
     let tiers = policy.tiers()?;
     if args.check {
         println!("policy {}: {} tier(s)", spec.engine.name(), tiers.len());
         for tier in &tiers {
-            println!("  priority {:>3}: {}", tier.priority, tier.members.join(", "));
+            println!(
+                "  priority {:>3}: {}",
+                tier.priority,
+                tier.members.join(", ")
+            );
         }
         return Ok(());
     }
     tracing::info!(engine = %spec.engine.name(), tiers = tiers.len(), "scaling policy loaded");
-    for (flag, value) in [("--heartbeat-timeout", args.heartbeat_timeout), ("--scaling-interval", args.scaling_interval)] {
+    for (flag, value) in [
+        ("--heartbeat-timeout", args.heartbeat_timeout),
+        ("--scaling-interval", args.scaling_interval),
+    ] {
         if !(value > 0.0 && value.is_finite()) {
             bail!("{flag} must be a positive number of seconds");
         }

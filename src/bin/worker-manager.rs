@@ -17,7 +17,12 @@ use weir::manager::Settings;
 )]
 struct Args {
     /// The access file the scheduler wrote.
-    #[arg(long, env = "WEIR_ACCESS_FILE", default_value = ".weir/access.json", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "WEIR_ACCESS_FILE",
+        default_value = ".weir/access.json",
+        value_name = "FILE"
+    )]
     access_file: PathBuf,
     /// This manager's id (what waterfall_v1 rows name). Default: worker type and process id.
     #[arg(long)]
@@ -67,11 +72,14 @@ fn parse_cap(text: &str) -> Result<u32> {
     if text == "-1" || text.eq_ignore_ascii_case("unlimited") {
         return Ok(u32::MAX);
     }
-    text.parse::<u32>().with_context(|| format!("--max-task-concurrency `{text}`: a whole number, -1 or unlimited"))
+    text.parse::<u32>().with_context(|| {
+        format!("--max-task-concurrency `{text}`: a whole number, -1 or unlimited")
+    })
 }
 
 fn run(args: Args) -> Result<()> {
-    let capabilities = parse_capabilities(&args.capabilities).map_err(|e| anyhow::anyhow!("--capabilities: {e}"))?;
+    let capabilities = parse_capabilities(&args.capabilities)
+        .map_err(|e| anyhow::anyhow!("--capabilities: {e}"))?;
     for env in &args.env_plugins {
         EnvPluginSpec::parse(env).map_err(|e| anyhow::anyhow!("--env-plugin {e}"))?;
     }
@@ -83,15 +91,21 @@ fn run(args: Args) -> Result<()> {
     }
     let worker_command = match args.worker_command {
         Some(path) => path,
-        None => std::env::current_exe().context("cannot find this executable")?.with_file_name("worker"),
+        None => std::env::current_exe()
+            .context("cannot find this executable")?
+            .with_file_name("worker"),
     };
     let max_task_concurrency = match (&args.max_task_concurrency, args.fixed) {
         (Some(text), _) => parse_cap(text)?,
         (None, Some(_)) => u32::MAX,
-        (None, None) => bail!("--max-task-concurrency is required (or --fixed N): how many tasks this pool may run"),
+        (None, None) => bail!(
+            "--max-task-concurrency is required (or --fixed N): how many tasks this pool may run"
+        ),
     };
     let settings = Settings {
-        id: args.id.unwrap_or_else(|| format!("{}-{}", args.worker_type, std::process::id())),
+        id: args
+            .id
+            .unwrap_or_else(|| format!("{}-{}", args.worker_type, std::process::id())),
         worker_type: args.worker_type,
         max_task_concurrency,
         slots: args.slots,
@@ -104,7 +118,9 @@ fn run(args: Args) -> Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     if let Some(count) = args.fixed {
-        return runtime.block_on(weir::manager::run_fixed(count, settings)).map_err(|e| anyhow::anyhow!(e));
+        return runtime
+            .block_on(weir::manager::run_fixed(count, settings))
+            .map_err(|e| anyhow::anyhow!(e));
     }
     let reconnect = Duration::from_secs_f64(args.reconnect_timeout.max(0.0));
     runtime.block_on(async {

@@ -14,10 +14,19 @@ use weir::worker::Settings;
 use weir::worker::env::LocalEnv;
 
 #[derive(Parser)]
-#[command(name = "worker", version, about = "A weir worker: runs tasks, evaluates environment conditions")]
+#[command(
+    name = "worker",
+    version,
+    about = "A weir worker: runs tasks, evaluates environment conditions"
+)]
 struct Args {
     /// The access file the scheduler wrote.
-    #[arg(long, env = "WEIR_ACCESS_FILE", default_value = ".weir/access.json", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "WEIR_ACCESS_FILE",
+        default_value = ".weir/access.json",
+        value_name = "FILE"
+    )]
     access_file: PathBuf,
     /// Tasks run at once (default: the number of CPUs).
     #[arg(long)]
@@ -83,7 +92,10 @@ fn run(args: Args) -> Result<()> {
     if args.check {
         return check(&args, &capabilities);
     }
-    for (flag, value) in [("--heartbeat-interval", args.heartbeat_interval), ("--env-recheck", args.env_recheck)] {
+    for (flag, value) in [
+        ("--heartbeat-interval", args.heartbeat_interval),
+        ("--env-recheck", args.env_recheck),
+    ] {
         if !(value > 0.0 && value.is_finite()) {
             bail!("{flag} must be a positive number of seconds");
         }
@@ -97,21 +109,32 @@ fn run(args: Args) -> Result<()> {
         }
         let bytes = spec.bytes()?;
         host.load(&spec.name, &bytes, Some(World::Environment))?;
-        local_environments.push(LocalEnv { name: spec.name.clone(), bytes: Arc::new(bytes), config: spec.config.clone() });
+        local_environments.push(LocalEnv {
+            name: spec.name.clone(),
+            bytes: Arc::new(bytes),
+            config: spec.config.clone(),
+        });
     }
     let total_memory = match &args.total_memory {
-        Some(text) => Some(parse_amount(text).with_context(|| format!("--total-memory `{text}` is not an amount (e.g. 8GB)"))?),
+        Some(text) => Some(
+            parse_amount(text)
+                .with_context(|| format!("--total-memory `{text}` is not an amount (e.g. 8GB)"))?,
+        ),
         None => None,
     };
 
-    let slots = args.slots.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    let slots = args
+        .slots
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
     if slots == 0 {
         bail!("--slots must be at least 1");
     }
     let hostname = HostFacts::probe("", &[], &[]).hostname;
     let settings = Settings {
         info: WorkerInfo {
-            name: args.name.unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
+            name: args
+                .name
+                .unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),
             slots,
             capabilities,
             worker_type: args.worker_type,
@@ -129,17 +152,26 @@ fn run(args: Args) -> Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reconnect = Duration::from_secs_f64(args.reconnect_timeout.max(0.0));
-    let reason = runtime.block_on(weir::net::reconnecting(&args.access_file, reconnect, "worker", |access| {
-        let settings = settings.clone();
-        async move { weir::worker::run(&access, settings).await }
-    }))?;
+    let reason = runtime.block_on(weir::net::reconnecting(
+        &args.access_file,
+        reconnect,
+        "worker",
+        |access| {
+            let settings = settings.clone();
+            async move { weir::worker::run(&access, settings).await }
+        },
+    ))?;
     tracing::info!(%reason, "worker stopped");
     Ok(())
 }
 
 fn check(args: &Args, capabilities: &[(String, u64)]) -> Result<()> {
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
-    let facts = Arc::new(HostFacts::probe(&args.worker_type, capabilities, &args.env_allow));
+    let facts = Arc::new(HostFacts::probe(
+        &args.worker_type,
+        capabilities,
+        &args.env_allow,
+    ));
     for spec in &args.env_plugins {
         let loaded = spec.load(&host)?;
         let mut condition = host.condition(&loaded, Limits::default())?;

@@ -6,8 +6,8 @@ use quinn::{Connection, Endpoint, RecvStream};
 
 use crate::net::{self, AccessFile, NetError};
 use crate::proto::{
-    self, EnvironmentStatus, FrameError, JobCounts, JobId, NewGroup, Request, Response, Role, StatusReport, TaskId,
-    TaskResult,
+    self, EnvironmentStatus, FrameError, JobCounts, JobId, NewGroup, Request, Response, Role,
+    StatusReport, TaskId, TaskResult,
 };
 
 pub struct Client {
@@ -40,9 +40,13 @@ fn unexpected(response: Option<Response>) -> NetError {
 
 impl Client {
     pub async fn connect(access: &AccessFile) -> Result<Client, NetError> {
-        let (endpoint, connection, mut send, _recv) = net::connect(access, Role::Client, Duration::from_secs(30)).await?;
+        let (endpoint, connection, mut send, _recv) =
+            net::connect(access, Role::Client, Duration::from_secs(30)).await?;
         let _ = send.finish();
-        Ok(Client { _endpoint: endpoint, connection })
+        Ok(Client {
+            _endpoint: endpoint,
+            connection,
+        })
     }
 
     pub async fn call(&self, request: &Request) -> Result<Responses, NetError> {
@@ -53,16 +57,28 @@ impl Client {
     }
 
     /// Submit one job. Returns (job, first task id, number of tasks).
-    pub async fn submit(&self, components: Vec<Vec<u8>>, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), NetError> {
+    pub async fn submit(
+        &self,
+        components: Vec<Vec<u8>>,
+        groups: Vec<NewGroup>,
+    ) -> Result<(JobId, TaskId, u64), NetError> {
         let mut responses = self.call(&Request::Submit { components, groups }).await?;
         match responses.next().await? {
-            Some(Response::Submitted { job, first_task, tasks }) => Ok((job, first_task, tasks)),
+            Some(Response::Submitted {
+                job,
+                first_task,
+                tasks,
+            }) => Ok((job, first_task, tasks)),
             other => Err(unexpected(other)),
         }
     }
 
     /// Wait until every task of `job` is final, calling `progress` on each update.
-    pub async fn wait(&self, job: JobId, mut progress: impl FnMut(&JobCounts)) -> Result<JobCounts, NetError> {
+    pub async fn wait(
+        &self,
+        job: JobId,
+        mut progress: impl FnMut(&JobCounts),
+    ) -> Result<JobCounts, NetError> {
         let mut responses = self.call(&Request::Wait { job }).await?;
         loop {
             match responses.next().await? {
@@ -110,7 +126,12 @@ impl Client {
         config: Vec<(String, String)>,
         wait: bool,
     ) -> Result<Vec<EnvironmentStatus>, NetError> {
-        let request = Request::EnvRegister { name: name.to_string(), component, config, wait };
+        let request = Request::EnvRegister {
+            name: name.to_string(),
+            component,
+            config,
+            wait,
+        };
         match self.call(&request).await?.next().await? {
             Some(Response::Environments(list)) => Ok(list),
             other => Err(unexpected(other)),
@@ -125,7 +146,14 @@ impl Client {
     }
 
     pub async fn env_remove(&self, name: &str) -> Result<(), NetError> {
-        match self.call(&Request::EnvRemove { name: name.to_string() }).await?.next().await? {
+        match self
+            .call(&Request::EnvRemove {
+                name: name.to_string(),
+            })
+            .await?
+            .next()
+            .await?
+        {
             Some(Response::EnvRemoved { .. }) => Ok(()),
             other => Err(unexpected(other)),
         }

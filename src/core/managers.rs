@@ -22,11 +22,20 @@ pub struct Managers {
 
 impl Managers {
     pub fn new(timeout_ms: u64) -> Managers {
-        Managers { timeout_ms, ..Managers::default() }
+        Managers {
+            timeout_ms,
+            ..Managers::default()
+        }
     }
 
     pub fn heartbeat(&mut self, now: u64, state: ManagerState) {
-        self.entries.insert(state.id.clone(), Entry { state, last_seen: now });
+        self.entries.insert(
+            state.id.clone(),
+            Entry {
+                state,
+                last_seen: now,
+            },
+        );
     }
 
     pub fn is_empty(&self) -> bool {
@@ -38,16 +47,29 @@ impl Managers {
     }
 
     /// The snapshot the policy decides on.
-    pub fn snapshot(&self, now: u64, scale_down_delay_ms: u64, workers: &[WorkerView], demand: Vec<Demand>) -> Snapshot {
+    pub fn snapshot(
+        &self,
+        now: u64,
+        scale_down_delay_ms: u64,
+        workers: &[WorkerView],
+        demand: Vec<Demand>,
+    ) -> Snapshot {
         let managers = self
             .entries
             .values()
             .map(|entry| {
                 let state = &entry.state;
-                let mine: Vec<&WorkerView> = workers.iter().filter(|w| w.manager.as_deref() == Some(&state.id)).collect();
+                let mine: Vec<&WorkerView> = workers
+                    .iter()
+                    .filter(|w| w.manager.as_deref() == Some(&state.id))
+                    .collect();
                 // Not usable yet, or no longer: started but not registered, and being stopped
                 // but not gone. Both still count as the manager's workers.
-                let unregistered = state.workers.iter().filter(|n| !mine.iter().any(|w| w.name == **n)).count();
+                let unregistered = state
+                    .workers
+                    .iter()
+                    .filter(|n| !mine.iter().any(|w| w.name == **n))
+                    .count();
                 let stopping = mine.iter().filter(|w| w.draining).count();
                 Manager {
                     id: state.id.clone(),
@@ -58,7 +80,12 @@ impl Managers {
                     workers: mine
                         .iter()
                         .filter(|w| !w.draining)
-                        .map(|w| Worker { id: w.name.clone(), slots: w.slots, busy: w.busy, idle_ms: w.idle_ms })
+                        .map(|w| Worker {
+                            id: w.name.clone(),
+                            slots: w.slots,
+                            busy: w.busy,
+                            idle_ms: w.idle_ms,
+                        })
                         .collect(),
                     starting: (unregistered + stopping) as u32,
                     capabilities: state.capabilities.clone(),
@@ -66,12 +93,18 @@ impl Managers {
                 }
             })
             .collect();
-        Snapshot { now_ms: now, scale_down_delay_ms, managers, demand }
+        Snapshot {
+            now_ms: now,
+            scale_down_delay_ms,
+            managers,
+            demand,
+        }
     }
 
     pub fn record(&mut self, decisions: &[Decision]) {
         for decision in decisions {
-            self.last.insert(decision.manager_id.clone(), decision.clone());
+            self.last
+                .insert(decision.manager_id.clone(), decision.clone());
         }
     }
 
@@ -80,10 +113,17 @@ impl Managers {
             .values()
             .map(|entry| {
                 let state = &entry.state;
-                let live = workers.iter().filter(|w| w.manager.as_deref() == Some(&state.id)).count() as u32;
+                let live = workers
+                    .iter()
+                    .filter(|w| w.manager.as_deref() == Some(&state.id))
+                    .count() as u32;
                 let tier = tiers
                     .iter()
-                    .find(|t| t.members.iter().any(|m| *m == state.id || *m == state.worker_type))
+                    .find(|t| {
+                        t.members
+                            .iter()
+                            .any(|m| *m == state.id || *m == state.worker_type)
+                    })
                     .map(|t| t.priority);
                 let last = self.last.get(&state.id);
                 ManagerStatus {
@@ -120,32 +160,62 @@ impl Managers {
         let mut lines = Vec::new();
         for entry in self.entries.values() {
             let state = &entry.state;
-            let mine: Vec<&WorkerView> = workers.iter().filter(|w| w.manager.as_deref() == Some(&state.id)).collect();
+            let mine: Vec<&WorkerView> = workers
+                .iter()
+                .filter(|w| w.manager.as_deref() == Some(&state.id))
+                .collect();
             let verdicts = verdicts(&mine);
             let mut missing = Vec::new();
             if !self.online(entry, now) {
                 missing.push("offline".to_string());
             }
-            if !tiers.iter().any(|t| t.members.iter().any(|m| *m == state.id || *m == state.worker_type)) {
+            if !tiers.iter().any(|t| {
+                t.members
+                    .iter()
+                    .any(|m| *m == state.id || *m == state.worker_type)
+            }) {
                 missing.push("not listed in the scaling policy".to_string());
             }
             for (name, need) in capabilities {
-                let have = state.capabilities.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+                let have = state
+                    .capabilities
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(0, |(_, v)| *v);
                 if have < *need {
-                    missing.push(format!("its workers have {name}={have}, the task needs {need}"));
+                    missing.push(format!(
+                        "its workers have {name}={have}, the task needs {need}"
+                    ));
                 }
             }
             for env in environments {
                 match verdicts.iter().find(|(n, _)| n == env).map(|(_, v)| *v) {
-                    Some(Verdict::NoMatch) => missing.push(format!("its workers do not match `{env}`")),
+                    Some(Verdict::NoMatch) => {
+                        missing.push(format!("its workers do not match `{env}`"))
+                    }
                     Some(_) => {}
                     None => {} // unknown: one worker would be started to learn
                 }
             }
-            let last = self.last.get(&state.id).map(|d| format!("; last decision: {} worker(s), {}", d.desired_workers, d.reason));
+            let last = self.last.get(&state.id).map(|d| {
+                format!(
+                    "; last decision: {} worker(s), {}",
+                    d.desired_workers, d.reason
+                )
+            });
             lines.push(match missing.is_empty() {
-                true => format!("manager {} ({}): could start workers for it{}", state.id, state.worker_type, last.unwrap_or_default()),
-                false => format!("manager {} ({}): cannot: {}", state.id, state.worker_type, missing.join("; ")),
+                true => format!(
+                    "manager {} ({}): could start workers for it{}",
+                    state.id,
+                    state.worker_type,
+                    last.unwrap_or_default()
+                ),
+                false => format!(
+                    "manager {} ({}): cannot: {}",
+                    state.id,
+                    state.worker_type,
+                    missing.join("; ")
+                ),
             });
         }
         lines

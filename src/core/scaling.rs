@@ -29,7 +29,11 @@ impl ScalingPolicy for weir_waterfall::Policy {
 /// snapshot once, asks for no more workers than the manager's cap allows (unless it already has
 /// more, which a policy may keep), and stops only idle workers of that manager.
 pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), String> {
-    let managers: HashMap<&str, &Manager> = snapshot.managers.iter().map(|m| (m.id.as_str(), m)).collect();
+    let managers: HashMap<&str, &Manager> = snapshot
+        .managers
+        .iter()
+        .map(|m| (m.id.as_str(), m))
+        .collect();
     let mut seen: HashSet<&str> = HashSet::with_capacity(decisions.len());
     for decision in decisions {
         let id = decision.manager_id.as_str();
@@ -42,7 +46,9 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
         if !seen.insert(id) {
             return Err(format!("two decisions for manager `{id}`"));
         }
-        let allowed = manager.max_workers_for(manager.max_task_concurrency).max(manager.current_workers());
+        let allowed = manager
+            .max_workers_for(manager.max_task_concurrency)
+            .max(manager.current_workers());
         if u64::from(decision.desired_workers) > allowed {
             return Err(format!(
                 "asks manager `{id}` for {} workers; its max task concurrency {} allows {allowed}",
@@ -52,17 +58,24 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
         if decision.stop.is_empty() {
             continue;
         }
-        let workers: HashMap<&str, &Worker> = manager.workers.iter().map(|w| (w.id.as_str(), w)).collect();
+        let workers: HashMap<&str, &Worker> =
+            manager.workers.iter().map(|w| (w.id.as_str(), w)).collect();
         let mut stopped: HashSet<&str> = HashSet::with_capacity(decision.stop.len());
         for worker_id in &decision.stop {
             let Some(worker) = workers.get(worker_id.as_str()) else {
-                return Err(format!("stops `{worker_id}`, which is not a worker of manager `{id}`"));
+                return Err(format!(
+                    "stops `{worker_id}`, which is not a worker of manager `{id}`"
+                ));
             };
             if worker.busy > 0 {
-                return Err(format!("stops worker `{worker_id}` of manager `{id}` while it runs tasks"));
+                return Err(format!(
+                    "stops worker `{worker_id}` of manager `{id}` while it runs tasks"
+                ));
             }
             if !stopped.insert(worker_id) {
-                return Err(format!("stops worker `{worker_id}` of manager `{id}` twice"));
+                return Err(format!(
+                    "stops worker `{worker_id}` of manager `{id}` twice"
+                ));
             }
         }
     }
@@ -74,19 +87,32 @@ mod tests {
     use super::*;
 
     fn snapshot() -> Snapshot {
-        let worker = |id: &str, busy| Worker { id: id.into(), slots: 1, busy, idle_ms: 0 };
+        let worker = |id: &str, busy| Worker {
+            id: id.into(),
+            slots: 1,
+            busy,
+            idle_ms: 0,
+        };
         let manager = |id: &str, online| Manager {
             id: id.into(),
             worker_type: "t".into(),
             max_task_concurrency: 4,
             worker_slots: 2,
             online,
-            workers: vec![worker(&format!("{id}-idle"), 0), worker(&format!("{id}-busy"), 1)],
+            workers: vec![
+                worker(&format!("{id}-idle"), 0),
+                worker(&format!("{id}-busy"), 1),
+            ],
             starting: 0,
             capabilities: vec![],
             environments: vec![],
         };
-        Snapshot { now_ms: 0, scale_down_delay_ms: 0, managers: vec![manager("a", true), manager("off", false)], demand: vec![] }
+        Snapshot {
+            now_ms: 0,
+            scale_down_delay_ms: 0,
+            managers: vec![manager("a", true), manager("off", false)],
+            demand: vec![],
+        }
     }
 
     fn decision(id: &str, desired: u32, stop: &[&str]) -> Decision {
@@ -100,8 +126,14 @@ mod tests {
 
     #[test]
     fn sensible_decisions_pass() {
-        assert_eq!(validate_decisions(&snapshot(), &[decision("a", 2, &[])]), Ok(()));
-        assert_eq!(validate_decisions(&snapshot(), &[decision("a", 1, &["a-idle"])]), Ok(()));
+        assert_eq!(
+            validate_decisions(&snapshot(), &[decision("a", 2, &[])]),
+            Ok(())
+        );
+        assert_eq!(
+            validate_decisions(&snapshot(), &[decision("a", 1, &["a-idle"])]),
+            Ok(())
+        );
         assert_eq!(validate_decisions(&snapshot(), &[]), Ok(()));
     }
 
@@ -110,14 +142,32 @@ mod tests {
         let cases = [
             (vec![decision("ghost", 1, &[])], "unknown manager `ghost`"),
             (vec![decision("off", 1, &[])], "manager `off` is offline"),
-            (vec![decision("a", 1, &[]), decision("a", 2, &[])], "two decisions for manager `a`"),
-            (vec![decision("a", 3, &[])], "asks manager `a` for 3 workers; its max task concurrency 4 allows 2"),
-            (vec![decision("a", 1, &["a-busy"])], "stops worker `a-busy` of manager `a` while it runs tasks"),
-            (vec![decision("a", 1, &["off-idle"])], "stops `off-idle`, which is not a worker of manager `a`"),
-            (vec![decision("a", 0, &["a-idle", "a-idle"])], "stops worker `a-idle` of manager `a` twice"),
+            (
+                vec![decision("a", 1, &[]), decision("a", 2, &[])],
+                "two decisions for manager `a`",
+            ),
+            (
+                vec![decision("a", 3, &[])],
+                "asks manager `a` for 3 workers; its max task concurrency 4 allows 2",
+            ),
+            (
+                vec![decision("a", 1, &["a-busy"])],
+                "stops worker `a-busy` of manager `a` while it runs tasks",
+            ),
+            (
+                vec![decision("a", 1, &["off-idle"])],
+                "stops `off-idle`, which is not a worker of manager `a`",
+            ),
+            (
+                vec![decision("a", 0, &["a-idle", "a-idle"])],
+                "stops worker `a-idle` of manager `a` twice",
+            ),
         ];
         for (decisions, expected) in cases {
-            assert_eq!(validate_decisions(&snapshot(), &decisions), Err(expected.to_string()));
+            assert_eq!(
+                validate_decisions(&snapshot(), &decisions),
+                Err(expected.to_string())
+            );
         }
     }
 }

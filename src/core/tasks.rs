@@ -19,8 +19,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::proto::{
-    ComponentHash, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId, NewGroup, Outcome, StatusReport, TaskId,
-    TaskKind, TaskResult, TaskSpec, TaskState, WorkerId, WorkerInfo, WorkerStatus,
+    ComponentHash, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId, NewGroup, Outcome,
+    StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, WorkerId, WorkerInfo,
+    WorkerStatus,
 };
 
 /// Most tasks one submission may create.
@@ -34,7 +35,9 @@ pub struct CoreConfig {
 
 impl Default for CoreConfig {
     fn default() -> CoreConfig {
-        CoreConfig { heartbeat_timeout_ms: 10_000 }
+        CoreConfig {
+            heartbeat_timeout_ms: 10_000,
+        }
     }
 }
 
@@ -42,9 +45,15 @@ impl Default for CoreConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Send these tasks to the worker (its group specs and components first, if it lacks them).
-    Dispatch { worker: WorkerId, tasks: Vec<TaskId> },
+    Dispatch {
+        worker: WorkerId,
+        tasks: Vec<TaskId>,
+    },
     /// Tell the worker to stop these tasks.
-    Cancel { worker: WorkerId, tasks: Vec<TaskId> },
+    Cancel {
+        worker: WorkerId,
+        tasks: Vec<TaskId>,
+    },
     /// Close the worker's connection: it is considered lost.
     Disconnect { worker: WorkerId, reason: String },
     /// The task reached a final state (for waiting clients).
@@ -66,7 +75,11 @@ pub enum SubmitError {
     #[error("a submission may create at most {MAX_TASKS_PER_SUBMIT} tasks, not {0}")]
     TooMany(u64),
     #[error("group {group}: `count` is {count} but {inputs} inputs were given")]
-    CountMismatch { group: usize, count: u32, inputs: usize },
+    CountMismatch {
+        group: usize,
+        count: u32,
+        inputs: usize,
+    },
     #[error("group {group}: a command task needs a program (argv is empty)")]
     EmptyArgv { group: usize },
     #[error("group {group}: unknown wasm component {hash}; send it with the submission")]
@@ -132,8 +145,14 @@ impl Worker {
     fn fits(&self, class: &Class) -> bool {
         !self.draining
             && self.free_slots > 0
-            && class.capabilities.iter().all(|(name, need)| *need == 0 || amount(&self.free, name) >= *need)
-            && class.environments.iter().all(|e| self.environments.contains(e))
+            && class
+                .capabilities
+                .iter()
+                .all(|(name, need)| *need == 0 || amount(&self.free, name) >= *need)
+            && class
+                .environments
+                .iter()
+                .all(|e| self.environments.contains(e))
     }
 
     fn take(&mut self, class: &Class) {
@@ -193,7 +212,10 @@ pub struct Core {
 
 impl Core {
     pub fn new(config: CoreConfig) -> Core {
-        Core { config, ..Core::default() }
+        Core {
+            config,
+            ..Core::default()
+        }
     }
 
     pub fn take_actions(&mut self) -> Vec<Action> {
@@ -228,19 +250,43 @@ impl Core {
     pub fn submit(&mut self, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), SubmitError> {
         let mut total = 0u64;
         for (index, group) in groups.iter().enumerate() {
-            let n = if group.inputs.is_empty() { u64::from(group.count) } else { group.inputs.len() as u64 };
-            if !group.inputs.is_empty() && group.count != 0 && group.count as usize != group.inputs.len() {
-                return Err(SubmitError::CountMismatch { group: index, count: group.count, inputs: group.inputs.len() });
+            let n = if group.inputs.is_empty() {
+                u64::from(group.count)
+            } else {
+                group.inputs.len() as u64
+            };
+            if !group.inputs.is_empty()
+                && group.count != 0
+                && group.count as usize != group.inputs.len()
+            {
+                return Err(SubmitError::CountMismatch {
+                    group: index,
+                    count: group.count,
+                    inputs: group.inputs.len(),
+                });
             }
             match &group.spec.kind {
-                TaskKind::Command { argv, .. } if argv.is_empty() => return Err(SubmitError::EmptyArgv { group: index }),
+                TaskKind::Command { argv, .. } if argv.is_empty() => {
+                    return Err(SubmitError::EmptyArgv { group: index });
+                }
                 TaskKind::Wasm { component } if !self.components.contains(component) => {
-                    return Err(SubmitError::UnknownComponent { group: index, hash: hex::encode(component) });
+                    return Err(SubmitError::UnknownComponent {
+                        group: index,
+                        hash: hex::encode(component),
+                    });
                 }
                 _ => {}
             }
-            if let Some(name) = group.spec.environments.iter().find(|e| !self.environments.contains_key(*e)) {
-                return Err(SubmitError::UnknownEnvironment { group: index, name: name.clone() });
+            if let Some(name) = group
+                .spec
+                .environments
+                .iter()
+                .find(|e| !self.environments.contains_key(*e))
+            {
+                return Err(SubmitError::UnknownEnvironment {
+                    group: index,
+                    name: name.clone(),
+                });
             }
             total += n;
         }
@@ -255,7 +301,11 @@ impl Core {
         let first_task = self.tasks.len() as TaskId + 1;
         let mut ranges = Vec::new();
         for new in groups {
-            let n = if new.inputs.is_empty() { u64::from(new.count) } else { new.inputs.len() as u64 };
+            let n = if new.inputs.is_empty() {
+                u64::from(new.count)
+            } else {
+                new.inputs.len() as u64
+            };
             if n == 0 {
                 continue;
             }
@@ -265,28 +315,55 @@ impl Core {
             let priority = std::cmp::Reverse(new.spec.priority);
             self.groups.insert(
                 gid,
-                Arc::new(Group { id: gid, job, spec: new.spec, inputs: new.inputs, first_task: first, class }),
+                Arc::new(Group {
+                    id: gid,
+                    job,
+                    spec: new.spec,
+                    inputs: new.inputs,
+                    first_task: first,
+                    class,
+                }),
             );
             let queue = self.queues.entry((priority, class)).or_default();
             for id in first..first + n {
-                self.tasks.push(Task { group: gid, state: TaskState::Queued, attempts: 0, worker: None, outcome: None });
+                self.tasks.push(Task {
+                    group: gid,
+                    state: TaskState::Queued,
+                    attempts: 0,
+                    worker: None,
+                    outcome: None,
+                });
                 queue.push_back(id);
             }
             ranges.push((first, n));
         }
-        let counts = JobCounts { queued: total, ..JobCounts::default() };
+        let counts = JobCounts {
+            queued: total,
+            ..JobCounts::default()
+        };
         self.counts.queued += total;
-        self.jobs.push(Job { counts, tasks: ranges });
+        self.jobs.push(Job {
+            counts,
+            tasks: ranges,
+        });
         Ok((job, first_task, total))
     }
 
     fn class_of(&mut self, spec: &TaskSpec) -> usize {
-        let mut capabilities: Vec<(String, u64)> = spec.capabilities.iter().filter(|(_, n)| *n > 0).cloned().collect();
+        let mut capabilities: Vec<(String, u64)> = spec
+            .capabilities
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .cloned()
+            .collect();
         capabilities.sort();
         let mut environments = spec.environments.clone();
         environments.sort();
         environments.dedup();
-        let class = Class { capabilities, environments };
+        let class = Class {
+            capabilities,
+            environments,
+        };
         match self.classes.iter().position(|c| *c == class) {
             Some(index) => index,
             None => {
@@ -300,7 +377,9 @@ impl Core {
         self.next_worker += 1;
         let id = self.next_worker;
         for name in &info.local_environments {
-            self.environments.entry(name.clone()).or_insert(EnvSource::Worker);
+            self.environments
+                .entry(name.clone())
+                .or_insert(EnvSource::Worker);
         }
         let worker = Worker {
             free_slots: info.slots,
@@ -320,7 +399,8 @@ impl Core {
     /// A run-time environment was registered or replaced: every worker's verdict on it is
     /// pending until it reports again.
     pub fn register_environment(&mut self, name: &str) {
-        self.environments.insert(name.to_string(), EnvSource::Registered);
+        self.environments
+            .insert(name.to_string(), EnvSource::Registered);
         for worker in self.workers.values_mut() {
             worker.verdicts.remove(name);
             worker.environments.remove(name);
@@ -345,8 +425,15 @@ impl Core {
     }
 
     /// A worker's verdicts changed.
-    pub fn set_verdicts(&mut self, now: u64, worker: WorkerId, verdicts: Vec<(String, EnvVerdict)>) {
-        let Some(w) = self.workers.get_mut(&worker) else { return };
+    pub fn set_verdicts(
+        &mut self,
+        now: u64,
+        worker: WorkerId,
+        verdicts: Vec<(String, EnvVerdict)>,
+    ) {
+        let Some(w) = self.workers.get_mut(&worker) else {
+            return;
+        };
         w.last_seen = now;
         for (name, verdict) in verdicts {
             if !self.environments.contains_key(&name) {
@@ -366,7 +453,9 @@ impl Core {
 
     /// Whether `worker` has answered about `name`.
     pub fn has_verdict(&self, worker: WorkerId, name: &str) -> bool {
-        self.workers.get(&worker).is_some_and(|w| w.verdicts.contains_key(name))
+        self.workers
+            .get(&worker)
+            .is_some_and(|w| w.verdicts.contains_key(name))
     }
 
     pub fn worker_ids(&self) -> Vec<WorkerId> {
@@ -392,8 +481,12 @@ impl Core {
                     match worker.verdicts.get(name) {
                         Some(EnvVerdict::Match) => status.matching.push(who),
                         Some(EnvVerdict::NoMatch) => status.not_matching.push(who),
-                        Some(EnvVerdict::Error(reason)) => status.erroring.push((who, reason.clone())),
-                        None if *source == EnvSource::Registered || worker.info.local_environments.contains(name) => {
+                        Some(EnvVerdict::Error(reason)) => {
+                            status.erroring.push((who, reason.clone()))
+                        }
+                        None if *source == EnvSource::Registered
+                            || worker.info.local_environments.contains(name) =>
+                        {
                             status.pending.push(who)
                         }
                         None => {}
@@ -409,8 +502,15 @@ impl Core {
         let task = self.task(id)?;
         let group = &self.groups[&task.group];
         let class = &self.classes[group.class];
-        let mut lines = vec![format!("task {id} (job {}) is {:?}, {} attempt(s)", group.job, task.state, task.attempts)];
-        let needs: Vec<String> = class.capabilities.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        let mut lines = vec![format!(
+            "task {id} (job {}) is {:?}, {} attempt(s)",
+            group.job, task.state, task.attempts
+        )];
+        let needs: Vec<String> = class
+            .capabilities
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
         lines.push(format!(
             "needs: {} slot, capabilities [{}], environments [{}]",
             1,
@@ -419,7 +519,9 @@ impl Core {
         ));
         match task.state {
             TaskState::Running => {
-                let worker = task.worker.and_then(|w| self.workers.get(&w).map(|x| (w, x.info.name.clone())));
+                let worker = task
+                    .worker
+                    .and_then(|w| self.workers.get(&w).map(|x| (w, x.info.name.clone())));
                 if let Some((w, name)) = worker {
                     lines.push(format!("running on worker {w} ({name})"));
                 }
@@ -441,15 +543,24 @@ impl Core {
                         if total < *need {
                             missing.push(format!("has {name}={total}, needs {need}"));
                         } else if amount(&worker.free, name) < *need {
-                            missing.push(format!("{name} in use ({} of {total} free, needs {need})", amount(&worker.free, name)));
+                            missing.push(format!(
+                                "{name} in use ({} of {total} free, needs {need})",
+                                amount(&worker.free, name)
+                            ));
                         }
                     }
                     for name in &class.environments {
                         match worker.verdicts.get(name) {
                             Some(EnvVerdict::Match) => {}
-                            Some(EnvVerdict::NoMatch) => missing.push(format!("environment `{name}`: no-match")),
-                            Some(EnvVerdict::Error(reason)) => missing.push(format!("environment `{name}`: error({reason})")),
-                            None => missing.push(format!("environment `{name}`: not evaluated yet")),
+                            Some(EnvVerdict::NoMatch) => {
+                                missing.push(format!("environment `{name}`: no-match"))
+                            }
+                            Some(EnvVerdict::Error(reason)) => {
+                                missing.push(format!("environment `{name}`: error({reason})"))
+                            }
+                            None => {
+                                missing.push(format!("environment `{name}`: not evaluated yet"))
+                            }
                         }
                     }
                     if worker.free_slots == 0 {
@@ -459,18 +570,29 @@ impl Core {
                         could_run = true;
                         lines.push(format!("worker {wid} ({}): qualifies; it is placed at the next scheduling round", worker.info.name));
                     } else {
-                        lines.push(format!("worker {wid} ({}): {}", worker.info.name, missing.join("; ")));
+                        lines.push(format!(
+                            "worker {wid} ({}): {}",
+                            worker.info.name,
+                            missing.join("; ")
+                        ));
                     }
                 }
                 if !could_run && !self.workers.is_empty() {
                     let any_ever = self.workers.values().any(|w| {
-                        class.capabilities.iter().all(|(n, need)| amount(&w.info.capabilities, n) >= *need)
-                            && class.environments.iter().all(|e| w.environments.contains(e))
+                        class
+                            .capabilities
+                            .iter()
+                            .all(|(n, need)| amount(&w.info.capabilities, n) >= *need)
+                            && class
+                                .environments
+                                .iter()
+                                .all(|e| w.environments.contains(e))
                     });
                     lines.push(if any_ever {
                         "waiting for a qualifying worker to free a slot".into()
                     } else {
-                        "no live worker can ever run it: it waits for one that qualifies to join".into()
+                        "no live worker can ever run it: it waits for one that qualifies to join"
+                            .into()
                     });
                 }
             }
@@ -487,12 +609,16 @@ impl Core {
 
     /// The worker is gone (connection closed or silent): requeue or fail its running tasks.
     pub fn worker_lost(&mut self, worker: WorkerId, reason: &str) {
-        let Some(w) = self.workers.remove(&worker) else { return };
+        let Some(w) = self.workers.remove(&worker) else {
+            return;
+        };
         let mut running: Vec<TaskId> = w.running.into_iter().collect();
         running.sort_unstable();
         // Requeue in reverse so the front of the queue keeps the original order.
         for &id in running.iter().rev() {
-            let Some(task) = self.task_mut(id) else { continue };
+            let Some(task) = self.task_mut(id) else {
+                continue;
+            };
             task.worker = None;
             if task.state != TaskState::Running {
                 continue; // canceled while running: already final
@@ -500,7 +626,8 @@ impl Core {
             let (gid, attempts) = (task.group, task.attempts);
             let group = self.groups[&gid].clone();
             if attempts > group.spec.retries {
-                let message = format!("worker {worker} lost ({reason}); gave up after {attempts} attempts");
+                let message =
+                    format!("worker {worker} lost ({reason}); gave up after {attempts} attempts");
                 self.finish(id, TaskState::Failed, Outcome::Error { message });
             } else {
                 self.set_state(id, TaskState::Queued);
@@ -513,7 +640,9 @@ impl Core {
     /// A worker reports a finished run. Returns false (and changes nothing) when the task is not
     /// running on that worker: a duplicate or late report.
     pub fn finished(&mut self, now: u64, worker: WorkerId, task: TaskId, outcome: Outcome) -> bool {
-        let Some(t) = self.task(task) else { return false };
+        let Some(t) = self.task(task) else {
+            return false;
+        };
         if t.worker != Some(worker) || !self.workers.contains_key(&worker) {
             return false;
         }
@@ -531,7 +660,11 @@ impl Core {
             t.worker = None;
         }
         if state == TaskState::Running {
-            let final_state = if outcome.succeeded() { TaskState::Succeeded } else { TaskState::Failed };
+            let final_state = if outcome.succeeded() {
+                TaskState::Succeeded
+            } else {
+                TaskState::Failed
+            };
             self.finish(task, final_state, outcome);
         }
         true
@@ -561,8 +694,14 @@ impl Core {
 
     /// Cancel every unfinished task of a job. Returns how many were canceled.
     pub fn cancel_job(&mut self, job: JobId) -> u64 {
-        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else { return 0 };
-        let ids: Vec<TaskId> = j.tasks.iter().flat_map(|&(first, n)| first..first + n).collect();
+        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+            return 0;
+        };
+        let ids: Vec<TaskId> = j
+            .tasks
+            .iter()
+            .flat_map(|&(first, n)| first..first + n)
+            .collect();
         let mut canceled = 0;
         let mut per_worker: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
         for id in ids {
@@ -573,7 +712,13 @@ impl Core {
             if let (TaskState::Running, Some(w)) = (task.state, task.worker) {
                 per_worker.entry(w).or_default().push(id);
             }
-            self.finish(id, TaskState::Canceled, Outcome::Error { message: "canceled".into() });
+            self.finish(
+                id,
+                TaskState::Canceled,
+                Outcome::Error {
+                    message: "canceled".into(),
+                },
+            );
             canceled += 1;
         }
         for (worker, tasks) in per_worker {
@@ -594,7 +739,11 @@ impl Core {
                 busy: w.running.len() as u32,
                 idle_ms: w.idle_since.map_or(0, |since| now.saturating_sub(since)),
                 draining: w.draining,
-                verdicts: w.verdicts.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+                verdicts: w
+                    .verdicts
+                    .iter()
+                    .map(|(n, v)| (n.clone(), v.clone()))
+                    .collect(),
             })
             .collect()
     }
@@ -603,7 +752,10 @@ impl Core {
     pub fn demand(&self) -> Vec<crate::core::scaling::Demand> {
         let mut queued: BTreeMap<usize, u64> = BTreeMap::new();
         for ((_, class), queue) in &self.queues {
-            let n = queue.iter().filter(|id| self.tasks[**id as usize - 1].state == TaskState::Queued).count();
+            let n = queue
+                .iter()
+                .filter(|id| self.tasks[**id as usize - 1].state == TaskState::Queued)
+                .count();
             *queued.entry(*class).or_default() += n as u64;
         }
         let mut running: BTreeMap<usize, u64> = BTreeMap::new();
@@ -643,8 +795,12 @@ impl Core {
     /// Declare silent workers lost.
     pub fn tick(&mut self, now: u64) {
         let timeout = self.config.heartbeat_timeout_ms;
-        let silent: Vec<WorkerId> =
-            self.workers.iter().filter(|(_, w)| now.saturating_sub(w.last_seen) > timeout).map(|(id, _)| *id).collect();
+        let silent: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| now.saturating_sub(w.last_seen) > timeout)
+            .map(|(id, _)| *id)
+            .collect();
         for worker in silent {
             let reason = format!("no heartbeat for {timeout} ms");
             self.worker_lost(worker, &reason);
@@ -686,7 +842,10 @@ impl Core {
                 }
             }
             // Drop canceled tasks at the front so an all-canceled queue goes away.
-            while queue.front().is_some_and(|&id| self.tasks[id as usize - 1].state != TaskState::Queued) {
+            while queue
+                .front()
+                .is_some_and(|&id| self.tasks[id as usize - 1].state != TaskState::Queued)
+            {
                 queue.pop_front();
             }
             if queue.is_empty() {
@@ -702,7 +861,9 @@ impl Core {
     }
 
     fn set_state(&mut self, id: TaskId, state: TaskState) {
-        let Some(task) = self.tasks.get_mut(id as usize - 1) else { return };
+        let Some(task) = self.tasks.get_mut(id as usize - 1) else {
+            return;
+        };
         let old = std::mem::replace(&mut task.state, state);
         let job = self.groups[&task.group].job;
         for counts in [&mut self.counts, &mut self.jobs[job as usize - 1].counts] {
@@ -713,14 +874,18 @@ impl Core {
 
     fn finish(&mut self, id: TaskId, state: TaskState, outcome: Outcome) {
         self.set_state(id, state);
-        let Some(task) = self.tasks.get_mut(id as usize - 1) else { return };
+        let Some(task) = self.tasks.get_mut(id as usize - 1) else {
+            return;
+        };
         task.outcome = Some(outcome);
         let job = self.groups[&task.group].job;
         self.actions.push(Action::Finished { job, task: id });
     }
 
     pub fn job_counts(&self, job: JobId) -> Option<&JobCounts> {
-        self.jobs.get(job.checked_sub(1)? as usize).map(|j| &j.counts)
+        self.jobs
+            .get(job.checked_sub(1)? as usize)
+            .map(|j| &j.counts)
     }
 
     /// Results of a job's final tasks, in task order.
@@ -771,22 +936,37 @@ impl Core {
             let id = index as TaskId + 1;
             *slot(&mut counted, task.state) += 1;
             match (task.state, task.worker) {
-                (TaskState::Running, None) => return Err(format!("task {id} running on no worker")),
+                (TaskState::Running, None) => {
+                    return Err(format!("task {id} running on no worker"));
+                }
                 (TaskState::Queued | TaskState::Succeeded | TaskState::Failed, Some(w)) => {
-                    return Err(format!("task {id} is {:?} but held by worker {w}", task.state));
+                    return Err(format!(
+                        "task {id} is {:?} but held by worker {w}",
+                        task.state
+                    ));
                 }
                 (_, Some(w)) => match self.workers.get(&w) {
                     Some(worker) if worker.running.contains(&id) => {}
-                    _ => return Err(format!("task {id} held by worker {w}, which does not list it")),
+                    _ => {
+                        return Err(format!(
+                            "task {id} held by worker {w}, which does not list it"
+                        ));
+                    }
                 },
                 _ => {}
             }
             if task.state.is_final() != task.outcome.is_some() {
-                return Err(format!("task {id}: state {:?} but outcome {:?}", task.state, task.outcome));
+                return Err(format!(
+                    "task {id}: state {:?} but outcome {:?}",
+                    task.state, task.outcome
+                ));
             }
         }
         if counted != self.counts {
-            return Err(format!("counts {:?} but tasks say {counted:?}", self.counts));
+            return Err(format!(
+                "counts {:?} but tasks say {counted:?}",
+                self.counts
+            ));
         }
         let queued: HashSet<TaskId> = self.queues.values().flatten().copied().collect();
         for (index, task) in self.tasks.iter().enumerate() {
@@ -796,21 +976,37 @@ impl Core {
         }
         for (id, worker) in &self.workers {
             if worker.free_slots as usize + worker.running.len() != worker.info.slots as usize {
-                return Err(format!("worker {id}: {} free + {} running != {} slots", worker.free_slots, worker.running.len(), worker.info.slots));
+                return Err(format!(
+                    "worker {id}: {} free + {} running != {} slots",
+                    worker.free_slots,
+                    worker.running.len(),
+                    worker.info.slots
+                ));
             }
             for (name, total) in &worker.info.capabilities {
                 let used: u64 = worker
                     .running
                     .iter()
-                    .map(|t| amount(&self.classes[self.groups[&self.tasks[*t as usize - 1].group].class].capabilities, name))
+                    .map(|t| {
+                        amount(
+                            &self.classes[self.groups[&self.tasks[*t as usize - 1].group].class]
+                                .capabilities,
+                            name,
+                        )
+                    })
                     .sum();
                 if used + amount(&worker.free, name) != *total || used > *total {
-                    return Err(format!("worker {id}: capability {name}: {used} used + {} free != {total}", amount(&worker.free, name)));
+                    return Err(format!(
+                        "worker {id}: capability {name}: {used} used + {} free != {total}",
+                        amount(&worker.free, name)
+                    ));
                 }
             }
             for task in &worker.running {
                 if self.tasks[*task as usize - 1].worker != Some(*id) {
-                    return Err(format!("worker {id} lists task {task}, which is not held by it"));
+                    return Err(format!(
+                        "worker {id} lists task {task}, which is not held by it"
+                    ));
                 }
             }
         }

@@ -40,7 +40,11 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(settings: Settings) -> Pool {
-        Pool { settings, children: BTreeMap::new(), next: 0 }
+        Pool {
+            settings,
+            children: BTreeMap::new(),
+            next: 0,
+        }
     }
 
     fn start(&mut self) -> Result<String, std::io::Error> {
@@ -51,7 +55,16 @@ impl Pool {
         command
             .arg("--access-file")
             .arg(&s.access_file)
-            .args(["--slots", &s.slots.to_string(), "--worker-type", &s.worker_type, "--manager", &s.id, "--name", &name])
+            .args([
+                "--slots",
+                &s.slots.to_string(),
+                "--worker-type",
+                &s.worker_type,
+                "--manager",
+                &s.id,
+                "--name",
+                &name,
+            ])
             .kill_on_drop(true);
         if !s.worker_capabilities_flag.is_empty() {
             command.args(["--capabilities", &s.worker_capabilities_flag]);
@@ -124,9 +137,17 @@ impl Pool {
         self.reap();
         let desired = desired as usize;
         // Too many: drop the newest that have not registered (they have no task yet).
-        let unregistered: Vec<String> =
-            self.children.keys().rev().filter(|n| !registered.contains(n)).cloned().collect();
-        for name in unregistered.into_iter().take(self.children.len().saturating_sub(desired)) {
+        let unregistered: Vec<String> = self
+            .children
+            .keys()
+            .rev()
+            .filter(|n| !registered.contains(n))
+            .cloned()
+            .collect();
+        for name in unregistered
+            .into_iter()
+            .take(self.children.len().saturating_sub(desired))
+        {
             self.stop(&name);
         }
         while self.children.len() < desired {
@@ -208,9 +229,15 @@ fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::
 pub async fn run_fixed(count: u32, settings: Settings) -> Result<(), String> {
     let mut pool = Pool::new(settings);
     for _ in 0..count {
-        pool.start().map_err(|e| format!("cannot start a worker ({}): {e}", pool.settings.worker_command.display()))?;
+        pool.start().map_err(|e| {
+            format!(
+                "cannot start a worker ({}): {e}",
+                pool.settings.worker_command.display()
+            )
+        })?;
     }
-    let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut sigterm =
+        signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut failed = Vec::new();
     let children = std::mem::take(&mut pool.children);
     let waiting = async {
@@ -226,5 +253,9 @@ pub async fn run_fixed(count: u32, settings: Settings) -> Result<(), String> {
         () = waiting => {}
         _ = sigterm.recv() => return Ok(()), // the workers get SIGTERM from the kernel (PDEATHSIG)
     }
-    if failed.is_empty() { Ok(()) } else { Err(failed.join("; ")) }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
 }

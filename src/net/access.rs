@@ -24,13 +24,15 @@ pub struct AccessFile {
 }
 
 pub fn default_path() -> PathBuf {
-    std::env::var_os("WEIR_ACCESS_FILE").map_or_else(|| PathBuf::from(".weir/access.json"), PathBuf::from)
+    std::env::var_os("WEIR_ACCESS_FILE")
+        .map_or_else(|| PathBuf::from(".weir/access.json"), PathBuf::from)
 }
 
 /// A fresh random token (128 bits, hex).
 pub fn new_token() -> Result<String, NetError> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| NetError::Access(format!("no randomness for a token: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| NetError::Access(format!("no randomness for a token: {e}")))?;
     Ok(hex::encode(bytes))
 }
 
@@ -43,17 +45,20 @@ impl AccessFile {
                 path.display()
             ))
         })?;
-        serde_json::from_str(&text)
-            .map_err(|e| NetError::Access(format!("{}: not a weir access file: {e}", path.display())))
+        serde_json::from_str(&text).map_err(|e| {
+            NetError::Access(format!("{}: not a weir access file: {e}", path.display()))
+        })
     }
 
     /// Write atomically, readable by this user only.
     pub fn write(&self, path: &Path) -> Result<(), NetError> {
-        let fail = |e: std::io::Error| NetError::Access(format!("cannot write {}: {e}", path.display()));
+        let fail =
+            |e: std::io::Error| NetError::Access(format!("cannot write {}: {e}", path.display()));
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
-        let text = serde_json::to_string_pretty(self).map_err(|e| NetError::Access(e.to_string()))?;
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| NetError::Access(e.to_string()))?;
         write_private(path, text.as_bytes()).map_err(fail)
     }
 

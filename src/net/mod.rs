@@ -64,24 +64,42 @@ pub async fn connect(
     idle_timeout: Duration,
 ) -> Result<(Endpoint, Connection, SendStream, RecvStream), NetError> {
     let address = parse_address(&access.address)?;
-    let bind: SocketAddr = if address.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }
-        .parse()
-        .map_err(|_| NetError::Address(access.address.clone()))?;
+    let bind: SocketAddr = if address.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    }
+    .parse()
+    .map_err(|_| NetError::Address(access.address.clone()))?;
     let mut endpoint = Endpoint::client(bind)?;
     let mut config = tls::client_config(&access.certificate_der()?)?;
     config.transport_config(transport(idle_timeout));
     endpoint.set_default_client_config(config);
-    let connecting = endpoint
-        .connect(address, tls::SERVER_NAME)
-        .map_err(|e| NetError::Connect { address: access.address.clone(), error: e.to_string() })?;
-    let connection =
-        connecting.await.map_err(|e| NetError::Connect { address: access.address.clone(), error: e.to_string() })?;
+    let connecting =
+        endpoint
+            .connect(address, tls::SERVER_NAME)
+            .map_err(|e| NetError::Connect {
+                address: access.address.clone(),
+                error: e.to_string(),
+            })?;
+    let connection = connecting.await.map_err(|e| NetError::Connect {
+        address: access.address.clone(),
+        error: e.to_string(),
+    })?;
     let (mut send, mut recv) = connection.open_bi().await?;
     let token = match role {
         Role::Client => access.client_token.clone(),
         Role::Worker | Role::Manager => access.worker_token.clone(),
     };
-    proto::frame::write(&mut send, &Hello { version: PROTOCOL_VERSION, role, token }).await?;
+    proto::frame::write(
+        &mut send,
+        &Hello {
+            version: PROTOCOL_VERSION,
+            role,
+            token,
+        },
+    )
+    .await?;
     match proto::frame::read::<_, HelloReply>(&mut recv).await {
         Ok(HelloReply::Welcome) => Ok((endpoint, connection, send, recv)),
         Ok(HelloReply::Refused { reason }) => Err(NetError::Refused(reason)),
@@ -129,7 +147,9 @@ where
             Err(error) if !connected_once && timeout.is_zero() => return Err(error),
             Err(error) => {
                 if last_ok.elapsed() > timeout {
-                    return Err(NetError::Refused(format!("gave up reaching the scheduler after {timeout:?}: {error}")));
+                    return Err(NetError::Refused(format!(
+                        "gave up reaching the scheduler after {timeout:?}: {error}"
+                    )));
                 }
                 tracing::debug!(%error, "{who}: scheduler not reachable yet");
             }

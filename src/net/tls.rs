@@ -22,13 +22,15 @@ fn provider() -> Arc<CryptoProvider> {
 /// A new self-signed certificate and its key, both PEM.
 pub fn generate() -> Result<(String, String), NetError> {
     let names = vec![SERVER_NAME.to_string(), "localhost".to_string()];
-    let certified = rcgen::generate_simple_self_signed(names).map_err(|e| NetError::Tls(e.to_string()))?;
+    let certified =
+        rcgen::generate_simple_self_signed(names).map_err(|e| NetError::Tls(e.to_string()))?;
     Ok((certified.cert.pem(), certified.signing_key.serialize_pem()))
 }
 
 pub fn certificate_der(pem: &str) -> Result<CertificateDer<'static>, NetError> {
     use rustls_pki_types::pem::PemObject;
-    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| NetError::Tls(format!("bad certificate PEM: {e}")))
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .map_err(|e| NetError::Tls(format!("bad certificate PEM: {e}")))
 }
 
 fn key_der(pem: &str) -> Result<PrivateKeyDer<'static>, NetError> {
@@ -58,7 +60,10 @@ pub fn client_config(pinned: &CertificateDer<'static>) -> Result<quinn::ClientCo
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| NetError::Tls(e.to_string()))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned { certificate: pinned.clone(), provider }))
+        .with_custom_certificate_verifier(Arc::new(Pinned {
+            certificate: pinned.clone(),
+            provider,
+        }))
         .with_no_client_auth();
     crypto.alpn_protocols = vec![ALPN.to_vec()];
     let quic = QuicClientConfig::try_from(crypto).map_err(|e| NetError::Tls(e.to_string()))?;
@@ -96,7 +101,12 @@ impl ServerCertVerifier for Pinned {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -105,10 +115,17 @@ impl ServerCertVerifier for Pinned {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

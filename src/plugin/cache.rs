@@ -72,11 +72,15 @@ pub struct DiskCache {
 
 impl DiskCache {
     pub fn new(dir: PathBuf, engine: &Engine) -> DiskCache {
-        DiskCache { dir, engine_key: engine_key(engine) }
+        DiskCache {
+            dir,
+            engine_key: engine_key(engine),
+        }
     }
 
     fn path(&self, hash: &[u8; 32]) -> PathBuf {
-        self.dir.join(format!("{}-{}.cwasm", hex::encode(hash), self.engine_key))
+        self.dir
+            .join(format!("{}-{}.cwasm", hex::encode(hash), self.engine_key))
     }
 
     /// The cached compiled form, if present and intact.
@@ -137,7 +141,10 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::DirBuilderExt;
-        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
     }
     #[cfg(not(unix))]
     {

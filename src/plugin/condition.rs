@@ -25,13 +25,23 @@ pub struct HostFacts {
 
 impl HostFacts {
     /// Read this machine's facts. `allowed_env` names the environment variables conditions may see.
-    pub fn probe(worker_type: &str, capabilities: &[(String, u64)], allowed_env: &[String]) -> HostFacts {
+    pub fn probe(
+        worker_type: &str,
+        capabilities: &[(String, u64)],
+        allowed_env: &[String],
+    ) -> HostFacts {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         let field = |name: &str| -> u64 {
             meminfo
                 .lines()
                 .find_map(|l| l.strip_prefix(name))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
                 .map_or(0, |kib| kib * 1024)
         };
         // A cgroup limit lower than the machine's memory is the memory the worker really has.
@@ -73,24 +83,44 @@ impl host::Host for State {
         self.facts.as_ref().map_or(0, |f| f.cpu_count)
     }
     fn hostname(&mut self) -> String {
-        self.facts.as_ref().map(|f| f.hostname.clone()).unwrap_or_default()
+        self.facts
+            .as_ref()
+            .map(|f| f.hostname.clone())
+            .unwrap_or_default()
     }
     fn os(&mut self) -> String {
-        self.facts.as_ref().map(|f| f.os.clone()).unwrap_or_default()
+        self.facts
+            .as_ref()
+            .map(|f| f.os.clone())
+            .unwrap_or_default()
     }
     fn arch(&mut self) -> String {
-        self.facts.as_ref().map(|f| f.arch.clone()).unwrap_or_default()
+        self.facts
+            .as_ref()
+            .map(|f| f.arch.clone())
+            .unwrap_or_default()
     }
     fn worker_type(&mut self) -> String {
-        self.facts.as_ref().map(|f| f.worker_type.clone()).unwrap_or_default()
+        self.facts
+            .as_ref()
+            .map(|f| f.worker_type.clone())
+            .unwrap_or_default()
     }
     fn capability(&mut self, name: String) -> Option<u64> {
         let facts = self.facts.as_ref()?;
-        facts.capabilities.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+        facts
+            .capabilities
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
     }
     fn env_var(&mut self, name: String) -> Option<String> {
         let facts = self.facts.as_ref()?;
-        facts.env.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
+        facts
+            .env
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
     }
 }
 
@@ -102,9 +132,15 @@ pub struct ConditionPlugin {
 }
 
 impl ConditionPlugin {
-    pub(super) fn new(plugin: Arc<str>, pre: EnvironmentPre<State>, limits: Limits) -> ConditionPlugin {
+    pub(super) fn new(
+        plugin: Arc<str>,
+        pre: EnvironmentPre<State>,
+        limits: Limits,
+    ) -> ConditionPlugin {
         let engine = pre.engine().clone();
-        let sandbox = Sandboxed::new(plugin, limits, engine, move |store| Ok(Ok(pre.instantiate(store)?)));
+        let sandbox = Sandboxed::new(plugin, limits, engine, move |store| {
+            Ok(Ok(pre.instantiate(store)?))
+        });
         ConditionPlugin { sandbox }
     }
 
@@ -114,23 +150,41 @@ impl ConditionPlugin {
 
     /// `Ok(true)`: matches; `Ok(false)`: does not; `Err`: the condition failed (its own error,
     /// a trap, a timeout, ...), which the worker reports as `error(reason)`.
-    pub fn evaluate(&mut self, facts: &Arc<HostFacts>, config: &Config) -> Result<bool, PluginError> {
+    pub fn evaluate(
+        &mut self,
+        facts: &Arc<HostFacts>,
+        config: &Config,
+    ) -> Result<bool, PluginError> {
         let plugin = self.name().to_string();
         let verdict = self.sandbox.call("evaluate", |store, bindings| {
             store.data_mut().facts = Some(facts.clone());
-            bindings.weir_plugin_condition().call_evaluate(store, config)
+            bindings
+                .weir_plugin_condition()
+                .call_evaluate(store, config)
         })?;
-        verdict.map_err(|message| PluginError::Refused { plugin, call: "evaluate", message })
+        verdict.map_err(|message| PluginError::Refused {
+            plugin,
+            call: "evaluate",
+            message,
+        })
     }
 
     /// Values for the tasks that run in this environment.
-    pub fn setup(&mut self, facts: &Arc<HostFacts>, config: &Config) -> Result<Config, PluginError> {
+    pub fn setup(
+        &mut self,
+        facts: &Arc<HostFacts>,
+        config: &Config,
+    ) -> Result<Config, PluginError> {
         let plugin = self.name().to_string();
         let values = self.sandbox.call("setup", |store, bindings| {
             store.data_mut().facts = Some(facts.clone());
             bindings.weir_plugin_condition().call_setup(store, config)
         })?;
-        values.map_err(|message| PluginError::Refused { plugin, call: "setup", message })
+        values.map_err(|message| PluginError::Refused {
+            plugin,
+            call: "setup",
+            message,
+        })
     }
 
     pub fn teardown(&mut self, facts: &Arc<HostFacts>) -> Result<(), PluginError> {

@@ -7,11 +7,18 @@ use super::World;
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     #[error("{plugin}: cannot read: {error}")]
-    Read { plugin: String, error: std::io::Error },
+    Read {
+        plugin: String,
+        error: std::io::Error,
+    },
 
     /// `expected` is empty or `; expected a component of the `NAME` world`.
     #[error("{plugin}: not a WebAssembly component ({detail}){expected}")]
-    NotWasm { plugin: String, detail: String, expected: String },
+    NotWasm {
+        plugin: String,
+        detail: String,
+        expected: String,
+    },
 
     #[error(
         "{plugin}: a core WebAssembly module, not a component (build with `--target wasm32-wasip2`, \
@@ -20,29 +27,57 @@ pub enum PluginError {
     CoreModule { plugin: String, expected: String },
 
     #[error("{plugin}: {}", wrong_world(*.expected, *.found))]
-    WrongWorld { plugin: String, expected: World, found: Option<World> },
+    WrongWorld {
+        plugin: String,
+        expected: World,
+        found: Option<World>,
+    },
 
     #[error("{plugin}: cannot be compiled: {detail}")]
     Compile { plugin: String, detail: String },
 
     #[error("{plugin}: needs something the `{world}` world does not provide: {detail}")]
-    Link { plugin: String, world: World, detail: String },
+    Link {
+        plugin: String,
+        world: World,
+        detail: String,
+    },
 
     #[error("{plugin}: {call} timed out after {deadline:?}")]
-    Timeout { plugin: String, call: &'static str, deadline: Duration },
+    Timeout {
+        plugin: String,
+        call: &'static str,
+        deadline: Duration,
+    },
 
     #[error("{plugin}: {call} ran out of memory: the limit is {limit} bytes over all its memories")]
-    MemoryLimit { plugin: String, call: &'static str, limit: u64 },
+    MemoryLimit {
+        plugin: String,
+        call: &'static str,
+        limit: u64,
+    },
 
     #[error("{plugin}: {call} panicked: {message}")]
-    Panic { plugin: String, call: &'static str, message: String },
+    Panic {
+        plugin: String,
+        call: &'static str,
+        message: String,
+    },
 
     #[error("{plugin}: {call} trapped: {detail}")]
-    Trap { plugin: String, call: &'static str, detail: String },
+    Trap {
+        plugin: String,
+        call: &'static str,
+        detail: String,
+    },
 
     /// The plugin returned its own error (`result::err`), e.g. bad policy content.
     #[error("{plugin}: {call} failed: {message}")]
-    Refused { plugin: String, call: &'static str, message: String },
+    Refused {
+        plugin: String,
+        call: &'static str,
+        message: String,
+    },
 
     /// A policy's decision that cannot be applied.
     #[error("{plugin}: nonsense decision: {detail}")]

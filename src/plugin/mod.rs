@@ -90,7 +90,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { deadline: Duration::from_secs(1), memory_bytes: 64 << 20, output_bytes: 1 << 20 }
+        Limits {
+            deadline: Duration::from_secs(1),
+            memory_bytes: 64 << 20,
+            output_bytes: 1 << 20,
+        }
     }
 }
 
@@ -140,17 +144,27 @@ impl PluginHost {
         config.epoch_interruption(true);
         config.wasm_component_model(true);
         config.max_wasm_stack(1 << 20);
-        let engine = Engine::new(&config).map_err(|e| engine_error("cannot create the engine", e))?;
+        let engine =
+            Engine::new(&config).map_err(|e| engine_error("cannot create the engine", e))?;
         start_epoch_ticker(&engine);
         let linkers = Linkers {
             environment: linker(&engine, |l| {
                 bindings::environment::Environment::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
-            policy: linker(&engine, |l| bindings::policy::Policy::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
-            task: linker(&engine, |l| bindings::task::Task::add_to_linker::<_, HasSelf<_>>(l, |s| s))?,
+            policy: linker(&engine, |l| {
+                bindings::policy::Policy::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            task: linker(&engine, |l| {
+                bindings::task::Task::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
         };
         let disk = cache_dir.map(|dir| cache::DiskCache::new(dir, &engine));
-        Ok(PluginHost { engine, linkers, disk, loaded: Mutex::new(HashMap::new()) })
+        Ok(PluginHost {
+            engine,
+            linkers,
+            disk,
+            loaded: Mutex::new(HashMap::new()),
+        })
     }
 
     /// A host caching compiled components in [`cache::default_dir`].
@@ -165,26 +179,51 @@ impl PluginHost {
     /// Read a component file; `expected` names the world in errors and is checked when given.
     pub fn load_file(&self, path: &Path, expected: Option<World>) -> Result<Loaded, PluginError> {
         let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|error| PluginError::Read { plugin: name.clone(), error })?;
+        let bytes = std::fs::read(path).map_err(|error| PluginError::Read {
+            plugin: name.clone(),
+            error,
+        })?;
         self.load(&name, &bytes, expected)
     }
 
     /// Check and compile `bytes` (or take the compiled form from the caches).
-    pub fn load(&self, name: &str, bytes: &[u8], expected: Option<World>) -> Result<Loaded, PluginError> {
+    pub fn load(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        expected: Option<World>,
+    ) -> Result<Loaded, PluginError> {
         let plugin = name.to_string();
         check_header(&plugin, bytes, expected)?;
         let started = Instant::now();
         let sha256 = cache::content_hash(bytes);
         let (component, origin) = self.compile(&plugin, bytes, &sha256)?;
         let load_time = started.elapsed();
-        let world = World::of_exports(component.component_type().exports(&self.engine).map(|(n, _)| n));
+        let world = World::of_exports(
+            component
+                .component_type()
+                .exports(&self.engine)
+                .map(|(n, _)| n),
+        );
         if let Some(expected) = expected
             && world != Some(expected)
         {
-            return Err(PluginError::WrongWorld { plugin, expected, found: world });
+            return Err(PluginError::WrongWorld {
+                plugin,
+                expected,
+                found: world,
+            });
         }
         tracing::debug!(plugin = name, ?origin, ?load_time, "component loaded");
-        Ok(Loaded { name: name.into(), component, world, sha256, size: bytes.len(), origin, load_time })
+        Ok(Loaded {
+            name: name.into(),
+            component,
+            world,
+            sha256,
+            size: bytes.len(),
+            origin,
+            load_time,
+        })
     }
 
     fn compile(
@@ -196,16 +235,24 @@ impl PluginHost {
         if let Some(component) = self.memory_cache().get(sha256) {
             return Ok((component.clone(), Origin::Memory));
         }
-        let from_disk = self.disk.as_ref().and_then(|d| d.load(&self.engine, sha256));
+        let from_disk = self
+            .disk
+            .as_ref()
+            .and_then(|d| d.load(&self.engine, sha256));
         let (component, origin) = match from_disk {
             Some(component) => (component, Origin::Disk),
             None => {
-                let not_a_component =
-                    |e: wasmtime::Error| PluginError::Compile { plugin: plugin.to_string(), detail: format!("{e:#}") };
-                let precompiled = self.engine.precompile_component(bytes).map_err(not_a_component)?;
+                let not_a_component = |e: wasmtime::Error| PluginError::Compile {
+                    plugin: plugin.to_string(),
+                    detail: format!("{e:#}"),
+                };
+                let precompiled = self
+                    .engine
+                    .precompile_component(bytes)
+                    .map_err(not_a_component)?;
                 // SAFETY: `precompiled` was produced just now by this engine.
-                let component =
-                    unsafe { Component::deserialize(&self.engine, &precompiled) }.map_err(not_a_component)?;
+                let component = unsafe { Component::deserialize(&self.engine, &precompiled) }
+                    .map_err(not_a_component)?;
                 if let Some(disk) = &self.disk {
                     disk.store(sha256, &precompiled);
                 }
@@ -218,7 +265,9 @@ impl PluginHost {
 
     fn memory_cache(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Component>> {
         // A panic while holding the lock cannot leave the map inconsistent: take it anyway.
-        self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.loaded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Link `loaded` against `world`'s imports and check its exports have the WIT's types.
@@ -238,17 +287,35 @@ impl PluginHost {
             world,
             detail: format!("{e:#}"),
         };
-        typed(linker.instantiate_pre(&loaded.component).map_err(link_error)?).map_err(link_error)
+        typed(
+            linker
+                .instantiate_pre(&loaded.component)
+                .map_err(link_error)?,
+        )
+        .map_err(link_error)
     }
 
     /// Load a scaling policy and create its engine from `content` (so bad content fails here).
-    pub fn policy(&self, loaded: &Loaded, content: &str, limits: Limits) -> Result<PolicyPlugin, PluginError> {
+    pub fn policy(
+        &self,
+        loaded: &Loaded,
+        content: &str,
+        limits: Limits,
+    ) -> Result<PolicyPlugin, PluginError> {
         let pre = self.typed_pre(loaded, World::Policy, bindings::policy::PolicyPre::new)?;
         PolicyPlugin::new(loaded.name.clone(), pre, content, limits)
     }
 
-    pub fn condition(&self, loaded: &Loaded, limits: Limits) -> Result<ConditionPlugin, PluginError> {
-        let pre = self.typed_pre(loaded, World::Environment, bindings::environment::EnvironmentPre::new)?;
+    pub fn condition(
+        &self,
+        loaded: &Loaded,
+        limits: Limits,
+    ) -> Result<ConditionPlugin, PluginError> {
+        let pre = self.typed_pre(
+            loaded,
+            World::Environment,
+            bindings::environment::EnvironmentPre::new,
+        )?;
         Ok(ConditionPlugin::new(loaded.name.clone(), pre, limits))
     }
 
@@ -262,8 +329,14 @@ impl PluginHost {
         let ty = loaded.component.component_type();
         Inspection {
             world: loaded.world,
-            imports: ty.imports(&self.engine).map(|(n, _)| n.to_string()).collect(),
-            exports: ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect(),
+            imports: ty
+                .imports(&self.engine)
+                .map(|(n, _)| n.to_string())
+                .collect(),
+            exports: ty
+                .exports(&self.engine)
+                .map(|(n, _)| n.to_string())
+                .collect(),
             size_bytes: loaded.size,
             sha256: hex::encode(loaded.sha256),
             origin: loaded.origin,
@@ -289,24 +362,30 @@ fn linker(
     add_world: impl FnOnce(&mut Linker<State>) -> wasmtime::Result<()>,
 ) -> Result<Linker<State>, PluginError> {
     let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| engine_error("cannot link WASI", e))?;
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        .map_err(|e| engine_error("cannot link WASI", e))?;
     add_world(&mut linker).map_err(|e| engine_error("cannot link the weir interfaces", e))?;
     Ok(linker)
 }
 
 fn engine_error(what: &str, error: wasmtime::Error) -> PluginError {
-    PluginError::Compile { plugin: "(host)".to_string(), detail: format!("{what}: {error:#}") }
+    PluginError::Compile {
+        plugin: "(host)".to_string(),
+        detail: format!("{what}: {error:#}"),
+    }
 }
 
 fn start_epoch_ticker(engine: &Engine) {
     let weak = engine.weak();
-    let spawned = std::thread::Builder::new().name("weir-epoch".into()).spawn(move || {
-        while let Some(engine) = weak.upgrade() {
-            engine.increment_epoch();
-            drop(engine);
-            std::thread::sleep(EPOCH_TICK);
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name("weir-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        });
     if let Err(error) = spawned {
         // Without the ticker deadlines never fire; say so loudly rather than fail the process.
         tracing::error!(%error, "cannot start the epoch thread: plugin deadlines will not be enforced");
@@ -316,7 +395,9 @@ fn start_epoch_ticker(engine: &Engine) {
 /// Reject what is plainly not a component before handing it to the compiler.
 fn check_header(plugin: &str, bytes: &[u8], expected: Option<World>) -> Result<(), PluginError> {
     let plugin = plugin.to_string();
-    let expecting = expected.map_or(String::new(), |w| format!("; expected a component of the `{w}` world"));
+    let expecting = expected.map_or(String::new(), |w| {
+        format!("; expected a component of the `{w}` world")
+    });
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         let detail = if bytes.is_empty() {
             "the file is empty".to_string()
@@ -325,10 +406,17 @@ fn check_header(plugin: &str, bytes: &[u8], expected: Option<World>) -> Result<(
         } else {
             "no WebAssembly header".to_string()
         };
-        return Err(PluginError::NotWasm { plugin, detail, expected: expecting });
+        return Err(PluginError::NotWasm {
+            plugin,
+            detail,
+            expected: expecting,
+        });
     }
     if bytes[4..8] == [1, 0, 0, 0] {
-        return Err(PluginError::CoreModule { plugin, expected: expecting });
+        return Err(PluginError::CoreModule {
+            plugin,
+            expected: expecting,
+        });
     }
     Ok(())
 }

@@ -10,7 +10,9 @@ use wasmtime::component::ResourceAny;
 use super::bindings::policy::{Policy, PolicyPre, exports::weir::plugin::scaling as wit};
 use super::sandbox::{Sandboxed, State};
 use super::{Limits, PluginError};
-use crate::core::scaling::{Decision, Demand, ScalingPolicy, Snapshot, Tier, Verdict, validate_decisions};
+use crate::core::scaling::{
+    Decision, Demand, ScalingPolicy, Snapshot, Tier, Verdict, validate_decisions,
+};
 
 struct Live {
     bindings: Policy,
@@ -32,7 +34,10 @@ impl PolicyPlugin {
         let engine = pre.engine().clone();
         let sandbox = Sandboxed::new(plugin, limits, engine, move |store| {
             let bindings: Policy = pre.instantiate(&mut *store)?;
-            let created = bindings.weir_plugin_scaling().engine().call_create(&mut *store, &content)?;
+            let created = bindings
+                .weir_plugin_scaling()
+                .engine()
+                .call_create(&mut *store, &content)?;
             Ok(created.map(|engine| Live { bindings, engine }))
         });
         let mut plugin = PolicyPlugin { sandbox };
@@ -46,17 +51,29 @@ impl PolicyPlugin {
 
     /// The tiers the content describes.
     pub fn tiers(&mut self) -> Result<Vec<Tier>, PluginError> {
-        let tiers = self
-            .sandbox
-            .call("tiers", |store, live| live.bindings.weir_plugin_scaling().engine().call_tiers(store, live.engine))?;
-        Ok(tiers.into_iter().map(|t| Tier { priority: t.priority, members: t.members }).collect())
+        let tiers = self.sandbox.call("tiers", |store, live| {
+            live.bindings
+                .weir_plugin_scaling()
+                .engine()
+                .call_tiers(store, live.engine)
+        })?;
+        Ok(tiers
+            .into_iter()
+            .map(|t| Tier {
+                priority: t.priority,
+                members: t.members,
+            })
+            .collect())
     }
 
     /// Run `decide` and check the result can be applied to `snapshot`.
     pub fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PluginError> {
         let input = to_wit(snapshot);
         let output = self.sandbox.call("decide", |store, live| {
-            live.bindings.weir_plugin_scaling().engine().call_decide(store, live.engine, &input)
+            live.bindings
+                .weir_plugin_scaling()
+                .engine()
+                .call_decide(store, live.engine, &input)
         })?;
         let decisions: Vec<Decision> = output
             .into_iter()
@@ -67,8 +84,10 @@ impl PolicyPlugin {
                 reason: d.reason,
             })
             .collect();
-        validate_decisions(snapshot, &decisions)
-            .map_err(|detail| PluginError::Nonsense { plugin: self.name().to_string(), detail })?;
+        validate_decisions(snapshot, &decisions).map_err(|detail| PluginError::Nonsense {
+            plugin: self.name().to_string(),
+            detail,
+        })?;
         Ok(decisions)
     }
 }
@@ -97,7 +116,12 @@ fn to_wit(s: &Snapshot) -> wit::Snapshot {
                 workers: m
                     .workers
                     .iter()
-                    .map(|w| wit::Worker { id: w.id.clone(), slots: w.slots, busy: w.busy, idle_ms: w.idle_ms })
+                    .map(|w| wit::Worker {
+                        id: w.id.clone(),
+                        slots: w.slots,
+                        busy: w.busy,
+                        idle_ms: w.idle_ms,
+                    })
                     .collect(),
                 starting: m.starting,
                 capabilities: m.capabilities.clone(),

@@ -31,7 +31,10 @@ pub struct State {
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -50,7 +53,11 @@ impl State {
             plugin,
             wasi,
             table: ResourceTable::new(),
-            memory: MemoryCap { limit: limits.memory_bytes, used: 0, hit: false },
+            memory: MemoryCap {
+                limit: limits.memory_bytes,
+                used: 0,
+                hit: false,
+            },
             stdout,
             stderr,
             facts: None,
@@ -82,7 +89,10 @@ struct Output {
 
 impl Output {
     fn new(capacity: usize) -> Output {
-        Output { pipe: MemoryOutputPipe::new(capacity), seen: 0 }
+        Output {
+            pipe: MemoryOutputPipe::new(capacity),
+            seen: 0,
+        }
     }
 
     fn take_new(&mut self) -> Option<String> {
@@ -116,7 +126,12 @@ pub struct MemoryCap {
 }
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let total = self.used - current as u64 + desired as u64;
         if total > self.limit {
             self.hit = true;
@@ -126,7 +141,12 @@ impl ResourceLimiter for MemoryCap {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -151,13 +171,15 @@ impl log::Host for State {
 
 impl super::bindings::environment::weir::plugin::types::Host for State {}
 
+/// Instantiates a component and prepares its bindings; the inner `Err` is the guest's own refusal.
+type Make<B> = Box<dyn Fn(&mut Store<State>) -> wasmtime::Result<Result<B, String>> + Send>;
+
 /// One live instance of a component, created on first use and after every trap.
 pub struct Sandboxed<B> {
     pub(super) plugin: Arc<str>,
     pub(super) limits: Limits,
     engine: Engine,
-    /// Instantiates and prepares the bindings; the inner `Err` is the guest's own refusal.
-    make: Box<dyn Fn(&mut Store<State>) -> wasmtime::Result<Result<B, String>> + Send>,
+    make: Make<B>,
     live: Option<(Store<State>, B)>,
 }
 
@@ -168,7 +190,13 @@ impl<B> Sandboxed<B> {
         engine: Engine,
         make: impl Fn(&mut Store<State>) -> wasmtime::Result<Result<B, String>> + Send + 'static,
     ) -> Sandboxed<B> {
-        Sandboxed { plugin, limits, engine, make: Box::new(make), live: None }
+        Sandboxed {
+            plugin,
+            limits,
+            engine,
+            make: Box::new(make),
+            live: None,
+        }
     }
 
     /// Drop the live instance (the next call starts a fresh one).
@@ -192,7 +220,11 @@ impl<B> Sandboxed<B> {
                 self.live = Some((store, bindings));
                 Ok(())
             }
-            Ok(Err(message)) => Err(PluginError::Refused { plugin: self.plugin.to_string(), call, message }),
+            Ok(Err(message)) => Err(PluginError::Refused {
+                plugin: self.plugin.to_string(),
+                call,
+                message,
+            }),
             Err(error) => Err(self.classify(call, error, &store, &stderr)),
         }
     }
@@ -225,17 +257,35 @@ impl<B> Sandboxed<B> {
         store.epoch_deadline_trap();
     }
 
-    fn classify(&self, call: &'static str, error: wasmtime::Error, store: &Store<State>, stderr: &str) -> PluginError {
+    fn classify(
+        &self,
+        call: &'static str,
+        error: wasmtime::Error,
+        store: &Store<State>,
+        stderr: &str,
+    ) -> PluginError {
         let plugin = self.plugin.to_string();
         tracing::debug!(%plugin, call, error = format!("{error:?}"), "plugin call failed");
         if store.data().memory.hit {
-            return PluginError::MemoryLimit { plugin, call, limit: self.limits.memory_bytes };
+            return PluginError::MemoryLimit {
+                plugin,
+                call,
+                limit: self.limits.memory_bytes,
+            };
         }
         if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
-            return PluginError::Timeout { plugin, call, deadline: self.limits.deadline };
+            return PluginError::Timeout {
+                plugin,
+                call,
+                deadline: self.limits.deadline,
+            };
         }
         if let Some(message) = panic_message(stderr) {
-            return PluginError::Panic { plugin, call, message };
+            return PluginError::Panic {
+                plugin,
+                call,
+                message,
+            };
         }
         let detail = match error.downcast_ref::<Trap>() {
             Some(trap) => trap.to_string(),
@@ -246,7 +296,11 @@ impl<B> Sandboxed<B> {
             Some(line) => format!("{detail} (stderr: {})", line.trim()),
             None => detail,
         };
-        PluginError::Trap { plugin, call, detail }
+        PluginError::Trap {
+            plugin,
+            call,
+            detail,
+        }
     }
 }
 

@@ -9,7 +9,10 @@ use super::{Limits, PluginError};
 
 impl environment_values::Host for State {
     fn get(&mut self, environment: String) -> Option<Config> {
-        self.environment_values.iter().find(|(name, _)| *name == environment).map(|(_, values)| values.clone())
+        self.environment_values
+            .iter()
+            .find(|(name, _)| *name == environment)
+            .map(|(_, values)| values.clone())
     }
 }
 
@@ -20,18 +23,28 @@ pub struct TaskPlugin {
 impl TaskPlugin {
     pub(super) fn new(plugin: Arc<str>, pre: TaskPre<State>, limits: Limits) -> TaskPlugin {
         let engine = pre.engine().clone();
-        let sandbox = Sandboxed::new(plugin, limits, engine, move |store| Ok(Ok(pre.instantiate(store)?)));
+        let sandbox = Sandboxed::new(plugin, limits, engine, move |store| {
+            Ok(Ok(pre.instantiate(store)?))
+        });
         TaskPlugin { sandbox }
     }
 
     /// Run the task on `input` with the `setup` values of its environments.
-    pub fn run(&mut self, input: &[u8], environments: Vec<(String, Config)>) -> Result<Vec<u8>, PluginError> {
+    pub fn run(
+        &mut self,
+        input: &[u8],
+        environments: Vec<(String, Config)>,
+    ) -> Result<Vec<u8>, PluginError> {
         let plugin = self.sandbox.plugin.to_string();
         let output = self.sandbox.call("run", |store, bindings| {
             store.data_mut().environment_values = environments;
             bindings.weir_plugin_runner().call_run(store, input)
         });
         self.sandbox.reset();
-        output?.map_err(|message| PluginError::Refused { plugin, call: "run", message })
+        output?.map_err(|message| PluginError::Refused {
+            plugin,
+            call: "run",
+            message,
+        })
     }
 }

@@ -39,13 +39,18 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
     postcard::from_bytes(payload).map_err(FrameError::Decode)
 }
 
-pub async fn write<W: AsyncWrite + Unpin, T: Serialize>(writer: &mut W, message: &T) -> Result<(), FrameError> {
+pub async fn write<W: AsyncWrite + Unpin, T: Serialize>(
+    writer: &mut W,
+    message: &T,
+) -> Result<(), FrameError> {
     writer.write_all(&encode(message)?).await?;
     Ok(())
 }
 
 /// Read one frame; `Closed` at a clean end of stream between frames.
-pub async fn read<R: AsyncRead + Unpin, T: DeserializeOwned>(reader: &mut R) -> Result<T, FrameError> {
+pub async fn read<R: AsyncRead + Unpin, T: DeserializeOwned>(
+    reader: &mut R,
+) -> Result<T, FrameError> {
     let mut prefix = [0u8; 4];
     match reader.read_exact(&mut prefix).await {
         Ok(_) => {}
@@ -68,19 +73,35 @@ mod tests {
 
     #[tokio::test]
     async fn round_trip_and_limits() {
-        let hello = Hello { version: PROTOCOL_VERSION, role: Role::Worker, token: "t".into() };
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::Worker,
+            token: "t".into(),
+        };
         let bytes = encode(&hello).unwrap();
         let back: Hello = read(&mut bytes.as_slice()).await.unwrap();
         assert_eq!(back, hello);
 
         let mut huge = ((MAX_FRAME + 1) as u32).to_be_bytes().to_vec();
         huge.extend_from_slice(&[0; 16]);
-        assert!(matches!(read::<_, Hello>(&mut huge.as_slice()).await, Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            read::<_, Hello>(&mut huge.as_slice()).await,
+            Err(FrameError::TooLarge { .. })
+        ));
 
         let garbage = [0, 0, 0, 3, 0xff, 0xff, 0xff];
-        assert!(matches!(read::<_, Hello>(&mut garbage.as_slice()).await, Err(FrameError::Decode(_))));
-        assert!(matches!(read::<_, Hello>(&mut [].as_slice()).await, Err(FrameError::Closed)));
+        assert!(matches!(
+            read::<_, Hello>(&mut garbage.as_slice()).await,
+            Err(FrameError::Decode(_))
+        ));
+        assert!(matches!(
+            read::<_, Hello>(&mut [].as_slice()).await,
+            Err(FrameError::Closed)
+        ));
         // A frame cut short is an i/o error, not a hang or a panic.
-        assert!(matches!(read::<_, Hello>(&mut bytes[..bytes.len() - 1].as_ref()).await, Err(FrameError::Io(_))));
+        assert!(matches!(
+            read::<_, Hello>(&mut bytes[..bytes.len() - 1].as_ref()).await,
+            Err(FrameError::Io(_))
+        ));
     }
 }

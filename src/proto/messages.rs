@@ -35,7 +35,10 @@ pub enum HelloReply {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskKind {
     /// A process: argv, extra environment variables; its stdin is the task's input.
-    Command { argv: Vec<String>, env: Vec<(String, String)> },
+    Command {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+    },
     /// A component of the `task` world, run on the input bytes.
     Wasm { component: ComponentHash },
 }
@@ -77,7 +80,10 @@ pub enum TaskState {
 
 impl TaskState {
     pub fn is_final(self) -> bool {
-        matches!(self, TaskState::Succeeded | TaskState::Failed | TaskState::Canceled)
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Canceled
+        )
     }
 }
 
@@ -85,7 +91,11 @@ impl TaskState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     /// A command exited (`code` is `None` when a signal ended it).
-    Exited { code: Option<i32>, stdout: Vec<u8>, stderr: Vec<u8> },
+    Exited {
+        code: Option<i32>,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    },
     /// A wasm task returned.
     Returned { output: Vec<u8> },
     /// It could not run or did not finish: spawn failure, timeout, trap, lost worker, cancel.
@@ -94,7 +104,10 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn succeeded(&self) -> bool {
-        matches!(self, Outcome::Exited { code: Some(0), .. } | Outcome::Returned { .. })
+        matches!(
+            self,
+            Outcome::Exited { code: Some(0), .. } | Outcome::Returned { .. }
+        )
     }
 }
 
@@ -161,14 +174,26 @@ pub enum FromWorker {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToWorker {
-    Registered { id: WorkerId },
-    Group { id: GroupId, job: JobId, spec: TaskSpec },
-    Component { hash: ComponentHash, bytes: Vec<u8> },
+    Registered {
+        id: WorkerId,
+    },
+    Group {
+        id: GroupId,
+        job: JobId,
+        spec: TaskSpec,
+    },
+    Component {
+        hash: ComponentHash,
+        bytes: Vec<u8>,
+    },
     Run(Vec<Assignment>),
     Cancel(Vec<TaskId>),
     /// The whole set of run-time environments (replaces the previous set), with the bytes of
     /// the condition components this worker has not been sent yet.
-    Environments { defs: Vec<EnvironmentDef>, components: Vec<(ComponentHash, Vec<u8>)> },
+    Environments {
+        defs: Vec<EnvironmentDef>,
+        components: Vec<(ComponentHash, Vec<u8>)>,
+    },
 }
 
 // ---- worker manager <-> scheduler ----
@@ -197,7 +222,12 @@ pub enum FromManager {
 pub enum ToManager {
     /// Converge to `desired` workers: stop the named (idle, already drained) ones first; if
     /// still above, stop workers that have not registered yet (`registered` lists those that have).
-    Desired { desired: u32, stop: Vec<String>, registered: Vec<String>, reason: String },
+    Desired {
+        desired: u32,
+        stop: Vec<String>,
+        registered: Vec<String>,
+        reason: String,
+    },
 }
 
 // ---- client <-> scheduler: one request per stream, one or more responses ----
@@ -205,34 +235,64 @@ pub enum ToManager {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Components first (the scheduler keeps them by hash), then the groups of one job.
-    Submit { components: Vec<Vec<u8>>, groups: Vec<NewGroup> },
+    Submit {
+        components: Vec<Vec<u8>>,
+        groups: Vec<NewGroup>,
+    },
     /// Progress until every task of the job is final, then `Done`.
-    Wait { job: JobId },
+    Wait {
+        job: JobId,
+    },
     /// Results of a job's final tasks.
-    Results { job: JobId },
-    Cancel { job: JobId },
+    Results {
+        job: JobId,
+    },
+    Cancel {
+        job: JobId,
+    },
     Status,
     /// Register (or replace) an environment; with `wait`, answer once every live worker has
     /// reported its verdict.
-    EnvRegister { name: String, component: Vec<u8>, config: Vec<(String, String)>, wait: bool },
+    EnvRegister {
+        name: String,
+        component: Vec<u8>,
+        config: Vec<(String, String)>,
+        wait: bool,
+    },
     EnvList,
-    EnvRemove { name: String },
+    EnvRemove {
+        name: String,
+    },
     /// Why a task is where it is.
-    Explain { task: TaskId },
+    Explain {
+        task: TaskId,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
-    Submitted { job: JobId, first_task: TaskId, tasks: u64 },
+    Submitted {
+        job: JobId,
+        first_task: TaskId,
+        tasks: u64,
+    },
     Progress(JobCounts),
     Done(JobCounts),
     Results(Vec<TaskResult>),
-    Canceled { tasks: u64 },
+    Canceled {
+        tasks: u64,
+    },
     Status(StatusReport),
-    Error { message: String },
+    Error {
+        message: String,
+    },
     Environments(Vec<EnvironmentStatus>),
-    EnvRemoved { name: String },
-    Explanation { lines: Vec<String> },
+    EnvRemoved {
+        name: String,
+    },
+    Explanation {
+        lines: Vec<String>,
+    },
 }
 
 /// Who matches an environment.

@@ -10,8 +10,8 @@ use super::Event;
 use crate::net::{AccessFile, NetError};
 use crate::plugin::{PluginHost, World};
 use crate::proto::{
-    self, ComponentHash, FromManager, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Request, Response, Role, ToManager,
-    ToWorker, frame,
+    self, ComponentHash, FromManager, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Request,
+    Response, Role, ToManager, ToWorker, frame,
 };
 
 /// A peer must say hello (and a worker register) within this time.
@@ -25,20 +25,27 @@ pub(super) async fn serve(
 ) -> Result<(), NetError> {
     let connection = incoming.await?;
     let peer = connection.remote_address();
-    let (mut send, mut recv) = match tokio::time::timeout(HELLO_TIMEOUT, connection.accept_bi()).await {
-        Ok(streams) => streams?,
-        Err(_) => {
-            connection.close(1u32.into(), b"no hello");
-            return Ok(());
-        }
-    };
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, frame::read::<_, Hello>(&mut recv)).await {
+    let (mut send, mut recv) =
+        match tokio::time::timeout(HELLO_TIMEOUT, connection.accept_bi()).await {
+            Ok(streams) => streams?,
+            Err(_) => {
+                connection.close(1u32.into(), b"no hello");
+                return Ok(());
+            }
+        };
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, frame::read::<_, Hello>(&mut recv)).await
+    {
         Ok(Ok(hello)) => hello,
-        Ok(Err(error)) => return refuse(&connection, &mut send, &format!("bad hello: {error}")).await,
+        Ok(Err(error)) => {
+            return refuse(&connection, &mut send, &format!("bad hello: {error}")).await;
+        }
         Err(_) => return refuse(&connection, &mut send, "no hello in time").await,
     };
     if hello.version != PROTOCOL_VERSION {
-        let reason = format!("protocol version {} is not supported; this scheduler speaks {PROTOCOL_VERSION}", hello.version);
+        let reason = format!(
+            "protocol version {} is not supported; this scheduler speaks {PROTOCOL_VERSION}",
+            hello.version
+        );
         return refuse(&connection, &mut send, &reason).await;
     }
     let expected = match hello.role {
@@ -47,7 +54,12 @@ pub(super) async fn serve(
     };
     if !same(hello.token.as_bytes(), expected.as_bytes()) {
         tracing::warn!(%peer, role = ?hello.role, "refused a peer with a wrong token");
-        return refuse(&connection, &mut send, &format!("wrong token for role {:?}", hello.role)).await;
+        return refuse(
+            &connection,
+            &mut send,
+            &format!("wrong token for role {:?}", hello.role),
+        )
+        .await;
     }
     match hello.role {
         Role::Manager => {
@@ -71,8 +83,18 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn refuse(connection: &Connection, send: &mut SendStream, reason: &str) -> Result<(), NetError> {
-    let _ = frame::write(send, &HelloReply::Refused { reason: reason.to_string() }).await;
+async fn refuse(
+    connection: &Connection,
+    send: &mut SendStream,
+    reason: &str,
+) -> Result<(), NetError> {
+    let _ = frame::write(
+        send,
+        &HelloReply::Refused {
+            reason: reason.to_string(),
+        },
+    )
+    .await;
     let _ = send.finish();
     // Give the peer a moment to read the reason before the connection goes.
     let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
@@ -86,19 +108,29 @@ async fn worker_session(
     mut recv: RecvStream,
     events: mpsc::UnboundedSender<Event>,
 ) -> Result<(), NetError> {
-    let info = match tokio::time::timeout(HELLO_TIMEOUT, frame::read::<_, FromWorker>(&mut recv)).await {
-        Ok(Ok(FromWorker::Register(info))) => info,
-        _ => {
-            connection.close(1u32.into(), b"expected Register");
-            return Ok(());
-        }
-    };
+    let info =
+        match tokio::time::timeout(HELLO_TIMEOUT, frame::read::<_, FromWorker>(&mut recv)).await {
+            Ok(Ok(FromWorker::Register(info))) => info,
+            _ => {
+                connection.close(1u32.into(), b"expected Register");
+                return Ok(());
+            }
+        };
     let (frames, mut outbox) = mpsc::unbounded_channel::<ToWorker>();
     let (reply, joined) = oneshot::channel();
-    if events.send(Event::WorkerJoined { info, frames, reply }).is_err() {
+    if events
+        .send(Event::WorkerJoined {
+            info,
+            frames,
+            reply,
+        })
+        .is_err()
+    {
         return Ok(());
     }
-    let Ok(worker) = joined.await else { return Ok(()) };
+    let Ok(worker) = joined.await else {
+        return Ok(());
+    };
 
     // Writer: coalesce whatever is queued into one write.
     let mut writer = tokio::spawn(async move {
@@ -134,7 +166,10 @@ async fn worker_session(
         }
     };
     writer.abort();
-    let _ = events.send(Event::WorkerGone { worker, reason: reason.clone() });
+    let _ = events.send(Event::WorkerGone {
+        worker,
+        reason: reason.clone(),
+    });
     connection.close(0u32.into(), reason.as_bytes());
     Ok(())
 }
@@ -218,8 +253,12 @@ async fn request(
     };
     let mut components = Vec::new();
     let submitted = match &mut request {
-        Request::Submit { components: bytes, .. } => Some((std::mem::take(bytes), World::Task)),
-        Request::EnvRegister { component, .. } => Some((vec![std::mem::take(component)], World::Environment)),
+        Request::Submit {
+            components: bytes, ..
+        } => Some((std::mem::take(bytes), World::Task)),
+        Request::EnvRegister { component, .. } => {
+            Some((vec![std::mem::take(component)], World::Environment))
+        }
         _ => None,
     };
     if let Some((submitted, world)) = submitted {
@@ -235,7 +274,14 @@ async fn request(
         }
     }
     let (reply, mut responses) = mpsc::unbounded_channel();
-    if events.send(Event::Request { request, components, reply }).is_err() {
+    if events
+        .send(Event::Request {
+            request,
+            components,
+            reply,
+        })
+        .is_err()
+    {
         return Ok(());
     }
     while let Some(response) = responses.recv().await {
@@ -254,7 +300,9 @@ async fn check_component(
 ) -> Result<(ComponentHash, Arc<Vec<u8>>), String> {
     let host = host.clone();
     tokio::task::spawn_blocking(move || {
-        let loaded = host.load("submitted component", &bytes, Some(world)).map_err(|e| e.to_string())?;
+        let loaded = host
+            .load("submitted component", &bytes, Some(world))
+            .map_err(|e| e.to_string())?;
         Ok((loaded.sha256, Arc::new(bytes)))
     })
     .await

@@ -17,11 +17,19 @@ use crate::proto::{self, ComponentHash, EnvironmentDef, NewGroup, Outcome, TaskI
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Record {
     /// Components first time seen, then the groups of one job.
-    Submit { components: Vec<(ComponentHash, Vec<u8>)>, groups: Vec<NewGroup> },
+    Submit {
+        components: Vec<(ComponentHash, Vec<u8>)>,
+        groups: Vec<NewGroup>,
+    },
     /// Tasks that reached a final state: (task, state, outcome, attempts).
     Final(Vec<(TaskId, TaskState, Outcome, u32)>),
-    EnvRegister { def: EnvironmentDef, component: Vec<u8> },
-    EnvRemove { name: String },
+    EnvRegister {
+        def: EnvironmentDef,
+        component: Vec<u8>,
+    },
+    EnvRemove {
+        name: String,
+    },
 }
 
 pub struct Journal {
@@ -40,36 +48,60 @@ pub struct JournalError {
 impl Journal {
     /// Open (creating if needed) and read every intact record.
     pub fn open(path: &Path) -> Result<(Journal, Vec<Record>), JournalError> {
-        let fail = |error: String| JournalError { path: path.to_path_buf(), error };
+        let fail = |error: String| JournalError {
+            path: path.to_path_buf(),
+            error,
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
         }
         let mut bytes = Vec::new();
         if let Ok(mut file) = File::open(path) {
-            file.read_to_end(&mut bytes).map_err(|e| fail(e.to_string()))?;
+            file.read_to_end(&mut bytes)
+                .map_err(|e| fail(e.to_string()))?;
         }
         let mut records = Vec::new();
         let mut good = 0usize;
         while bytes.len() - good >= 4 {
-            let size = u32::from_be_bytes([bytes[good], bytes[good + 1], bytes[good + 2], bytes[good + 3]]) as usize;
-            let Some(payload) = bytes.get(good + 4..good + 4 + size) else { break };
+            let size = u32::from_be_bytes([
+                bytes[good],
+                bytes[good + 1],
+                bytes[good + 2],
+                bytes[good + 3],
+            ]) as usize;
+            let Some(payload) = bytes.get(good + 4..good + 4 + size) else {
+                break;
+            };
             match proto::decode::<Record>(payload) {
                 Ok(record) => records.push(record),
                 Err(_) => break,
             }
             good += 4 + size;
         }
-        let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| fail(e.to_string()))?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| fail(e.to_string()))?;
         if good < bytes.len() {
             tracing::warn!(path = %path.display(), kept = good, dropped = bytes.len() - good, "cutting a torn record off the journal's end");
             file.set_len(good as u64).map_err(|e| fail(e.to_string()))?;
         }
-        Ok((Journal { path: path.to_path_buf(), writer: BufWriter::with_capacity(1 << 20, file), dirty: false }, records))
+        Ok((
+            Journal {
+                path: path.to_path_buf(),
+                writer: BufWriter::with_capacity(1 << 20, file),
+                dirty: false,
+            },
+            records,
+        ))
     }
 
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
         let bytes = proto::encode(record).map_err(|e| self.fail(e.to_string()))?;
-        self.writer.write_all(&bytes).map_err(|e| self.fail(e.to_string()))?;
+        self.writer
+            .write_all(&bytes)
+            .map_err(|e| self.fail(e.to_string()))?;
         self.dirty = true;
         Ok(())
     }
@@ -80,12 +112,18 @@ impl Journal {
             return Ok(());
         }
         self.writer.flush().map_err(|e| self.fail(e.to_string()))?;
-        self.writer.get_ref().sync_data().map_err(|e| self.fail(e.to_string()))?;
+        self.writer
+            .get_ref()
+            .sync_data()
+            .map_err(|e| self.fail(e.to_string()))?;
         self.dirty = false;
         Ok(())
     }
 
     fn fail(&self, error: String) -> JournalError {
-        JournalError { path: self.path.clone(), error }
+        JournalError {
+            path: self.path.clone(),
+            error,
+        }
     }
 }

@@ -18,13 +18,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::core::managers::Managers;
 use crate::core::scaling::{Decision, Snapshot, Tier};
+use crate::core::tasks::EnvSource;
 use crate::core::tasks::{Action, Core, CoreConfig};
 use crate::net::{self, AccessFile, NetError};
 use crate::plugin::{PluginHost, PolicyPlugin};
-use crate::core::tasks::EnvSource;
 use crate::proto::{
-    Assignment, ComponentHash, EnvVerdict, EnvironmentDef, GroupId, JobId, ManagerState, Request, Response, TaskKind,
-    ToManager, ToWorker, WorkerId, WorkerInfo,
+    Assignment, ComponentHash, EnvVerdict, EnvironmentDef, GroupId, JobId, ManagerState, Request,
+    Response, TaskKind, ToManager, ToWorker, WorkerId, WorkerInfo,
 };
 
 /// Most run-time environments at once (each is evaluated by every worker).
@@ -58,14 +58,38 @@ pub struct Scaling {
 
 /// Messages from connection tasks to the actor.
 pub(crate) enum Event {
-    WorkerJoined { info: WorkerInfo, frames: mpsc::UnboundedSender<ToWorker>, reply: oneshot::Sender<WorkerId> },
-    Heartbeat { worker: WorkerId },
-    Finished { worker: WorkerId, results: Vec<(crate::proto::TaskId, crate::proto::Outcome)> },
-    Verdicts { worker: WorkerId, verdicts: Vec<(String, EnvVerdict)> },
-    WorkerGone { worker: WorkerId, reason: String },
-    Request { request: Request, components: Vec<(ComponentHash, Arc<Vec<u8>>)>, reply: mpsc::UnboundedSender<Response> },
-    ManagerHeartbeat { state: ManagerState, link: mpsc::UnboundedSender<ToManager> },
-    ManagerGone { id: String },
+    WorkerJoined {
+        info: WorkerInfo,
+        frames: mpsc::UnboundedSender<ToWorker>,
+        reply: oneshot::Sender<WorkerId>,
+    },
+    Heartbeat {
+        worker: WorkerId,
+    },
+    Finished {
+        worker: WorkerId,
+        results: Vec<(crate::proto::TaskId, crate::proto::Outcome)>,
+    },
+    Verdicts {
+        worker: WorkerId,
+        verdicts: Vec<(String, EnvVerdict)>,
+    },
+    WorkerGone {
+        worker: WorkerId,
+        reason: String,
+    },
+    Request {
+        request: Request,
+        components: Vec<(ComponentHash, Arc<Vec<u8>>)>,
+        reply: mpsc::UnboundedSender<Response>,
+    },
+    ManagerHeartbeat {
+        state: ManagerState,
+        link: mpsc::UnboundedSender<ToManager>,
+    },
+    ManagerGone {
+        id: String,
+    },
     Decided(Result<Vec<Decision>, String>),
 }
 
@@ -114,13 +138,19 @@ pub struct Running {
 }
 
 /// Bind, write the access file, and serve until the process ends.
-pub async fn run(settings: Settings, scaling: Option<Scaling>, ready: impl FnOnce(&Running)) -> Result<(), NetError> {
+pub async fn run(
+    settings: Settings,
+    scaling: Option<Scaling>,
+    ready: impl FnOnce(&Running),
+) -> Result<(), NetError> {
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
     server.transport_config(net::transport(settings.heartbeat_timeout));
     let endpoint = quinn::Endpoint::server(server, settings.listen)?;
     let local = endpoint.local_addr()?;
-    let previous = AccessFile::read(&settings.access_file).ok().filter(|a| a.certificate == cert_pem);
+    let previous = AccessFile::read(&settings.access_file)
+        .ok()
+        .filter(|a| a.certificate == cert_pem);
     let access = AccessFile {
         address: format!("quic://{local}"),
         certificate: cert_pem,
@@ -135,9 +165,13 @@ pub async fn run(settings: Settings, scaling: Option<Scaling>, ready: impl FnOnc
     };
     access.write(&settings.access_file)?;
     tracing::info!(address = %access.address, access_file = %settings.access_file.display(), "scheduler listening");
-    ready(&Running { address: access.address.clone(), access: access.clone() });
+    ready(&Running {
+        address: access.address.clone(),
+        access: access.clone(),
+    });
 
-    let host = Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
+    let host =
+        Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
     let (events, inbox) = mpsc::unbounded_channel();
     let record = match &settings.record_snapshots {
         Some(path) => Some(
@@ -149,10 +183,15 @@ pub async fn run(settings: Settings, scaling: Option<Scaling>, ready: impl FnOnc
         ),
         None => None,
     };
-    let tiers = scaling.as_ref().map(|s| s.tiers.clone()).unwrap_or_default();
+    let tiers = scaling
+        .as_ref()
+        .map(|s| s.tiers.clone())
+        .unwrap_or_default();
     let policy = scaling.map(|scaling| policy_thread(scaling.policy, events.clone()));
     let actor = Actor {
-        core: Core::new(CoreConfig { heartbeat_timeout_ms: settings.heartbeat_timeout.as_millis() as u64 }),
+        core: Core::new(CoreConfig {
+            heartbeat_timeout_ms: settings.heartbeat_timeout.as_millis() as u64,
+        }),
         started: Instant::now(),
         workers: HashMap::new(),
         components: HashMap::new(),
@@ -172,7 +211,8 @@ pub async fn run(settings: Settings, scaling: Option<Scaling>, ready: impl FnOnc
     };
     let mut actor = actor;
     if let Some(path) = &settings.journal {
-        let (journal, records) = journal::Journal::open(path).map_err(|e| NetError::Access(e.to_string()))?;
+        let (journal, records) =
+            journal::Journal::open(path).map_err(|e| NetError::Access(e.to_string()))?;
         actor.replay(records);
         actor.journal = Some(journal);
     }
@@ -196,18 +236,33 @@ pub async fn run(settings: Settings, scaling: Option<Scaling>, ready: impl FnOnc
 /// the identity peers pinned.
 fn certificate(settings: &Settings) -> Result<(String, String), NetError> {
     let read = |p: &PathBuf| {
-        std::fs::read_to_string(p).map_err(|e| NetError::Tls(format!("cannot read {}: {e}", p.display())))
+        std::fs::read_to_string(p)
+            .map_err(|e| NetError::Tls(format!("cannot read {}: {e}", p.display())))
     };
     if let Some((cert, key)) = &settings.cert {
         return Ok((read(cert)?, read(key)?));
     }
-    let dir = settings.access_file.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
-    let (cert_path, key_path) = (dir.join("scheduler-cert.pem"), dir.join("scheduler-key.pem"));
-    if let (Ok(cert), Ok(key)) = (std::fs::read_to_string(&cert_path), std::fs::read_to_string(&key_path)) {
+    let dir = settings
+        .access_file
+        .parent()
+        .map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let (cert_path, key_path) = (
+        dir.join("scheduler-cert.pem"),
+        dir.join("scheduler-key.pem"),
+    );
+    if let (Ok(cert), Ok(key)) = (
+        std::fs::read_to_string(&cert_path),
+        std::fs::read_to_string(&key_path),
+    ) {
         return Ok((cert, key));
     }
     let (cert, key) = net::tls::generate()?;
-    let fail = |e: std::io::Error| NetError::Tls(format!("cannot write the certificate into {}: {e}", dir.display()));
+    let fail = |e: std::io::Error| {
+        NetError::Tls(format!(
+            "cannot write the certificate into {}: {e}",
+            dir.display()
+        ))
+    };
     std::fs::create_dir_all(&dir).map_err(fail)?;
     net::access::write_private(&key_path, key.as_bytes()).map_err(fail)?;
     net::access::write_private(&cert_path, cert.as_bytes()).map_err(fail)?;
@@ -219,8 +274,14 @@ impl Actor {
         self.started.elapsed().as_millis() as u64
     }
 
-    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>, heartbeat_timeout: Duration, scaling: Duration) {
-        let mut ticker = tokio::time::interval((heartbeat_timeout / 4).max(Duration::from_millis(50)));
+    async fn run(
+        mut self,
+        mut inbox: mpsc::UnboundedReceiver<Event>,
+        heartbeat_timeout: Duration,
+        scaling: Duration,
+    ) {
+        let mut ticker =
+            tokio::time::interval((heartbeat_timeout / 4).max(Duration::from_millis(50)));
         let mut scaling = tokio::time::interval(scaling);
         loop {
             tokio::select! {
@@ -304,7 +365,11 @@ impl Actor {
     fn handle(&mut self, event: Event) {
         let now = self.now();
         match event {
-            Event::WorkerJoined { info, frames, reply } => {
+            Event::WorkerJoined {
+                info,
+                frames,
+                reply,
+            } => {
                 tracing::info!(name = %info.name, slots = info.slots, "worker joined");
                 let id = self.core.worker_joined(now, info);
                 let _ = frames.send(ToWorker::Registered { id });
@@ -322,7 +387,11 @@ impl Actor {
             Event::Finished { worker, results } => {
                 for (task, outcome) in results {
                     if !self.core.finished(now, worker, task, outcome) {
-                        tracing::debug!(worker, task, "ignored a report for a task not running there");
+                        tracing::debug!(
+                            worker,
+                            task,
+                            "ignored a report for a task not running there"
+                        );
                     }
                 }
             }
@@ -337,7 +406,11 @@ impl Actor {
                     self.settle_env_waits();
                 }
             }
-            Event::Request { request, components, reply } => self.request(request, components, reply),
+            Event::Request {
+                request,
+                components,
+                reply,
+            } => self.request(request, components, reply),
             Event::ManagerHeartbeat { state, link } => {
                 if !self.manager_links.contains_key(&state.id) {
                     tracing::info!(manager = %state.id, worker_type = %state.worker_type, "worker manager joined");
@@ -373,7 +446,9 @@ impl Actor {
         }
         let now = self.now();
         let views = self.core.worker_views(now);
-        let snapshot = self.managers.snapshot(now, self.scale_down_delay_ms, &views, self.core.demand());
+        let snapshot =
+            self.managers
+                .snapshot(now, self.scale_down_delay_ms, &views, self.core.demand());
         if let Some(file) = &mut self.record {
             use std::io::Write;
             if let Ok(line) = serde_json::to_string(&snapshot) {
@@ -387,7 +462,9 @@ impl Actor {
         let now = self.now();
         let views = self.core.worker_views(now);
         for decision in decisions {
-            let Some(link) = self.manager_links.get(&decision.manager_id) else { continue };
+            let Some(link) = self.manager_links.get(&decision.manager_id) else {
+                continue;
+            };
             let stop = self.core.drain(&decision.stop);
             let registered: Vec<String> = views
                 .iter()
@@ -426,18 +503,34 @@ impl Actor {
                     Ok((job, first_task, tasks)) => {
                         tracing::info!(job, tasks, "job submitted");
                         if let Some(groups) = journaled {
-                            self.journal(journal::Record::Submit { components: new_components, groups });
+                            self.journal(journal::Record::Submit {
+                                components: new_components,
+                                groups,
+                            });
                         }
                         // Acknowledged once the journal has it on disk (end of this round).
-                        self.deferred.push((reply, Response::Submitted { job, first_task, tasks }));
+                        self.deferred.push((
+                            reply,
+                            Response::Submitted {
+                                job,
+                                first_task,
+                                tasks,
+                            },
+                        ));
                         return;
                     }
-                    Err(error) => Response::Error { message: error.to_string() },
+                    Err(error) => Response::Error {
+                        message: error.to_string(),
+                    },
                 }
             }
             Request::Wait { job } => match self.core.job_counts(job) {
-                None => Response::Error { message: format!("no job {job}") },
-                Some(counts) if counts.finished() == counts.total() => Response::Done(counts.clone()),
+                None => Response::Error {
+                    message: format!("no job {job}"),
+                },
+                Some(counts) if counts.finished() == counts.total() => {
+                    Response::Done(counts.clone())
+                }
                 Some(counts) => {
                     let _ = reply.send(Response::Progress(counts.clone()));
                     self.waiters.entry(job).or_default().push(reply);
@@ -445,7 +538,9 @@ impl Actor {
                 }
             },
             Request::Results { job } => match self.core.results(job) {
-                None => Response::Error { message: format!("no job {job}") },
+                None => Response::Error {
+                    message: format!("no job {job}"),
+                },
                 Some(results) => {
                     for chunk in results.chunks(1000) {
                         let _ = reply.send(Response::Results(chunk.to_vec()));
@@ -454,35 +549,56 @@ impl Actor {
                 }
             },
             Request::Cancel { job } => match self.core.job_counts(job) {
-                None => Response::Error { message: format!("no job {job}") },
-                Some(_) => Response::Canceled { tasks: self.core.cancel_job(job) },
+                None => Response::Error {
+                    message: format!("no job {job}"),
+                },
+                Some(_) => Response::Canceled {
+                    tasks: self.core.cancel_job(job),
+                },
             },
             Request::Status => {
                 let now = self.now();
                 let mut report = self.core.status();
-                report.managers = self.managers.status(now, &self.core.worker_views(now), &self.tiers);
+                report.managers =
+                    self.managers
+                        .status(now, &self.core.worker_views(now), &self.tiers);
                 report.policy_error = self.policy_error.clone();
                 Response::Status(report)
             }
-            Request::EnvRegister { name, config, wait, .. } => {
+            Request::EnvRegister {
+                name, config, wait, ..
+            } => {
                 let Some((hash, bytes)) = components.into_iter().next() else {
-                    let _ = reply.send(Response::Error { message: "no condition component".into() });
+                    let _ = reply.send(Response::Error {
+                        message: "no condition component".into(),
+                    });
                     return;
                 };
                 if let Err(message) = check_env_name(&name) {
                     let _ = reply.send(Response::Error { message });
                     return;
                 }
-                if !self.environments.contains_key(&name) && self.environments.len() >= MAX_ENVIRONMENTS {
-                    let message = format!("at most {MAX_ENVIRONMENTS} run-time environments; remove one first");
+                if !self.environments.contains_key(&name)
+                    && self.environments.len() >= MAX_ENVIRONMENTS
+                {
+                    let message = format!(
+                        "at most {MAX_ENVIRONMENTS} run-time environments; remove one first"
+                    );
                     let _ = reply.send(Response::Error { message });
                     return;
                 }
                 if self.core.environment_source(&name) == Some(EnvSource::Worker) {
                     tracing::info!(environment = %name, "registering a name some workers also define locally; theirs wins on them");
                 }
-                let def = EnvironmentDef { name: name.clone(), component: hash, config };
-                self.journal(journal::Record::EnvRegister { def: def.clone(), component: bytes.to_vec() });
+                let def = EnvironmentDef {
+                    name: name.clone(),
+                    component: hash,
+                    config,
+                };
+                self.journal(journal::Record::EnvRegister {
+                    def: def.clone(),
+                    component: bytes.to_vec(),
+                });
                 self.components.insert(hash, bytes);
                 self.core.register_environment(&name);
                 self.environments.insert(name.clone(), def);
@@ -492,7 +608,11 @@ impl Actor {
                 }
                 if wait {
                     let workers = self.core.worker_ids().into_iter().collect();
-                    self.env_waits.push(EnvWait { name, workers, reply });
+                    self.env_waits.push(EnvWait {
+                        name,
+                        workers,
+                        reply,
+                    });
                     self.settle_env_waits();
                     return;
                 }
@@ -508,20 +628,32 @@ impl Actor {
                     }
                     Response::EnvRemoved { name }
                 } else {
-                    Response::Error { message: format!("no run-time environment `{name}` (a worker's own --env-plugin cannot be removed here)") }
+                    Response::Error {
+                        message: format!(
+                            "no run-time environment `{name}` (a worker's own --env-plugin cannot be removed here)"
+                        ),
+                    }
                 }
             }
             Request::Explain { task } => match self.core.explain(task) {
                 Some(mut lines) => {
                     if let Some((group, _)) = self.core.task_group(task) {
                         let now = self.now();
-                        let (caps, envs) = (group.spec.capabilities.clone(), group.spec.environments.clone());
+                        let (caps, envs) = (
+                            group.spec.capabilities.clone(),
+                            group.spec.environments.clone(),
+                        );
                         let views = self.core.worker_views(now);
-                        lines.extend(self.managers.explain(now, &caps, &envs, &views, &self.tiers));
+                        lines.extend(
+                            self.managers
+                                .explain(now, &caps, &envs, &views, &self.tiers),
+                        );
                     }
                     Response::Explanation { lines }
                 }
-                None => Response::Error { message: format!("no task {task}") },
+                None => Response::Error {
+                    message: format!("no task {task}"),
+                },
             },
         };
         let _ = reply.send(response);
@@ -529,7 +661,9 @@ impl Actor {
 
     /// Send `worker` the whole environment set, with the condition components it lacks.
     fn send_environments(&mut self, worker: WorkerId) {
-        let Some(link) = self.workers.get_mut(&worker) else { return };
+        let Some(link) = self.workers.get_mut(&worker) else {
+            return;
+        };
         let defs: Vec<EnvironmentDef> = self.environments.values().cloned().collect();
         let mut components = Vec::new();
         for def in &defs {
@@ -539,7 +673,9 @@ impl Actor {
                 components.push((def.component, bytes.to_vec()));
             }
         }
-        let _ = link.frames.send(ToWorker::Environments { defs, components });
+        let _ = link
+            .frames
+            .send(ToWorker::Environments { defs, components });
     }
 
     /// Answer the `env register --wait` requests every live worker has now answered.
@@ -547,9 +683,12 @@ impl Actor {
         let live: HashSet<WorkerId> = self.core.worker_ids().into_iter().collect();
         let core = &self.core;
         self.env_waits.retain_mut(|wait| {
-            wait.workers.retain(|w| live.contains(w) && !core.has_verdict(*w, &wait.name));
+            wait.workers
+                .retain(|w| live.contains(w) && !core.has_verdict(*w, &wait.name));
             if wait.workers.is_empty() {
-                let _ = wait.reply.send(Response::Environments(core.environment_report(Some(&wait.name))));
+                let _ = wait.reply.send(Response::Environments(
+                    core.environment_report(Some(&wait.name)),
+                ));
                 return false;
             }
             true
@@ -587,10 +726,16 @@ impl Actor {
             self.journal(journal::Record::Final(finals));
         }
         for job in touched {
-            let Some(counts) = self.core.job_counts(job).cloned() else { continue };
+            let Some(counts) = self.core.job_counts(job).cloned() else {
+                continue;
+            };
             let done = counts.finished() == counts.total();
             if let Some(waiters) = self.waiters.get_mut(&job) {
-                let message = if done { Response::Done(counts) } else { Response::Progress(counts) };
+                let message = if done {
+                    Response::Done(counts)
+                } else {
+                    Response::Progress(counts)
+                };
                 waiters.retain(|w| w.send(message.clone()).is_ok());
                 if done {
                     self.waiters.remove(&job);
@@ -600,20 +745,36 @@ impl Actor {
     }
 
     fn dispatch(&mut self, worker: WorkerId, tasks: Vec<crate::proto::TaskId>) {
-        let Some(link) = self.workers.get_mut(&worker) else { return };
+        let Some(link) = self.workers.get_mut(&worker) else {
+            return;
+        };
         let mut assignments = Vec::with_capacity(tasks.len());
         for task in tasks {
-            let Some((group, index)) = self.core.task_group(task) else { continue };
+            let Some((group, index)) = self.core.task_group(task) else {
+                continue;
+            };
             if link.groups.insert(group.id) {
                 if let TaskKind::Wasm { component } = &group.spec.kind
                     && link.components.insert(*component)
                     && let Some(bytes) = self.components.get(component)
                 {
-                    let _ = link.frames.send(ToWorker::Component { hash: *component, bytes: bytes.to_vec() });
+                    let _ = link.frames.send(ToWorker::Component {
+                        hash: *component,
+                        bytes: bytes.to_vec(),
+                    });
                 }
-                let _ = link.frames.send(ToWorker::Group { id: group.id, job: group.job, spec: group.spec.clone() });
+                let _ = link.frames.send(ToWorker::Group {
+                    id: group.id,
+                    job: group.job,
+                    spec: group.spec.clone(),
+                });
             }
-            assignments.push(Assignment { task, group: group.id, index, input: group.input(index).map(<[u8]>::to_vec) });
+            assignments.push(Assignment {
+                task,
+                group: group.id,
+                index,
+                input: group.input(index).map(<[u8]>::to_vec),
+            });
         }
         let _ = link.frames.send(ToWorker::Run(assignments));
     }
@@ -621,24 +782,36 @@ impl Actor {
 
 /// Environment names become parts of variable names (`WEIR_ENV_<NAME>_<KEY>`).
 fn check_env_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-        return Err(format!("environment name `{name}` must be 1 to 64 letters, digits, `_` or `-`"));
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(format!(
+            "environment name `{name}` must be 1 to 64 letters, digits, `_` or `-`"
+        ));
     }
     Ok(())
 }
 
 /// The policy runs on its own thread: a slow or looping policy (stopped by its deadline) never
 /// holds up the actor. Snapshots in, `Event::Decided` out.
-fn policy_thread(mut policy: PolicyPlugin, events: mpsc::UnboundedSender<Event>) -> std::sync::mpsc::Sender<Snapshot> {
+fn policy_thread(
+    mut policy: PolicyPlugin,
+    events: mpsc::UnboundedSender<Event>,
+) -> std::sync::mpsc::Sender<Snapshot> {
     let (snapshots, inbox) = std::sync::mpsc::channel::<Snapshot>();
-    let spawned = std::thread::Builder::new().name("weir-policy".into()).spawn(move || {
-        while let Ok(snapshot) = inbox.recv() {
-            let result = policy.decide(&snapshot).map_err(|e| e.to_string());
-            if events.send(Event::Decided(result)).is_err() {
-                return;
+    let spawned = std::thread::Builder::new()
+        .name("weir-policy".into())
+        .spawn(move || {
+            while let Ok(snapshot) = inbox.recv() {
+                let result = policy.decide(&snapshot).map_err(|e| e.to_string());
+                if events.send(Event::Decided(result)).is_err() {
+                    return;
+                }
             }
-        }
-    });
+        });
     if let Err(error) = spawned {
         tracing::error!(%error, "cannot start the policy thread: no scaling");
     }

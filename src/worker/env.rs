@@ -76,7 +76,11 @@ impl Environments {
     }
 
     /// The scheduler's set replaced the previous one.
-    pub fn set_remote(&mut self, defs: Vec<EnvironmentDef>, components: Vec<(ComponentHash, Vec<u8>)>) {
+    pub fn set_remote(
+        &mut self,
+        defs: Vec<EnvironmentDef>,
+        components: Vec<(ComponentHash, Vec<u8>)>,
+    ) {
         for (hash, bytes) in components {
             self.components.insert(hash, Arc::new(bytes));
         }
@@ -87,22 +91,39 @@ impl Environments {
     /// Returns the verdicts that changed, plus every verdict of a new or changed environment.
     pub fn evaluate(&mut self, recheck: bool) -> Vec<(String, EnvVerdict)> {
         let facts = self.facts.probe();
-        let mut wanted: BTreeMap<String, (ComponentHash, Values, Option<Arc<Vec<u8>>>)> = BTreeMap::new();
+        // name -> (component, config, its bytes if this worker has them)
+        type Wanted = (ComponentHash, Values, Option<Arc<Vec<u8>>>);
+        let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
         for local in &self.local {
             let hash = crate::plugin::cache::content_hash(&local.bytes);
-            wanted.insert(local.name.clone(), (hash, local.config.clone(), Some(local.bytes.clone())));
+            wanted.insert(
+                local.name.clone(),
+                (hash, local.config.clone(), Some(local.bytes.clone())),
+            );
         }
         for def in &self.remote {
             // A worker's own flag wins over a run-time registration of the same name.
             wanted.entry(def.name.clone()).or_insert_with(|| {
-                (def.component, def.config.clone(), self.components.get(&def.component).cloned())
+                (
+                    def.component,
+                    def.config.clone(),
+                    self.components.get(&def.component).cloned(),
+                )
             });
         }
 
         // Gone: tear down, forget.
-        let gone: Vec<String> = self.active.keys().filter(|n| !wanted.contains_key(*n)).cloned().collect();
+        let gone: Vec<String> = self
+            .active
+            .keys()
+            .filter(|n| !wanted.contains_key(*n))
+            .cloned()
+            .collect();
         for name in gone {
-            if let Some(Active { plugin: Ok(mut plugin), .. }) = self.active.remove(&name)
+            if let Some(Active {
+                plugin: Ok(mut plugin),
+                ..
+            }) = self.active.remove(&name)
                 && let Err(error) = plugin.teardown(&facts)
             {
                 tracing::warn!(environment = %name, %error, "teardown failed");
@@ -121,22 +142,38 @@ impl Environments {
                 let plugin = match bytes {
                     Some(bytes) => self
                         .host
-                        .load(&format!("environment {name}"), &bytes, Some(World::Environment))
+                        .load(
+                            &format!("environment {name}"),
+                            &bytes,
+                            Some(World::Environment),
+                        )
                         .and_then(|loaded| self.host.condition(&loaded, self.limits.clone()))
                         .map_err(|e| e.to_string()),
                     None => Err("the condition component never arrived".to_string()),
                 };
-                self.active.insert(name.clone(), Active { component: hash, config: config.clone(), plugin });
+                self.active.insert(
+                    name.clone(),
+                    Active {
+                        component: hash,
+                        config: config.clone(),
+                        plugin,
+                    },
+                );
             } else if !recheck {
                 continue;
             }
-            let Some(active) = self.active.get_mut(&name) else { continue };
+            let Some(active) = self.active.get_mut(&name) else {
+                continue;
+            };
             let (verdict, values) = match &mut active.plugin {
                 Err(error) => (EnvVerdict::Error(error.clone()), None),
                 Ok(plugin) => match plugin.evaluate(&facts, &config) {
                     Ok(true) => match plugin.setup(&facts, &config) {
                         Ok(values) => (EnvVerdict::Match, Some(values)),
-                        Err(error) => (EnvVerdict::Error(format!("setup: {}", error.message())), None),
+                        Err(error) => (
+                            EnvVerdict::Error(format!("setup: {}", error.message())),
+                            None,
+                        ),
                     },
                     Ok(false) => (EnvVerdict::NoMatch, None),
                     Err(error) => (EnvVerdict::Error(error.message()), None),
@@ -153,7 +190,9 @@ impl Environments {
     }
 
     fn write_values(&self, name: &str, values: Option<Values>) {
-        let Ok(mut map) = self.values.write() else { return };
+        let Ok(mut map) = self.values.write() else {
+            return;
+        };
         match values {
             Some(values) => map.insert(name.to_string(), values),
             None => map.remove(name),
@@ -176,7 +215,15 @@ impl Environments {
 /// `WEIR_ENV_<NAME>_<KEY>`: upper case, anything but letters and digits becomes `_`.
 pub fn variable(environment: &str, key: &str) -> String {
     let clean = |s: &str| -> String {
-        s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect()
     };
     format!("WEIR_ENV_{}_{}", clean(environment), clean(key))
 }

@@ -17,7 +17,9 @@ use tokio::task::AbortHandle;
 
 use crate::net::{self, AccessFile, NetError};
 use crate::plugin::PluginHost;
-use crate::proto::{FromWorker, GroupId, JobId, Outcome, Role, TaskId, TaskSpec, ToWorker, WorkerInfo, frame};
+use crate::proto::{
+    FromWorker, GroupId, JobId, Outcome, Role, TaskId, TaskSpec, ToWorker, WorkerInfo, frame,
+};
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -46,13 +48,22 @@ pub(crate) struct Group {
 
 /// Run until the scheduler closes the connection. Returns why it ended.
 pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetError> {
-    let (_endpoint, connection, mut send, mut recv) = net::connect(access, Role::Worker, settings.idle_timeout).await?;
+    let (_endpoint, connection, mut send, mut recv) =
+        net::connect(access, Role::Worker, settings.idle_timeout).await?;
     let mut info = settings.info.clone();
-    info.local_environments = settings.local_environments.iter().map(|e| e.name.clone()).collect();
+    info.local_environments = settings
+        .local_environments
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
     frame::write(&mut send, &FromWorker::Register(info)).await?;
     let id = match frame::read::<_, ToWorker>(&mut recv).await? {
         ToWorker::Registered { id } => id,
-        other => return Err(NetError::Refused(format!("expected Registered, got {other:?}"))),
+        other => {
+            return Err(NetError::Refused(format!(
+                "expected Registered, got {other:?}"
+            )));
+        }
     };
     tracing::info!(worker = id, address = %access.address, "registered");
 
@@ -96,18 +107,36 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
         })
     };
 
-    let host = Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
+    let host =
+        Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
     let facts = env::FactsSource {
         worker_type: settings.info.worker_type.clone(),
         capabilities: settings.info.capabilities.clone(),
         env_allow: settings.env_allow.clone(),
         total_memory: settings.total_memory,
     };
-    let environments = Arc::new(Mutex::new(env::Environments::new(host.clone(), facts, settings.local_environments.clone())));
-    let values = environments.lock().map(|e| e.values.clone()).unwrap_or_default();
+    let environments = Arc::new(Mutex::new(env::Environments::new(
+        host.clone(),
+        facts,
+        settings.local_environments.clone(),
+    )));
+    let values = environments
+        .lock()
+        .map(|e| e.values.clone())
+        .unwrap_or_default();
     let (env_updates, env_inbox) = mpsc::unbounded_channel();
-    let env_task = tokio::spawn(evaluate_environments(environments.clone(), env_inbox, outgoing.clone(), settings.env_recheck));
-    let runner = Arc::new(run::Runner::new(host, settings.output_limit, settings.info.clone(), values));
+    let env_task = tokio::spawn(evaluate_environments(
+        environments.clone(),
+        env_inbox,
+        outgoing.clone(),
+        settings.env_recheck,
+    ));
+    let runner = Arc::new(run::Runner::new(
+        host,
+        settings.output_limit,
+        settings.info.clone(),
+        values,
+    ));
     let mut groups: HashMap<GroupId, Arc<Group>> = HashMap::new();
     let mut running: HashMap<TaskId, AbortHandle> = HashMap::new();
     let (ended, mut reaped) = mpsc::unbounded_channel::<TaskId>();
@@ -174,7 +203,10 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
     Ok(reason)
 }
 
-type EnvUpdate = (Vec<crate::proto::EnvironmentDef>, Vec<(crate::proto::ComponentHash, Vec<u8>)>);
+type EnvUpdate = (
+    Vec<crate::proto::EnvironmentDef>,
+    Vec<(crate::proto::ComponentHash, Vec<u8>)>,
+);
 
 /// Evaluate at start, on every new set from the scheduler, and every `recheck`; report changes.
 async fn evaluate_environments(
@@ -191,7 +223,9 @@ async fn evaluate_environments(
         let environments = environments.clone();
         let update = pending.take();
         let changes = tokio::task::spawn_blocking(move || {
-            let Ok(mut environments) = environments.lock() else { return Vec::new() };
+            let Ok(mut environments) = environments.lock() else {
+                return Vec::new();
+            };
             if let Some((defs, components)) = update {
                 environments.set_remote(defs, components);
             }

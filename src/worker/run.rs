@@ -24,21 +24,43 @@ pub(super) struct Runner {
 }
 
 impl Runner {
-    pub fn new(host: Arc<PluginHost>, output_limit: usize, info: WorkerInfo, values: super::env::SharedValues) -> Runner {
-        Runner { host, output_limit, info, values, components: RwLock::default(), pools: Mutex::default() }
+    pub fn new(
+        host: Arc<PluginHost>,
+        output_limit: usize,
+        info: WorkerInfo,
+        values: super::env::SharedValues,
+    ) -> Runner {
+        Runner {
+            host,
+            output_limit,
+            info,
+            values,
+            components: RwLock::default(),
+            pools: Mutex::default(),
+        }
     }
 
     /// The `setup` values of the environments a task asked for.
     fn environment_values(&self, environments: &[String]) -> Vec<(String, Vec<(String, String)>)> {
-        let Ok(values) = self.values.read() else { return Vec::new() };
-        environments.iter().filter_map(|name| values.get(name).map(|v| (name.clone(), v.clone()))).collect()
+        let Ok(values) = self.values.read() else {
+            return Vec::new();
+        };
+        environments
+            .iter()
+            .filter_map(|name| values.get(name).map(|v| (name.clone(), v.clone())))
+            .collect()
     }
 
     /// Compile (or take from the cache) a component the scheduler sent.
     pub async fn add_component(&self, hash: ComponentHash, bytes: Vec<u8>) {
         let host = self.host.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            host.load(&format!("task {}", &hex::encode(hash)[..12]), &bytes, Some(World::Task)).map_err(|e| e.to_string())
+            host.load(
+                &format!("task {}", &hex::encode(hash)[..12]),
+                &bytes,
+                Some(World::Task),
+            )
+            .map_err(|e| e.to_string())
         })
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
@@ -49,8 +71,13 @@ impl Runner {
     }
 
     pub async fn run(&self, group: &Group, assignment: Assignment) -> Outcome {
-        let input = assignment.input.as_deref().unwrap_or(&group.spec.input).to_vec();
-        let timeout = (group.spec.timeout_ms > 0).then(|| Duration::from_millis(group.spec.timeout_ms));
+        let input = assignment
+            .input
+            .as_deref()
+            .unwrap_or(&group.spec.input)
+            .to_vec();
+        let timeout =
+            (group.spec.timeout_ms > 0).then(|| Duration::from_millis(group.spec.timeout_ms));
         let environments = self.environment_values(&group.spec.environments);
         match &group.spec.kind {
             TaskKind::Command { argv, env } => {
@@ -60,29 +87,51 @@ impl Runner {
                 extra.push(("WEIR_JOB_ID".into(), group.job.to_string()));
                 extra.push(("WEIR_WORKER_NAME".into(), self.info.name.clone()));
                 for (name, values) in &environments {
-                    extra.extend(values.iter().map(|(key, value)| (super::env::variable(name, key), value.clone())));
+                    extra.extend(
+                        values
+                            .iter()
+                            .map(|(key, value)| (super::env::variable(name, key), value.clone())),
+                    );
                 }
                 self.command(argv, &extra, input, timeout).await
             }
-            TaskKind::Wasm { component } => self.wasm(*component, input, timeout, environments).await,
+            TaskKind::Wasm { component } => {
+                self.wasm(*component, input, timeout, environments).await
+            }
         }
     }
 
-    async fn command(&self, argv: &[String], env: &[(String, String)], input: Vec<u8>, timeout: Option<Duration>) -> Outcome {
+    async fn command(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        input: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Outcome {
         let Some((program, args)) = argv.split_first() else {
-            return Outcome::Error { message: "empty argv".into() };
+            return Outcome::Error {
+                message: "empty argv".into(),
+            };
         };
         let mut child = match tokio::process::Command::new(program)
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(if input.is_empty() { Stdio::null() } else { Stdio::piped() })
+            .stdin(if input.is_empty() {
+                Stdio::null()
+            } else {
+                Stdio::piped()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
         {
             Ok(child) => child,
-            Err(error) => return Outcome::Error { message: format!("cannot start `{program}`: {error}") },
+            Err(error) => {
+                return Outcome::Error {
+                    message: format!("cannot start `{program}`: {error}"),
+                };
+            }
         };
         if let Some(mut stdin) = child.stdin.take() {
             tokio::spawn(async move {
@@ -97,14 +146,20 @@ impl Runner {
                 Ok(status) => status,
                 Err(_) => {
                     let _ = child.kill().await;
-                    return Outcome::Error { message: format!("timed out after {limit:?}") };
+                    return Outcome::Error {
+                        message: format!("timed out after {limit:?}"),
+                    };
                 }
             },
             None => child.wait().await,
         };
         let status = match status {
             Ok(status) => status,
-            Err(error) => return Outcome::Error { message: format!("waiting for `{program}`: {error}") },
+            Err(error) => {
+                return Outcome::Error {
+                    message: format!("waiting for `{program}`: {error}"),
+                };
+            }
         };
         Outcome::Exited {
             code: status.code(),
@@ -122,10 +177,22 @@ impl Runner {
     ) -> Outcome {
         let loaded = match self.components.read().await.get(&hash) {
             Some(Ok(loaded)) => loaded.clone(),
-            Some(Err(error)) => return Outcome::Error { message: error.clone() },
-            None => return Outcome::Error { message: "the task's component never arrived".into() },
+            Some(Err(error)) => {
+                return Outcome::Error {
+                    message: error.clone(),
+                };
+            }
+            None => {
+                return Outcome::Error {
+                    message: "the task's component never arrived".into(),
+                };
+            }
         };
-        let pooled = self.pools.lock().ok().and_then(|mut pools| pools.get_mut(&hash).and_then(Vec::pop));
+        let pooled = self
+            .pools
+            .lock()
+            .ok()
+            .and_then(|mut pools| pools.get_mut(&hash).and_then(Vec::pop));
         let plugin = match pooled {
             Some(plugin) => plugin,
             None => {
@@ -136,7 +203,11 @@ impl Runner {
                 };
                 match self.host.task(&loaded, limits) {
                     Ok(plugin) => plugin,
-                    Err(error) => return Outcome::Error { message: error.to_string() },
+                    Err(error) => {
+                        return Outcome::Error {
+                            message: error.to_string(),
+                        };
+                    }
                 }
             }
         };
@@ -153,17 +224,23 @@ impl Runner {
                 }
                 match output {
                     Ok(output) => Outcome::Returned { output },
-                    Err(error) => Outcome::Error { message: error.to_string() },
+                    Err(error) => Outcome::Error {
+                        message: error.to_string(),
+                    },
                 }
             }
-            Err(error) => Outcome::Error { message: format!("task thread: {error}") },
+            Err(error) => Outcome::Error {
+                message: format!("task thread: {error}"),
+            },
         }
     }
 }
 
 /// Read everything, keep the first `limit` bytes.
 async fn read_capped(stream: Option<impl AsyncRead + Unpin>, limit: usize) -> Vec<u8> {
-    let Some(mut stream) = stream else { return Vec::new() };
+    let Some(mut stream) = stream else {
+        return Vec::new();
+    };
     let mut kept = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
     loop {

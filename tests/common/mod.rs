@@ -22,7 +22,11 @@ impl Cluster {
     pub fn start_with(args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let scheduler = spawn_scheduler(dir.path(), args);
-        Cluster { dir, scheduler, workers: Vec::new() }
+        Cluster {
+            dir,
+            scheduler,
+            workers: Vec::new(),
+        }
     }
 
     /// `kill -9` the scheduler and start a new one with the same access file.
@@ -84,8 +88,13 @@ impl Cluster {
         let mut all = vec!["--output", "json"];
         all.extend_from_slice(args);
         let out = self.weir(&all);
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("weir {args:?}: {e}: {}{}", text(&out.stdout), text(&out.stderr)))
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "weir {args:?}: {e}: {}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            )
+        })
     }
 
     /// Poll `weir status` until `ready` holds for it.
@@ -119,7 +128,6 @@ pub fn workers(status: &Value) -> usize {
     status["workers"].as_array().map_or(0, Vec::len)
 }
 
-
 /// Between two polls of a condition: keeps the poller from starving the cluster it watches on a
 /// 2-core machine. Correctness never depends on its length.
 pub fn pause() {
@@ -137,7 +145,12 @@ fn spawn_scheduler(dir: &Path, args: &[&str]) -> Child {
         .spawn()
         .expect("scheduler starts");
     let mut line = String::new();
-    BufReader::new(scheduler.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.starts_with("scheduler listening on quic://127.0.0.1:"), "{line}");
+    BufReader::new(scheduler.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("scheduler listening on quic://127.0.0.1:"),
+        "{line}"
+    );
     scheduler
 }

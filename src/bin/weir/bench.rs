@@ -61,7 +61,14 @@ impl Report {
 pub async fn run(args: &BenchArgs) -> Result<()> {
     let mut report = Report { lines: Vec::new() };
     report.row(format!("machine: {}", machine()));
-    report.row(format!("build: {}", if cfg!(debug_assertions) { "debug (use --release for real numbers)" } else { "release" }));
+    report.row(format!(
+        "build: {}",
+        if cfg!(debug_assertions) {
+            "debug (use --release for real numbers)"
+        } else {
+            "release"
+        }
+    ));
     report.row(String::new());
     plugin_costs(&mut report)?;
     report.row(String::new());
@@ -71,17 +78,25 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     result?;
     if let Some(path) = &args.markdown {
-        std::fs::write(path, report.lines.join("\n") + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(path, report.lines.join("\n") + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
 }
 
 fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|l| l.trim_start_matches([' ', '\t', ':']).to_string());
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let memory = HostFacts::probe("", &[], &[]).total_memory_bytes as f64 / (1u64 << 30) as f64;
-    format!("{} cores ({}), {memory:.0} GiB", cores, model.unwrap_or_else(|| "unknown CPU".into()))
+    format!(
+        "{} cores ({}), {memory:.0} GiB",
+        cores,
+        model.unwrap_or_else(|| "unknown CPU".into())
+    )
 }
 
 /// Mean microseconds per call of `f`, over at least `min` calls and 0.5 s.
@@ -109,7 +124,12 @@ fn snapshot(managers: usize, workers: usize) -> Snapshot {
                 worker_slots: 1,
                 online: true,
                 workers: (0..per)
-                    .map(|w| Worker { id: format!("m{m}-w{w}"), slots: 1, busy: (w % 2) as u32, idle_ms: (w as u64 * 997) % 60_000 })
+                    .map(|w| Worker {
+                        id: format!("m{m}-w{w}"),
+                        slots: 1,
+                        busy: (w % 2) as u32,
+                        idle_ms: (w as u64 * 997) % 60_000,
+                    })
                     .collect(),
                 starting: 0,
                 capabilities: vec![("cpu".into(), 4)],
@@ -117,28 +137,49 @@ fn snapshot(managers: usize, workers: usize) -> Snapshot {
             })
             .collect(),
         demand: vec![
-            Demand { capabilities: vec![], environments: vec![], queued: 5000, running: (workers / 2) as u32 },
-            Demand { capabilities: vec![("cpu".into(), 2)], environments: vec![], queued: 500, running: 0 },
+            Demand {
+                capabilities: vec![],
+                environments: vec![],
+                queued: 5000,
+                running: (workers / 2) as u32,
+            },
+            Demand {
+                capabilities: vec![("cpu".into(), 2)],
+                environments: vec![],
+                queued: 500,
+                running: 0,
+            },
         ],
     }
 }
 
 fn plugin_costs(report: &mut Report) -> Result<()> {
     let host = PluginHost::new(None)?;
-    report.row("| decide | managers | workers | native µs/call | wasm µs/call | wasm / native |".into());
+    report.row(
+        "| decide | managers | workers | native µs/call | wasm µs/call | wasm / native |".into(),
+    );
     report.row("|---|---:|---:|---:|---:|---:|".into());
-    for (name, flavor) in [("waterfall_v1", Flavor::ManagerId), ("waterfall_v2", Flavor::WorkerType)] {
+    for (name, flavor) in [
+        ("waterfall_v1", Flavor::ManagerId),
+        ("waterfall_v2", Flavor::WorkerType),
+    ] {
         for managers in [10usize, 100, 1000] {
             let snap = snapshot(managers, 10_000);
             let content = match flavor {
                 Flavor::WorkerType => "1, t0\n1, t1\n2, t2\n3, t3\n".to_string(),
-                Flavor::ManagerId => (0..managers).map(|m| format!("{}, m{m}\n", m % 3 + 1)).collect(),
+                Flavor::ManagerId => (0..managers)
+                    .map(|m| format!("{}, m{m}\n", m % 3 + 1))
+                    .collect(),
             };
             let native = Policy::parse(flavor, &content)?;
             let native_us = per_call(20, || {
                 std::hint::black_box(native.decide(&snap));
             });
-            let loaded = host.load(name, bundled::by_name(name).context("bundled engine")?, Some(World::Policy))?;
+            let loaded = host.load(
+                name,
+                bundled::by_name(name).context("bundled engine")?,
+                Some(World::Policy),
+            )?;
             let mut wasm = host.policy(&loaded, &content, Limits::default())?;
             let mut failure = None;
             let wasm_us = per_call(20, || {
@@ -149,7 +190,10 @@ fn plugin_costs(report: &mut Report) -> Result<()> {
             if let Some(error) = failure {
                 bail!("{name} failed during the benchmark: {error}");
             }
-            report.row(format!("| {name} | {managers} | 10000 | {native_us:.1} | {wasm_us:.1} | {:.2} |", wasm_us / native_us));
+            report.row(format!(
+                "| {name} | {managers} | 10000 | {native_us:.1} | {wasm_us:.1} | {:.2} |",
+                wasm_us / native_us
+            ));
         }
     }
     report.row(String::new());
@@ -173,9 +217,19 @@ fn plugin_costs(report: &mut Report) -> Result<()> {
     });
     report.row("| mem_gt condition | µs |".into());
     report.row("|---|---:|".into());
-    report.row(format!("| cold: compile ({:?}) | {:.0} |", cold.origin, cold.load_time.as_secs_f64() * 1e6));
-    report.row(format!("| cached: load from the disk cache ({:?}) | {:.0} |", cached.origin, cached.load_time.as_secs_f64() * 1e6));
-    report.row(format!("| fresh instance + first evaluate | {fresh_us:.1} |"));
+    report.row(format!(
+        "| cold: compile ({:?}) | {:.0} |",
+        cold.origin,
+        cold.load_time.as_secs_f64() * 1e6
+    ));
+    report.row(format!(
+        "| cached: load from the disk cache ({:?}) | {:.0} |",
+        cached.origin,
+        cached.load_time.as_secs_f64() * 1e6
+    ));
+    report.row(format!(
+        "| fresh instance + first evaluate | {fresh_us:.1} |"
+    ));
     report.row(format!("| warm evaluate (live instance) | {warm_us:.2} |"));
     Ok(())
 }
@@ -183,14 +237,27 @@ fn plugin_costs(report: &mut Report) -> Result<()> {
 /// CPU seconds (user + system) and peak resident bytes of a process, from /proc.
 fn usage(pid: u32) -> (f64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let cpu = (ticks(11) + ticks(12)) as f64 / hz;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {
-        status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
     };
     (cpu, kib("VmHWM:").unwrap_or(0) * 1024)
 }
@@ -206,9 +273,18 @@ fn resident(pid: u32) -> u64 {
 }
 
 fn spec(kind: TaskKind, input: &[u8]) -> TaskSpec {
-    TaskSpec { kind, capabilities: vec![], environments: vec![], priority: 0, timeout_ms: 0, retries: 3, input: input.to_vec() }
+    TaskSpec {
+        kind,
+        capabilities: vec![],
+        environments: vec![],
+        priority: 0,
+        timeout_ms: 0,
+        retries: 3,
+        input: input.to_vec(),
+    }
 }
 
+#[allow(clippy::too_many_arguments)] // one call per row of the table; a struct would only rename them
 async fn throughput(
     dir: &Path,
     report: &mut Report,
@@ -235,12 +311,24 @@ async fn throughput(
     let pid = cluster.scheduler.id().context("scheduler pid")?;
     let (cpu_before, _) = usage(pid);
     let started = Instant::now();
-    let (job, _, _) = client.submit(components, vec![NewGroup { spec, count: tasks, inputs: vec![] }]).await?;
+    let (job, _, _) = client
+        .submit(
+            components,
+            vec![NewGroup {
+                spec,
+                count: tasks,
+                inputs: vec![],
+            }],
+        )
+        .await?;
     let counts = client.wait(job, |_| {}).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let (cpu_after, peak) = usage(pid);
     if counts.succeeded != u64::from(tasks) {
-        bail!("{label}: only {} of {tasks} tasks succeeded", counts.succeeded);
+        bail!(
+            "{label}: only {} of {tasks} tasks succeeded",
+            counts.succeeded
+        );
     }
     let cpu_us = (cpu_after - cpu_before) * 1e6 / f64::from(tasks);
     report.row(format!(
@@ -258,13 +346,54 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
     sibling("scheduler")?;
     report.row("| tasks | N | workers x slots | seconds | tasks/s | scheduler CPU µs/task | scheduler peak MiB |".into());
     report.row("|---|---:|---|---:|---:|---:|---:|".into());
-    let noop = spec(TaskKind::Command { argv: vec!["true".into()], env: vec![] }, b"");
+    let noop = spec(
+        TaskKind::Command {
+            argv: vec!["true".into()],
+            env: vec![],
+        },
+        b"",
+    );
     for &n in &args.tasks {
-        throughput(dir, report, args, "no-execute", &["--no-execute".into()], n, vec![], noop.clone()).await?;
+        throughput(
+            dir,
+            report,
+            args,
+            "no-execute",
+            &["--no-execute".into()],
+            n,
+            vec![],
+            noop.clone(),
+        )
+        .await?;
     }
-    let square = spec(TaskKind::Wasm { component: content_hash(bundled::SQUARE) }, b"7");
-    throughput(dir, report, args, "wasm (square)", &[], args.wasm_tasks, vec![bundled::SQUARE.to_vec()], square).await?;
-    throughput(dir, report, args, "command `true`", &[], args.command_tasks, vec![], noop.clone()).await?;
+    let square = spec(
+        TaskKind::Wasm {
+            component: content_hash(bundled::SQUARE),
+        },
+        b"7",
+    );
+    throughput(
+        dir,
+        report,
+        args,
+        "wasm (square)",
+        &[],
+        args.wasm_tasks,
+        vec![bundled::SQUARE.to_vec()],
+        square,
+    )
+    .await?;
+    throughput(
+        dir,
+        report,
+        args,
+        "command `true`",
+        &[],
+        args.command_tasks,
+        vec![],
+        noop.clone(),
+    )
+    .await?;
     report.row(String::new());
 
     // Memory per queued task: no workers, so everything stays queued.
@@ -275,7 +404,16 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
     let pid = cluster.scheduler.id().context("scheduler pid")?;
     client.status().await?;
     let before = resident(pid);
-    client.submit(vec![], vec![NewGroup { spec: noop.clone(), count: args.queued, inputs: vec![] }]).await?;
+    client
+        .submit(
+            vec![],
+            vec![NewGroup {
+                spec: noop.clone(),
+                count: args.queued,
+                inputs: vec![],
+            }],
+        )
+        .await?;
     client.status().await?;
     let after = resident(pid);
     report.row(format!(
@@ -293,7 +431,14 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
     let mut manager = tokio::process::Command::new(sibling("worker-manager")?)
         .arg("--access-file")
         .arg(&cluster.access_file)
-        .args(["--id", "bench", "--worker-type", "default", "--max-task-concurrency", "4"])
+        .args([
+            "--id",
+            "bench",
+            "--worker-type",
+            "default",
+            "--max-task-concurrency",
+            "4",
+        ])
         .kill_on_drop(true)
         .spawn()
         .context("cannot start a worker manager")?;
@@ -302,7 +447,16 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let started = Instant::now();
-    client.submit(vec![], vec![NewGroup { spec: noop, count: 100, inputs: vec![] }]).await?;
+    client
+        .submit(
+            vec![],
+            vec![NewGroup {
+                spec: noop,
+                count: 100,
+                inputs: vec![],
+            }],
+        )
+        .await?;
     while client.status().await?.workers.is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

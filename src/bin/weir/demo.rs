@@ -34,18 +34,38 @@ struct SimWorker {
 }
 
 pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
-    let spec = PolicySpec { engine: Engine::Bundled("waterfall_v2"), content: CONTENT.to_string() };
+    let spec = PolicySpec {
+        engine: Engine::Bundled("waterfall_v2"),
+        content: CONTENT.to_string(),
+    };
     let mut policy = spec.instantiate(host, Limits::default())?;
-    let mut managers = vec![
-        SimManager { id: "native_1", worker_type: "native", max_tasks: 2, workers: vec![], next_worker: 0 },
-        SimManager { id: "burst_1", worker_type: "burst", max_tasks: 4, workers: vec![], next_worker: 0 },
+    let mut managers = [
+        SimManager {
+            id: "native_1",
+            worker_type: "native",
+            max_tasks: 2,
+            workers: vec![],
+            next_worker: 0,
+        },
+        SimManager {
+            id: "burst_1",
+            worker_type: "burst",
+            max_tasks: 4,
+            workers: vec![],
+            next_worker: 0,
+        },
     ];
     let mut queued = TASKS;
     let mut done = 0;
     let mut ticks = Vec::new();
     if !json_output {
-        println!("waterfall_v2 (bundled) with tiers `1, native` / `2, burst`; {TASKS} tasks of {TASK_SECONDS} s each");
-        println!("{:>4}  {:>6} {:>7} {:>4}  {:>8} {:>7}", "t(s)", "queued", "running", "done", "native_1", "burst_1");
+        println!(
+            "waterfall_v2 (bundled) with tiers `1, native` / `2, burst`; {TASKS} tasks of {TASK_SECONDS} s each"
+        );
+        println!(
+            "{:>4}  {:>6} {:>7} {:>4}  {:>8} {:>7}",
+            "t(s)", "queued", "running", "done", "native_1", "burst_1"
+        );
     }
     for second in 0..40u64 {
         let now = second * 1000;
@@ -63,22 +83,37 @@ pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
                 queued -= 1;
             }
         }
-        let running = managers.iter().flat_map(|m| &m.workers).filter(|w| w.busy_until.is_some()).count() as u32;
+        let running = managers
+            .iter()
+            .flat_map(|m| &m.workers)
+            .filter(|w| w.busy_until.is_some())
+            .count() as u32;
         let snapshot = Snapshot {
             now_ms: now,
             scale_down_delay_ms: SCALE_DOWN_DELAY_MS,
             managers: managers.iter().map(|m| snapshot_of(m, now)).collect(),
-            demand: vec![Demand { capabilities: vec![], environments: vec![], queued, running }],
+            demand: vec![Demand {
+                capabilities: vec![],
+                environments: vec![],
+                queued,
+                running,
+            }],
         };
         let decisions = policy.decide(&snapshot)?;
         // Apply: stop what the policy names, start up to the desired count (they register at once).
         for decision in &decisions {
-            let Some(manager) = managers.iter_mut().find(|m| m.id == decision.manager_id) else { continue };
+            let Some(manager) = managers.iter_mut().find(|m| m.id == decision.manager_id) else {
+                continue;
+            };
             manager.workers.retain(|w| !decision.stop.contains(&w.id));
             while manager.workers.len() < decision.desired_workers as usize {
                 manager.next_worker += 1;
                 let id = format!("{}-w{}", manager.id, manager.next_worker);
-                manager.workers.push(SimWorker { id, busy_until: None, idle_since: now });
+                manager.workers.push(SimWorker {
+                    id,
+                    busy_until: None,
+                    idle_since: now,
+                });
             }
         }
         let counts: Vec<usize> = managers.iter().map(|m| m.workers.len()).collect();
@@ -86,7 +121,10 @@ pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
             ticks.push(json!({ "second": second, "queued": queued, "running": running, "done": done,
                                "workers": { "native_1": counts[0], "burst_1": counts[1] }, "decisions": decisions }));
         } else {
-            println!("{second:>4}  {queued:>6} {running:>7} {done:>4}  {:>8} {:>7}", counts[0], counts[1]);
+            println!(
+                "{second:>4}  {queued:>6} {running:>7} {done:>4}  {:>8} {:>7}",
+                counts[0], counts[1]
+            );
         }
         if done == TASKS && counts.iter().all(|&c| c == 0) {
             break;
@@ -104,9 +142,14 @@ pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
             Ok(false) => "no-match".to_string(),
             Err(error) => format!("error({error})"),
         };
-        verdicts.push(json!({ "condition": format!("mem_gt threshold={threshold}"), "verdict": verdict }));
+        verdicts.push(
+            json!({ "condition": format!("mem_gt threshold={threshold}"), "verdict": verdict }),
+        );
         if !json_output {
-            println!("mem_gt threshold={threshold:<5} on this machine ({} bytes): {verdict}", facts.total_memory_bytes);
+            println!(
+                "mem_gt threshold={threshold:<5} on this machine ({} bytes): {verdict}",
+                facts.total_memory_bytes
+            );
         }
     }
     if json_output {
@@ -129,7 +172,11 @@ fn snapshot_of(m: &SimManager, now: u64) -> Manager {
                 id: w.id.clone(),
                 slots: 1,
                 busy: u32::from(w.busy_until.is_some()),
-                idle_ms: if w.busy_until.is_some() { 0 } else { now - w.idle_since },
+                idle_ms: if w.busy_until.is_some() {
+                    0
+                } else {
+                    now - w.idle_since
+                },
             })
             .collect(),
         starting: 0,

@@ -35,13 +35,24 @@ pub fn sibling(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find this executable")?;
     let path = exe.with_file_name(name);
     if !path.exists() {
-        bail!("{} not found: build every executable first (`cargo build --bins`)", path.display());
+        bail!(
+            "{} not found: build every executable first (`cargo build --bins`)",
+            path.display()
+        );
     }
     Ok(path)
 }
 
 fn spec(kind: TaskKind) -> TaskSpec {
-    TaskSpec { kind, capabilities: vec![], environments: vec![], priority: 0, timeout_ms: 60_000, retries: 3, input: vec![] }
+    TaskSpec {
+        kind,
+        capabilities: vec![],
+        environments: vec![],
+        priority: 0,
+        timeout_ms: 60_000,
+        retries: 3,
+        input: vec![],
+    }
 }
 
 pub async fn run(args: &LocalArgs, output: Output) -> Result<()> {
@@ -71,11 +82,20 @@ impl LocalCluster {
             .spawn()
             .context("cannot start the scheduler")?;
         let stdout = scheduler.stdout.take().context("no scheduler stdout")?;
-        let first = BufReader::new(stdout).lines().next_line().await?.unwrap_or_default();
+        let first = BufReader::new(stdout)
+            .lines()
+            .next_line()
+            .await?
+            .unwrap_or_default();
         let Some(address) = first.strip_prefix("scheduler listening on ") else {
             bail!("the scheduler did not start (it said {first:?})");
         };
-        Ok(LocalCluster { scheduler, workers: Vec::new(), access_file, address: address.to_string() })
+        Ok(LocalCluster {
+            scheduler,
+            workers: Vec::new(),
+            access_file,
+            address: address.to_string(),
+        })
     }
 
     pub fn worker(&mut self, name: &str, args: &[String]) -> Result<()> {
@@ -113,20 +133,50 @@ async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
     let mut local = LocalCluster::start(dir, &["--journal".into(), journal]).await?;
     say(format!("scheduler on {}", local.address));
     for i in 0..args.workers {
-        local.worker(&format!("local-{i}"), &["--slots".into(), args.slots.to_string()])?;
+        local.worker(
+            &format!("local-{i}"),
+            &["--slots".into(), args.slots.to_string()],
+        )?;
     }
     say(format!("{} workers x {} slots", args.workers, args.slots));
 
     let client = local.client().await?;
     let started = Instant::now();
     let square = "echo $((WEIR_TASK_INDEX * WEIR_TASK_INDEX))";
-    let command = spec(TaskKind::Command { argv: vec!["sh".into(), "-c".into(), square.into()], env: vec![] });
-    let (command_job, _, _) = client.submit(vec![], vec![NewGroup { spec: command, count: args.tasks, inputs: vec![] }]).await?;
-    let wasm = spec(TaskKind::Wasm { component: content_hash(bundled::SQUARE) });
-    let inputs = (0..args.tasks).map(|i| i.to_string().into_bytes()).collect();
-    let (wasm_job, _, _) =
-        client.submit(vec![bundled::SQUARE.to_vec()], vec![NewGroup { spec: wasm, count: 0, inputs }]).await?;
-    say(format!("submitted {} command tasks (job {command_job}) and {} wasm tasks (job {wasm_job})", args.tasks, args.tasks));
+    let command = spec(TaskKind::Command {
+        argv: vec!["sh".into(), "-c".into(), square.into()],
+        env: vec![],
+    });
+    let (command_job, _, _) = client
+        .submit(
+            vec![],
+            vec![NewGroup {
+                spec: command,
+                count: args.tasks,
+                inputs: vec![],
+            }],
+        )
+        .await?;
+    let wasm = spec(TaskKind::Wasm {
+        component: content_hash(bundled::SQUARE),
+    });
+    let inputs = (0..args.tasks)
+        .map(|i| i.to_string().into_bytes())
+        .collect();
+    let (wasm_job, _, _) = client
+        .submit(
+            vec![bundled::SQUARE.to_vec()],
+            vec![NewGroup {
+                spec: wasm,
+                count: 0,
+                inputs,
+            }],
+        )
+        .await?;
+    say(format!(
+        "submitted {} command tasks (job {command_job}) and {} wasm tasks (job {wasm_job})",
+        args.tasks, args.tasks
+    ));
 
     let mut summary = Vec::new();
     for (job, kind) in [(command_job, "command"), (wasm_job, "wasm")] {
@@ -139,21 +189,33 @@ async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
                 let expected = ((*i as u64) * (*i as u64)).to_string();
                 r.state == TaskState::Succeeded
                     && match &r.outcome {
-                        Outcome::Exited { stdout, .. } => String::from_utf8_lossy(stdout).trim() == expected,
+                        Outcome::Exited { stdout, .. } => {
+                            String::from_utf8_lossy(stdout).trim() == expected
+                        }
                         Outcome::Returned { output } => String::from_utf8_lossy(output) == expected,
                         Outcome::Error { .. } => false,
                     }
             })
             .count();
-        say(format!("{kind:>7} tasks: {correct}/{} correct results", results.len()));
-        summary.push(json!({ "job": job, "kind": kind, "tasks": results.len(), "correct": correct }));
+        say(format!(
+            "{kind:>7} tasks: {correct}/{} correct results",
+            results.len()
+        ));
+        summary
+            .push(json!({ "job": job, "kind": kind, "tasks": results.len(), "correct": correct }));
         if correct != args.tasks as usize {
-            bail!("job {job}: only {correct} of {} {kind} tasks returned the right result", args.tasks);
+            bail!(
+                "job {job}: only {correct} of {} {kind} tasks returned the right result",
+                args.tasks
+            );
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
     let total = 2 * u64::from(args.tasks);
-    say(format!("all {total} tasks done in {elapsed:.2} s ({:.0} tasks/s)", total as f64 / elapsed));
+    say(format!(
+        "all {total} tasks done in {elapsed:.2} s ({:.0} tasks/s)",
+        total as f64 / elapsed
+    ));
     if output == Output::Json {
         println!("{}", json!({ "jobs": summary, "seconds": elapsed }));
     }

@@ -16,14 +16,24 @@ use weir::core::scaling::{Decision, Snapshot};
 use weir::plugin::{Limits, Origin, PluginHost};
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "weir: a task scheduler with WebAssembly scaling policies and environment conditions")]
+#[command(
+    name = "weir",
+    version,
+    about = "weir: a task scheduler with WebAssembly scaling policies and environment conditions"
+)]
 struct Cli {
     /// How results are printed: `cli` for people, `json` for programs (exactly one JSON value;
     /// errors as {"error": ...}).
     #[arg(long, global = true, value_enum, default_value_t = Output::Cli)]
     output: Output,
     /// The access file the scheduler wrote.
-    #[arg(long, global = true, env = "WEIR_ACCESS_FILE", default_value = ".weir/access.json", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "WEIR_ACCESS_FILE",
+        default_value = ".weir/access.json",
+        value_name = "FILE"
+    )]
     access_file: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -96,7 +106,12 @@ enum PolicyCommand {
 #[derive(Args)]
 struct PolicyArgs {
     /// Policy engine: `waterfall_v1`, `waterfall_v2` (bundled) or a .wasm component.
-    #[arg(long, value_name = "ENGINE|FILE.wasm", required_unless_present = "config", conflicts_with = "config")]
+    #[arg(
+        long,
+        value_name = "ENGINE|FILE.wasm",
+        required_unless_present = "config",
+        conflicts_with = "config"
+    )]
     policy: Option<String>,
     /// Policy content: the rows themselves, or @FILE to read them from a file.
     #[arg(long, value_name = "TEXT|@FILE", requires = "policy")]
@@ -158,19 +173,31 @@ fn run(cli: &Cli) -> Result<()> {
     match &cli.command {
         Command::Plugin(PluginCommand::Inspect { file }) => inspect(&host()?, file, output),
         Command::Policy(PolicyCommand::Check(args)) => check(&host()?, args, output),
-        Command::Policy(PolicyCommand::Simulate { policy, trace }) => simulate(&host()?, policy, trace, output),
+        Command::Policy(PolicyCommand::Simulate { policy, trace }) => {
+            simulate(&host()?, policy, trace, output)
+        }
         Command::Demo => demo::run(&host()?, output == Output::Json),
         Command::Local(args) => block_on(local::run(args, output)),
         Command::Bench(args) => block_on(bench::run(args)),
-        Command::Submit(args) => {
-            block_on(async { tasks::submit(&connect(cli).await?, args, output, &cli.access_file).await })
+        Command::Submit(args) => block_on(async {
+            tasks::submit(&connect(cli).await?, args, output, &cli.access_file).await
+        }),
+        Command::Wait { job } => block_on(async {
+            tasks::wait(&connect(cli).await?, *job, output, &cli.access_file).await
+        }),
+        Command::Results { job } => {
+            block_on(async { tasks::results(&connect(cli).await?, *job, output).await })
         }
-        Command::Wait { job } => block_on(async { tasks::wait(&connect(cli).await?, *job, output, &cli.access_file).await }),
-        Command::Results { job } => block_on(async { tasks::results(&connect(cli).await?, *job, output).await }),
-        Command::Cancel { job } => block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await }),
+        Command::Cancel { job } => {
+            block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await })
+        }
         Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
-        Command::Env(command) => block_on(async { tasks::env(&connect(cli).await?, command, output).await }),
-        Command::Explain { task } => block_on(async { tasks::explain(&connect(cli).await?, *task, output).await }),
+        Command::Env(command) => {
+            block_on(async { tasks::env(&connect(cli).await?, command, output).await })
+        }
+        Command::Explain { task } => {
+            block_on(async { tasks::explain(&connect(cli).await?, *task, output).await })
+        }
     }
 }
 
@@ -179,7 +206,9 @@ fn host() -> Result<PluginHost> {
 }
 
 fn block_on(future: impl std::future::Future<Output = Result<()>>) -> Result<()> {
-    tokio::runtime::Runtime::new().context("cannot start the async runtime")?.block_on(future)
+    tokio::runtime::Runtime::new()
+        .context("cannot start the async runtime")?
+        .block_on(future)
 }
 
 async fn connect(cli: &Cli) -> Result<weir::client::Client> {
@@ -187,7 +216,7 @@ async fn connect(cli: &Cli) -> Result<weir::client::Client> {
     Ok(weir::client::Client::connect(&access).await?)
 }
 
-fn inspect(host: &PluginHost, file: &PathBuf, output: Output) -> Result<()> {
+fn inspect(host: &PluginHost, file: &std::path::Path, output: Output) -> Result<()> {
     let loaded = host.load_file(file, None)?;
     let info = host.inspect(&loaded);
     let how = match info.origin {
@@ -219,7 +248,10 @@ fn inspect(host: &PluginHost, file: &PathBuf, output: Output) -> Result<()> {
     println!("  world:   {world}");
     println!("  size:    {} bytes", info.size_bytes);
     println!("  sha256:  {}", info.sha256);
-    println!("  load:    {:.1} ms ({how})", info.load_time.as_secs_f64() * 1e3);
+    println!(
+        "  load:    {:.1} ms ({how})",
+        info.load_time.as_secs_f64() * 1e3
+    );
     println!("  imports: {}", info.imports.join(", "));
     println!("  exports: {}", info.exports.join(", "));
     Ok(())
@@ -230,20 +262,38 @@ fn check(host: &PluginHost, args: &PolicyArgs, output: Output) -> Result<()> {
     let mut policy = spec.instantiate(host, Limits::default())?;
     let tiers = policy.tiers()?;
     if output == Output::Json {
-        println!("{}", json!({ "engine": spec.engine.name(), "tiers": tiers }));
+        println!(
+            "{}",
+            json!({ "engine": spec.engine.name(), "tiers": tiers })
+        );
         return Ok(());
     }
-    println!("{}: content is valid; {} tier{}", spec.engine.name(), tiers.len(), if tiers.len() == 1 { "" } else { "s" });
+    println!(
+        "{}: content is valid; {} tier{}",
+        spec.engine.name(),
+        tiers.len(),
+        if tiers.len() == 1 { "" } else { "s" }
+    );
     for tier in &tiers {
-        println!("  priority {:>3}: {}", tier.priority, tier.members.join(", "));
+        println!(
+            "  priority {:>3}: {}",
+            tier.priority,
+            tier.members.join(", ")
+        );
     }
     Ok(())
 }
 
-fn simulate(host: &PluginHost, args: &PolicyArgs, trace: &PathBuf, output: Output) -> Result<()> {
+fn simulate(
+    host: &PluginHost,
+    args: &PolicyArgs,
+    trace: &std::path::Path,
+    output: Output,
+) -> Result<()> {
     let spec = args.spec()?;
     let mut policy = spec.instantiate(host, Limits::default())?;
-    let text = std::fs::read_to_string(trace).with_context(|| format!("cannot read {}", trace.display()))?;
+    let text = std::fs::read_to_string(trace)
+        .with_context(|| format!("cannot read {}", trace.display()))?;
     // A JSON array of snapshots, or JSON lines as `scheduler --record-snapshots` writes them.
     let snapshots: Vec<Snapshot> = match serde_json::from_str(&text) {
         Ok(snapshots) => snapshots,
@@ -252,14 +302,21 @@ fn simulate(host: &PluginHost, args: &PolicyArgs, trace: &PathBuf, output: Outpu
             .enumerate()
             .filter(|(_, line)| !line.trim().is_empty())
             .map(|(n, line)| {
-                serde_json::from_str(line)
-                    .with_context(|| format!("{} line {}: not a snapshot (nor is the file a JSON array)", trace.display(), n + 1))
+                serde_json::from_str(line).with_context(|| {
+                    format!(
+                        "{} line {}: not a snapshot (nor is the file a JSON array)",
+                        trace.display(),
+                        n + 1
+                    )
+                })
             })
             .collect::<Result<_>>()?,
     };
     let mut steps = Vec::new();
     for (step, snapshot) in snapshots.iter().enumerate() {
-        let decisions = policy.decide(snapshot).with_context(|| format!("snapshot {step}"))?;
+        let decisions = policy
+            .decide(snapshot)
+            .with_context(|| format!("snapshot {step}"))?;
         if output == Output::Cli {
             println!("snapshot {step} (now_ms {}):", snapshot.now_ms);
             print_decisions(&decisions);
@@ -274,7 +331,14 @@ fn simulate(host: &PluginHost, args: &PolicyArgs, trace: &PathBuf, output: Outpu
 
 fn print_decisions(decisions: &[Decision]) {
     for d in decisions {
-        let stop = if d.stop.is_empty() { String::new() } else { format!(" stop [{}]", d.stop.join(", ")) };
-        println!("  {:<12} desired {:>4}{stop}  ({})", d.manager_id, d.desired_workers, d.reason);
+        let stop = if d.stop.is_empty() {
+            String::new()
+        } else {
+            format!(" stop [{}]", d.stop.join(", "))
+        };
+        println!(
+            "  {:<12} desired {:>4}{stop}  ({})",
+            d.manager_id, d.desired_workers, d.reason
+        );
     }
 }

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use weir::client::Client;
 use weir::config::parse_capabilities;
 use weir::plugin::bundled;
-use weir::proto::{EnvironmentStatus, JobCounts, NewGroup, Outcome, TaskKind, TaskResult, TaskSpec};
+use weir::proto::{
+    EnvironmentStatus, JobCounts, NewGroup, Outcome, TaskKind, TaskResult, TaskSpec,
+};
 
 use crate::Output;
 
@@ -51,11 +53,18 @@ pub struct SubmitArgs {
     command: Vec<String>,
 }
 
-pub async fn submit(client: &Client, args: &SubmitArgs, output: Output, access_file: &std::path::Path) -> Result<()> {
+pub async fn submit(
+    client: &Client,
+    args: &SubmitArgs,
+    output: Output,
+    access_file: &std::path::Path,
+) -> Result<()> {
     let mut components = Vec::new();
     let kind = match (&args.wasm, args.command.is_empty()) {
         (Some(_), false) => bail!("give either --wasm FILE or a command after --, not both"),
-        (None, true) => bail!("nothing to run: give a command after -- (e.g. `weir submit -- echo hi`) or --wasm FILE"),
+        (None, true) => bail!(
+            "nothing to run: give a command after -- (e.g. `weir submit -- echo hi`) or --wasm FILE"
+        ),
         (Some(wasm), true) => {
             let bytes = match bundled::by_name(wasm) {
                 Some(bytes) if !std::path::Path::new(wasm).exists() => bytes.to_vec(),
@@ -65,7 +74,10 @@ pub async fn submit(client: &Client, args: &SubmitArgs, output: Output, access_f
             components.push(bytes);
             TaskKind::Wasm { component: hash }
         }
-        (None, false) => TaskKind::Command { argv: args.command.clone(), env: vec![] },
+        (None, false) => TaskKind::Command {
+            argv: args.command.clone(),
+            env: vec![],
+        },
     };
     let inputs: Vec<Vec<u8>> = match &args.inputs_file {
         Some(path) => std::fs::read_to_string(path)
@@ -97,22 +109,45 @@ pub async fn submit(client: &Client, args: &SubmitArgs, output: Output, access_f
         input: args.input.clone().unwrap_or_default().into_bytes(),
     };
     let count = if inputs.is_empty() { args.count } else { 0 };
-    let (job, first, tasks) = client.submit(components, vec![NewGroup { spec, count, inputs }]).await?;
+    let (job, first, tasks) = client
+        .submit(
+            components,
+            vec![NewGroup {
+                spec,
+                count,
+                inputs,
+            }],
+        )
+        .await?;
     if !args.wait {
         match output {
-            Output::Json => println!("{}", json!({ "job": job, "first_task": first, "tasks": tasks })),
-            Output::Cli => println!("job {job}: {tasks} task(s) submitted (ids {first}-{})", first + tasks - 1),
+            Output::Json => println!(
+                "{}",
+                json!({ "job": job, "first_task": first, "tasks": tasks })
+            ),
+            Output::Cli => println!(
+                "job {job}: {tasks} task(s) submitted (ids {first}-{})",
+                first + tasks - 1
+            ),
         }
         return Ok(());
     }
     if output == Output::Cli {
-        eprintln!("job {job}: {tasks} task(s) submitted (ids {first}-{})", first + tasks - 1);
+        eprintln!(
+            "job {job}: {tasks} task(s) submitted (ids {first}-{})",
+            first + tasks - 1
+        );
     }
     let counts = wait_for(client, job, output, access_file).await?;
     finish(job, &counts, output)
 }
 
-pub async fn wait(client: &Client, job: u64, output: Output, access_file: &std::path::Path) -> Result<()> {
+pub async fn wait(
+    client: &Client,
+    job: u64,
+    output: Output,
+    access_file: &std::path::Path,
+) -> Result<()> {
     let counts = wait_for(client, job, output, access_file).await?;
     finish(job, &counts, output)
 }
@@ -123,15 +158,21 @@ fn connection_lost(error: &weir::net::NetError) -> bool {
     use weir::proto::FrameError;
     matches!(
         error,
-        NetError::Connection(_) | NetError::Write(_) | NetError::Frame(FrameError::Io(_) | FrameError::Closed)
+        NetError::Connection(_)
+            | NetError::Write(_)
+            | NetError::Frame(FrameError::Io(_) | FrameError::Closed)
     ) || matches!(error, NetError::Refused(reason) if reason.contains("closed the request without answering"))
 }
 
 /// Print the final counts; a job with failed tasks is an error (exit 1), reported in the same
 /// single JSON value in JSON mode.
 fn finish(job: u64, counts: &JobCounts, output: Output) -> Result<()> {
-    let failed = (counts.failed > 0)
-        .then(|| format!("job {job}: {} task(s) failed (see `weir results {job}`)", counts.failed));
+    let failed = (counts.failed > 0).then(|| {
+        format!(
+            "job {job}: {} task(s) failed (see `weir results {job}`)",
+            counts.failed
+        )
+    });
     match output {
         Output::Json => {
             let mut value = json!({ "job": job, "counts": counts });
@@ -153,13 +194,20 @@ fn finish(job: u64, counts: &JobCounts, output: Output) -> Result<()> {
 }
 
 /// Wait with a progress bar on a terminal, a line per second otherwise (nothing for JSON).
-async fn wait_for(client: &Client, job: u64, output: Output, access_file: &std::path::Path) -> Result<JobCounts> {
+async fn wait_for(
+    client: &Client,
+    job: u64,
+    output: Output,
+    access_file: &std::path::Path,
+) -> Result<JobCounts> {
     let terminal = output == Output::Cli && std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} tasks  {per_sec}  eta {eta}  {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} tasks  {per_sec}  eta {eta}  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar
     });
@@ -168,24 +216,29 @@ async fn wait_for(client: &Client, job: u64, output: Output, access_file: &std::
     let counts = loop {
         let current = reconnected.as_ref().unwrap_or(client);
         let result = current
-        .wait(job, |counts| {
-            if let Some(bar) = &bar {
-                bar.set_length(counts.total());
-                bar.set_position(counts.finished());
-                bar.set_message(format!("{} running, {} failed", counts.running, counts.failed));
-            } else if output == Output::Cli && last_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                last_line = Some(Instant::now());
-                eprintln!(
-                    "job {job}: {}/{} finished, {} running, {} queued, {} failed",
-                    counts.finished(),
-                    counts.total(),
-                    counts.running,
-                    counts.queued,
-                    counts.failed
-                );
-            }
-        })
-        .await;
+            .wait(job, |counts| {
+                if let Some(bar) = &bar {
+                    bar.set_length(counts.total());
+                    bar.set_position(counts.finished());
+                    bar.set_message(format!(
+                        "{} running, {} failed",
+                        counts.running, counts.failed
+                    ));
+                } else if output == Output::Cli
+                    && last_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+                {
+                    last_line = Some(Instant::now());
+                    eprintln!(
+                        "job {job}: {}/{} finished, {} running, {} queued, {} failed",
+                        counts.finished(),
+                        counts.total(),
+                        counts.running,
+                        counts.queued,
+                        counts.failed
+                    );
+                }
+            })
+            .await;
         match result {
             Ok(counts) => break counts,
             Err(error) if connection_lost(&error) => {
@@ -205,9 +258,14 @@ async fn wait_for(client: &Client, job: u64, output: Output, access_file: &std::
 
 pub fn result_json(result: &TaskResult) -> Value {
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    let mut value = json!({ "task": result.task, "state": result.state, "attempts": result.attempts });
+    let mut value =
+        json!({ "task": result.task, "state": result.state, "attempts": result.attempts });
     match &result.outcome {
-        Outcome::Exited { code, stdout, stderr } => {
+        Outcome::Exited {
+            code,
+            stdout,
+            stderr,
+        } => {
             value["exit_code"] = json!(code);
             value["stdout"] = json!(text(stdout));
             value["stderr"] = json!(text(stderr));
@@ -221,18 +279,35 @@ pub fn result_json(result: &TaskResult) -> Value {
 pub async fn results(client: &Client, job: u64, output: Output) -> Result<()> {
     let results = client.results(job).await?;
     if output == Output::Json {
-        println!("{}", Value::Array(results.iter().map(result_json).collect()));
+        println!(
+            "{}",
+            Value::Array(results.iter().map(result_json).collect())
+        );
         return Ok(());
     }
     for result in &results {
-        let first_line = |bytes: &[u8]| String::from_utf8_lossy(bytes).lines().next().unwrap_or("").to_string();
+        let first_line = |bytes: &[u8]| {
+            String::from_utf8_lossy(bytes)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        };
         let detail = match &result.outcome {
-            Outcome::Exited { code: Some(code), stdout, .. } => format!("exit {code}: {}", first_line(stdout)),
+            Outcome::Exited {
+                code: Some(code),
+                stdout,
+                ..
+            } => format!("exit {code}: {}", first_line(stdout)),
             Outcome::Exited { code: None, .. } => "killed by a signal".to_string(),
             Outcome::Returned { output } => format!("returned: {}", first_line(output)),
             Outcome::Error { message } => format!("error: {message}"),
         };
-        println!("task {:>8} {:<9} {detail}", result.task, format!("{:?}", result.state).to_lowercase());
+        println!(
+            "task {:>8} {:<9} {detail}",
+            result.task,
+            format!("{:?}", result.state).to_lowercase()
+        );
     }
     Ok(())
 }
@@ -260,7 +335,9 @@ pub async fn status(client: &Client, output: Output) -> Result<()> {
     if !report.managers.is_empty() {
         println!("managers: {}", report.managers.len());
         for m in &report.managers {
-            let tier = m.tier.map_or("unlisted".to_string(), |p| format!("priority {p}"));
+            let tier = m
+                .tier
+                .map_or("unlisted".to_string(), |p| format!("priority {p}"));
             let desired = m.desired.map_or("-".to_string(), |d| d.to_string());
             println!(
                 "  {:<16} {:<10} {:<11} {} desired {desired}, live {}, starting {}  ({})",
@@ -279,8 +356,19 @@ pub async fn status(client: &Client, output: Output) -> Result<()> {
     }
     println!("workers: {}", report.workers.len());
     for w in &report.workers {
-        let caps: Vec<String> = w.capabilities.iter().map(|(n, v)| format!("{n}={v}")).collect();
-        println!("  {:>4} {:<24} {}/{} slots busy  {}", w.id, w.name, w.running, w.slots, caps.join(","));
+        let caps: Vec<String> = w
+            .capabilities
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        println!(
+            "  {:>4} {:<24} {}/{} slots busy  {}",
+            w.id,
+            w.name,
+            w.running,
+            w.slots,
+            caps.join(",")
+        );
     }
     Ok(())
 }
@@ -307,14 +395,21 @@ pub enum EnvCommand {
 
 pub async fn env(client: &Client, command: &EnvCommand, output: Output) -> Result<()> {
     match command {
-        EnvCommand::Register { name, file, config, wait } => {
+        EnvCommand::Register {
+            name,
+            file,
+            config,
+            wait,
+        } => {
             let bytes = match bundled::by_name(file) {
                 Some(bytes) if !std::path::Path::new(file).exists() => bytes.to_vec(),
                 _ => std::fs::read(file).with_context(|| format!("cannot read {file}"))?,
             };
             let mut pairs = Vec::new();
             for item in config {
-                let Some((key, value)) = item.split_once('=') else { bail!("--config `{item}` is not KEY=VALUE") };
+                let Some((key, value)) = item.split_once('=') else {
+                    bail!("--config `{item}` is not KEY=VALUE")
+                };
                 pairs.push((key.trim().to_string(), value.trim().to_string()));
             }
             let list = client.env_register(name, bytes, pairs, *wait).await?;
@@ -350,7 +445,11 @@ fn print_environments(list: &[EnvironmentStatus], output: Output) {
             env.erroring.len(),
             env.pending.len()
         );
-        for (label, names) in [("matching", &env.matching), ("not matching", &env.not_matching), ("pending", &env.pending)] {
+        for (label, names) in [
+            ("matching", &env.matching),
+            ("not matching", &env.not_matching),
+            ("pending", &env.pending),
+        ] {
             if !names.is_empty() {
                 println!("  {label}: {}", names.join(", "));
             }
@@ -380,7 +479,9 @@ async fn reconnect(access_file: &std::path::Path) -> Result<Client> {
         match attempt.await {
             Ok(client) => return Ok(client),
             Err(error) if started.elapsed() > Duration::from_secs(120) => {
-                return Err(anyhow::anyhow!("gave up reconnecting to the scheduler: {error}"));
+                return Err(anyhow::anyhow!(
+                    "gave up reconnecting to the scheduler: {error}"
+                ));
             }
             Err(_) => tokio::time::sleep(backoff).await,
         }

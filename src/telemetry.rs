@@ -1,11 +1,27 @@
 //! Logging set-up shared by the executables: `tracing` to stderr, filtered by `RUST_LOG`
-//! (default `warn`, so a plugin's stderr and refused calls are visible).
+//! (default `warn`, so a plugin's stderr and refused calls are visible), as text or JSON lines.
 
-pub fn init_logging() {
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    /// One JSON object per event, for log collectors.
+    Json,
+}
+
+pub fn init(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Text logs (the executables without a `--log-format` flag).
+pub fn init_logging() {
+    init(LogFormat::Text);
 }

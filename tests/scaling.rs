@@ -240,3 +240,50 @@ fn kill_9_of_a_manager_loses_no_task() {
         );
     }
 }
+
+#[test]
+fn metrics_expose_tasks_workers_policy_and_environments() {
+    let mut cluster = Cluster::start_with(&[
+        "--policy",
+        "waterfall_v2",
+        "--policy-content",
+        "1, pool",
+        "--scaling-interval",
+        "0.2",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    cluster.manager(&[
+        "--id",
+        "m",
+        "--worker-type",
+        "pool",
+        "--max-task-concurrency",
+        "2",
+    ]);
+    let done = cluster.json(&["submit", "--count", "5", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 5);
+    cluster.json(&[
+        "env",
+        "register",
+        "big",
+        "mem_gt",
+        "--config",
+        "threshold=1",
+        "--wait",
+    ]);
+    let body = common::http_get(cluster.metrics.as_ref().unwrap());
+    for series in [
+        "weir_tasks{state=\"succeeded\"} 5",
+        "weir_tasks{state=\"queued\"} 0",
+        "weir_jobs_total 1",
+        "weir_policy_errors_total 0",
+        "weir_manager_online{manager=\"m\"} 1",
+        "weir_policy_decide_seconds_bucket{le=\"+Inf\"}",
+        "weir_environment_workers{environment=\"big\",verdict=\"match\"}",
+        "weir_manager_workers{manager=\"m\",kind=\"live\"}",
+        "weir_workers{manager=\"m\"}",
+    ] {
+        assert!(body.contains(series), "missing {series} in\n{body}");
+    }
+}

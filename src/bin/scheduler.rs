@@ -65,14 +65,21 @@ struct Args {
     /// restarted scheduler loses nothing.
     #[arg(long, value_name = "FILE")]
     journal: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: weir::telemetry::LogFormat,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
     check: bool,
 }
 
 fn main() -> ExitCode {
-    weir::telemetry::init_logging();
-    match run(Args::parse()) {
+    let args = Args::parse();
+    weir::telemetry::init(args.log_format);
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -133,12 +140,22 @@ fn run(args: Args) -> Result<()> {
         scale_down_delay: Duration::from_secs_f64(args.scale_down_delay),
         record_snapshots: args.record_snapshots,
         journal: args.journal,
+        metrics: args.metrics,
     };
     let scaling = weir::scheduler::Scaling { policy, tiers };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(weir::scheduler::run(settings, Some(scaling), |running| {
-        // The first line of stdout: scripts and tests wait for it.
-        println!("scheduler listening on {}", running.address);
+        // The first line of stdout (and the second, with --metrics), in one write: scripts and
+        // tests wait for it.
+        match running.metrics {
+            Some(metrics) => {
+                println!(
+                    "scheduler listening on {}\nmetrics on http://{metrics}/metrics",
+                    running.address
+                )
+            }
+            None => println!("scheduler listening on {}", running.address),
+        }
     }))?;
     Ok(())
 }

@@ -7,6 +7,7 @@
 
 mod connection;
 pub mod journal;
+mod metrics;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -48,6 +49,8 @@ pub struct Settings {
     pub record_snapshots: Option<PathBuf>,
     /// Keep every accepted task and final result here, and reload them at start.
     pub journal: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The scaling policy and its tiers (for `weir status`).
@@ -90,7 +93,13 @@ pub(crate) enum Event {
     ManagerGone {
         id: String,
     },
-    Decided(Result<Vec<Decision>, String>),
+    Decided {
+        result: Result<Vec<Decision>, String>,
+        elapsed: Duration,
+    },
+    Metrics {
+        reply: oneshot::Sender<String>,
+    },
 }
 
 struct WorkerLink {
@@ -129,12 +138,16 @@ struct Actor {
     journal: Option<journal::Journal>,
     /// Replies held until this round's journal records are on disk.
     deferred: Vec<(mpsc::UnboundedSender<Response>, Response)>,
+    policy_latency: metrics::Histogram,
+    policy_errors: u64,
 }
 
 /// A running scheduler: its address and access file.
 pub struct Running {
     pub address: String,
     pub access: AccessFile,
+    /// Where `/metrics` is served, with `--metrics`.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Bind, write the access file, and serve until the process ends.
@@ -165,9 +178,18 @@ pub async fn run(
     };
     access.write(&settings.access_file)?;
     tracing::info!(address = %access.address, access_file = %settings.access_file.display(), "scheduler listening");
+    let metrics_listener = match settings.metrics {
+        Some(address) => Some(metrics::bind(address).await?),
+        None => None,
+    };
+    let metrics_address = match &metrics_listener {
+        Some(listener) => Some(listener.local_addr()?),
+        None => None,
+    };
     ready(&Running {
         address: access.address.clone(),
         access: access.clone(),
+        metrics: metrics_address,
     });
 
     let host =
@@ -183,6 +205,9 @@ pub async fn run(
         ),
         None => None,
     };
+    if let Some(listener) = metrics_listener {
+        tokio::spawn(metrics::serve(listener, events.clone()));
+    }
     let tiers = scaling
         .as_ref()
         .map(|s| s.tiers.clone())
@@ -208,6 +233,8 @@ pub async fn run(
         record,
         journal: None,
         deferred: Vec::new(),
+        policy_latency: metrics::Histogram::default(),
+        policy_errors: 0,
     };
     let mut actor = actor;
     if let Some(path) = &settings.journal {
@@ -422,8 +449,12 @@ impl Actor {
                 tracing::warn!(manager = %id, "worker manager disconnected");
                 self.manager_links.remove(&id);
             }
-            Event::Decided(result) => {
+            Event::Metrics { reply } => {
+                let _ = reply.send(self.render_metrics());
+            }
+            Event::Decided { result, elapsed } => {
                 self.policy_busy = false;
+                self.policy_latency.observe(elapsed);
                 match result {
                     Ok(decisions) => {
                         self.policy_error = None;
@@ -431,11 +462,131 @@ impl Actor {
                     }
                     Err(error) => {
                         tracing::error!(%error, "scaling policy failed; holding its last good decision");
+                        self.policy_errors += 1;
                         self.policy_error = Some(error);
                     }
                 }
             }
         }
+    }
+
+    /// The Prometheus text of `/metrics`.
+    fn render_metrics(&self) -> String {
+        use std::fmt::Write as _;
+        let now = self.now();
+        let status = self.core.status();
+        let mut out = String::new();
+        let t = &status.tasks;
+        let _ = writeln!(
+            out,
+            "# HELP weir_tasks Tasks by state.\n# TYPE weir_tasks gauge"
+        );
+        for (state, n) in [
+            ("queued", t.queued),
+            ("running", t.running),
+            ("succeeded", t.succeeded),
+            ("failed", t.failed),
+            ("canceled", t.canceled),
+        ] {
+            let _ = writeln!(out, "weir_tasks{{state=\"{state}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_jobs_total Jobs accepted.\n# TYPE weir_jobs_total counter"
+        );
+        let _ = writeln!(out, "weir_jobs_total {}", status.jobs);
+        let mut by_manager: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+        for w in &status.workers {
+            let entry = by_manager
+                .entry(w.manager.clone().unwrap_or_default())
+                .or_default();
+            entry.0 += 1;
+            entry.1 += u64::from(w.slots);
+            entry.2 += u64::from(w.running);
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_workers Live workers by manager (empty: none).\n# TYPE weir_workers gauge"
+        );
+        for (manager, (n, _, _)) in &by_manager {
+            let _ = writeln!(out, "weir_workers{{manager=\"{}\"}} {n}", escape(manager));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_slots Task slots of live workers, busy or not.\n# TYPE weir_slots gauge"
+        );
+        for (manager, (_, slots, busy)) in &by_manager {
+            let manager = escape(manager);
+            let _ = writeln!(
+                out,
+                "weir_slots{{manager=\"{manager}\",busy=\"false\"}} {}",
+                slots - busy
+            );
+            let _ = writeln!(
+                out,
+                "weir_slots{{manager=\"{manager}\",busy=\"true\"}} {busy}"
+            );
+        }
+        let views = self.core.worker_views(now);
+        let managers = self.managers.status(now, &views, &self.tiers);
+        let _ = writeln!(
+            out,
+            "# HELP weir_manager_workers Workers per manager.\n# TYPE weir_manager_workers gauge"
+        );
+        for m in &managers {
+            let id = escape(&m.id);
+            for (kind, n) in [
+                ("desired", m.desired.unwrap_or(0)),
+                ("live", m.live),
+                ("starting", m.starting),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "weir_manager_workers{{manager=\"{id}\",kind=\"{kind}\"}} {n}"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_manager_online Whether a manager heartbeats.\n# TYPE weir_manager_online gauge"
+        );
+        for m in &managers {
+            let _ = writeln!(
+                out,
+                "weir_manager_online{{manager=\"{}\"}} {}",
+                escape(&m.id),
+                u8::from(m.online)
+            );
+        }
+        self.policy_latency.render(
+            &mut out,
+            "weir_policy_decide_seconds",
+            "Time of one sandboxed scaling policy call.",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP weir_policy_errors_total Policy calls that failed.\n# TYPE weir_policy_errors_total counter"
+        );
+        let _ = writeln!(out, "weir_policy_errors_total {}", self.policy_errors);
+        let _ = writeln!(
+            out,
+            "# HELP weir_environment_workers Workers per environment verdict.\n# TYPE weir_environment_workers gauge"
+        );
+        for env in self.core.environment_report(None) {
+            let name = escape(&env.name);
+            for (verdict, n) in [
+                ("match", env.matching.len()),
+                ("no_match", env.not_matching.len()),
+                ("error", env.erroring.len()),
+                ("pending", env.pending.len()),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "weir_environment_workers{{environment=\"{name}\",verdict=\"{verdict}\"}} {n}"
+                );
+            }
+        }
+        out
     }
 
     /// Hand the policy thread a snapshot, unless it is still deciding on the last one.
@@ -806,8 +957,10 @@ fn policy_thread(
         .name("weir-policy".into())
         .spawn(move || {
             while let Ok(snapshot) = inbox.recv() {
+                let started = std::time::Instant::now();
                 let result = policy.decide(&snapshot).map_err(|e| e.to_string());
-                if events.send(Event::Decided(result)).is_err() {
+                let elapsed = started.elapsed();
+                if events.send(Event::Decided { result, elapsed }).is_err() {
                     return;
                 }
             }
@@ -816,4 +969,12 @@ fn policy_thread(
         tracing::error!(%error, "cannot start the policy thread: no scaling");
     }
     snapshots
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

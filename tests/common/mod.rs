@@ -12,6 +12,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub scheduler: Child,
     pub workers: Vec<Child>,
+    /// `http://…/metrics`, when started with `--metrics`.
+    pub metrics: Option<String>,
 }
 
 impl Cluster {
@@ -21,11 +23,12 @@ impl Cluster {
 
     pub fn start_with(args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let scheduler = spawn_scheduler(dir.path(), args);
+        let (scheduler, metrics) = spawn_scheduler(dir.path(), args);
         Cluster {
             dir,
             scheduler,
             workers: Vec::new(),
+            metrics,
         }
     }
 
@@ -33,7 +36,7 @@ impl Cluster {
     pub fn restart_scheduler(&mut self, args: &[&str]) {
         self.scheduler.kill().unwrap();
         self.scheduler.wait().unwrap();
-        self.scheduler = spawn_scheduler(self.dir.path(), args);
+        (self.scheduler, self.metrics) = spawn_scheduler(self.dir.path(), args);
     }
 
     pub fn access_file(&self) -> PathBuf {
@@ -134,7 +137,7 @@ pub fn pause() {
     std::thread::sleep(std::time::Duration::from_millis(20));
 }
 
-fn spawn_scheduler(dir: &Path, args: &[&str]) -> Child {
+fn spawn_scheduler(dir: &Path, args: &[&str]) -> (Child, Option<String>) {
     let mut scheduler = Command::new(env!("CARGO_BIN_EXE_scheduler"))
         .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
         .arg(dir.join("access.json"))
@@ -144,13 +147,34 @@ fn spawn_scheduler(dir: &Path, args: &[&str]) -> Child {
         .stdout(Stdio::piped())
         .spawn()
         .expect("scheduler starts");
+    let mut stdout = BufReader::new(scheduler.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(scheduler.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    stdout.read_line(&mut line).unwrap();
     assert!(
         line.starts_with("scheduler listening on quic://127.0.0.1:"),
         "{line}"
     );
-    scheduler
+    let metrics = args.contains(&"--metrics").then(|| {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        line.trim()
+            .strip_prefix("metrics on ")
+            .expect("the metrics line")
+            .to_string()
+    });
+    (scheduler, metrics)
+}
+
+/// GET a URL on loopback (plain HTTP/1.0), returning the body.
+pub fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    write!(stream, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    body.to_string()
 }

@@ -23,7 +23,8 @@ use weir::plugin::{Limits, Origin, PluginHost};
 )]
 struct Cli {
     /// How results are printed: `cli` for people, `json` for programs (exactly one JSON value;
-    /// errors as {"error": ...}).
+    /// errors as {"error": ...}), `quiet` for scripts (nothing but errors and, from `submit`, the job
+    /// id; the exit code says the rest).
     #[arg(long, global = true, value_enum, default_value_t = Output::Cli)]
     output: Output,
     /// The access file the scheduler wrote.
@@ -43,6 +44,7 @@ struct Cli {
 pub enum Output {
     Cli,
     Json,
+    Quiet,
 }
 
 #[derive(Subcommand)]
@@ -161,7 +163,7 @@ fn main() -> ExitCode {
         Err(error) => {
             match cli.output {
                 Output::Json => println!("{}", json!({ "error": format!("{error:#}") })),
-                Output::Cli => eprintln!("error: {error:#}"),
+                Output::Cli | Output::Quiet => eprintln!("error: {error:#}"),
             }
             ExitCode::FAILURE
         }
@@ -224,6 +226,9 @@ fn inspect(host: &PluginHost, file: &std::path::Path, output: Output) -> Result<
         Origin::Disk => "loaded from the compile cache",
         Origin::Memory => "already loaded",
     };
+    if output == Output::Quiet {
+        return Ok(());
+    }
     if output == Output::Json {
         println!(
             "{}",
@@ -261,6 +266,9 @@ fn check(host: &PluginHost, args: &PolicyArgs, output: Output) -> Result<()> {
     let spec = args.spec()?;
     let mut policy = spec.instantiate(host, Limits::default())?;
     let tiers = policy.tiers()?;
+    if output == Output::Quiet {
+        return Ok(());
+    }
     if output == Output::Json {
         println!(
             "{}",

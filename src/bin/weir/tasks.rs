@@ -129,6 +129,8 @@ pub async fn submit(
                 "job {job}: {tasks} task(s) submitted (ids {first}-{})",
                 first + tasks - 1
             ),
+            // Just the id, for `JOB=$(weir --output quiet submit ...)`.
+            Output::Quiet => println!("{job}"),
         }
         return Ok(());
     }
@@ -181,6 +183,7 @@ fn finish(job: u64, counts: &JobCounts, output: Output) -> Result<()> {
             }
             println!("{value}");
         }
+        Output::Quiet => {}
         Output::Cli => println!(
             "job {job}: {} succeeded, {} failed, {} canceled",
             counts.succeeded, counts.failed, counts.canceled
@@ -278,6 +281,9 @@ pub fn result_json(result: &TaskResult) -> Value {
 
 pub async fn results(client: &Client, job: u64, output: Output) -> Result<()> {
     let results = client.results(job).await?;
+    if output == Output::Quiet {
+        return Ok(());
+    }
     if output == Output::Json {
         println!(
             "{}",
@@ -317,12 +323,16 @@ pub async fn cancel(client: &Client, job: u64, output: Output) -> Result<()> {
     match output {
         Output::Json => println!("{}", json!({ "job": job, "canceled": tasks })),
         Output::Cli => println!("job {job}: {tasks} task(s) canceled"),
+        Output::Quiet => {}
     }
     Ok(())
 }
 
 pub async fn status(client: &Client, output: Output) -> Result<()> {
     let report = client.status().await?;
+    if output == Output::Quiet {
+        return Ok(());
+    }
     if output == Output::Json {
         println!("{}", serde_json::to_value(&report)?);
         return Ok(());
@@ -421,6 +431,7 @@ pub async fn env(client: &Client, command: &EnvCommand, output: Output) -> Resul
             match output {
                 Output::Json => println!("{}", json!({ "removed": name })),
                 Output::Cli => println!("environment `{name}` removed"),
+                Output::Quiet => {}
             }
         }
     }
@@ -428,6 +439,9 @@ pub async fn env(client: &Client, command: &EnvCommand, output: Output) -> Resul
 }
 
 fn print_environments(list: &[EnvironmentStatus], output: Output) {
+    if output == Output::Quiet {
+        return;
+    }
     if output == Output::Json {
         println!("{}", serde_json::to_value(list).unwrap_or_default());
         return;
@@ -465,6 +479,7 @@ pub async fn explain(client: &Client, task: u64, output: Output) -> Result<()> {
     match output {
         Output::Json => println!("{}", json!({ "task": task, "explanation": lines })),
         Output::Cli => lines.iter().for_each(|line| println!("{line}")),
+        Output::Quiet => {}
     }
     Ok(())
 }

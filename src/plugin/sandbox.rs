@@ -235,6 +235,7 @@ impl<B> Sandboxed<B> {
         call: &'static str,
         f: impl FnOnce(&mut Store<State>, &B) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
+        let _span = tracing::debug_span!("plugin_call", plugin = %self.plugin, call).entered();
         self.ensure_live(call)?;
         let Some((mut store, bindings)) = self.live.take() else {
             unreachable!("ensure_live leaves an instance");

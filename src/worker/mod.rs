@@ -163,11 +163,12 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
                         let runner = runner.clone();
                         let done = done.clone();
                         let ended = ended.clone();
-                        let handle = tokio::spawn(async move {
+                        let span = tracing::debug_span!("task", task, group = assignment.group);
+                        let handle = tokio::spawn(tracing::Instrument::instrument(async move {
                             let outcome = runner.run(&group, assignment).await;
                             let _ = ended.send(task);
                             let _ = done.send((task, outcome));
-                        });
+                        }, span));
                         running.insert(task, handle.abort_handle());
                     }
                 }

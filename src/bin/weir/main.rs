@@ -4,6 +4,7 @@ mod bench;
 mod demo;
 mod local;
 mod tasks;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,6 +65,12 @@ enum Command {
     Env(tasks::EnvCommand),
     /// Why a task is queued, running or finished: what each worker lacks for it.
     Explain { task: u64 },
+    /// A live view of managers, workers, tasks and environments (`q` quits).
+    Top {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        refresh: f64,
+    },
     /// Start a scheduler and workers on this machine, run a batch of command tasks and a batch of
     /// wasm tasks, check every result, and shut down. Needs no flags and no files.
     Local(local::LocalArgs),
@@ -194,6 +201,13 @@ fn run(cli: &Cli) -> Result<()> {
             block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await })
         }
         Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
+        Command::Top { refresh } => block_on(async {
+            if !(refresh.is_finite() && *refresh > 0.0) {
+                anyhow::bail!("--refresh must be a positive number of seconds");
+            }
+            let refresh = std::time::Duration::from_secs_f64(refresh.clamp(0.05, 3600.0));
+            top::run(&connect(cli).await?, refresh).await
+        }),
         Command::Env(command) => {
             block_on(async { tasks::env(&connect(cli).await?, command, output).await })
         }

@@ -1,0 +1,86 @@
+//! `weir top` driven in a real terminal (tmux): it shows the cluster and quits cleanly on `q`.
+
+mod common;
+
+use std::process::Command;
+
+use common::Cluster;
+
+fn tmux(args: &[&str]) -> std::process::Output {
+    Command::new("tmux")
+        .args(args)
+        .output()
+        .expect("tmux is installed (.ci/run installs it)")
+}
+
+#[test]
+fn top_shows_managers_workers_and_environments_and_quits_on_q() {
+    let mut cluster = Cluster::start_with(&[
+        "--policy",
+        "waterfall_v2",
+        "--policy-content",
+        "1, pool",
+        "--scaling-interval",
+        "0.2",
+    ]);
+    cluster.manager(&[
+        "--id",
+        "pool_1",
+        "--worker-type",
+        "pool",
+        "--max-task-concurrency",
+        "2",
+    ]);
+    cluster.worker("standalone", &["--slots", "3", "--capabilities", "gpu=1"]);
+    cluster.json(&[
+        "env",
+        "register",
+        "big",
+        "mem_gt",
+        "--config",
+        "threshold=1",
+        "--wait",
+    ]);
+    cluster.json(&["submit", "--count", "4", "--wait", "--", "true"]);
+
+    let session = format!("weir-top-{}", std::process::id());
+    let command = format!(
+        "{} --access-file {} top --refresh 0.2",
+        env!("CARGO_BIN_EXE_weir"),
+        cluster.access_file().display()
+    );
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "140",
+        "-y",
+        "40",
+        &command,
+    ]);
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let screen = loop {
+        let pane = tmux(&["capture-pane", "-p", "-t", &session]);
+        let text = String::from_utf8_lossy(&pane.stdout).into_owned();
+        if text.contains("pool_1") && text.contains("standalone") && text.contains("4 succeeded") {
+            break text;
+        }
+        assert!(pane.status.success(), "weir top exited early: {text}");
+        common::pause();
+    };
+    assert!(screen.contains("managers by tier"), "{screen}");
+    assert!(screen.contains("gpu=1"), "{screen}");
+    assert!(screen.contains("big"), "{screen}");
+
+    tmux(&["send-keys", "-t", &session, "q"]);
+    // The session ends when weir top exits.
+    while tmux(&["has-session", "-t", &session]).status.success() {
+        common::pause();
+    }
+}

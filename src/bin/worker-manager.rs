@@ -48,6 +48,9 @@ struct Args {
     /// The worker executable (default: `worker` beside this one).
     #[arg(long, value_name = "PATH")]
     worker_command: Option<PathBuf>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: weir::telemetry::LogFormat,
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 0.5, value_name = "SECONDS")]
     heartbeat_interval: f64,
@@ -58,8 +61,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    weir::telemetry::init_logging();
-    match run(Args::parse()) {
+    let args = Args::parse();
+    weir::telemetry::init(args.log_format);
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");

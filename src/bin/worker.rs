@@ -70,14 +70,18 @@ struct Args {
     /// Benchmarking only: report every task as succeeded without running it.
     #[arg(long)]
     no_execute: bool,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: weir::telemetry::LogFormat,
     /// Evaluate the conditions on this machine, print the verdicts, and exit.
     #[arg(long)]
     check: bool,
 }
 
 fn main() -> ExitCode {
-    weir::telemetry::init_logging();
-    match run(Args::parse()) {
+    let args = Args::parse();
+    weir::telemetry::init(args.log_format);
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");

@@ -45,6 +45,27 @@ struct Args {
     /// Start exactly N workers with this worker type, wait for them, do not scale.
     #[arg(long, value_name = "N")]
     fixed: Option<u32>,
+    /// How to get workers: `process` (start them here) or `command` (run --start-cmd /
+    /// --stop-cmd to add and remove units of --unit-size workers through Kubernetes, Slurm, ...).
+    #[arg(long, value_enum, default_value = "process")]
+    backend: BackendKind,
+    /// Command backend: adds one unit. Placeholders: {count} {worker_type} {manager_id}
+    /// {address} {access_file} {unit}. The unit must run
+    /// `worker-manager --fixed {count} --id {manager_id} --unit {unit}` where its workers run.
+    #[arg(long, value_name = "TEMPLATE", required_if_eq("backend", "command"))]
+    start_cmd: Option<String>,
+    /// Command backend: removes one unit (same placeholders).
+    #[arg(long, value_name = "TEMPLATE", required_if_eq("backend", "command"))]
+    stop_cmd: Option<String>,
+    /// Command backend: workers per unit.
+    #[arg(long, default_value_t = 1)]
+    unit_size: u32,
+    /// Command backend: seconds a unit may take to register before it is stopped as failed.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    unit_timeout: f64,
+    /// Fixed mode inside a command-backend unit: name workers `{id}-{unit}-{n}`.
+    #[arg(long, requires = "fixed")]
+    unit: Option<String>,
     /// The worker executable (default: `worker` beside this one).
     #[arg(long, value_name = "PATH")]
     worker_command: Option<PathBuf>,
@@ -70,6 +91,12 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackendKind {
+    Process,
+    Command,
 }
 
 fn parse_cap(text: &str) -> Result<u32> {
@@ -119,6 +146,7 @@ fn run(args: Args) -> Result<()> {
         worker_command,
         access_file: args.access_file.clone(),
         heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),
+        unit: args.unit.clone(),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     if let Some(count) = args.fixed {
@@ -128,12 +156,30 @@ fn run(args: Args) -> Result<()> {
     }
     let reconnect = Duration::from_secs_f64(args.reconnect_timeout.max(0.0));
     runtime.block_on(async {
-        let pool = std::sync::Arc::new(tokio::sync::Mutex::new(weir::manager::Pool::new(settings)));
+        let backend = match args.backend {
+            BackendKind::Process => weir::manager::Backend::Process(weir::manager::Pool::new(settings)),
+            BackendKind::Command => {
+                if args.unit_size == 0 || !(args.unit_timeout > 0.0 && args.unit_timeout.is_finite()) {
+                    bail!("--unit-size must be at least 1 and --unit-timeout a positive number of seconds");
+                }
+                let address = weir::net::AccessFile::read(&args.access_file).map(|a| a.address).unwrap_or_default();
+                let command = weir::manager::command::CommandBackend {
+                    start: args.start_cmd.clone().unwrap_or_default(),
+                    stop: args.stop_cmd.clone().unwrap_or_default(),
+                    unit_size: args.unit_size,
+                    unit_timeout: Duration::from_secs_f64(args.unit_timeout),
+                    address,
+                };
+                weir::manager::Backend::Command(weir::manager::command::Units::new(settings, command))
+            }
+        };
+        let pool = std::sync::Arc::new(tokio::sync::Mutex::new(backend));
         weir::net::reconnecting(&args.access_file, reconnect, "worker manager", |access| {
             let pool = pool.clone();
             async move { weir::manager::run_dynamic(&access, &mut *pool.lock().await).await }
         })
         .await
+        .map_err(anyhow::Error::from)
     })?;
     Ok(())
 }

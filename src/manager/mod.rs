@@ -6,6 +6,8 @@
 //! replaced. Fixed mode (`--fixed N`) starts N workers and waits for them, with no scheduler
 //! connection of its own.
 
+pub mod command;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,6 +31,8 @@ pub struct Settings {
     pub worker_command: PathBuf,
     pub access_file: PathBuf,
     pub heartbeat_interval: Duration,
+    /// Fixed mode inside a unit of the command backend: workers are named `{id}-{unit}-{n}`.
+    pub unit: Option<String>,
 }
 
 /// The manager's worker processes; kept across reconnections to the scheduler.
@@ -50,7 +54,10 @@ impl Pool {
     fn start(&mut self) -> Result<String, std::io::Error> {
         self.next += 1;
         let s = &self.settings;
-        let name = format!("{}-{}", s.id, self.next);
+        let name = match &s.unit {
+            Some(unit) => format!("{}-{unit}-{}", s.id, self.next),
+            None => format!("{}-{}", s.id, self.next),
+        };
         let mut command = Command::new(&s.worker_command);
         command
             .arg("--access-file")
@@ -157,13 +164,69 @@ impl Pool {
     }
 }
 
+/// How a dynamic manager gets workers: processes of its own, or units through commands.
+pub enum Backend {
+    Process(Pool),
+    Command(command::Units),
+}
+
+impl Backend {
+    fn settings(&self) -> &Settings {
+        match self {
+            Backend::Process(pool) => &pool.settings,
+            Backend::Command(units) => &units.settings,
+        }
+    }
+
+    fn state(&self) -> ManagerState {
+        match self {
+            Backend::Process(pool) => pool.state(),
+            Backend::Command(units) => units.state(),
+        }
+    }
+
+    async fn apply(
+        &mut self,
+        desired: u32,
+        stop: &[String],
+        registered: &[String],
+    ) -> Result<(), String> {
+        match self {
+            Backend::Process(pool) => {
+                for name in stop {
+                    pool.stop(name);
+                }
+                pool.converge(desired, registered).map_err(|e| {
+                    format!(
+                        "cannot start a worker ({}): {e}",
+                        pool.settings.worker_command.display()
+                    )
+                })
+            }
+            Backend::Command(units) => units.apply(desired, stop, registered).await,
+        }
+    }
+
+    async fn stop_all(&mut self) {
+        match self {
+            Backend::Process(pool) => {
+                let names: Vec<String> = pool.children.keys().cloned().collect();
+                for name in names {
+                    pool.stop(&name);
+                }
+            }
+            Backend::Command(units) => units.stop_all().await,
+        }
+    }
+}
+
 /// Dynamic mode: one connection, until the scheduler goes away or a signal stops it. Returns
 /// why it ended; on a signal the workers are stopped, otherwise they keep running (and
 /// reconnect by themselves) while the caller reconnects.
-pub async fn run_dynamic(access: &AccessFile, pool: &mut Pool) -> Result<String, NetError> {
+pub async fn run_dynamic(access: &AccessFile, pool: &mut Backend) -> Result<String, NetError> {
     let (_endpoint, connection, mut send, mut recv) =
         net::connect(access, Role::Manager, Duration::from_secs(5)).await?;
-    let interval = pool.settings.heartbeat_interval;
+    let interval = pool.settings().heartbeat_interval;
     let (outgoing, mut outbox) = mpsc::unbounded_channel::<FromManager>();
     let writer = tokio::spawn(async move {
         while let Some(message) = outbox.recv().await {
@@ -184,13 +247,10 @@ pub async fn run_dynamic(access: &AccessFile, pool: &mut Pool) -> Result<String,
                     if wanted != desired || !stop.is_empty() {
                         tracing::info!(desired = wanted, stop = stop.len(), %reason, "scaling");
                     }
-                    for name in &stop {
-                        pool.stop(name);
-                    }
                     desired = wanted;
                     registered = known;
-                    if let Err(error) = pool.converge(desired, &registered) {
-                        break format!("cannot start a worker ({}): {error}", pool.settings.worker_command.display());
+                    if let Err(error) = pool.apply(desired, &stop, &registered).await {
+                        break error;
                     }
                     let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
                 }
@@ -199,9 +259,9 @@ pub async fn run_dynamic(access: &AccessFile, pool: &mut Pool) -> Result<String,
             _ = sigterm.recv() => break "stopped by SIGTERM".to_string(),
             _ = sigint.recv() => break "stopped by SIGINT".to_string(),
             _ = ticker.tick() => {
-                // Replace workers that died; report.
-                if let Err(error) = pool.converge(desired, &registered) {
-                    break format!("cannot start a worker ({}): {error}", pool.settings.worker_command.display());
+                // Replace workers that died (or units that never came up); report.
+                if let Err(error) = pool.apply(desired, &[], &registered).await {
+                    break error;
                 }
                 if outgoing.send(FromManager::Heartbeat(pool.state())).is_err() {
                     break "connection writer ended".to_string();
@@ -212,10 +272,7 @@ pub async fn run_dynamic(access: &AccessFile, pool: &mut Pool) -> Result<String,
     writer.abort();
     connection.close(0u32.into(), b"manager stopping");
     if reason.starts_with("stopped by") {
-        let names: Vec<String> = pool.children.keys().cloned().collect();
-        for name in names {
-            pool.stop(&name);
-        }
+        pool.stop_all().await;
     }
     Ok(reason)
 }
@@ -238,9 +295,10 @@ pub async fn run_fixed(count: u32, settings: Settings) -> Result<(), String> {
     }
     let mut sigterm =
         signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut failed = Vec::new();
     let children = std::mem::take(&mut pool.children);
-    let waiting = async {
+    let pids: Vec<u32> = children.values().filter_map(Child::id).collect();
+    let waiting = async move {
+        let mut failed = Vec::new();
         for (name, mut child) in children {
             match child.wait().await {
                 Ok(status) if status.success() => {}
@@ -248,11 +306,23 @@ pub async fn run_fixed(count: u32, settings: Settings) -> Result<(), String> {
                 Err(error) => failed.push(format!("worker {name}: {error}")),
             }
         }
+        failed
     };
-    tokio::select! {
-        () = waiting => {}
-        _ = sigterm.recv() => return Ok(()), // the workers get SIGTERM from the kernel (PDEATHSIG)
-    }
+    tokio::pin!(waiting);
+    let failed = tokio::select! {
+        failed = &mut waiting => failed,
+        _ = sigterm.recv() => {
+            // Pass it on so the workers close their connections cleanly, then wait a little.
+            for pid in pids {
+                // SAFETY: plain kill(2) on our own children.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGTERM);
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(10), &mut waiting).await;
+            return Ok(());
+        }
+    };
     if failed.is_empty() {
         Ok(())
     } else {

@@ -1,0 +1,212 @@
+//! The command backend: the manager adds and removes *units* of workers by running the
+//! operator's commands (`kubectl scale`, `sbatch`/`scancel`, a shell script), and tracks them by
+//! what registers with the scheduler.
+//!
+//! A unit runs `worker-manager --fixed {count} --id {manager_id} --unit {unit}` on the machines the
+//! cluster engine gives it, so its workers register as `{manager_id}-{unit}-{n}`. A unit none of
+//! whose workers registered within `--unit-timeout` is stopped and counts as a failure. After a
+//! failure the manager backs off (1 s, doubling to 60 s) and reports no capacity meanwhile, so
+//! the waterfall skips its tier until it recovers.
+
+use std::time::{Duration, Instant};
+
+use crate::proto::ManagerState;
+
+use super::Settings;
+
+#[derive(Clone, Debug)]
+pub struct CommandBackend {
+    /// Templates with `{count}`, `{worker_type}`, `{manager_id}`, `{address}`, `{access_file}`,
+    /// `{unit}`.
+    pub start: String,
+    pub stop: String,
+    /// Workers per unit.
+    pub unit_size: u32,
+    pub unit_timeout: Duration,
+    /// The scheduler's address, for `{address}`.
+    pub address: String,
+}
+
+struct Unit {
+    id: String,
+    started: Instant,
+    registered: bool,
+}
+
+pub struct Units {
+    pub(super) settings: Settings,
+    backend: CommandBackend,
+    units: Vec<Unit>,
+    next: u64,
+    failures: u32,
+    backoff_until: Option<Instant>,
+}
+
+impl Units {
+    pub fn new(settings: Settings, backend: CommandBackend) -> Units {
+        Units {
+            settings,
+            backend,
+            units: Vec::new(),
+            next: 0,
+            failures: 0,
+            backoff_until: None,
+        }
+    }
+
+    fn names(&self, unit: &str) -> Vec<String> {
+        (1..=self.backend.unit_size)
+            .map(|n| format!("{}-{unit}-{n}", self.settings.id))
+            .collect()
+    }
+
+    fn expand(&self, template: &str, unit: &str) -> String {
+        template
+            .replace("{count}", &self.backend.unit_size.to_string())
+            .replace("{worker_type}", &self.settings.worker_type)
+            .replace("{manager_id}", &self.settings.id)
+            .replace("{address}", &self.backend.address)
+            .replace(
+                "{access_file}",
+                &self.settings.access_file.display().to_string(),
+            )
+            .replace("{unit}", unit)
+    }
+
+    async fn run(&self, template: &str, unit: &str) -> Result<(), String> {
+        let command = self.expand(template, unit);
+        tracing::info!(%command, "running the backend command");
+        let output = tokio::process::Command::new("sh")
+            .args(["-c", &command])
+            .output()
+            .await
+            .map_err(|e| format!("cannot run `{command}`: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            Err(format!(
+                "`{command}` failed ({}): {}",
+                output.status,
+                stderr.trim()
+            ))
+        }
+    }
+
+    fn backing_off(&self) -> bool {
+        self.backoff_until
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    fn failed(&mut self, error: &str) {
+        self.failures += 1;
+        let delay = Duration::from_secs(1 << self.failures.min(6).saturating_sub(1))
+            .min(Duration::from_secs(60));
+        tracing::warn!(%error, failures = self.failures, ?delay, "backend failure; backing off (no capacity meanwhile)");
+        self.backoff_until = Some(Instant::now() + delay);
+    }
+
+    pub fn state(&self) -> ManagerState {
+        let s = &self.settings;
+        ManagerState {
+            id: s.id.clone(),
+            worker_type: s.worker_type.clone(),
+            // While backing off after a failure: no capacity, so the waterfall spills past us.
+            max_task_concurrency: if self.backing_off() {
+                0
+            } else {
+                s.max_task_concurrency
+            },
+            worker_slots: s.slots,
+            capabilities: s.capabilities.clone(),
+            workers: self.units.iter().flat_map(|u| self.names(&u.id)).collect(),
+        }
+    }
+
+    /// Move toward `desired` workers, in whole units.
+    pub async fn apply(
+        &mut self,
+        desired: u32,
+        stop: &[String],
+        registered: &[String],
+    ) -> Result<(), String> {
+        for unit in &mut self.units {
+            let names = (1..=self.backend.unit_size)
+                .map(|n| format!("{}-{}-{n}", self.settings.id, unit.id));
+            if names.clone().any(|n| registered.contains(&n)) && !unit.registered {
+                unit.registered = true;
+                tracing::info!(unit = %unit.id, "unit registered");
+            }
+        }
+        // Units that never registered in time: stop them, count a failure.
+        let timeout = self.backend.unit_timeout;
+        let late: Vec<String> = self
+            .units
+            .iter()
+            .filter(|u| !u.registered && u.started.elapsed() > timeout)
+            .map(|u| u.id.clone())
+            .collect();
+        for unit in late {
+            self.stop_unit(&unit).await;
+            self.failed(&format!("unit {unit} did not register within {timeout:?}"));
+        }
+        // Units whose registered workers were all drained by the scheduler: stop them.
+        let drained: Vec<String> = self
+            .units
+            .iter()
+            .filter(|u| {
+                let names = self.names(&u.id);
+                let mine: Vec<&String> = names.iter().filter(|n| registered.contains(n)).collect();
+                !mine.is_empty() && mine.iter().all(|n| stop.contains(n))
+            })
+            .map(|u| u.id.clone())
+            .collect();
+        for unit in drained {
+            self.stop_unit(&unit).await;
+        }
+        let wanted = desired.div_ceil(self.backend.unit_size.max(1)) as usize;
+        // Too many: cancel units still starting, newest first.
+        while self.units.len() > wanted {
+            let Some(index) = self.units.iter().rposition(|u| !u.registered) else {
+                break;
+            };
+            let unit = self.units[index].id.clone();
+            self.stop_unit(&unit).await;
+        }
+        // Too few: start units, unless backing off.
+        while self.units.len() < wanted && !self.backing_off() {
+            self.next += 1;
+            let unit = format!("u{}", self.next);
+            match self.run(&self.backend.start.clone(), &unit).await {
+                Ok(()) => {
+                    tracing::info!(%unit, "unit started");
+                    self.units.push(Unit {
+                        id: unit,
+                        started: Instant::now(),
+                        registered: false,
+                    });
+                    self.failures = 0;
+                }
+                Err(error) => {
+                    self.failed(&error);
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn stop_unit(&mut self, unit: &str) {
+        self.units.retain(|u| u.id != unit);
+        if let Err(error) = self.run(&self.backend.stop.clone(), unit).await {
+            tracing::warn!(%unit, %error, "stop command failed");
+        }
+    }
+
+    pub async fn stop_all(&mut self) {
+        let units: Vec<String> = self.units.iter().map(|u| u.id.clone()).collect();
+        for unit in units {
+            self.stop_unit(&unit).await;
+        }
+    }
+}

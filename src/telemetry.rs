@@ -25,3 +25,14 @@ pub fn init(format: LogFormat) {
 pub fn init_logging() {
     init(LogFormat::Text);
 }
+
+/// How every executable ends: 0, or the error and its causes on stderr and 1.
+pub fn exit<E: std::fmt::Display>(result: Result<(), E>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

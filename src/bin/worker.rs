@@ -81,13 +81,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     weir::telemetry::init(args.log_format);
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    weir::telemetry::exit(run(args))
 }
 
 fn run(args: Args) -> Result<()> {

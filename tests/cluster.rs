@@ -4,6 +4,7 @@
 mod common;
 
 use std::path::Path;
+use std::process::Command;
 
 use common::{Cluster, text, workers};
 use serde_json::Value;
@@ -330,4 +331,82 @@ fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
             "{result}"
         );
     }
+}
+
+#[test]
+fn connections_per_token_are_capped() {
+    let mut cluster = Cluster::start_with(&["--max-connections", "1"]);
+    cluster.worker("only", &["--slots", "1"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let access = weir::net::AccessFile::read(&cluster.access_file()).unwrap();
+    let first = runtime
+        .block_on(weir::client::Client::connect(&access))
+        .unwrap();
+    let out = cluster.weir(&["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("too many connections with the Client token (limit 1)"),
+        "{}",
+        text(&out.stderr)
+    );
+    drop(first);
+    let done = loop {
+        // The slot is free once the scheduler has seen the first connection end.
+        let out = cluster.weir(&["--output", "json", "submit", "--wait", "--", "true"]);
+        if out.status.success() {
+            break serde_json::from_slice::<Value>(&out.stdout).unwrap();
+        }
+        common::pause();
+    };
+    assert_eq!(done["counts"]["succeeded"], 1);
+}
+
+#[test]
+fn a_worker_that_stops_responding_loses_no_task_and_none_finishes_twice() {
+    let mut cluster = Cluster::start("2");
+    let frozen = cluster.worker("frozen", &["--slots", "4"]);
+    cluster.await_status(|s| workers(s) == 1);
+    let job = cluster.json(&[
+        "submit",
+        "--count",
+        "40",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.1; echo $WEIR_TASK_INDEX",
+    ]);
+    let job = job["job"].to_string();
+    cluster.await_status(|s| s["workers"][0]["running"] == 4);
+    // SIGSTOP: it neither reads nor writes — a slow consumer, or a network that dropped it.
+    let pid = cluster.workers[frozen].id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    cluster.worker("healthy", &["--slots", "4"]);
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 40, "{done}");
+    // It wakes up, finds its connection gone, reconnects as a new worker; nothing changes.
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    cluster.await_status(|s| workers(s) == 2);
+    let results = cluster.json(&["results", &job]);
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 40);
+    for (index, result) in results.iter().enumerate() {
+        assert_eq!(
+            result["stdout"].as_str().unwrap().trim(),
+            index.to_string(),
+            "{result}"
+        );
+    }
+    assert_eq!(cluster.json(&["status"])["tasks"]["succeeded"], 40);
 }

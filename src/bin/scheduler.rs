@@ -68,6 +68,9 @@ struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
+    /// Most open connections with each token (clients; workers and managers); more are refused.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text")]
     log_format: weir::telemetry::LogFormat,
@@ -135,6 +138,7 @@ fn run(args: Args) -> Result<()> {
         record_snapshots: args.record_snapshots,
         journal: args.journal,
         metrics: args.metrics,
+        max_connections: args.max_connections,
     };
     let scaling = weir::scheduler::Scaling { policy, tiers };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

@@ -17,8 +17,47 @@ use crate::proto::{
 /// A peer must say hello (and a worker register) within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Open connections per token, capped (`scheduler --max-connections`).
+pub(super) struct ConnectionLimits {
+    pub max: usize,
+    clients: std::sync::atomic::AtomicUsize,
+    workers: std::sync::atomic::AtomicUsize,
+}
+
+/// A taken connection slot, given back on drop.
+pub(super) struct Slot<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl ConnectionLimits {
+    pub fn new(max: usize) -> ConnectionLimits {
+        ConnectionLimits {
+            max,
+            clients: 0.into(),
+            workers: 0.into(),
+        }
+    }
+
+    fn take(&self, role: Role) -> Option<Slot<'_>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let counter = match role {
+            Role::Client => &self.clients,
+            Role::Worker | Role::Manager => &self.workers,
+        };
+        counter
+            .fetch_update(SeqCst, SeqCst, |n| (n < self.max).then_some(n + 1))
+            .ok()
+            .map(|_| Slot(counter))
+    }
+}
+
 pub(super) async fn serve(
     incoming: quinn::Incoming,
+    limits: Arc<ConnectionLimits>,
     access: Arc<AccessFile>,
     events: mpsc::UnboundedSender<Event>,
     host: Arc<PluginHost>,
@@ -61,6 +100,15 @@ pub(super) async fn serve(
         )
         .await;
     }
+    // One slot per connection and token (workers and managers share theirs), held until it ends.
+    let Some(_slot) = limits.take(hello.role) else {
+        let reason = format!(
+            "too many connections with the {:?} token (limit {})",
+            hello.role, limits.max
+        );
+        tracing::warn!(%peer, "{reason}");
+        return refuse(&connection, &mut send, &reason).await;
+    };
     match hello.role {
         Role::Manager => {
             frame::write(&mut send, &HelloReply::Welcome).await?;

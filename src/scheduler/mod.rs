@@ -51,6 +51,8 @@ pub struct Settings {
     pub journal: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics.
     pub metrics: Option<SocketAddr>,
+    /// Most open connections per token (clients; workers and managers).
+    pub max_connections: usize,
 }
 
 /// The scaling policy and its tiers (for `weir status`).
@@ -245,12 +247,14 @@ pub async fn run(
     }
     tokio::spawn(actor.run(inbox, settings.heartbeat_timeout, settings.scaling_interval));
     let access = Arc::new(access);
+    let limits = Arc::new(connection::ConnectionLimits::new(settings.max_connections));
     while let Some(incoming) = endpoint.accept().await {
         let events = events.clone();
         let access = access.clone();
         let host = host.clone();
+        let limits = limits.clone();
         tokio::spawn(async move {
-            if let Err(error) = connection::serve(incoming, access, events, host).await {
+            if let Err(error) = connection::serve(incoming, limits, access, events, host).await {
                 tracing::debug!(%error, "connection ended");
             }
         });

@@ -164,6 +164,14 @@ async fn worker_session(
                 return Ok(());
             }
         };
+    if info.local_environments.len() > super::MAX_ENVIRONMENTS || info.slots == 0 {
+        let reason = format!(
+            "a worker needs at least one slot and at most {} environments of its own",
+            super::MAX_ENVIRONMENTS
+        );
+        connection.close(1u32.into(), reason.as_bytes());
+        return Ok(());
+    }
     let (frames, mut outbox) = mpsc::unbounded_channel::<ToWorker>();
     let (reply, joined) = oneshot::channel();
     if events

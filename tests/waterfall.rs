@@ -41,9 +41,9 @@ fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
     }
 }
 
-fn idle(id: &str, slots: u32, idle_ms: u64) -> Worker {
+fn idle(id: u64, slots: u32, idle_ms: u64) -> Worker {
     Worker {
-        id: id.into(),
+        id,
         slots,
         busy: 0,
         idle_ms,
@@ -69,7 +69,7 @@ fn snapshot(managers: Vec<Manager>, demand: Vec<Demand>) -> Snapshot {
 }
 
 /// `(manager, desired workers, stopped workers)` from both implementations, checked equal.
-fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u32, Vec<String>)> {
+fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u32, Vec<u64>)> {
     let native = Policy::parse(flavor, content)
         .expect("content parses")
         .decide(snapshot);
@@ -95,7 +95,7 @@ fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u3
         .collect()
 }
 
-fn desired(decisions: &[(String, u32, Vec<String>)]) -> Vec<(&str, u32)> {
+fn desired(decisions: &[(String, u32, Vec<u64>)]) -> Vec<(&str, u32)> {
     decisions
         .iter()
         .map(|(id, n, _)| (id.as_str(), *n))
@@ -205,7 +205,7 @@ fn v2_reference_config_sums_managers_of_a_type() {
 fn demand_fills_tier_one_then_spills_to_the_next() {
     let content = "1, native\n2, burst\n";
     let mut native = manager("n", "native", 2, 1);
-    native.workers = vec![idle("n1", 1, 0), idle("n2", 1, 0)];
+    native.workers = vec![idle(11, 1, 0), idle(12, 1, 0)];
     let managers = vec![native, manager("b", "burst", 4, 1)];
     let spill = |n| {
         desired(&decide(
@@ -249,13 +249,13 @@ fn demand_spills_only_once_the_tier_above_is_up() {
     let mut up = managers;
     up[0].workers = vec![
         Worker {
-            id: "n1".into(),
+            id: 11,
             slots: 1,
             busy: 1,
             idle_ms: 0,
         },
         Worker {
-            id: "n2".into(),
+            id: 12,
             slots: 1,
             busy: 1,
             idle_ms: 0,
@@ -288,7 +288,7 @@ fn running_tasks_stay_and_their_free_slots_are_used_first() {
     let content = "1, native\n2, burst\n";
     let mut burst = manager("b", "burst", 8, 4);
     burst.workers = vec![Worker {
-        id: "b1".into(),
+        id: 21,
         slots: 4,
         busy: 1,
         idle_ms: 0,
@@ -311,7 +311,7 @@ fn running_tasks_stay_and_their_free_slots_are_used_first() {
     // Once tier 1 is up, burst's 3 free slots absorb 3 of the 7 overflow tasks before a new worker.
     let mut up = managers;
     up[0].workers = vec![Worker {
-        id: "n1".into(),
+        id: 11,
         slots: 4,
         busy: 4,
         idle_ms: 0,
@@ -324,18 +324,18 @@ fn running_tasks_stay_and_their_free_slots_are_used_first() {
 fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_the_delay() {
     let content = "1, native\n2, burst\n";
     let mut native = manager("n", "native", 2, 1);
-    native.workers = vec![idle("n1", 1, 60_000), idle("n2", 1, 60_000)];
+    native.workers = vec![idle(11, 1, 60_000), idle(12, 1, 60_000)];
     let mut burst = manager("b", "burst", 4, 1);
     burst.workers = vec![
-        idle("b1", 1, 60_000),
-        idle("b2", 1, 90_000),
+        idle(21, 1, 60_000),
+        idle(22, 1, 90_000),
         Worker {
-            id: "b3".into(),
+            id: 23,
             slots: 1,
             busy: 1,
             idle_ms: 0,
         },
-        idle("b4", 1, 5_000),
+        idle(24, 1, 5_000),
     ];
     burst.starting = 1;
     // Two tasks left: tier 1 keeps both its workers; burst cancels the starting one, stops the idle
@@ -349,7 +349,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
         got,
         vec![
             ("n".into(), 2, vec![]),
-            ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])
+            ("b".into(), 2, vec![22, 21])
         ]
     );
     // No demand at all: tier 1 keeps its workers while tier 2 still has any.
@@ -362,7 +362,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
         got,
         vec![
             ("n".into(), 2, vec![]),
-            ("b".into(), 2, vec!["b2".to_string(), "b1".to_string()])
+            ("b".into(), 2, vec![22, 21])
         ]
     );
     // Tier 2 empty: now tier 1 drains, but never a worker within the delay.
@@ -375,7 +375,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
     assert_eq!(
         got,
         vec![
-            ("n".into(), 1, vec!["n1".to_string()]),
+            ("n".into(), 1, vec![11]),
             ("b".into(), 0, vec![])
         ]
     );
@@ -436,7 +436,7 @@ fn unknown_verdict_gets_one_worker_to_learn() {
     assert_eq!(desired(&got), vec![("fresh", 1), ("known", 0)]);
     // Its worker is up and still has not answered: the rest spills to the tier that matches.
     fresh.workers = vec![Worker {
-        id: "f1".into(),
+        id: 31,
         slots: 2,
         busy: 2,
         idle_ms: 0,
@@ -621,7 +621,7 @@ fn arb_manager(index: usize) -> impl Strategy<Value = Manager> {
                     .into_iter()
                     .enumerate()
                     .map(|(i, (busy, idle_ms))| Worker {
-                        id: format!("m{index}-w{i}"),
+                        id: (index * 100 + i) as u64,
                         slots,
                         busy: busy.min(slots),
                         idle_ms: if busy == 0 { idle_ms } else { 0 },

@@ -81,7 +81,7 @@ impl Managers {
                         .iter()
                         .filter(|w| !w.draining)
                         .map(|w| Worker {
-                            id: w.name.clone(),
+                            id: w.id,
                             slots: w.slots,
                             busy: w.busy,
                             idle_ms: w.idle_ms,

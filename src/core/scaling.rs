@@ -58,11 +58,10 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
         if decision.stop.is_empty() {
             continue;
         }
-        let workers: HashMap<&str, &Worker> =
-            manager.workers.iter().map(|w| (w.id.as_str(), w)).collect();
-        let mut stopped: HashSet<&str> = HashSet::with_capacity(decision.stop.len());
+        let workers: HashMap<u64, &Worker> = manager.workers.iter().map(|w| (w.id, w)).collect();
+        let mut stopped: HashSet<u64> = HashSet::with_capacity(decision.stop.len());
         for worker_id in &decision.stop {
-            let Some(worker) = workers.get(worker_id.as_str()) else {
+            let Some(worker) = workers.get(worker_id) else {
                 return Err(format!(
                     "stops `{worker_id}`, which is not a worker of manager `{id}`"
                 ));
@@ -72,7 +71,7 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
                     "stops worker `{worker_id}` of manager `{id}` while it runs tasks"
                 ));
             }
-            if !stopped.insert(worker_id) {
+            if !stopped.insert(*worker_id) {
                 return Err(format!(
                     "stops worker `{worker_id}` of manager `{id}` twice"
                 ));
@@ -87,22 +86,20 @@ mod tests {
     use super::*;
 
     fn snapshot() -> Snapshot {
-        let worker = |id: &str, busy| Worker {
-            id: id.into(),
+        let worker = |id: u64, busy| Worker {
+            id,
             slots: 1,
             busy,
             idle_ms: 0,
         };
-        let manager = |id: &str, online| Manager {
+        // Manager `a` has idle worker 1 and busy worker 2; `off` has 3 and 4.
+        let manager = |id: &str, first: u64, online| Manager {
             id: id.into(),
             worker_type: "t".into(),
             max_task_concurrency: 4,
             worker_slots: 2,
             online,
-            workers: vec![
-                worker(&format!("{id}-idle"), 0),
-                worker(&format!("{id}-busy"), 1),
-            ],
+            workers: vec![worker(first, 0), worker(first + 1, 1)],
             starting: 0,
             capabilities: vec![],
             environments: vec![],
@@ -110,16 +107,16 @@ mod tests {
         Snapshot {
             now_ms: 0,
             scale_down_delay_ms: 0,
-            managers: vec![manager("a", true), manager("off", false)],
+            managers: vec![manager("a", 1, true), manager("off", 3, false)],
             demand: vec![],
         }
     }
 
-    fn decision(id: &str, desired: u32, stop: &[&str]) -> Decision {
+    fn decision(id: &str, desired: u32, stop: &[u64]) -> Decision {
         Decision {
             manager_id: id.into(),
             desired_workers: desired,
-            stop: stop.iter().map(|s| s.to_string()).collect(),
+            stop: stop.to_vec(),
             reason: String::new(),
         }
     }
@@ -131,7 +128,7 @@ mod tests {
             Ok(())
         );
         assert_eq!(
-            validate_decisions(&snapshot(), &[decision("a", 1, &["a-idle"])]),
+            validate_decisions(&snapshot(), &[decision("a", 1, &[1])]),
             Ok(())
         );
         assert_eq!(validate_decisions(&snapshot(), &[]), Ok(()));
@@ -151,16 +148,16 @@ mod tests {
                 "asks manager `a` for 3 workers; its max task concurrency 4 allows 2",
             ),
             (
-                vec![decision("a", 1, &["a-busy"])],
-                "stops worker `a-busy` of manager `a` while it runs tasks",
+                vec![decision("a", 1, &[2])],
+                "stops worker `2` of manager `a` while it runs tasks",
             ),
             (
-                vec![decision("a", 1, &["off-idle"])],
-                "stops `off-idle`, which is not a worker of manager `a`",
+                vec![decision("a", 1, &[3])],
+                "stops `3`, which is not a worker of manager `a`",
             ),
             (
-                vec![decision("a", 0, &["a-idle", "a-idle"])],
-                "stops worker `a-idle` of manager `a` twice",
+                vec![decision("a", 0, &[1, 1])],
+                "stops worker `1` of manager `a` twice",
             ),
         ];
         for (decisions, expected) in cases {

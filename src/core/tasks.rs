@@ -779,12 +779,14 @@ impl Core {
             .collect()
     }
 
-    /// Stop giving the named workers tasks (their manager is about to stop them). Only idle
-    /// workers are drained; returns the names that were.
-    pub fn drain(&mut self, names: &[String]) -> Vec<String> {
+    /// Stop giving these workers tasks (their manager is about to stop them). Only idle
+    /// workers are drained; returns the names of those that were.
+    pub fn drain(&mut self, ids: &[WorkerId]) -> Vec<String> {
         let mut drained = Vec::new();
-        for worker in self.workers.values_mut() {
-            if names.contains(&worker.info.name) && worker.running.is_empty() {
+        for id in ids {
+            if let Some(worker) = self.workers.get_mut(id)
+                && worker.running.is_empty()
+            {
                 worker.draining = true;
                 drained.push(worker.info.name.clone());
             }

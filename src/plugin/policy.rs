@@ -117,7 +117,7 @@ fn to_wit(s: &Snapshot) -> wit::Snapshot {
                     .workers
                     .iter()
                     .map(|w| wit::Worker {
-                        id: w.id.clone(),
+                        id: w.id,
                         slots: w.slots,
                         busy: w.busy,
                         idle_ms: w.idle_ms,

@@ -226,7 +226,7 @@ fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64, may_shrink: bool) -> Deci
             .filter(|w| w.busy == 0 && w.idle_ms >= scale_down_delay_ms)
             .collect();
         idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then_with(|| a.id.cmp(&b.id)));
-        stop.extend(idle.iter().take(excess.min(idle.len() as u64) as usize).map(|w| w.id.clone()));
+        stop.extend(idle.iter().take(excess.min(idle.len() as u64) as usize).map(|w| w.id));
         current - cancelled - stop.len() as u64
     };
     let desired = u32::try_from(desired).unwrap_or(u32::MAX);

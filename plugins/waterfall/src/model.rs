@@ -18,7 +18,8 @@ pub enum Verdict {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub struct Worker {
-    pub id: String,
+    /// The scheduler's id of the worker.
+    pub id: u64,
     pub slots: u32,
     pub busy: u32,
     #[cfg_attr(feature = "serde", serde(default))]
@@ -96,7 +97,7 @@ pub struct Snapshot {
 pub struct Decision {
     pub manager_id: String,
     pub desired_workers: u32,
-    pub stop: Vec<String>,
+    pub stop: Vec<u64>,
     pub reason: String,
 }
 

@@ -125,7 +125,7 @@ fn snapshot(managers: usize, workers: usize) -> Snapshot {
                 online: true,
                 workers: (0..per)
                     .map(|w| Worker {
-                        id: format!("m{m}-w{w}"),
+                        id: (m * 100_000 + w) as u64,
                         slots: 1,
                         busy: (w % 2) as u32,
                         idle_ms: (w as u64 * 997) % 60_000,

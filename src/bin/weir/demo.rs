@@ -27,7 +27,8 @@ struct SimManager {
 }
 
 struct SimWorker {
-    id: String,
+    /// Unique across the simulation, like the scheduler's worker ids.
+    id: u64,
     /// When its task finishes, while it runs one.
     busy_until: Option<u64>,
     idle_since: u64,
@@ -57,6 +58,7 @@ pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
     ];
     let mut queued = TASKS;
     let mut done = 0;
+    let mut next_id = 0u64;
     let mut ticks = Vec::new();
     if !json_output {
         println!(
@@ -108,7 +110,8 @@ pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
             manager.workers.retain(|w| !decision.stop.contains(&w.id));
             while manager.workers.len() < decision.desired_workers as usize {
                 manager.next_worker += 1;
-                let id = format!("{}-w{}", manager.id, manager.next_worker);
+                next_id += 1;
+                let id = next_id;
                 manager.workers.push(SimWorker {
                     id,
                     busy_until: None,
@@ -169,7 +172,7 @@ fn snapshot_of(m: &SimManager, now: u64) -> Manager {
             .workers
             .iter()
             .map(|w| Worker {
-                id: w.id.clone(),
+                id: w.id,
                 slots: 1,
                 busy: u32::from(w.busy_until.is_some()),
                 idle_ms: if w.busy_until.is_some() {

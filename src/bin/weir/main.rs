@@ -356,7 +356,7 @@ fn print_decisions(decisions: &[Decision]) {
         let stop = if d.stop.is_empty() {
             String::new()
         } else {
-            format!(" stop [{}]", d.stop.join(", "))
+            format!(" stop {:?}", d.stop)
         };
         println!(
             "  {:<12} desired {:>4}{stop}  ({})",

@@ -103,17 +103,7 @@ fn kill_9_of_a_worker_mid_batch_loses_no_task_and_reports_none_twice() {
 
     let done = cluster.json(&["wait", &job]);
     assert_eq!(done["counts"]["succeeded"], 60, "{done}");
-    let results = cluster.json(&["results", &job]);
-    let results = results.as_array().unwrap();
-    assert_eq!(results.len(), 60, "one result per task");
-    let mut seen = std::collections::HashSet::new();
-    for (index, result) in results.iter().enumerate() {
-        assert!(
-            seen.insert(result["task"].as_u64().unwrap()),
-            "task reported twice: {result}"
-        );
-        assert_eq!(result["stdout"].as_str().unwrap().trim(), index.to_string());
-    }
+    let results = cluster.assert_each_task_ran_once(&job, 60);
     // The four that were running on the killed worker ran again.
     let rerun = results
         .iter()
@@ -321,16 +311,7 @@ fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
         text(&out.stdout),
         format!("job {job}: 120 succeeded, 0 failed, 0 canceled\n")
     );
-    let results = cluster.json(&["results", &job]);
-    let results = results.as_array().unwrap();
-    assert_eq!(results.len(), 120);
-    for (index, result) in results.iter().enumerate() {
-        assert_eq!(
-            result["stdout"].as_str().unwrap().trim(),
-            index.to_string(),
-            "{result}"
-        );
-    }
+    cluster.assert_each_task_ran_once(&job, 120);
 }
 
 #[test]
@@ -398,15 +379,6 @@ fn a_worker_that_stops_responding_loses_no_task_and_none_finishes_twice() {
             .success()
     );
     cluster.await_status(|s| workers(s) == 2);
-    let results = cluster.json(&["results", &job]);
-    let results = results.as_array().unwrap();
-    assert_eq!(results.len(), 40);
-    for (index, result) in results.iter().enumerate() {
-        assert_eq!(
-            result["stdout"].as_str().unwrap().trim(),
-            index.to_string(),
-            "{result}"
-        );
-    }
+    cluster.assert_each_task_ran_once(&job, 40);
     assert_eq!(cluster.json(&["status"])["tasks"]["succeeded"], 40);
 }

@@ -347,10 +347,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
     );
     assert_eq!(
         got,
-        vec![
-            ("n".into(), 2, vec![]),
-            ("b".into(), 2, vec![22, 21])
-        ]
+        vec![("n".into(), 2, vec![]), ("b".into(), 2, vec![22, 21])]
     );
     // No demand at all: tier 1 keeps its workers while tier 2 still has any.
     let got = decide(
@@ -360,10 +357,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
     );
     assert_eq!(
         got,
-        vec![
-            ("n".into(), 2, vec![]),
-            ("b".into(), 2, vec![22, 21])
-        ]
+        vec![("n".into(), 2, vec![]), ("b".into(), 2, vec![22, 21])]
     );
     // Tier 2 empty: now tier 1 drains, but never a worker within the delay.
     native.workers[1].idle_ms = 1_000;
@@ -374,10 +368,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
     );
     assert_eq!(
         got,
-        vec![
-            ("n".into(), 1, vec![11]),
-            ("b".into(), 0, vec![])
-        ]
+        vec![("n".into(), 1, vec![11]), ("b".into(), 0, vec![])]
     );
 }
 

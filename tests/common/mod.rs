@@ -100,6 +100,28 @@ impl Cluster {
         })
     }
 
+    /// The job's results: exactly one per task, each a success whose stdout is its task index
+    /// (the tasks run `echo $WEIR_TASK_INDEX`). Returns them for further checks.
+    pub fn assert_each_task_ran_once(&self, job: &str, count: usize) -> Vec<Value> {
+        let results = self.json(&["results", job]);
+        let results = results.as_array().unwrap().clone();
+        assert_eq!(results.len(), count, "one result per task");
+        let mut seen = std::collections::HashSet::new();
+        for (index, result) in results.iter().enumerate() {
+            assert!(
+                seen.insert(result["task"].as_u64().unwrap()),
+                "task reported twice: {result}"
+            );
+            assert_eq!(result["state"], "Succeeded", "{result}");
+            assert_eq!(
+                result["stdout"].as_str().unwrap().trim(),
+                index.to_string(),
+                "{result}"
+            );
+        }
+        results
+    }
+
     /// Poll `weir status` until `ready` holds for it.
     pub fn await_status(&self, ready: impl Fn(&Value) -> bool) -> Value {
         loop {

@@ -34,7 +34,9 @@ struct SimWorker {
     idle_since: u64,
 }
 
-pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
+pub fn run(host: &PluginHost, output: crate::Output) -> Result<()> {
+    let json_output = output == crate::Output::Json;
+    let text_output = output == crate::Output::Cli;
     let spec = PolicySpec {
         engine: Engine::Bundled("waterfall_v2"),
         content: CONTENT.to_string(),
@@ -60,7 +62,7 @@ pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
     let mut done = 0;
     let mut next_id = 0u64;
     let mut ticks = Vec::new();
-    if !json_output {
+    if text_output {
         println!(
             "waterfall_v2 (bundled) with tiers `1, native` / `2, burst`; {TASKS} tasks of {TASK_SECONDS} s each"
         );
@@ -123,7 +125,7 @@ pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
         if json_output {
             ticks.push(json!({ "second": second, "queued": queued, "running": running, "done": done,
                                "workers": { "native_1": counts[0], "burst_1": counts[1] }, "decisions": decisions }));
-        } else {
+        } else if text_output {
             println!(
                 "{second:>4}  {queued:>6} {running:>7} {done:>4}  {:>8} {:>7}",
                 counts[0], counts[1]
@@ -148,7 +150,7 @@ pub fn run(host: &PluginHost, json_output: bool) -> Result<()> {
         verdicts.push(
             json!({ "condition": format!("mem_gt threshold={threshold}"), "verdict": verdict }),
         );
-        if !json_output {
+        if text_output {
             println!(
                 "mem_gt threshold={threshold:<5} on this machine ({} bytes): {verdict}",
                 facts.total_memory_bytes

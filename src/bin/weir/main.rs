@@ -185,7 +185,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Policy(PolicyCommand::Simulate { policy, trace }) => {
             simulate(&host()?, policy, trace, output)
         }
-        Command::Demo => demo::run(&host()?, output == Output::Json),
+        Command::Demo => demo::run(&host()?, output),
         Command::Local(args) => block_on(local::run(args, output)),
         Command::Bench(args) => block_on(bench::run(args)),
         Command::Submit(args) => block_on(async {

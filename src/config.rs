@@ -28,6 +28,8 @@ pub enum ConfigError {
         "unknown policy engine `{0}`: use waterfall_v1, waterfall_v2 or a path to a .wasm component"
     )]
     UnknownEngine(String),
+    #[error("{0} is required with --policy (the rows, or @FILE)")]
+    MissingContent(&'static str),
     #[error(transparent)]
     Plugin(#[from] PluginError),
 }
@@ -78,6 +80,26 @@ struct PolicyToml {
 }
 
 impl PolicySpec {
+    /// The policy the flags choose: the TOML file when given, else the engine with its content
+    /// (`content_flag` names the content flag in the error when it is missing). `None` when no
+    /// policy flag was given at all.
+    pub fn from_flags(
+        config: Option<&Path>,
+        policy: Option<&str>,
+        content: Option<&str>,
+        content_flag: &'static str,
+    ) -> Result<Option<PolicySpec>, ConfigError> {
+        if let Some(path) = config {
+            return PolicySpec::from_toml_file(path).map(Some);
+        }
+        let Some(policy) = policy else {
+            return Ok(None);
+        };
+        let engine = Engine::parse(policy)?;
+        let content = content_arg(content.ok_or(ConfigError::MissingContent(content_flag))?)?;
+        Ok(Some(PolicySpec { engine, content }))
+    }
+
     /// The reference TOML form. A relative engine path is relative to the file.
     pub fn from_toml_file(path: &Path) -> Result<PolicySpec, ConfigError> {
         let text = read(path)?;

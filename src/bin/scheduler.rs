@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use weir::config::{self, Engine, PolicySpec};
+use weir::config::{Engine, PolicySpec};
 use weir::plugin::{Limits, PluginHost};
 use weir::scheduler::Settings;
 
@@ -86,17 +86,22 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    let spec = match &args.config {
-        Some(path) => PolicySpec::from_toml_file(path)?,
-        None => PolicySpec {
-            engine: Engine::parse(args.policy.as_deref().unwrap_or("waterfall_v2"))?,
-            content: match &args.policy_content {
-                Some(arg) => config::content_arg(arg)?,
-                None if args.policy.is_none() => "1, default\n".to_string(),
-                None => bail!("--policy-content is required with --policy (the rows, or @FILE)"),
-            },
-        },
+    // --policy-content alone means the bundled waterfall_v2; no policy flag at all, its default
+    // tier `1, default` (every manager of worker type `default`).
+    let policy = match (&args.policy, &args.policy_content) {
+        (None, None) => None,
+        (policy, _) => Some(policy.as_deref().unwrap_or("waterfall_v2")),
     };
+    let spec = PolicySpec::from_flags(
+        args.config.as_deref(),
+        policy,
+        args.policy_content.as_deref(),
+        "--policy-content",
+    )?
+    .unwrap_or_else(|| PolicySpec {
+        engine: Engine::Bundled("waterfall_v2"),
+        content: "1, default\n".into(),
+    });
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
     let limits = Limits {
         deadline: Duration::from_millis(args.policy_deadline_ms),

@@ -52,9 +52,7 @@ impl HostFacts {
             Some(limit) if limit < field("MemTotal:") => limit,
             _ => field("MemTotal:"),
         };
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default();
+        let hostname = hostname();
         HostFacts {
             total_memory_bytes: total,
             available_memory_bytes: field("MemAvailable:").min(total),
@@ -70,6 +68,13 @@ impl HostFacts {
                 .collect(),
         }
     }
+}
+
+/// This machine's host name (empty when it cannot be read).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
 }
 
 impl host::Host for State {

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
-use weir::config::{self, Engine, PolicySpec};
+use weir::config::PolicySpec;
 use weir::core::scaling::{Decision, Snapshot};
 use weir::plugin::{Limits, Origin, PluginHost};
 
@@ -132,15 +132,13 @@ struct PolicyArgs {
 
 impl PolicyArgs {
     fn spec(&self) -> Result<PolicySpec> {
-        if let Some(path) = &self.config {
-            return Ok(PolicySpec::from_toml_file(path)?);
-        }
-        let engine = Engine::parse(self.policy.as_deref().unwrap_or_default())?;
-        let content = match &self.content {
-            Some(arg) => config::content_arg(arg)?,
-            None => anyhow::bail!("--content is required with --policy (the rows, or @FILE)"),
-        };
-        Ok(PolicySpec { engine, content })
+        let spec = PolicySpec::from_flags(
+            self.config.as_deref(),
+            self.policy.as_deref(),
+            self.content.as_deref(),
+            "--content",
+        )?;
+        spec.context("give --policy ENGINE --content ROWS, or --config FILE.toml")
     }
 }
 

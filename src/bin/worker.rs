@@ -60,6 +60,10 @@ struct Args {
     /// machine's: e.g. 8GB on a shared machine.
     #[arg(long, value_name = "AMOUNT")]
     total_memory: Option<String>,
+    /// CPUs this worker offers (what conditions see as `cpu-count`), in place of the CPUs it
+    /// may use: e.g. its share of a machine shared with other workers.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    cpus: Option<u32>,
     /// Seconds between evaluations of every condition (changed verdicts are reported).
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     env_recheck: f64,
@@ -146,6 +150,7 @@ fn run(args: Args) -> Result<()> {
         env_allow: args.env_allow,
         env_recheck: Duration::from_secs_f64(args.env_recheck),
         total_memory,
+        cpus: args.cpus,
         no_execute: args.no_execute,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

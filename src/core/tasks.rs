@@ -19,9 +19,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::proto::{
-    ComponentHash, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId, NewGroup, Outcome,
-    StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, WorkerId, WorkerInfo,
-    WorkerStatus,
+    ComponentHash, ComponentLoad, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId,
+    NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, WorkerId,
+    WorkerInfo, WorkerStatus,
 };
 
 /// Most tasks one submission may create.
@@ -134,6 +134,8 @@ struct Worker {
     /// Environments it matches (derived from `verdicts`, kept for fast matching).
     environments: HashSet<String>,
     verdicts: BTreeMap<String, EnvVerdict>,
+    /// How it loaded each environment's condition component (reported, not used for matching).
+    loads: BTreeMap<String, ComponentLoad>,
     last_seen: u64,
     /// Since when it has run nothing (`None` while busy).
     idle_since: Option<u64>,
@@ -388,6 +390,7 @@ impl Core {
             running: HashSet::new(),
             environments: HashSet::new(),
             verdicts: BTreeMap::new(),
+            loads: BTreeMap::new(),
             last_seen: now,
             idle_since: Some(now),
             draining: false,
@@ -403,6 +406,7 @@ impl Core {
             .insert(name.to_string(), EnvSource::Registered);
         for worker in self.workers.values_mut() {
             worker.verdicts.remove(name);
+            worker.loads.remove(name);
             worker.environments.remove(name);
         }
     }
@@ -415,6 +419,7 @@ impl Core {
         self.environments.remove(name);
         for worker in self.workers.values_mut() {
             worker.verdicts.remove(name);
+            worker.loads.remove(name);
             worker.environments.remove(name);
         }
         true
@@ -451,6 +456,18 @@ impl Core {
         }
     }
 
+    /// How a worker loaded the condition components of some environments.
+    pub fn set_loads(&mut self, worker: WorkerId, loads: Vec<(String, ComponentLoad)>) {
+        let Some(w) = self.workers.get_mut(&worker) else {
+            return;
+        };
+        for (name, load) in loads {
+            if self.environments.contains_key(&name) || w.info.local_environments.contains(&name) {
+                w.loads.insert(name, load);
+            }
+        }
+    }
+
     /// Whether `worker` has answered about `name`.
     pub fn has_verdict(&self, worker: WorkerId, name: &str) -> bool {
         self.workers
@@ -478,6 +495,9 @@ impl Core {
                 };
                 for worker in self.workers.values() {
                     let who = worker.info.name.clone();
+                    if let Some(load) = worker.loads.get(name) {
+                        status.loads.push((who.clone(), *load));
+                    }
                     match worker.verdicts.get(name) {
                         Some(EnvVerdict::Match) => status.matching.push(who),
                         Some(EnvVerdict::NoMatch) => status.not_matching.push(who),

@@ -42,6 +42,17 @@ pub enum Origin {
     Compiled,
 }
 
+impl Origin {
+    /// For people: `compiled`, `loaded from the compile cache`, `already loaded`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Origin::Compiled => "compiled",
+            Origin::Disk => "loaded from the compile cache",
+            Origin::Memory => "already loaded",
+        }
+    }
+}
+
 /// Feeds `Hash` output into SHA-256 so the engine key is stable across processes.
 struct ShaHasher(Sha256);
 

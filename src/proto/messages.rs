@@ -170,6 +170,9 @@ pub enum FromWorker {
     Finished(Vec<(TaskId, Outcome)>),
     /// Verdicts that changed (and every verdict for a newly received environment set).
     Verdicts(Vec<(String, EnvVerdict)>),
+    /// How the condition components of new or changed environments were loaded (sent before
+    /// their verdicts), for `weir env list`: a slow registration says where its time went.
+    Loads(Vec<(String, ComponentLoad)>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -295,6 +298,34 @@ pub enum Response {
     },
 }
 
+/// How a worker obtained a condition component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentLoad {
+    /// `compiled`, `disk cache` (compiled earlier on this machine) or `memory` (already loaded).
+    pub origin: LoadOrigin,
+    /// Time spent compiling or loading it, in microseconds.
+    pub micros: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadOrigin {
+    Compiled,
+    DiskCache,
+    Memory,
+}
+
+impl std::fmt::Display for ComponentLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.origin {
+            LoadOrigin::Compiled => "compiled",
+            LoadOrigin::DiskCache => "from the disk cache",
+            LoadOrigin::Memory => "already in memory",
+        };
+        write!(f, "{:.1} ms {how}", self.micros as f64 / 1e3)
+    }
+}
+
 /// Who matches an environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvironmentStatus {
@@ -307,6 +338,8 @@ pub struct EnvironmentStatus {
     pub erroring: Vec<(String, String)>,
     /// Live workers that have not answered yet.
     pub pending: Vec<String>,
+    /// (worker, how it loaded the condition component), for the workers that reported it.
+    pub loads: Vec<(String, ComponentLoad)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

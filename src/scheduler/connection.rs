@@ -211,6 +211,7 @@ async fn worker_session(
                 Ok(FromWorker::Heartbeat) => { let _ = events.send(Event::Heartbeat { worker }); }
                 Ok(FromWorker::Finished(results)) => { let _ = events.send(Event::Finished { worker, results }); }
                 Ok(FromWorker::Verdicts(verdicts)) => { let _ = events.send(Event::Verdicts { worker, verdicts }); }
+                Ok(FromWorker::Loads(loads)) => { let _ = events.send(Event::Loads { worker, loads }); }
                 Ok(FromWorker::Register(_)) => break "registered twice".to_string(),
                 Err(error) => break error.to_string(),
             },

@@ -24,8 +24,8 @@ use crate::core::tasks::{Action, Core, CoreConfig};
 use crate::net::{self, AccessFile, NetError};
 use crate::plugin::{PluginHost, PolicyPlugin};
 use crate::proto::{
-    Assignment, ComponentHash, EnvVerdict, EnvironmentDef, GroupId, JobId, ManagerState, Request,
-    Response, TaskKind, ToManager, ToWorker, WorkerId, WorkerInfo,
+    Assignment, ComponentHash, ComponentLoad, EnvVerdict, EnvironmentDef, GroupId, JobId,
+    ManagerState, Request, Response, TaskKind, ToManager, ToWorker, WorkerId, WorkerInfo,
 };
 
 /// Most run-time environments at once (each is evaluated by every worker).
@@ -78,6 +78,10 @@ pub(crate) enum Event {
     Verdicts {
         worker: WorkerId,
         verdicts: Vec<(String, EnvVerdict)>,
+    },
+    Loads {
+        worker: WorkerId,
+        loads: Vec<(String, ComponentLoad)>,
     },
     WorkerGone {
         worker: WorkerId,
@@ -426,6 +430,7 @@ impl Actor {
                     }
                 }
             }
+            Event::Loads { worker, loads } => self.core.set_loads(worker, loads),
             Event::Verdicts { worker, verdicts } => {
                 self.core.set_verdicts(now, worker, verdicts);
                 self.settle_env_waits();

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
-use crate::plugin::{ConditionPlugin, HostFacts, Limits, PluginHost, World};
+use crate::plugin::{ConditionPlugin, HostFacts, Limits, Loaded, Origin, PluginHost, World};
 
-use crate::proto::{ComponentHash, EnvVerdict, EnvironmentDef};
+use crate::proto::{ComponentHash, ComponentLoad, EnvVerdict, EnvironmentDef, LoadOrigin};
 
 pub type Values = Vec<(String, String)>;
 
@@ -47,6 +47,8 @@ pub struct FactsSource {
     pub env_allow: Vec<String>,
     /// Memory this worker offers, when less than the machine's (`worker --total-memory`).
     pub total_memory: Option<u64>,
+    /// CPUs this worker offers, in place of the ones it may use (`worker --cpus`).
+    pub cpus: Option<u32>,
 }
 
 impl FactsSource {
@@ -55,6 +57,9 @@ impl FactsSource {
         if let Some(limit) = self.total_memory {
             facts.total_memory_bytes = facts.total_memory_bytes.min(limit);
             facts.available_memory_bytes = facts.available_memory_bytes.min(limit);
+        }
+        if let Some(cpus) = self.cpus {
+            facts.cpu_count = cpus;
         }
         Arc::new(facts)
     }
@@ -88,8 +93,7 @@ impl Environments {
     }
 
     /// Evaluate every environment (new ones, changed ones, and — when `recheck` — all again).
-    /// Returns the verdicts that changed, plus every verdict of a new or changed environment.
-    pub fn evaluate(&mut self, recheck: bool) -> Vec<(String, EnvVerdict)> {
+    pub fn evaluate(&mut self, recheck: bool) -> Evaluated {
         let facts = self.facts.probe();
         // name -> (component, config, its bytes if this worker has them)
         type Wanted = (ComponentHash, Values, Option<Arc<Vec<u8>>>);
@@ -133,6 +137,7 @@ impl Environments {
         }
 
         let mut changes = Vec::new();
+        let mut loads = Vec::new();
         for (name, (hash, config, bytes)) in wanted {
             let fresh = match self.active.get(&name) {
                 Some(active) => active.component != hash || active.config != config,
@@ -147,6 +152,11 @@ impl Environments {
                             &bytes,
                             Some(World::Environment),
                         )
+                        .inspect(|loaded| {
+                            let load = component_load(loaded);
+                            tracing::info!(environment = %name, %load, "condition loaded");
+                            loads.push((name.clone(), load));
+                        })
                         .and_then(|loaded| self.host.condition(&loaded, self.limits.clone()))
                         .map_err(|e| e.to_string()),
                     None => Err("the condition component never arrived".to_string()),
@@ -186,7 +196,7 @@ impl Environments {
             }
             self.verdicts.insert(name, verdict);
         }
-        changes
+        Evaluated { loads, changes }
     }
 
     fn write_values(&self, name: &str, values: Option<Values>) {
@@ -209,6 +219,26 @@ impl Environments {
                 tracing::warn!(environment = %name, %error, "teardown failed");
             }
         }
+    }
+}
+
+/// What one evaluation round has to report.
+#[derive(Debug, Default)]
+pub struct Evaluated {
+    /// How the components of new or changed environments were loaded.
+    pub loads: Vec<(String, ComponentLoad)>,
+    /// The verdicts that changed, plus every verdict of a new or changed environment.
+    pub changes: Vec<(String, EnvVerdict)>,
+}
+
+fn component_load(loaded: &Loaded) -> ComponentLoad {
+    ComponentLoad {
+        origin: match loaded.origin {
+            Origin::Compiled => LoadOrigin::Compiled,
+            Origin::Disk => LoadOrigin::DiskCache,
+            Origin::Memory => LoadOrigin::Memory,
+        },
+        micros: u64::try_from(loaded.load_time.as_micros()).unwrap_or(u64::MAX),
     }
 }
 

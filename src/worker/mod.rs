@@ -37,6 +37,8 @@ pub struct Settings {
     pub env_recheck: Duration,
     /// Memory this worker offers conditions, when less than the machine's.
     pub total_memory: Option<u64>,
+    /// What conditions see as the CPU count, when set (`--cpus`).
+    pub cpus: Option<u32>,
     /// Benchmarking: report every task succeeded at once without running it.
     pub no_execute: bool,
 }
@@ -114,6 +116,7 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
         capabilities: settings.info.capabilities.clone(),
         env_allow: settings.env_allow.clone(),
         total_memory: settings.total_memory,
+        cpus: settings.cpus,
     };
     let environments = Arc::new(Mutex::new(env::Environments::new(
         host.clone(),
@@ -223,9 +226,9 @@ async fn evaluate_environments(
     loop {
         let environments = environments.clone();
         let update = pending.take();
-        let changes = tokio::task::spawn_blocking(move || {
+        let evaluated = tokio::task::spawn_blocking(move || {
             let Ok(mut environments) = environments.lock() else {
-                return Vec::new();
+                return env::Evaluated::default();
             };
             if let Some((defs, components)) = update {
                 environments.set_remote(defs, components);
@@ -234,7 +237,16 @@ async fn evaluate_environments(
         })
         .await
         .unwrap_or_default();
-        if !changes.is_empty() && outgoing.send(FromWorker::Verdicts(changes)).is_err() {
+        // Loads first: a `register --wait` is answered as soon as the verdicts are in.
+        if !evaluated.loads.is_empty() && outgoing.send(FromWorker::Loads(evaluated.loads)).is_err()
+        {
+            return;
+        }
+        if !evaluated.changes.is_empty()
+            && outgoing
+                .send(FromWorker::Verdicts(evaluated.changes))
+                .is_err()
+        {
             return;
         }
         tokio::select! {

@@ -44,12 +44,18 @@ impl Cluster {
     }
 
     pub fn worker(&mut self, name: &str, args: &[&str]) -> usize {
+        let cache = self.dir.path().join("cache");
+        self.worker_with_cache(name, args, &cache)
+    }
+
+    /// A worker with its own compile cache, as on a machine of its own.
+    pub fn worker_with_cache(&mut self, name: &str, args: &[&str], cache: &Path) -> usize {
         let child = Command::new(env!("CARGO_BIN_EXE_worker"))
             .arg("--access-file")
             .arg(self.access_file())
             .args(["--name", name, "--heartbeat-interval", "0.2"])
             .args(args)
-            .env("WEIR_CACHE_DIR", self.dir.path().join("cache"))
+            .env("WEIR_CACHE_DIR", cache)
             .env("RUST_LOG", "error")
             .spawn()
             .expect("worker starts");

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use weir::config::PolicySpec;
 use weir::core::scaling::{Decision, Snapshot};
-use weir::plugin::{Limits, Origin, PluginHost};
+use weir::plugin::{Limits, PluginHost};
 
 #[derive(Parser)]
 #[command(
@@ -206,6 +206,9 @@ fn run(cli: &Cli) -> Result<()> {
             let refresh = std::time::Duration::from_secs_f64(refresh.clamp(0.05, 3600.0));
             top::run(&connect(cli).await?, refresh).await
         }),
+        Command::Env(command @ tasks::EnvCommand::Try { .. }) => {
+            tasks::env_try(&host()?, command, output)
+        }
         Command::Env(command) => {
             block_on(async { tasks::env(&connect(cli).await?, command, output).await })
         }
@@ -233,11 +236,7 @@ async fn connect(cli: &Cli) -> Result<weir::client::Client> {
 fn inspect(host: &PluginHost, file: &std::path::Path, output: Output) -> Result<()> {
     let loaded = host.load_file(file, None)?;
     let info = host.inspect(&loaded);
-    let how = match info.origin {
-        Origin::Compiled => "compiled",
-        Origin::Disk => "loaded from the compile cache",
-        Origin::Memory => "already loaded",
-    };
+    let how = info.origin.describe();
     if output == Output::Quiet {
         return Ok(());
     }

@@ -11,5 +11,6 @@ fi
 # The CPython interpreter and app.py, pre-initialised into one component. --stub-wasi: the
 # component imports no WASI (weir grants none); a WASI call would trap instead.
 cd "$here"
+export PYTHONDONTWRITEBYTECODE=1
 componentize-py -d ../../../wit -w environment componentize app -o "$out" --stub-wasi >/dev/null
 echo "python: built $out ($(stat -c %s "$out") bytes)"

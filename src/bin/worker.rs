@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use weir::config::{EnvPluginSpec, parse_amount, parse_capabilities};
-use weir::plugin::{HostFacts, Limits, PluginHost, World};
+use weir::plugin::{Limits, PluginHost, World};
 use weir::proto::WorkerInfo;
 use weir::worker::Settings;
-use weir::worker::env::LocalEnv;
+use weir::worker::env::{FactsSource, LocalEnv};
 
 #[derive(Parser)]
 #[command(
@@ -91,8 +91,22 @@ fn main() -> ExitCode {
 fn run(args: Args) -> Result<()> {
     let capabilities = parse_capabilities(&args.capabilities)
         .map_err(|e| anyhow::anyhow!("--capabilities: {e}"))?;
+    let total_memory = match &args.total_memory {
+        Some(text) => Some(
+            parse_amount(text)
+                .with_context(|| format!("--total-memory `{text}` is not an amount (e.g. 8GB)"))?,
+        ),
+        None => None,
+    };
+    let facts = FactsSource {
+        worker_type: args.worker_type.clone(),
+        capabilities: capabilities.clone(),
+        env_allow: args.env_allow.clone(),
+        total_memory,
+        cpus: args.cpus,
+    };
     if args.check {
-        return check(&args, &capabilities);
+        return check(&args, &facts);
     }
     for (flag, value) in [
         ("--heartbeat-interval", args.heartbeat_interval),
@@ -117,13 +131,6 @@ fn run(args: Args) -> Result<()> {
             config: spec.config.clone(),
         });
     }
-    let total_memory = match &args.total_memory {
-        Some(text) => Some(
-            parse_amount(text)
-                .with_context(|| format!("--total-memory `{text}` is not an amount (e.g. 8GB)"))?,
-        ),
-        None => None,
-    };
 
     let slots = args
         .slots
@@ -168,22 +175,41 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn check(args: &Args, capabilities: &[(String, u64)]) -> Result<()> {
+/// `worker --check`: load and evaluate each `--env-plugin` against this machine (as the flags
+/// shape it), call `setup` where it matches, and print what a worker would report.
+fn check(args: &Args, facts: &FactsSource) -> Result<()> {
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
-    let facts = Arc::new(HostFacts::probe(
-        &args.worker_type,
-        capabilities,
-        &args.env_allow,
-    ));
+    let facts = facts.probe();
+    println!(
+        "this worker: {} CPUs, {} bytes of memory",
+        facts.cpu_count, facts.total_memory_bytes
+    );
     for spec in &args.env_plugins {
         let loaded = spec.load(&host)?;
         let mut condition = host.condition(&loaded, Limits::default())?;
-        let verdict = match condition.evaluate(&facts, &spec.config) {
-            Ok(true) => "match".to_string(),
-            Ok(false) => "no-match".to_string(),
-            Err(error) => format!("error({})", error.message()),
+        let (verdict, values) = match condition.evaluate(&facts, &spec.config) {
+            Ok(true) => match condition.setup(&facts, &spec.config) {
+                Ok(values) => ("match".to_string(), values),
+                Err(error) => (format!("error(setup: {})", error.message()), Vec::new()),
+            },
+            Ok(false) => ("no-match".to_string(), Vec::new()),
+            Err(error) => (format!("error({})", error.message()), Vec::new()),
         };
+        if let Err(error) = condition.teardown(&facts) {
+            tracing::warn!(%error, "teardown failed");
+        }
         println!("{}: {verdict}", spec.name);
+        for (key, value) in values {
+            println!(
+                "  {}={value}",
+                weir::worker::env::variable(&spec.name, &key)
+            );
+        }
+        println!(
+            "  loaded in {:.1} ms ({})",
+            loaded.load_time.as_secs_f64() * 1e3,
+            loaded.origin.describe()
+        );
     }
     Ok(())
 }

@@ -52,7 +52,8 @@ pub struct FactsSource {
 }
 
 impl FactsSource {
-    fn probe(&self) -> Arc<HostFacts> {
+    /// This machine's facts as the worker's flags shape them.
+    pub fn probe(&self) -> Arc<HostFacts> {
         let mut facts = HostFacts::probe(&self.worker_type, &self.capabilities, &self.env_allow);
         if let Some(limit) = self.total_memory {
             facts.total_memory_bytes = facts.total_memory_bytes.min(limit);

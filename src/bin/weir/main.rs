@@ -206,9 +206,6 @@ fn run(cli: &Cli) -> Result<()> {
             let refresh = std::time::Duration::from_secs_f64(refresh.clamp(0.05, 3600.0));
             top::run(&connect(cli).await?, refresh).await
         }),
-        Command::Env(command @ tasks::EnvCommand::Try { .. }) => {
-            tasks::env_try(&host()?, command, output)
-        }
         Command::Env(command) => {
             block_on(async { tasks::env(&connect(cli).await?, command, output).await })
         }

@@ -2,17 +2,14 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use weir::client::Client;
-use weir::config::{parse_amount, parse_capabilities};
+use weir::config::parse_capabilities;
 use weir::plugin::bundled;
-use weir::plugin::condition::HostFacts;
-use weir::plugin::{Limits, PluginHost, World};
 use weir::proto::{
     EnvironmentStatus, JobCounts, NewGroup, Outcome, TaskKind, TaskResult, TaskSpec,
 };
@@ -400,21 +397,6 @@ pub enum EnvCommand {
         #[arg(long)]
         wait: bool,
     },
-    /// Evaluate a condition on this machine, without a cluster: its verdict, `setup` values and
-    /// load time. For writing and debugging conditions.
-    Try {
-        /// A component of the `environment` world (or the bundled `mem_gt`).
-        file: String,
-        /// A config value handed to the condition (repeatable).
-        #[arg(long = "config", value_name = "KEY=VALUE")]
-        config: Vec<String>,
-        /// Pretend the machine has this many CPUs (as `worker --cpus`).
-        #[arg(long, value_name = "N")]
-        cpus: Option<u32>,
-        /// Pretend the machine has at most this much memory (as `worker --total-memory`).
-        #[arg(long, value_name = "AMOUNT")]
-        total_memory: Option<String>,
-    },
     /// Every environment with its matching, not matching and erroring workers.
     List,
     /// Remove a run-time environment (workers tear it down; tasks needing it stay queued).
@@ -435,7 +417,6 @@ pub async fn env(client: &Client, command: &EnvCommand, output: Output) -> Resul
                 .await?;
             print_environments(&list, output);
         }
-        EnvCommand::Try { .. } => bail!("`weir env try` runs without a scheduler"),
         EnvCommand::List => print_environments(&client.env_list().await?, output),
         EnvCommand::Remove { name } => {
             client.env_remove(name).await?;
@@ -465,67 +446,6 @@ fn parse_config(items: &[String]) -> Result<Vec<(String, String)>> {
             None => bail!("--config `{item}` is not KEY=VALUE"),
         })
         .collect()
-}
-
-/// `weir env try`: load the condition, evaluate it against this machine's facts and, where it
-/// matches, call `setup`, as a worker would.
-pub fn env_try(host: &PluginHost, command: &EnvCommand, output: Output) -> Result<()> {
-    let EnvCommand::Try {
-        file,
-        config,
-        cpus,
-        total_memory,
-    } = command
-    else {
-        bail!("not `weir env try`")
-    };
-    let config = parse_config(config)?;
-    let loaded = host.load(file, &condition_bytes(file)?, Some(World::Environment))?;
-    let load_ms = loaded.load_time.as_secs_f64() * 1e3;
-    let origin = loaded.origin;
-    let mut facts = HostFacts::probe("", &[], &[]);
-    if let Some(cpus) = cpus {
-        facts.cpu_count = *cpus;
-    }
-    if let Some(text) = total_memory {
-        let limit = parse_amount(text)
-            .with_context(|| format!("--total-memory `{text}` is not an amount (e.g. 8GB)"))?;
-        facts.total_memory_bytes = facts.total_memory_bytes.min(limit);
-        facts.available_memory_bytes = facts.available_memory_bytes.min(limit);
-    }
-    let facts = Arc::new(facts);
-    let mut condition = host.condition(&loaded, Limits::default())?;
-    let matches = condition.evaluate(&facts, &config)?;
-    let values = if matches {
-        condition.setup(&facts, &config)?
-    } else {
-        Vec::new()
-    };
-    condition.teardown(&facts)?;
-    let verdict = if matches { "match" } else { "no-match" };
-    match output {
-        Output::Quiet => {}
-        Output::Json => println!(
-            "{}",
-            json!({
-                "file": file,
-                "verdict": verdict,
-                "setup": values,
-                "load": origin.describe(),
-                "load_ms": load_ms,
-                "cpus": facts.cpu_count,
-                "total_memory_bytes": facts.total_memory_bytes,
-            })
-        ),
-        Output::Cli => {
-            println!("{file}: {verdict}");
-            for (key, value) in &values {
-                println!("  setup {key}={value}");
-            }
-            println!("  load: {load_ms:.1} ms ({})", origin.describe());
-        }
-    }
-    Ok(())
 }
 
 fn print_environments(list: &[EnvironmentStatus], output: Output) {

@@ -45,17 +45,6 @@ fn build(language: &str, dir: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
-fn sorted(names: &Value) -> Vec<String> {
-    let mut names: Vec<String> = names
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap().to_string())
-        .collect();
-    names.sort();
-    names
-}
-
 /// A cluster with one worker offering 2 CPUs and one offering 8.
 fn two_workers() -> Cluster {
     let mut cluster = Cluster::start("10");
@@ -88,12 +77,12 @@ fn condition_works_through_real_workers(language: &str) {
 
     let env = register(&cluster, "cpu_ge", &component, &["min=4"]);
     assert_eq!(
-        sorted(&env["matching"]),
+        common::sorted_names(&env["matching"]),
         ["eight-cpus"],
         "{language}: {env}"
     );
     assert_eq!(
-        sorted(&env["not_matching"]),
+        common::sorted_names(&env["not_matching"]),
         ["two-cpus"],
         "{language}: {env}"
     );
@@ -229,7 +218,7 @@ fn the_python_condition_compiles_once_per_machine() {
     cluster.await_status(|s| common::workers(s) == 1);
 
     let env = register(&cluster, "python", &component, &["min=4"]);
-    assert_eq!(sorted(&env["matching"]), ["first"], "{env}");
+    assert_eq!(common::sorted_names(&env["matching"]), ["first"], "{env}");
     assert_eq!(origins(&env), [pair("first", "compiled")], "{env}");
 
     // A second worker on the same machine: the registered set reaches it on joining.
@@ -249,11 +238,19 @@ fn the_python_condition_compiles_once_per_machine() {
         [pair("first", "compiled"), pair("second", "disk-cache")],
         "{env}"
     );
-    assert_eq!(sorted(&env["not_matching"]), ["second"], "{env}");
+    assert_eq!(
+        common::sorted_names(&env["not_matching"]),
+        ["second"],
+        "{env}"
+    );
 
     // Registered again: both workers have it loaded already.
     let env = register(&cluster, "python_again", &component, &["min=2"]);
-    assert_eq!(sorted(&env["matching"]), ["first", "second"], "{env}");
+    assert_eq!(
+        common::sorted_names(&env["matching"]),
+        ["first", "second"],
+        "{env}"
+    );
     assert_eq!(
         origins(&env),
         [pair("first", "memory"), pair("second", "memory")],

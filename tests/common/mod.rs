@@ -155,6 +155,22 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A JSON array of names (workers, environments), sorted.
+pub fn sorted_names(value: &Value) -> Vec<String> {
+    let mut names: Vec<String> = value
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {value}"))
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .unwrap_or_else(|| panic!("not a name: {v}"))
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 pub fn workers(status: &Value) -> usize {
     status["workers"].as_array().map_or(0, Vec::len)
 }

@@ -354,6 +354,65 @@ fn wrong_world_and_non_components_get_one_clear_error() {
     ));
 }
 
+/// What the scheduler does with components it passes on: validate without compiling.
+#[test]
+fn validation_checks_the_world_and_the_code_without_compiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = PluginHost::new(Some(dir.path().to_path_buf())).unwrap();
+    let bundled = [
+        (bundled::MEM_GT, World::Environment),
+        (bundled::WATERFALL_V1, World::Policy),
+        (bundled::SQUARE, World::Task),
+    ];
+    for (bytes, world) in bundled {
+        host.validate("bundled", bytes, world).unwrap();
+    }
+    // Nothing was compiled: the compile cache is still empty.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    for (bytes, world) in bundled {
+        let sha256 = host.validate("bundled", bytes, world).unwrap();
+        assert_eq!(sha256, host.load("bundled", bytes, None).unwrap().sha256);
+    }
+    let wrong = host.validate("mem_gt.wasm", bundled::MEM_GT, World::Policy);
+    assert!(
+        matches!(
+            wrong,
+            Err(PluginError::WrongWorld {
+                found: Some(World::Environment),
+                ..
+            })
+        ),
+        "{wrong:?}"
+    );
+    // Accepted once does not mean accepted for another world.
+    let again = host.validate("mem_gt.wasm", bundled::MEM_GT, World::Task);
+    assert!(
+        matches!(again, Err(PluginError::WrongWorld { .. })),
+        "{again:?}"
+    );
+    assert!(matches!(
+        host.validate("notes.txt", b"hello", World::Environment),
+        Err(PluginError::NotWasm { .. })
+    ));
+    assert!(matches!(
+        host.validate("core.wasm", b"\0asm\x01\0\0\0", World::Environment),
+        Err(PluginError::CoreModule { .. })
+    ));
+    let truncated = &bundled::MEM_GT[..bundled::MEM_GT.len() / 2];
+    let invalid = host.validate("half.wasm", truncated, World::Environment);
+    assert!(
+        matches!(invalid, Err(PluginError::Invalid { .. })),
+        "{invalid:?}"
+    );
+    // A flipped byte at 64 places of a component: refused or accepted, never a crash.
+    let fixture = HOSTILE_CONDITION;
+    for at in (8..fixture.len()).step_by(fixture.len() / 64) {
+        let mut bytes = fixture.to_vec();
+        bytes[at] ^= 0x5a;
+        let _ = host.validate("flipped.wasm", &bytes, World::Environment);
+    }
+}
+
 #[test]
 fn compiled_components_are_cached_on_disk_and_damaged_entries_recompiled() {
     let dir = tempfile::tempdir().unwrap();

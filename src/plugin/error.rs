@@ -33,6 +33,10 @@ pub enum PluginError {
         found: Option<World>,
     },
 
+    /// Refused by validation (`PluginHost::validate`), before any compiling.
+    #[error("{plugin}: not a valid component: {detail}")]
+    Invalid { plugin: String, detail: String },
+
     #[error("{plugin}: cannot be compiled: {detail}")]
     Compile { plugin: String, detail: String },
 

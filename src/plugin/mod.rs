@@ -135,6 +135,8 @@ pub struct PluginHost {
     linkers: Linkers,
     disk: Option<cache::DiskCache>,
     loaded: Mutex<HashMap<[u8; 32], Component>>,
+    /// Components [`PluginHost::validate`] accepted, by hash, with their world.
+    validated: Mutex<HashMap<[u8; 32], World>>,
 }
 
 impl PluginHost {
@@ -164,6 +166,7 @@ impl PluginHost {
             linkers,
             disk,
             loaded: Mutex::new(HashMap::new()),
+            validated: Mutex::new(HashMap::new()),
         })
     }
 
@@ -224,6 +227,55 @@ impl PluginHost {
             origin,
             load_time,
         })
+    }
+
+    /// Check that `bytes` are a valid component of `expected`'s world *without compiling them*,
+    /// returning its SHA-256: what the scheduler does with the components it only passes on to
+    /// workers, which compile and link them. Garbage, core modules, invalid code and the wrong
+    /// world are refused here; an import the world does not provide is found when a worker links
+    /// it (and reported as that worker's error). Validating the 18 MB Python condition takes a
+    /// fraction of the seconds compiling it does, and nothing compiled is kept.
+    pub fn validate(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        expected: World,
+    ) -> Result<[u8; 32], PluginError> {
+        let plugin = name.to_string();
+        check_header(&plugin, bytes, Some(expected))?;
+        let sha256 = cache::content_hash(bytes);
+        let known = self.validated_cache().get(&sha256).copied();
+        let world = match known {
+            Some(world) => Some(world),
+            None => {
+                let types =
+                    wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::default())
+                        .validate_all(bytes)
+                        .map_err(|e| PluginError::Invalid {
+                            plugin: plugin.clone(),
+                            detail: e.to_string(),
+                        })?;
+                World::ALL
+                    .into_iter()
+                    .find(|w| types.component_item_for_export(w.export_name()).is_some())
+            }
+        };
+        if world != Some(expected) {
+            return Err(PluginError::WrongWorld {
+                plugin,
+                expected,
+                found: world,
+            });
+        }
+        self.validated_cache().insert(sha256, expected);
+        Ok(sha256)
+    }
+
+    fn validated_cache(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], World>> {
+        // As for `memory_cache`: a panic while holding the lock leaves a consistent map.
+        self.validated
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn compile(

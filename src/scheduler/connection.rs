@@ -349,7 +349,8 @@ async fn request(
     Ok(())
 }
 
-/// A submitted component must load and be of the expected world.
+/// A submitted component must be a valid component of the expected world. The scheduler only
+/// validates it (no compiling: workers compile it, each machine once, from its cache after that).
 async fn check_component(
     host: &Arc<PluginHost>,
     bytes: Vec<u8>,
@@ -357,10 +358,10 @@ async fn check_component(
 ) -> Result<(ComponentHash, Arc<Vec<u8>>), String> {
     let host = host.clone();
     tokio::task::spawn_blocking(move || {
-        let loaded = host
-            .load("submitted component", &bytes, Some(world))
+        let sha256 = host
+            .validate("submitted component", &bytes, world)
             .map_err(|e| e.to_string())?;
-        Ok((loaded.sha256, Arc::new(bytes)))
+        Ok((sha256, Arc::new(bytes)))
     })
     .await
     .map_err(|e| e.to_string())?

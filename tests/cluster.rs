@@ -382,3 +382,78 @@ fn a_worker_that_stops_responding_loses_no_task_and_none_finishes_twice() {
     cluster.assert_each_task_ran_once(&job, 40);
     assert_eq!(cluster.json(&["status"])["tasks"]["succeeded"], 40);
 }
+
+#[test]
+fn forgotten_jobs_lose_their_results_and_stay_forgotten_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let journal = journal.to_str().unwrap();
+    let mut cluster = Cluster::start_with(&["--journal", journal]);
+    cluster.worker("w", &["--slots", "2"]);
+    let submit = |count: &str| {
+        let done = cluster.json(&[
+            "submit",
+            "--count",
+            count,
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo $WEIR_TASK_INDEX",
+        ]);
+        done["job"].to_string()
+    };
+    let (first, second) = (submit("3"), submit("2"));
+    // A job still running cannot be forgotten; a canceled one can.
+    let running = cluster.json(&["submit", "--", "sleep", "30"])["job"].to_string();
+    let out = cluster.weir(&["forget", &running]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(&format!("job {running} is not finished")),
+        "{}",
+        text(&out.stderr)
+    );
+    cluster.json(&["cancel", &running]);
+
+    let forgotten = cluster.json(&["forget", &first, &running]);
+    assert_eq!(forgotten[0]["tasks"], 3, "{forgotten}");
+    assert_eq!(forgotten[1]["tasks"], 1, "{forgotten}");
+    let gone = |cluster: &Cluster, job: &str| {
+        let out = cluster.weir(&["results", job]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stderr).contains(&format!("job {job} was forgotten")),
+            "{}",
+            text(&out.stderr)
+        );
+    };
+    gone(&cluster, &first);
+    cluster.assert_each_task_ran_once(&second, 2);
+
+    cluster.restart_scheduler(&["--journal", journal]);
+    gone(&cluster, &first);
+    gone(&cluster, &running);
+    cluster.assert_each_task_ran_once(&second, 2);
+    // Ids are never reused: the next job comes after every forgotten one.
+    let next = cluster.json(&["submit", "--", "true"])["job"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(next, running.parse::<u64>().unwrap() + 1);
+}
+
+#[test]
+fn forget_after_frees_finished_jobs_by_age() {
+    let mut cluster = Cluster::start_with(&["--forget-after", "0", "--heartbeat-timeout", "1"]);
+    cluster.worker("w", &["--slots", "2"]);
+    let done = cluster.json(&["submit", "--count", "5", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 5, "{done}");
+    // The scheduler's next tick forgets it; nothing is held afterwards.
+    let status = cluster.await_status(|s| s["tasks"]["succeeded"] == 0);
+    assert_eq!(status["jobs"], 0, "{status}");
+    let out = cluster.weir(&["results", &done["job"].to_string()]);
+    assert!(
+        text(&out.stderr).contains("was forgotten"),
+        "{}",
+        text(&out.stderr)
+    );
+}

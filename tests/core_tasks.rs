@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use weir::core::tasks::{Action, Core, CoreConfig, SubmitError};
+use weir::core::tasks::{Action, Core, CoreConfig, JobError, SubmitError};
 use weir::proto::{NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
 
 fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
@@ -125,6 +125,7 @@ fn higher_priority_runs_first() {
 fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
     let mut core = Core::new(CoreConfig {
         heartbeat_timeout_ms: 100,
+        ..CoreConfig::default()
     });
     core.submit(vec![NewGroup {
         spec: spec(&[], 0, 1),
@@ -245,6 +246,7 @@ enum Event {
     },
     Duplicate(usize),
     Cancel(u64),
+    Forget(u64),
     Tick(u64),
 }
 
@@ -257,6 +259,7 @@ fn event() -> impl Strategy<Value = Event> {
         5 => (any::<usize>(), prop::bool::weighted(0.8)).prop_map(|(pick, success)| Event::Finish { pick, success }),
         1 => any::<usize>().prop_map(Event::Duplicate),
         1 => (1u64..6).prop_map(Event::Cancel),
+        1 => (1u64..6).prop_map(Event::Forget),
         1 => (0u64..3000).prop_map(Event::Tick),
     ]
 }
@@ -266,7 +269,9 @@ proptest! {
 
     #[test]
     fn no_task_lost_none_finished_twice_capacity_never_exceeded(events in prop::collection::vec(event(), 1..120)) {
-        let mut core = Core::new(CoreConfig { heartbeat_timeout_ms: 1000 });
+        // Finished jobs are also forgotten by age, so forgetting races everything else.
+        let mut core = Core::new(CoreConfig { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500) });
+        let mut jobs: Vec<u64> = Vec::new(); // task count per job
         let mut now = 0u64;
         let mut live: Vec<u64> = Vec::new();
         // What each worker was told to run and has not reported (as a real worker would know).
@@ -282,7 +287,7 @@ proptest! {
                     Action::Dispatch { worker, tasks } => running.entry(worker).or_default().extend(tasks),
                     Action::Finished { task, .. } => *finished_events.entry(task).or_default() += 1,
                     Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); }
-                    Action::Cancel { .. } => {}
+                    Action::Cancel { .. } | Action::Forgot { .. } => {}
                 }
             }
         };
@@ -293,7 +298,9 @@ proptest! {
                 Event::Submit { count, gpu, priority, retries } => {
                     let caps: &[(&str, u64)] = if gpu { &[("gpu", 1)] } else { &[] };
                     let new = NewGroup { spec: spec(caps, priority, retries), count, inputs: vec![] };
-                    submitted += core.submit(vec![new]).unwrap().2;
+                    let (_, _, n) = core.submit(vec![new]).unwrap();
+                    submitted += n;
+                    jobs.push(n);
                 }
                 Event::Join { slots, gpu } => live.push(core.worker_joined(now, worker(slots, &[("gpu", gpu)]))),
                 Event::Lose(pick) if !live.is_empty() => {
@@ -319,6 +326,12 @@ proptest! {
                     }
                 }
                 Event::Cancel(job) => { core.cancel_job(job); }
+                Event::Forget(job) => match core.forget(job) {
+                    Ok(_) => prop_assert_eq!(core.results(job), Err(JobError::Forgotten(job))),
+                    Err(JobError::NotFinished { unfinished, .. }) => prop_assert!(unfinished > 0),
+                    Err(JobError::Unknown(j)) => prop_assert!(j as usize > jobs.len()),
+                    Err(JobError::Forgotten(j)) => prop_assert!(false, "forgetting {} twice is not an error", j),
+                },
                 Event::Tick(dt) => { now += dt; core.tick(now); }
                 Event::Lose(_) => {}
             }
@@ -341,9 +354,26 @@ proptest! {
         apply(&mut core, &mut running, &mut live);
         if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }
         let counts = core.status().tasks;
-        prop_assert_eq!(counts.total(), submitted);
-        prop_assert_eq!(counts.finished(), submitted, "unfinished tasks: {:?}", counts);
+        prop_assert_eq!(counts.finished(), counts.total(), "unfinished tasks: {:?}", counts);
         prop_assert_eq!(finished_events.len() as u64, submitted);
         prop_assert!(finished_events.values().all(|n| *n == 1), "a task finished twice");
+        // Every job has all its results, or was forgotten whole.
+        for (index, n) in jobs.iter().enumerate() {
+            let job = index as u64 + 1;
+            match core.results(job) {
+                Ok(results) => prop_assert_eq!(results.len() as u64, *n),
+                Err(error) => prop_assert_eq!(error, JobError::Forgotten(job)),
+            }
+        }
+        // Forget everything: nothing is held any more, and no id is reused.
+        for job in 1..=jobs.len() as u64 {
+            core.forget(job).unwrap();
+        }
+        core.tick(now);
+        if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }
+        prop_assert_eq!(core.status().tasks.total(), 0);
+        let (job, first_task, _) = core.submit(vec![group(1, &[])]).unwrap();
+        prop_assert_eq!(job, jobs.len() as u64 + 1);
+        prop_assert_eq!(first_task, submitted + 1);
     }
 }

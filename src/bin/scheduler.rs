@@ -71,6 +71,10 @@ struct Args {
     /// Most open connections with each token (clients; workers and managers); more are refused.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
+    /// Forget each job (free its results and inputs; `weir results` then says so) this many
+    /// seconds after its last task finished. Default: keep every job until `weir forget JOB`.
+    #[arg(long, value_name = "SECONDS")]
+    forget_after: Option<f64>,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text")]
     log_format: weir::telemetry::LogFormat,
@@ -132,6 +136,11 @@ fn run(args: Args) -> Result<()> {
     if !(args.scale_down_delay >= 0.0 && args.scale_down_delay.is_finite()) {
         bail!("--scale-down-delay must be zero or a positive number of seconds");
     }
+    if let Some(after) = args.forget_after
+        && !(after >= 0.0 && after.is_finite() && after < 1e12)
+    {
+        bail!("--forget-after must be zero or a positive number of seconds");
+    }
     let listen: SocketAddr = weir::net::parse_address(&args.listen)?;
     let settings = Settings {
         listen,
@@ -144,6 +153,7 @@ fn run(args: Args) -> Result<()> {
         journal: args.journal,
         metrics: args.metrics,
         max_connections: args.max_connections,
+        forget_after: args.forget_after.map(Duration::from_secs_f64),
     };
     let scaling = weir::scheduler::Scaling { policy, tiers };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

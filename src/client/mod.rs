@@ -111,6 +111,14 @@ impl Client {
         }
     }
 
+    /// Free a finished job's results and inputs. Returns its task count (0: forgotten already).
+    pub async fn forget(&self, job: JobId) -> Result<u64, NetError> {
+        match self.call(&Request::Forget { job }).await?.next().await? {
+            Some(Response::Forgotten { tasks, .. }) => Ok(tasks),
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub async fn status(&self) -> Result<StatusReport, NetError> {
         match self.call(&Request::Status).await?.next().await? {
             Some(Response::Status(report)) => Ok(report),

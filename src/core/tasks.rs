@@ -18,6 +18,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+use super::dense::Dense;
+
 use crate::proto::{
     ComponentHash, ComponentLoad, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId,
     NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, WorkerId,
@@ -31,12 +33,16 @@ pub const MAX_TASKS_PER_SUBMIT: u64 = 10_000_000;
 pub struct CoreConfig {
     /// A worker silent for longer than this is lost.
     pub heartbeat_timeout_ms: u64,
+    /// Forget a job this long after its last task finished (`None`: keep it until
+    /// [`Core::forget`]).
+    pub forget_after_ms: Option<u64>,
 }
 
 impl Default for CoreConfig {
     fn default() -> CoreConfig {
         CoreConfig {
             heartbeat_timeout_ms: 10_000,
+            forget_after_ms: None,
         }
     }
 }
@@ -58,6 +64,8 @@ pub enum Action {
     Disconnect { worker: WorkerId, reason: String },
     /// The task reached a final state (for waiting clients).
     Finished { job: JobId, task: TaskId },
+    /// A finished job was forgotten after `forget_after_ms` (the shell journals it).
+    Forgot { job: JobId },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +124,31 @@ struct Task {
 
 struct Job {
     counts: JobCounts,
+    /// (first task, count) per group, in task order.
     tasks: Vec<(TaskId, u64)>,
+    /// Its results and inputs are gone; its skeleton stays until every older job is forgotten.
+    forgotten: bool,
+}
+
+impl Job {
+    fn done(&self) -> bool {
+        self.counts.queued == 0 && self.counts.running == 0
+    }
+
+    fn task_ids(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.tasks.iter().flat_map(|&(first, n)| first..first + n)
+    }
+}
+
+/// Why a job cannot be looked up or forgotten.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    #[error("no job {0}")]
+    Unknown(JobId),
+    #[error("job {0} was forgotten: its results are gone")]
+    Forgotten(JobId),
+    #[error("job {job} is not finished ({unfinished} tasks queued or running); cancel it first")]
+    NotFinished { job: JobId, unfinished: u64 },
 }
 
 /// Requirements shared by tasks: what a worker must have free to take one.
@@ -196,10 +228,15 @@ pub struct WorkerView {
 #[derive(Default)]
 pub struct Core {
     config: CoreConfig,
-    /// Task `id` is at `tasks[id - 1]`: ids are dense and never reused.
-    tasks: Vec<Task>,
+    /// Ids are dense and never reused; forgotten jobs' tasks are dropped from the front.
+    tasks: Dense<Task>,
     groups: HashMap<GroupId, Arc<Group>>,
-    jobs: Vec<Job>,
+    next_group: GroupId,
+    jobs: Dense<Job>,
+    /// Jobs whose last task finished since the last tick (for `forget_after_ms`).
+    done: Vec<JobId>,
+    /// (when it was seen done, job), oldest first: forgotten after `forget_after_ms`.
+    retention: VecDeque<(u64, JobId)>,
     classes: Vec<Class>,
     /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
@@ -241,11 +278,19 @@ impl Core {
     }
 
     fn task(&self, id: TaskId) -> Option<&Task> {
-        self.tasks.get(id.checked_sub(1)? as usize)
+        self.tasks.get(id)
     }
 
     fn task_mut(&mut self, id: TaskId) -> Option<&mut Task> {
-        self.tasks.get_mut(id.checked_sub(1)? as usize)
+        self.tasks.get_mut(id)
+    }
+
+    fn job(&self, job: JobId) -> Result<&Job, JobError> {
+        match self.jobs.get(job) {
+            Some(j) => Ok(j),
+            None if job >= 1 && job < self.jobs.first_id() => Err(JobError::Forgotten(job)),
+            None => Err(JobError::Unknown(job)),
+        }
     }
 
     /// Accept a job: all its groups or none. Returns (job, first task id, task count).
@@ -299,8 +344,8 @@ impl Core {
             return Err(SubmitError::TooMany(total));
         }
 
-        let job = self.jobs.len() as JobId + 1;
-        let first_task = self.tasks.len() as TaskId + 1;
+        let job = self.jobs.next_id();
+        let first_task = self.tasks.next_id();
         let mut ranges = Vec::new();
         for new in groups {
             let n = if new.inputs.is_empty() {
@@ -311,9 +356,10 @@ impl Core {
             if n == 0 {
                 continue;
             }
-            let gid = self.groups.len() as GroupId + 1;
+            self.next_group += 1;
+            let gid = self.next_group;
             let class = self.class_of(&new.spec);
-            let first = self.tasks.len() as TaskId + 1;
+            let first = self.tasks.next_id();
             let priority = std::cmp::Reverse(new.spec.priority);
             self.groups.insert(
                 gid,
@@ -347,6 +393,7 @@ impl Core {
         self.jobs.push(Job {
             counts,
             tasks: ranges,
+            forgotten: false,
         });
         Ok((job, first_task, total))
     }
@@ -714,14 +761,10 @@ impl Core {
 
     /// Cancel every unfinished task of a job. Returns how many were canceled.
     pub fn cancel_job(&mut self, job: JobId) -> u64 {
-        let Some(j) = job.checked_sub(1).and_then(|i| self.jobs.get(i as usize)) else {
+        let Some(j) = self.jobs.get(job) else {
             return 0;
         };
-        let ids: Vec<TaskId> = j
-            .tasks
-            .iter()
-            .flat_map(|&(first, n)| first..first + n)
-            .collect();
+        let ids: Vec<TaskId> = j.task_ids().collect();
         let mut canceled = 0;
         let mut per_worker: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
         for id in ids {
@@ -774,14 +817,18 @@ impl Core {
         for ((_, class), queue) in &self.queues {
             let n = queue
                 .iter()
-                .filter(|id| self.tasks[**id as usize - 1].state == TaskState::Queued)
+                .filter(|id| {
+                    self.tasks
+                        .get(**id)
+                        .is_some_and(|t| t.state == TaskState::Queued)
+                })
                 .count();
             *queued.entry(*class).or_default() += n as u64;
         }
         let mut running: BTreeMap<usize, u64> = BTreeMap::new();
         for worker in self.workers.values() {
             for task in &worker.running {
-                let class = self.groups[&self.tasks[*task as usize - 1].group].class;
+                let class = self.groups[&self.tasks[*task].group].class;
                 *running.entry(class).or_default() += 1;
             }
         }
@@ -828,6 +875,24 @@ impl Core {
             self.worker_lost(worker, &reason);
             self.actions.push(Action::Disconnect { worker, reason });
         }
+        if let Some(after) = self.config.forget_after_ms {
+            for job in self.done.drain(..) {
+                self.retention.push_back((now, job));
+            }
+            while let Some(&(since, job)) = self.retention.front() {
+                if now.saturating_sub(since) < after {
+                    break;
+                }
+                self.retention.pop_front();
+                if let Ok(tasks) = self.forget(job)
+                    && tasks > 0
+                {
+                    self.actions.push(Action::Forgot { job });
+                }
+            }
+        }
+        // A forgotten job waits for confirmations of its canceled tasks before it is dropped.
+        self.drop_forgotten();
     }
 
     /// Place queued tasks on workers with room.
@@ -842,7 +907,9 @@ impl Core {
             for (worker_id, worker) in self.workers.iter_mut() {
                 while worker.fits(class) {
                     let Some(id) = queue.pop_front() else { break };
-                    let task = &mut self.tasks[id as usize - 1];
+                    let Some(task) = self.tasks.get_mut(id) else {
+                        continue; // canceled while queued, and its job forgotten since
+                    };
                     if task.state != TaskState::Queued {
                         continue; // canceled while queued
                     }
@@ -852,7 +919,7 @@ impl Core {
                     worker.take(class);
                     worker.running.insert(id);
                     worker.idle_since = None;
-                    let job = &mut self.jobs[self.groups[&task.group].job as usize - 1].counts;
+                    let job = &mut self.jobs[self.groups[&task.group].job].counts;
                     job.queued -= 1;
                     job.running += 1;
                     self.counts.queued -= 1;
@@ -864,10 +931,11 @@ impl Core {
                 }
             }
             // Drop canceled tasks at the front so an all-canceled queue goes away.
-            while queue
-                .front()
-                .is_some_and(|&id| self.tasks[id as usize - 1].state != TaskState::Queued)
-            {
+            while queue.front().is_some_and(|&id| {
+                self.tasks
+                    .get(id)
+                    .is_none_or(|t| t.state != TaskState::Queued)
+            }) {
                 queue.pop_front();
             }
             if queue.is_empty() {
@@ -883,12 +951,12 @@ impl Core {
     }
 
     fn set_state(&mut self, id: TaskId, state: TaskState) {
-        let Some(task) = self.tasks.get_mut(id as usize - 1) else {
+        let Some(task) = self.tasks.get_mut(id) else {
             return;
         };
         let old = std::mem::replace(&mut task.state, state);
         let job = self.groups[&task.group].job;
-        for counts in [&mut self.counts, &mut self.jobs[job as usize - 1].counts] {
+        for counts in [&mut self.counts, &mut self.jobs[job].counts] {
             *slot(counts, old) -= 1;
             *slot(counts, state) += 1;
         }
@@ -896,25 +964,30 @@ impl Core {
 
     fn finish(&mut self, id: TaskId, state: TaskState, outcome: Outcome) {
         self.set_state(id, state);
-        let Some(task) = self.tasks.get_mut(id as usize - 1) else {
+        let Some(task) = self.tasks.get_mut(id) else {
             return;
         };
         task.outcome = Some(outcome);
         let job = self.groups[&task.group].job;
         self.actions.push(Action::Finished { job, task: id });
+        if self.config.forget_after_ms.is_some() && self.jobs[job].done() {
+            self.done.push(job);
+        }
     }
 
-    pub fn job_counts(&self, job: JobId) -> Option<&JobCounts> {
-        self.jobs
-            .get(job.checked_sub(1)? as usize)
-            .map(|j| &j.counts)
+    /// A job's counts (a forgotten job's too, until it is dropped).
+    pub fn job_counts(&self, job: JobId) -> Result<&JobCounts, JobError> {
+        self.job(job).map(|j| &j.counts)
     }
 
     /// Results of a job's final tasks, in task order.
-    pub fn results(&self, job: JobId) -> Option<Vec<TaskResult>> {
-        let j = self.jobs.get(job.checked_sub(1)? as usize)?;
+    pub fn results(&self, job: JobId) -> Result<Vec<TaskResult>, JobError> {
+        let j = self.job(job)?;
+        if j.forgotten {
+            return Err(JobError::Forgotten(job));
+        }
         let mut results = Vec::new();
-        for id in j.tasks.iter().flat_map(|&(first, n)| first..first + n) {
+        for id in j.task_ids() {
             let Some(task) = self.task(id) else { continue };
             if let (true, Some(outcome)) = (task.state.is_final(), &task.outcome) {
                 results.push(TaskResult {
@@ -926,7 +999,83 @@ impl Core {
                 });
             }
         }
-        Some(results)
+        Ok(results)
+    }
+
+    /// Forget a finished job: its results and inputs are freed now, and it is dropped
+    /// altogether (ids and all) once every older job is forgotten too. Returns its task count;
+    /// forgetting a forgotten job does nothing.
+    pub fn forget(&mut self, job: JobId) -> Result<u64, JobError> {
+        let j = match self.job(job) {
+            Ok(j) if !j.forgotten => j,
+            Ok(_) | Err(JobError::Forgotten(_)) => return Ok(0),
+            Err(error) => return Err(error),
+        };
+        if !j.done() {
+            return Err(JobError::NotFinished {
+                job,
+                unfinished: j.counts.queued + j.counts.running,
+            });
+        }
+        let ids: Vec<TaskId> = j.task_ids().collect();
+        let mut groups = Vec::new();
+        for &id in &ids {
+            if let Some(task) = self.tasks.get_mut(id) {
+                task.outcome = None;
+                if groups.last() != Some(&task.group) {
+                    groups.push(task.group);
+                }
+            }
+        }
+        // Keep what matching and the counts need (spec, class); drop the inputs.
+        for gid in groups {
+            if let Some(group) = self.groups.get_mut(&gid) {
+                *group = Arc::new(Group {
+                    id: group.id,
+                    job: group.job,
+                    spec: group.spec.clone(),
+                    inputs: Vec::new(),
+                    first_task: group.first_task,
+                    class: group.class,
+                });
+            }
+        }
+        self.jobs[job].forgotten = true;
+        self.drop_forgotten();
+        Ok(ids.len() as u64)
+    }
+
+    /// After replaying a journal: jobs that finished before the restart start their
+    /// `forget_after_ms` now (finish times are not journaled).
+    pub fn replayed(&mut self) {
+        if self.config.forget_after_ms.is_some() {
+            let done = self.jobs.iter().filter(|(_, j)| j.done() && !j.forgotten);
+            self.done = done.map(|(id, _)| id).collect();
+        }
+    }
+
+    /// Drop forgotten jobs from the front, with their tasks and groups, while none of their
+    /// tasks is still held by a worker (canceled, not yet confirmed).
+    fn drop_forgotten(&mut self) {
+        while let Some(job) = self.jobs.front() {
+            let held = job
+                .task_ids()
+                .any(|id| self.tasks.get(id).is_some_and(|t| t.worker.is_some()));
+            if !job.forgotten || held {
+                return;
+            }
+            let Some(job) = self.jobs.pop_front() else {
+                return;
+            };
+            let end = job.tasks.last().map_or(0, |&(first, n)| first + n);
+            while self.tasks.first_id() < end {
+                let Some(task) = self.tasks.pop_front() else {
+                    break;
+                };
+                *slot(&mut self.counts, task.state) -= 1;
+                self.groups.remove(&task.group);
+            }
+        }
     }
 
     pub fn status(&self) -> StatusReport {
@@ -954,8 +1103,7 @@ impl Core {
     /// Check every invariant; the tests call this after each step. Returns the first violation.
     pub fn sanity_check(&self) -> Result<(), String> {
         let mut counted = JobCounts::default();
-        for (index, task) in self.tasks.iter().enumerate() {
-            let id = index as TaskId + 1;
+        for (id, task) in self.tasks.iter() {
             *slot(&mut counted, task.state) += 1;
             match (task.state, task.worker) {
                 (TaskState::Running, None) => {
@@ -977,9 +1125,15 @@ impl Core {
                 },
                 _ => {}
             }
-            if task.state.is_final() != task.outcome.is_some() {
+            let forgotten = self
+                .groups
+                .get(&task.group)
+                .and_then(|g| self.jobs.get(g.job))
+                .ok_or_else(|| format!("task {id}: its group or job is gone"))?
+                .forgotten;
+            if (task.state.is_final() && !forgotten) != task.outcome.is_some() {
                 return Err(format!(
-                    "task {id}: state {:?} but outcome {:?}",
+                    "task {id}: state {:?} but outcome {:?} (job forgotten: {forgotten})",
                     task.state, task.outcome
                 ));
             }
@@ -991,9 +1145,9 @@ impl Core {
             ));
         }
         let queued: HashSet<TaskId> = self.queues.values().flatten().copied().collect();
-        for (index, task) in self.tasks.iter().enumerate() {
-            if task.state == TaskState::Queued && !queued.contains(&(index as TaskId + 1)) {
-                return Err(format!("queued task {} is in no queue", index + 1));
+        for (id, task) in self.tasks.iter() {
+            if task.state == TaskState::Queued && !queued.contains(&id) {
+                return Err(format!("queued task {id} is in no queue"));
             }
         }
         for (id, worker) in &self.workers {
@@ -1011,8 +1165,7 @@ impl Core {
                     .iter()
                     .map(|t| {
                         amount(
-                            &self.classes[self.groups[&self.tasks[*t as usize - 1].group].class]
-                                .capabilities,
+                            &self.classes[self.groups[&self.tasks[*t].group].class].capabilities,
                             name,
                         )
                     })
@@ -1025,7 +1178,7 @@ impl Core {
                 }
             }
             for task in &worker.running {
-                if self.tasks[*task as usize - 1].worker != Some(*id) {
+                if self.tasks[*task].worker != Some(*id) {
                     return Err(format!(
                         "worker {id} lists task {task}, which is not held by it"
                     ));

@@ -253,6 +253,10 @@ pub enum Request {
     Cancel {
         job: JobId,
     },
+    /// Free a finished job's results and inputs (answered with `Forgotten`).
+    Forget {
+        job: JobId,
+    },
     Status,
     /// Register (or replace) an environment; with `wait`, answer once every live worker has
     /// reported its verdict.
@@ -283,6 +287,11 @@ pub enum Response {
     Done(JobCounts),
     Results(Vec<TaskResult>),
     Canceled {
+        tasks: u64,
+    },
+    /// `tasks` is 0 when the job was forgotten already.
+    Forgotten {
+        job: JobId,
         tasks: u64,
     },
     Status(StatusReport),

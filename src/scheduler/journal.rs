@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::proto::{self, ComponentHash, EnvironmentDef, NewGroup, Outcome, TaskId, TaskState};
+use crate::proto::{
+    self, ComponentHash, EnvironmentDef, JobId, NewGroup, Outcome, TaskId, TaskState,
+};
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Record {
@@ -29,6 +31,10 @@ pub enum Record {
     },
     EnvRemove {
         name: String,
+    },
+    /// A finished job was forgotten (`weir forget`, `--forget-after`).
+    Forget {
+        job: JobId,
     },
 }
 

@@ -53,6 +53,9 @@ pub struct Settings {
     pub metrics: Option<SocketAddr>,
     /// Most open connections per token (clients; workers and managers).
     pub max_connections: usize,
+    /// Forget a job (its results and inputs) this long after it finished; `None`: keep it until
+    /// `weir forget`.
+    pub forget_after: Option<Duration>,
 }
 
 /// The scaling policy and its tiers (for `weir status`).
@@ -222,6 +225,9 @@ pub async fn run(
     let actor = Actor {
         core: Core::new(CoreConfig {
             heartbeat_timeout_ms: settings.heartbeat_timeout.as_millis() as u64,
+            forget_after_ms: settings
+                .forget_after
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }),
         started: Instant::now(),
         workers: HashMap::new(),
@@ -389,8 +395,14 @@ impl Actor {
                     self.core.remove_environment(&name);
                     self.environments.remove(&name);
                 }
+                journal::Record::Forget { job } => {
+                    if let Err(error) = self.core.forget(job) {
+                        tracing::warn!(job, %error, "a journaled forget does not apply; ignored");
+                    }
+                }
             }
         }
+        self.core.replayed();
         self.core.take_actions();
         if jobs > 0 {
             tracing::info!(jobs, finished = finals, "journal replayed");
@@ -685,23 +697,21 @@ impl Actor {
                 }
             }
             Request::Wait { job } => match self.core.job_counts(job) {
-                None => Response::Error {
-                    message: format!("no job {job}"),
+                Err(error) => Response::Error {
+                    message: error.to_string(),
                 },
-                Some(counts) if counts.finished() == counts.total() => {
-                    Response::Done(counts.clone())
-                }
-                Some(counts) => {
+                Ok(counts) if counts.finished() == counts.total() => Response::Done(counts.clone()),
+                Ok(counts) => {
                     let _ = reply.send(Response::Progress(counts.clone()));
                     self.waiters.entry(job).or_default().push(reply);
                     return;
                 }
             },
             Request::Results { job } => match self.core.results(job) {
-                None => Response::Error {
-                    message: format!("no job {job}"),
+                Err(error) => Response::Error {
+                    message: error.to_string(),
                 },
-                Some(results) => {
+                Ok(results) => {
                     for chunk in results.chunks(1000) {
                         let _ = reply.send(Response::Results(chunk.to_vec()));
                     }
@@ -709,12 +719,24 @@ impl Actor {
                 }
             },
             Request::Cancel { job } => match self.core.job_counts(job) {
-                None => Response::Error {
-                    message: format!("no job {job}"),
+                Err(error) => Response::Error {
+                    message: error.to_string(),
                 },
-                Some(_) => Response::Canceled {
+                Ok(_) => Response::Canceled {
                     tasks: self.core.cancel_job(job),
                 },
+            },
+            Request::Forget { job } => match self.core.forget(job) {
+                Err(error) => Response::Error {
+                    message: error.to_string(),
+                },
+                Ok(tasks) => {
+                    if tasks > 0 {
+                        self.journal(journal::Record::Forget { job });
+                        tracing::info!(job, tasks, "job forgotten");
+                    }
+                    Response::Forgotten { job, tasks }
+                }
             },
             Request::Status => {
                 let now = self.now();
@@ -872,6 +894,10 @@ impl Actor {
                     // Dropping the sender ends the connection task, which closes the connection.
                     self.workers.remove(&worker);
                 }
+                Action::Forgot { job } => {
+                    tracing::info!(job, "job forgotten (--forget-after)");
+                    self.journal(journal::Record::Forget { job });
+                }
                 Action::Finished { job, task } => {
                     touched.insert(job);
                     if self.journal.is_some()
@@ -886,7 +912,7 @@ impl Actor {
             self.journal(journal::Record::Final(finals));
         }
         for job in touched {
-            let Some(counts) = self.core.job_counts(job).cloned() else {
+            let Ok(counts) = self.core.job_counts(job).cloned() else {
                 continue;
             };
             let done = counts.finished() == counts.total();

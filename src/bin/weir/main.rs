@@ -58,6 +58,12 @@ enum Command {
     Results { job: u64 },
     /// Cancel a job's unfinished tasks.
     Cancel { job: u64 },
+    /// Free finished jobs' results and inputs on the scheduler (`scheduler --forget-after` does it
+    /// by age). Results of a forgotten job are gone; its id is never reused.
+    Forget {
+        #[arg(required = true)]
+        jobs: Vec<u64>,
+    },
     /// Workers and task counts.
     Status,
     /// Environments: conditions workers evaluate; tasks ask for them with `submit --env NAME`.
@@ -197,6 +203,9 @@ fn run(cli: &Cli) -> Result<()> {
         }
         Command::Cancel { job } => {
             block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await })
+        }
+        Command::Forget { jobs } => {
+            block_on(async { tasks::forget(&connect(cli).await?, jobs, output).await })
         }
         Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
         Command::Top { refresh } => block_on(async {

@@ -328,6 +328,21 @@ pub async fn cancel(client: &Client, job: u64, output: Output) -> Result<()> {
     Ok(())
 }
 
+pub async fn forget(client: &Client, jobs: &[u64], output: Output) -> Result<()> {
+    let mut forgotten = Vec::new();
+    for &job in jobs {
+        let tasks = client.forget(job).await?;
+        if output == Output::Cli {
+            println!("job {job}: forgotten ({tasks} task results freed)");
+        }
+        forgotten.push(json!({ "job": job, "tasks": tasks }));
+    }
+    if output == Output::Json {
+        println!("{}", json!(forgotten));
+    }
+    Ok(())
+}
+
 pub async fn status(client: &Client, output: Output) -> Result<()> {
     let report = client.status().await?;
     if output == Output::Quiet {

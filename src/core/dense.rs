@@ -32,6 +32,15 @@ impl<T> Dense<T> {
         self.first
     }
 
+    /// Continue numbering at `first` (ids below it were used before); only while empty.
+    pub fn start_at(&mut self, first: u64) -> bool {
+        if !self.items.is_empty() || first < self.first {
+            return false;
+        }
+        self.first = first;
+        true
+    }
+
     pub fn push(&mut self, item: T) -> u64 {
         let id = self.next_id();
         self.items.push_back(item);

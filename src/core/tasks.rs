@@ -140,6 +140,16 @@ impl Job {
     }
 }
 
+/// A held job as the journal records it ([`Core::held_jobs`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeldJob {
+    pub job: JobId,
+    pub groups: Vec<NewGroup>,
+    /// (task, final state, outcome, attempts) of its finished tasks.
+    pub finals: Vec<(TaskId, TaskState, Outcome, u32)>,
+    pub forgotten: bool,
+}
+
 /// Why a job cannot be looked up or forgotten.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum JobError {
@@ -295,6 +305,82 @@ impl Core {
 
     /// Accept a job: all its groups or none. Returns (job, first task id, task count).
     pub fn submit(&mut self, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), SubmitError> {
+        self.add_job(groups, true)
+    }
+
+    /// Replaying the journal: a job accepted before, taken as it was even when an environment or
+    /// component it names is gone now (it waits, and `explain` says why), so ids stay the same.
+    pub fn restore(&mut self, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), SubmitError> {
+        self.add_job(groups, false)
+    }
+
+    /// Replaying a compacted journal: the first job and task ids it holds (every lower id was
+    /// forgotten). Only before anything else was restored.
+    pub fn start_ids_at(&mut self, first_job: JobId, first_task: TaskId) -> bool {
+        self.jobs.is_empty()
+            && self.tasks.is_empty()
+            && self.jobs.start_at(first_job)
+            && self.tasks.start_at(first_task)
+    }
+
+    /// The first job and task ids held (see [`Core::start_ids_at`]).
+    pub fn first_ids(&self) -> (JobId, TaskId) {
+        (self.jobs.first_id(), self.tasks.first_id())
+    }
+
+    /// Every held job as the journal would record it, oldest first: for rewriting the journal
+    /// without what was forgotten. A forgotten job keeps its place (its ids) with no inputs or
+    /// outcomes.
+    pub fn held_jobs(&self) -> Vec<HeldJob> {
+        let mut held = Vec::with_capacity(self.jobs.len());
+        for (id, job) in self.jobs.iter() {
+            let mut groups = Vec::new();
+            let mut finals = Vec::new();
+            for &(first, n) in &job.tasks {
+                let Some(group) = self
+                    .tasks
+                    .get(first)
+                    .and_then(|t| self.groups.get(&t.group))
+                else {
+                    continue;
+                };
+                groups.push(NewGroup {
+                    spec: group.spec.clone(),
+                    count: u32::try_from(n).unwrap_or(u32::MAX),
+                    inputs: if job.forgotten {
+                        Vec::new()
+                    } else {
+                        group.inputs.clone()
+                    },
+                });
+                for task_id in first..first + n {
+                    let Some(task) = self.tasks.get(task_id) else {
+                        continue;
+                    };
+                    if !task.state.is_final() {
+                        continue;
+                    }
+                    let outcome = task.outcome.clone().unwrap_or_else(|| Outcome::Error {
+                        message: "forgotten".into(),
+                    });
+                    finals.push((task_id, task.state, outcome, task.attempts));
+                }
+            }
+            held.push(HeldJob {
+                job: id,
+                groups,
+                finals,
+                forgotten: job.forgotten,
+            });
+        }
+        held
+    }
+
+    fn add_job(
+        &mut self,
+        groups: Vec<NewGroup>,
+        check_references: bool,
+    ) -> Result<(JobId, TaskId, u64), SubmitError> {
         let mut total = 0u64;
         for (index, group) in groups.iter().enumerate() {
             let n = if group.inputs.is_empty() {
@@ -316,7 +402,9 @@ impl Core {
                 TaskKind::Command { argv, .. } if argv.is_empty() => {
                     return Err(SubmitError::EmptyArgv { group: index });
                 }
-                TaskKind::Wasm { component } if !self.components.contains(component) => {
+                TaskKind::Wasm { component }
+                    if check_references && !self.components.contains(component) =>
+                {
                     return Err(SubmitError::UnknownComponent {
                         group: index,
                         hash: hex::encode(component),
@@ -328,7 +416,7 @@ impl Core {
                 .spec
                 .environments
                 .iter()
-                .find(|e| !self.environments.contains_key(*e))
+                .find(|e| check_references && !self.environments.contains_key(*e))
             {
                 return Err(SubmitError::UnknownEnvironment {
                     group: index,
@@ -702,6 +790,7 @@ impl Core {
                 self.queues.entry(key).or_default().push_front(id);
             }
         }
+        self.drop_forgotten();
     }
 
     /// A worker reports a finished run. Returns false (and changes nothing) when the task is not
@@ -733,6 +822,9 @@ impl Core {
                 TaskState::Failed
             };
             self.finish(task, final_state, outcome);
+        } else {
+            // A canceled task confirmed: its job may have been waiting for it to be dropped.
+            self.drop_forgotten();
         }
         true
     }

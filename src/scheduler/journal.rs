@@ -36,6 +36,14 @@ pub enum Record {
     Forget {
         job: JobId,
     },
+    /// First in a compacted journal: the first job and task ids it holds (all lower ones were
+    /// forgotten), so ids continue where they were.
+    Base {
+        first_job: JobId,
+        first_task: TaskId,
+    },
+    /// Last in a compacted journal: the forgets before it are already compacted away.
+    Compacted,
 }
 
 pub struct Journal {
@@ -101,6 +109,44 @@ impl Journal {
             },
             records,
         ))
+    }
+
+    /// Replace the journal with `records` (the state it replays to, without what was forgotten):
+    /// written beside it and synced, then renamed over it, so a crash at any point leaves either
+    /// the old journal or the new one. On an error the old journal stays in use. Returns the old
+    /// and new sizes in bytes.
+    pub fn rewrite(&mut self, records: &[Record]) -> Result<(u64, u64), JournalError> {
+        self.sync()?;
+        let old_size = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        let fresh = self.path.with_extension("compacting");
+        let written = (|| -> std::io::Result<(u64, File)> {
+            let mut writer = BufWriter::with_capacity(1 << 20, File::create(&fresh)?);
+            for record in records {
+                let bytes = proto::encode(record)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                writer.write_all(&bytes)?;
+            }
+            let file = writer.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            // Opened before the rename: the same file, at the journal's path afterwards.
+            let appender = OpenOptions::new().append(true).open(&fresh)?;
+            std::fs::rename(&fresh, &self.path)?;
+            Ok((file.metadata()?.len(), appender))
+        })();
+        let (new_size, appender) = match written {
+            Ok(done) => done,
+            Err(error) => {
+                let _ = std::fs::remove_file(&fresh);
+                return Err(self.fail(format!("cannot compact (the old journal stays): {error}")));
+            }
+        };
+        self.writer = BufWriter::with_capacity(1 << 20, appender);
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| self.fail(format!("compacted, but cannot sync its directory: {e}")))?;
+        }
+        Ok((old_size, new_size))
     }
 
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
@@ -181,6 +227,46 @@ mod tests {
         journal.sync().unwrap();
         drop(journal);
         assert_eq!(Journal::open(&path).unwrap().1.len(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_rewritten_journal_holds_the_new_records_and_takes_appends() {
+        let dir = std::env::temp_dir().join(format!("weir-journal-rewrite-{}", std::process::id()));
+        let path = dir.join("journal");
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut journal, _) = Journal::open(&path).unwrap();
+        for name in ["a", "b", "c"] {
+            journal
+                .append(&Record::EnvRemove { name: name.into() })
+                .unwrap();
+        }
+        let (before, after) = journal
+            .rewrite(&[
+                Record::Base {
+                    first_job: 4,
+                    first_task: 9,
+                },
+                Record::Compacted,
+            ])
+            .unwrap();
+        assert!(after < before, "{before} -> {after}");
+        journal.append(&Record::Forget { job: 4 }).unwrap();
+        journal.sync().unwrap();
+        drop(journal);
+        let records = Journal::open(&path).unwrap().1;
+        assert!(matches!(
+            records[..],
+            [
+                Record::Base {
+                    first_job: 4,
+                    first_task: 9
+                },
+                Record::Compacted,
+                Record::Forget { job: 4 }
+            ]
+        ));
+        assert!(!path.with_extension("compacting").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -474,3 +474,42 @@ fn forget_after_frees_finished_jobs_by_age() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn client_commands_wait_for_a_restarting_scheduler() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("w", &["--slots", "1"]);
+    cluster.await_status(|s| common::workers(s) == 1);
+    cluster.kill_scheduler();
+    // `weir status` while the scheduler is down: it says it is retrying, and keeps at it.
+    let mut status = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--access-file")
+        .arg(cluster.access_file())
+        .arg("status")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(status.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    assert!(line.contains("retrying for up to 60s"), "{line}");
+    // The scheduler comes back (on another port, in the same access file).
+    cluster.start_scheduler(&["--heartbeat-timeout", "10"]);
+    let out = status.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("tasks:"),
+        "{}",
+        text(&out.stdout)
+    );
+    // With --reconnect-timeout 0 a client gives up at once.
+    cluster.kill_scheduler();
+    let out = cluster.weir(&["--reconnect-timeout", "0", "status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot reach the scheduler"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -57,6 +57,9 @@ pub fn parse_address(address: &str) -> Result<SocketAddr, NetError> {
         .ok_or_else(|| NetError::Address(address.to_string()))
 }
 
+/// How long a connection attempt waits for the scheduler's handshake.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Connect to the scheduler in `access` as `role`, and say hello on the first stream.
 pub async fn connect(
     access: &AccessFile,
@@ -82,10 +85,20 @@ pub async fn connect(
                 address: access.address.clone(),
                 error: e.to_string(),
             })?;
-    let connection = connecting.await.map_err(|e| NetError::Connect {
-        address: access.address.clone(),
-        error: e.to_string(),
-    })?;
+    // A scheduler that is down answers nothing (QUIC ignores ICMP): give up on the handshake
+    // well before the idle timeout, so callers can retry or say so.
+    let connection = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+        Ok(connected) => connected.map_err(|e| NetError::Connect {
+            address: access.address.clone(),
+            error: e.to_string(),
+        })?,
+        Err(_) => {
+            return Err(NetError::Connect {
+                address: access.address.clone(),
+                error: format!("no answer within {CONNECT_TIMEOUT:?}"),
+            });
+        }
+    };
     let (mut send, mut recv) = connection.open_bi().await?;
     let token = match role {
         Role::Client => access.client_token.clone(),

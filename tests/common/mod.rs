@@ -34,8 +34,18 @@ impl Cluster {
 
     /// `kill -9` the scheduler and start a new one with the same access file.
     pub fn restart_scheduler(&mut self, args: &[&str]) {
+        self.kill_scheduler();
+        self.start_scheduler(args);
+    }
+
+    /// `kill -9` the scheduler (its access file stays).
+    pub fn kill_scheduler(&mut self) {
         self.scheduler.kill().unwrap();
         self.scheduler.wait().unwrap();
+    }
+
+    /// A new scheduler with the same access file, after [`Cluster::kill_scheduler`].
+    pub fn start_scheduler(&mut self, args: &[&str]) {
         (self.scheduler, self.metrics) = spawn_scheduler(self.dir.path(), args);
     }
 

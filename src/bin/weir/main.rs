@@ -37,6 +37,10 @@ struct Cli {
         value_name = "FILE"
     )]
     access_file: PathBuf,
+    /// When the scheduler does not answer but its access file is there (it may be restarting),
+    /// keep trying this many seconds before giving up (0: give up at once).
+    #[arg(long, global = true, default_value_t = 60.0, value_name = "SECONDS")]
+    reconnect_timeout: f64,
     #[command(subcommand)]
     command: Command,
 }
@@ -193,11 +197,11 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Local(args) => block_on(local::run(args, output)),
         Command::Bench(args) => block_on(bench::run(args)),
         Command::Submit(args) => block_on(async {
-            tasks::submit(&connect(cli).await?, args, output, &cli.access_file).await
+            tasks::submit(&connect(cli).await?, args, output, &reach(cli)?).await
         }),
-        Command::Wait { job } => block_on(async {
-            tasks::wait(&connect(cli).await?, *job, output, &cli.access_file).await
-        }),
+        Command::Wait { job } => {
+            block_on(async { tasks::wait(&connect(cli).await?, *job, output, &reach(cli)?).await })
+        }
         Command::Results { job } => {
             block_on(async { tasks::results(&connect(cli).await?, *job, output).await })
         }
@@ -234,9 +238,34 @@ fn block_on(future: impl std::future::Future<Output = Result<()>>) -> Result<()>
         .block_on(future)
 }
 
+fn reach(cli: &Cli) -> Result<tasks::Reach<'_>> {
+    let seconds = cli.reconnect_timeout;
+    if !(seconds >= 0.0 && seconds.is_finite() && seconds < 1e9) {
+        anyhow::bail!("--reconnect-timeout must be zero or a positive number of seconds");
+    }
+    Ok(tasks::Reach {
+        access_file: &cli.access_file,
+        timeout: std::time::Duration::from_secs_f64(seconds),
+    })
+}
+
+/// Connect to the scheduler. No access file: fail at once (no scheduler was ever started here).
+/// No answer: retry for `--reconnect-timeout`, saying so.
 async fn connect(cli: &Cli) -> Result<weir::client::Client> {
+    let reach = reach(cli)?;
     let access = weir::net::AccessFile::read(&cli.access_file)?;
-    Ok(weir::client::Client::connect(&access).await?)
+    match weir::client::Client::connect(&access).await {
+        Err(error @ weir::net::NetError::Connect { .. }) if !reach.timeout.is_zero() => {
+            if cli.output == Output::Cli {
+                eprintln!(
+                    "{error}; retrying for up to {:.0?} (it may be restarting)",
+                    reach.timeout
+                );
+            }
+            tasks::reconnect(&reach).await
+        }
+        connected => Ok(connected?),
+    }
 }
 
 fn inspect(host: &PluginHost, file: &std::path::Path, output: Output) -> Result<()> {

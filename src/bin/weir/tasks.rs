@@ -57,7 +57,7 @@ pub async fn submit(
     client: &Client,
     args: &SubmitArgs,
     output: Output,
-    access_file: &std::path::Path,
+    reach: &Reach<'_>,
 ) -> Result<()> {
     let mut components = Vec::new();
     let kind = match (&args.wasm, args.command.is_empty()) {
@@ -140,17 +140,12 @@ pub async fn submit(
             first + tasks - 1
         );
     }
-    let counts = wait_for(client, job, output, access_file).await?;
+    let counts = wait_for(client, job, output, reach).await?;
     finish(job, &counts, output)
 }
 
-pub async fn wait(
-    client: &Client,
-    job: u64,
-    output: Output,
-    access_file: &std::path::Path,
-) -> Result<()> {
-    let counts = wait_for(client, job, output, access_file).await?;
+pub async fn wait(client: &Client, job: u64, output: Output, reach: &Reach<'_>) -> Result<()> {
+    let counts = wait_for(client, job, output, reach).await?;
     finish(job, &counts, output)
 }
 
@@ -201,7 +196,7 @@ async fn wait_for(
     client: &Client,
     job: u64,
     output: Output,
-    access_file: &std::path::Path,
+    reach: &Reach<'_>,
 ) -> Result<JobCounts> {
     let terminal = output == Output::Cli && std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
@@ -248,7 +243,7 @@ async fn wait_for(
                 if output == Output::Cli {
                     eprintln!("lost the scheduler ({error}); reconnecting");
                 }
-                reconnected = Some(reconnect(access_file).await?);
+                reconnected = Some(reconnect(reach).await?);
             }
             Err(error) => return Err(error.into()),
         }
@@ -519,16 +514,26 @@ pub async fn explain(client: &Client, task: u64, output: Output) -> Result<()> {
 
 /// Connect again after losing the scheduler: back off up to 5 s, for up to 2 minutes, re-reading
 /// the access file (a restarted scheduler may listen elsewhere).
-async fn reconnect(access_file: &std::path::Path) -> Result<Client> {
+/// Where the scheduler is, and how long to keep trying to reach it when it does not answer.
+pub struct Reach<'a> {
+    pub access_file: &'a std::path::Path,
+    pub timeout: Duration,
+}
+
+/// Connect, retrying with backoff (re-reading the access file: a restarted scheduler may listen
+/// elsewhere) for up to `reach.timeout` while the scheduler does not answer.
+pub async fn reconnect(reach: &Reach<'_>) -> Result<Client> {
     let started = Instant::now();
     let mut backoff = Duration::from_millis(200);
     loop {
-        let attempt = async { Client::connect(&weir::net::AccessFile::read(access_file)?).await };
+        let attempt =
+            async { Client::connect(&weir::net::AccessFile::read(reach.access_file)?).await };
         match attempt.await {
             Ok(client) => return Ok(client),
-            Err(error) if started.elapsed() > Duration::from_secs(120) => {
+            Err(error) if started.elapsed() + backoff > reach.timeout => {
                 return Err(anyhow::anyhow!(
-                    "gave up reconnecting to the scheduler: {error}"
+                    "gave up reaching the scheduler after {:.0?}: {error}",
+                    started.elapsed()
                 ));
             }
             Err(_) => tokio::time::sleep(backoff).await,

@@ -513,3 +513,29 @@ fn client_commands_wait_for_a_restarting_scheduler() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
+    let mut cluster =
+        Cluster::start_with(&["--unschedulable-timeout", "0.5", "--heartbeat-timeout", "1"]);
+    cluster.worker("w", &["--slots", "1"]);
+    cluster.await_status(|s| common::workers(s) == 1);
+    let out = cluster.weir(&[
+        "--output", "json", "submit", "--cap", "gpu=1", "--count", "3", "--wait", "--", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["counts"]["failed"], 3, "{done}");
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    for result in results.as_array().unwrap() {
+        assert!(
+            result
+                .to_string()
+                .contains("unschedulable: for 0.5 s no live worker"),
+            "{result}"
+        );
+    }
+    // What fits still runs.
+    let done = cluster.json(&["submit", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+}

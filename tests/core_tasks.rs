@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use weir::core::tasks::{Action, Core, CoreConfig, JobError, SubmitError};
-use weir::proto::{NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
+use weir::proto::{EnvVerdict, NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
 
 fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
     TaskSpec {
@@ -188,6 +188,45 @@ fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
 }
 
 #[test]
+fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
+    let mut core = Core::new(CoreConfig::default());
+    core.submit(vec![group(2, &[("gpu", 1)])]).unwrap(); // tasks 1, 2: need a gpu
+    core.submit(vec![group(1, &[])]).unwrap(); // task 3: runs anywhere
+    let mut envs = group(1, &[]);
+    envs.spec.environments = vec!["big".into()];
+    core.register_environment("big");
+    core.submit(vec![envs]).unwrap(); // task 4: needs `big`, not evaluated yet
+    let w = core.worker_joined(0, worker(1, &[("gpu", 0)]));
+    // A manager could start a worker with a gpu: nothing fails, however long it waits.
+    assert_eq!(core.fail_unschedulable(0, 1000, |_, _| true), 0);
+    assert_eq!(core.fail_unschedulable(5000, 1000, |_, _| true), 0);
+    // None could: the clock starts now, and the gpu tasks fail once it has run out.
+    let never = |_: &[(String, u64)], _: &[String]| false;
+    assert_eq!(core.fail_unschedulable(6000, 1000, never), 0);
+    assert_eq!(core.fail_unschedulable(6999, 1000, never), 0);
+    assert_eq!(core.fail_unschedulable(7000, 1000, never), 2);
+    for result in core.results(1).unwrap() {
+        assert_eq!(result.state, TaskState::Failed);
+        let Outcome::Error { message } = &result.outcome else {
+            panic!("{result:?}")
+        };
+        assert!(message.starts_with("unschedulable:"), "{message}");
+        assert!(message.contains("capabilities [gpu=1]"), "{message}");
+    }
+    // The task that fits runs; the one whose environment is still pending keeps waiting.
+    core.schedule();
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![3]);
+    assert_eq!(core.fail_unschedulable(9000, 1000, never), 0);
+    assert_eq!(core.job_counts(3).unwrap().queued, 1);
+    // Once the worker answers no-match, that task has nothing either, and fails in its turn.
+    core.set_verdicts(9000, w, vec![("big".into(), EnvVerdict::NoMatch)]);
+    assert_eq!(core.fail_unschedulable(9000, 1000, never), 0);
+    assert_eq!(core.fail_unschedulable(10_000, 1000, never), 1);
+    assert_eq!(core.job_counts(3).unwrap().failed, 1);
+    core.sanity_check().unwrap();
+}
+
+#[test]
 fn bad_submissions_are_refused_whole() {
     let mut core = Core::new(CoreConfig::default());
     assert_eq!(core.submit(vec![]), Err(SubmitError::Empty));
@@ -247,6 +286,8 @@ enum Event {
     Duplicate(usize),
     Cancel(u64),
     Forget(u64),
+    /// `fail_unschedulable` with a zero timeout; whether a manager could serve.
+    Unschedulable(bool),
     Tick(u64),
 }
 
@@ -260,6 +301,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => any::<usize>().prop_map(Event::Duplicate),
         1 => (1u64..6).prop_map(Event::Cancel),
         1 => (1u64..6).prop_map(Event::Forget),
+        1 => any::<bool>().prop_map(Event::Unschedulable),
         1 => (0u64..3000).prop_map(Event::Tick),
     ]
 }
@@ -332,6 +374,9 @@ proptest! {
                     Err(JobError::Unknown(j)) => prop_assert!(j as usize > jobs.len()),
                     Err(JobError::Forgotten(j)) => prop_assert!(false, "forgetting {} twice is not an error", j),
                 },
+                Event::Unschedulable(managers_could) => {
+                    core.fail_unschedulable(now, 0, |_, _| managers_could);
+                }
                 Event::Tick(dt) => { now += dt; core.tick(now); }
                 Event::Lose(_) => {}
             }

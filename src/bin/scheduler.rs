@@ -75,6 +75,11 @@ struct Args {
     /// seconds after its last task finished. Default: keep every job until `weir forget JOB`.
     #[arg(long, value_name = "SECONDS")]
     forget_after: Option<f64>,
+    /// Fail queued tasks that no live worker and no worker manager could run (capabilities no
+    /// one has, environments no one matches) once that has lasted this many seconds. Default:
+    /// they wait for a worker that qualifies, and `weir explain TASK` says why.
+    #[arg(long, value_name = "SECONDS")]
+    unschedulable_timeout: Option<f64>,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text")]
     log_format: weir::telemetry::LogFormat,
@@ -136,10 +141,15 @@ fn run(args: Args) -> Result<()> {
     if !(args.scale_down_delay >= 0.0 && args.scale_down_delay.is_finite()) {
         bail!("--scale-down-delay must be zero or a positive number of seconds");
     }
-    if let Some(after) = args.forget_after
-        && !(after >= 0.0 && after.is_finite() && after < 1e12)
-    {
-        bail!("--forget-after must be zero or a positive number of seconds");
+    for (flag, value) in [
+        ("--forget-after", args.forget_after),
+        ("--unschedulable-timeout", args.unschedulable_timeout),
+    ] {
+        if let Some(seconds) = value
+            && !(seconds >= 0.0 && seconds.is_finite() && seconds < 1e12)
+        {
+            bail!("{flag} must be zero or a positive number of seconds");
+        }
     }
     let listen: SocketAddr = weir::net::parse_address(&args.listen)?;
     let settings = Settings {
@@ -154,6 +164,7 @@ fn run(args: Args) -> Result<()> {
         metrics: args.metrics,
         max_connections: args.max_connections,
         forget_after: args.forget_after.map(Duration::from_secs_f64),
+        unschedulable_timeout: args.unschedulable_timeout.map(Duration::from_secs_f64),
     };
     let scaling = weir::scheduler::Scaling { policy, tiers };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

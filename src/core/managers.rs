@@ -160,43 +160,7 @@ impl Managers {
         let mut lines = Vec::new();
         for entry in self.entries.values() {
             let state = &entry.state;
-            let mine: Vec<&WorkerView> = workers
-                .iter()
-                .filter(|w| w.manager.as_deref() == Some(&state.id))
-                .collect();
-            let verdicts = verdicts(&mine);
-            let mut missing = Vec::new();
-            if !self.online(entry, now) {
-                missing.push("offline".to_string());
-            }
-            if !tiers.iter().any(|t| {
-                t.members
-                    .iter()
-                    .any(|m| *m == state.id || *m == state.worker_type)
-            }) {
-                missing.push("not listed in the scaling policy".to_string());
-            }
-            for (name, need) in capabilities {
-                let have = state
-                    .capabilities
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map_or(0, |(_, v)| *v);
-                if have < *need {
-                    missing.push(format!(
-                        "its workers have {name}={have}, the task needs {need}"
-                    ));
-                }
-            }
-            for env in environments {
-                match verdicts.iter().find(|(n, _)| n == env).map(|(_, v)| *v) {
-                    Some(Verdict::NoMatch) => {
-                        missing.push(format!("its workers do not match `{env}`"))
-                    }
-                    Some(_) => {}
-                    None => {} // unknown: one worker would be started to learn
-                }
-            }
+            let missing = self.obstacles(entry, now, capabilities, environments, workers, tiers);
             let last = self.last.get(&state.id).map(|d| {
                 format!(
                     "; last decision: {} worker(s), {}",
@@ -219,6 +183,71 @@ impl Managers {
             });
         }
         lines
+    }
+
+    /// Whether some manager could start a worker for a task needing `capabilities` and
+    /// `environments` (for `--unschedulable-timeout`).
+    pub fn could_serve(
+        &self,
+        now: u64,
+        capabilities: &[(String, u64)],
+        environments: &[String],
+        workers: &[WorkerView],
+        tiers: &[Tier],
+    ) -> bool {
+        self.entries.values().any(|entry| {
+            self.obstacles(entry, now, capabilities, environments, workers, tiers)
+                .is_empty()
+        })
+    }
+
+    /// Why `entry` cannot start a worker for such a task (empty: it can).
+    fn obstacles(
+        &self,
+        entry: &Entry,
+        now: u64,
+        capabilities: &[(String, u64)],
+        environments: &[String],
+        workers: &[WorkerView],
+        tiers: &[Tier],
+    ) -> Vec<String> {
+        let state = &entry.state;
+        let mine: Vec<&WorkerView> = workers
+            .iter()
+            .filter(|w| w.manager.as_deref() == Some(&state.id))
+            .collect();
+        let verdicts = verdicts(&mine);
+        let mut missing = Vec::new();
+        if !self.online(entry, now) {
+            missing.push("offline".to_string());
+        }
+        if !tiers.iter().any(|t| {
+            t.members
+                .iter()
+                .any(|m| *m == state.id || *m == state.worker_type)
+        }) {
+            missing.push("not listed in the scaling policy".to_string());
+        }
+        for (name, need) in capabilities {
+            let have = state
+                .capabilities
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, v)| *v);
+            if have < *need {
+                missing.push(format!(
+                    "its workers have {name}={have}, the task needs {need}"
+                ));
+            }
+        }
+        for env in environments {
+            match verdicts.iter().find(|(n, _)| n == env).map(|(_, v)| *v) {
+                Some(Verdict::NoMatch) => missing.push(format!("its workers do not match `{env}`")),
+                Some(_) => {}
+                None => {} // unknown: one worker would be started to learn
+            }
+        }
+        missing
     }
 }
 

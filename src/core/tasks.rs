@@ -218,6 +218,22 @@ impl Worker {
     }
 }
 
+/// Whether `worker` could ever run tasks of `class` (once its slots and amounts are free): it has
+/// the capabilities, and every environment matches there, or is registered and its verdict still
+/// pending (a worker-local environment another worker defines is never evaluated here).
+fn could_ever_run(worker: &Worker, class: &Class, known: &BTreeMap<String, EnvSource>) -> bool {
+    class
+        .capabilities
+        .iter()
+        .all(|(name, need)| amount(&worker.info.capabilities, name) >= *need)
+        && class.environments.iter().all(|env| {
+            matches!(
+                (worker.verdicts.get(env), known.get(env)),
+                (Some(EnvVerdict::Match), Some(_)) | (None, Some(EnvSource::Registered))
+            )
+        })
+}
+
 fn amount(list: &[(String, u64)], name: &str) -> u64 {
     list.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v)
 }
@@ -247,6 +263,8 @@ pub struct Core {
     done: Vec<JobId>,
     /// (when it was seen done, job), oldest first: forgotten after `forget_after_ms`.
     retention: VecDeque<(u64, JobId)>,
+    /// Classes with queued tasks nothing can run, and since when (`fail_unschedulable`).
+    unschedulable_since: HashMap<usize, u64>,
     classes: Vec<Class>,
     /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
@@ -985,6 +1003,82 @@ impl Core {
         }
         // A forgotten job waits for confirmations of its canceled tasks before it is dropped.
         self.drop_forgotten();
+    }
+
+    /// `--unschedulable-timeout`: fail the queued tasks nothing can ever run. Queued tasks of a
+    /// class are unschedulable while no live worker has the capabilities and a `match` (or a
+    /// verdict still pending) on every environment they name, and `managers_could_serve` says
+    /// no worker manager could start one either. Once that has held for `timeout_ms` they fail,
+    /// saying why. Returns how many failed.
+    pub fn fail_unschedulable(
+        &mut self,
+        now: u64,
+        timeout_ms: u64,
+        managers_could_serve: impl Fn(&[(String, u64)], &[String]) -> bool,
+    ) -> u64 {
+        let waiting: HashSet<usize> = self
+            .queues
+            .iter()
+            .filter(|(_, queue)| {
+                queue.iter().any(|id| {
+                    self.tasks
+                        .get(*id)
+                        .is_some_and(|t| t.state == TaskState::Queued)
+                })
+            })
+            .map(|((_, class), _)| *class)
+            .collect();
+        self.unschedulable_since
+            .retain(|class, _| waiting.contains(class));
+        let mut failed = 0;
+        for class_id in waiting {
+            let class = &self.classes[class_id];
+            let workers_could = self
+                .workers
+                .values()
+                .any(|w| could_ever_run(w, class, &self.environments));
+            if workers_could || managers_could_serve(&class.capabilities, &class.environments) {
+                self.unschedulable_since.remove(&class_id);
+                continue;
+            }
+            let since = *self.unschedulable_since.entry(class_id).or_insert(now);
+            if now.saturating_sub(since) < timeout_ms {
+                continue;
+            }
+            let needs: Vec<String> = class
+                .capabilities
+                .iter()
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect();
+            let message = format!(
+                "unschedulable: for {:.1} s no live worker or worker manager could run it \
+                 (it needs capabilities [{}], environments [{}])",
+                timeout_ms as f64 / 1000.0,
+                needs.join(", "),
+                class.environments.join(", ")
+            );
+            let ids: Vec<TaskId> = self
+                .queues
+                .iter()
+                .filter(|((_, c), _)| *c == class_id)
+                .flat_map(|(_, queue)| queue.iter().copied())
+                .filter(|id| {
+                    self.tasks
+                        .get(*id)
+                        .is_some_and(|t| t.state == TaskState::Queued)
+                })
+                .collect();
+            for id in ids {
+                let outcome = Outcome::Error {
+                    message: message.clone(),
+                };
+                self.finish(id, TaskState::Failed, outcome);
+                failed += 1;
+            }
+            self.queues.retain(|(_, c), _| *c != class_id);
+            self.unschedulable_since.remove(&class_id);
+        }
+        failed
     }
 
     /// Place queued tasks on workers with room.

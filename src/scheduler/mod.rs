@@ -56,6 +56,9 @@ pub struct Settings {
     /// Forget a job (its results and inputs) this long after it finished; `None`: keep it until
     /// `weir forget`.
     pub forget_after: Option<Duration>,
+    /// Fail queued tasks that no live worker or worker manager could run for this long; `None`:
+    /// they wait (and `weir explain` says why).
+    pub unschedulable_timeout: Option<Duration>,
 }
 
 /// The scaling policy and its tiers (for `weir status`).
@@ -149,6 +152,7 @@ struct Actor {
     deferred: Vec<(mpsc::UnboundedSender<Response>, Response)>,
     policy_latency: metrics::Histogram,
     policy_errors: u64,
+    unschedulable_timeout: Option<Duration>,
 }
 
 /// A running scheduler: its address and access file.
@@ -247,6 +251,7 @@ pub async fn run(
         deferred: Vec::new(),
         policy_latency: metrics::Histogram::default(),
         policy_errors: 0,
+        unschedulable_timeout: settings.unschedulable_timeout,
     };
     let mut actor = actor;
     if let Some(path) = &settings.journal {
@@ -343,6 +348,7 @@ impl Actor {
                 _ = ticker.tick() => {
                     let now = self.now();
                     self.core.tick(now);
+                    self.fail_unschedulable(now);
                 }
                 _ = scaling.tick() => self.scale(),
             }
@@ -427,6 +433,29 @@ impl Actor {
             tracing::info!(jobs, finished = finals, forgets, "journal replayed");
         }
         forgets
+    }
+
+    /// `--unschedulable-timeout`: the core decides, asking the manager controller whether some
+    /// manager could start a worker for the tasks.
+    fn fail_unschedulable(&mut self, now: u64) {
+        let Some(timeout) = self.unschedulable_timeout else {
+            return;
+        };
+        let views = self.core.worker_views(now);
+        let (managers, tiers) = (&self.managers, &self.tiers);
+        let failed = self.core.fail_unschedulable(
+            now,
+            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            |capabilities, environments| {
+                managers.could_serve(now, capabilities, environments, &views, tiers)
+            },
+        );
+        if failed > 0 {
+            tracing::warn!(
+                failed,
+                "failed tasks nothing can run (--unschedulable-timeout)"
+            );
+        }
     }
 
     /// Rewrite the journal as the state just replayed: the environments, then every held job

@@ -1,5 +1,25 @@
 //! Logging set-up shared by the executables: `tracing` to stderr, filtered by `RUST_LOG`
 //! (default `warn`, so a plugin's stderr and refused calls are visible), as text or JSON lines.
+//! Also the flags the `scheduler`, `worker` and `worker-manager` executables share.
+
+use std::path::PathBuf;
+
+/// Flags of every long-running executable (`#[command(flatten)]`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct CommonArgs {
+    /// The access file: the scheduler writes it (address, certificate, tokens), the others read
+    /// it to find and authenticate to the scheduler.
+    #[arg(
+        long,
+        env = "WEIR_ACCESS_FILE",
+        default_value = ".weir/access.json",
+        value_name = "FILE"
+    )]
+    pub access_file: PathBuf,
+    /// Log format on stderr (`RUST_LOG` filters, default `warn`).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

@@ -21,14 +21,8 @@ struct Args {
     /// Address to listen on (`quic://HOST:PORT` or HOST:PORT; port 0 picks a free one).
     #[arg(long, default_value = "quic://127.0.0.1:7788", value_name = "ADDRESS")]
     listen: String,
-    /// Where to write the access file (address, certificate, tokens) peers read.
-    #[arg(
-        long,
-        env = "WEIR_ACCESS_FILE",
-        default_value = ".weir/access.json",
-        value_name = "FILE"
-    )]
-    access_file: PathBuf,
+    #[command(flatten)]
+    common: weir::telemetry::CommonArgs,
     /// A worker silent this long (seconds) is lost and its running tasks are requeued.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     heartbeat_timeout: f64,
@@ -80,9 +74,6 @@ struct Args {
     /// they wait for a worker that qualifies, and `weir explain TASK` says why.
     #[arg(long, value_name = "SECONDS")]
     unschedulable_timeout: Option<f64>,
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value = "text")]
-    log_format: weir::telemetry::LogFormat,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
     check: bool,
@@ -90,7 +81,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    weir::telemetry::init(args.log_format);
+    weir::telemetry::init(args.common.log_format);
     weir::telemetry::exit(run(args))
 }
 
@@ -154,7 +145,7 @@ fn run(args: Args) -> Result<()> {
     let listen: SocketAddr = weir::net::parse_address(&args.listen)?;
     let settings = Settings {
         listen,
-        access_file: args.access_file,
+        access_file: args.common.access_file,
         heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout),
         cert: args.cert.zip(args.key),
         scaling_interval: Duration::from_secs_f64(args.scaling_interval),

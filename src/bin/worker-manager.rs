@@ -16,14 +16,8 @@ use weir::manager::Settings;
     about = "A weir worker manager: runs as many workers as the scheduler's scaling policy asks (or --fixed N)"
 )]
 struct Args {
-    /// The access file the scheduler wrote.
-    #[arg(
-        long,
-        env = "WEIR_ACCESS_FILE",
-        default_value = ".weir/access.json",
-        value_name = "FILE"
-    )]
-    access_file: PathBuf,
+    #[command(flatten)]
+    common: weir::telemetry::CommonArgs,
     /// This manager's id (what waterfall_v1 rows name). Default: worker type and process id.
     #[arg(long)]
     id: Option<String>,
@@ -69,9 +63,6 @@ struct Args {
     /// The worker executable (default: `worker` beside this one).
     #[arg(long, value_name = "PATH")]
     worker_command: Option<PathBuf>,
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value = "text")]
-    log_format: weir::telemetry::LogFormat,
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 0.5, value_name = "SECONDS")]
     heartbeat_interval: f64,
@@ -83,7 +74,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    weir::telemetry::init(args.log_format);
+    weir::telemetry::init(args.common.log_format);
     weir::telemetry::exit(run(args))
 }
 
@@ -138,7 +129,7 @@ fn run(args: Args) -> Result<()> {
         worker_capabilities_flag: args.capabilities,
         env_plugin_flags: args.env_plugins,
         worker_command,
-        access_file: args.access_file.clone(),
+        access_file: args.common.access_file.clone(),
         heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),
         unit: args.unit.clone(),
     };
@@ -156,7 +147,7 @@ fn run(args: Args) -> Result<()> {
                 if args.unit_size == 0 || !(args.unit_timeout > 0.0 && args.unit_timeout.is_finite()) {
                     bail!("--unit-size must be at least 1 and --unit-timeout a positive number of seconds");
                 }
-                let address = weir::net::AccessFile::read(&args.access_file).map(|a| a.address).unwrap_or_default();
+                let address = weir::net::AccessFile::read(&args.common.access_file).map(|a| a.address).unwrap_or_default();
                 let command = weir::manager::command::CommandBackend {
                     start: args.start_cmd.clone().unwrap_or_default(),
                     stop: args.stop_cmd.clone().unwrap_or_default(),
@@ -168,7 +159,7 @@ fn run(args: Args) -> Result<()> {
             }
         };
         let pool = std::sync::Arc::new(tokio::sync::Mutex::new(backend));
-        weir::net::reconnecting(&args.access_file, reconnect, "worker manager", |access| {
+        weir::net::reconnecting(&args.common.access_file, reconnect, "worker manager", |access| {
             let pool = pool.clone();
             async move { weir::manager::run_dynamic(&access, &mut *pool.lock().await).await }
         })

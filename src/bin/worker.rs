@@ -1,6 +1,5 @@
 //! `worker`: runs tasks for the scheduler and evaluates environment conditions on its machine.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +19,8 @@ use weir::worker::env::{FactsSource, LocalEnv};
     about = "A weir worker: runs tasks, evaluates environment conditions"
 )]
 struct Args {
-    /// The access file the scheduler wrote.
-    #[arg(
-        long,
-        env = "WEIR_ACCESS_FILE",
-        default_value = ".weir/access.json",
-        value_name = "FILE"
-    )]
-    access_file: PathBuf,
+    #[command(flatten)]
+    common: weir::telemetry::CommonArgs,
     /// Tasks run at once (default: the number of CPUs).
     #[arg(long)]
     slots: Option<u32>,
@@ -74,9 +67,6 @@ struct Args {
     /// Benchmarking only: report every task as succeeded without running it.
     #[arg(long)]
     no_execute: bool,
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value = "text")]
-    log_format: weir::telemetry::LogFormat,
     /// Evaluate the conditions on this machine, print the verdicts, and exit.
     #[arg(long)]
     check: bool,
@@ -84,7 +74,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    weir::telemetry::init(args.log_format);
+    weir::telemetry::init(args.common.log_format);
     weir::telemetry::exit(run(args))
 }
 
@@ -163,7 +153,7 @@ fn run(args: Args) -> Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reconnect = Duration::from_secs_f64(args.reconnect_timeout.max(0.0));
     let reason = runtime.block_on(weir::net::reconnecting(
-        &args.access_file,
+        &args.common.access_file,
         reconnect,
         "worker",
         |access| {

@@ -19,8 +19,9 @@ pub(super) struct Runner {
     /// `setup` values of the environments this worker matches.
     values: super::env::SharedValues,
     components: RwLock<HashMap<ComponentHash, Result<Loaded, String>>>,
-    /// Idle task instances per component, reused across tasks.
-    pools: Mutex<HashMap<ComponentHash, Vec<TaskPlugin>>>,
+    /// Idle task instances per component and deadline (an instance's limits are fixed when it
+    /// is made: a task must not inherit another one's timeout), reused across tasks.
+    pools: Mutex<HashMap<(ComponentHash, Option<Duration>), Vec<TaskPlugin>>>,
 }
 
 impl Runner {
@@ -192,7 +193,7 @@ impl Runner {
             .pools
             .lock()
             .ok()
-            .and_then(|mut pools| pools.get_mut(&hash).and_then(Vec::pop));
+            .and_then(|mut pools| pools.get_mut(&(hash, timeout)).and_then(Vec::pop));
         let plugin = match pooled {
             Some(plugin) => plugin,
             None => {
@@ -220,7 +221,7 @@ impl Runner {
         match result {
             Ok((plugin, output)) => {
                 if let Ok(mut pools) = self.pools.lock() {
-                    pools.entry(hash).or_default().push(plugin);
+                    pools.entry((hash, timeout)).or_default().push(plugin);
                 }
                 match output {
                     Ok(output) => Outcome::Returned { output },

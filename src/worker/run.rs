@@ -12,6 +12,9 @@ use super::Group;
 use crate::plugin::{Limits, Loaded, PluginHost, TaskPlugin, World};
 use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
 
+/// A task component and the deadline its instances were made with.
+type PoolKey = (ComponentHash, Option<Duration>);
+
 pub(super) struct Runner {
     host: Arc<PluginHost>,
     output_limit: usize,
@@ -21,7 +24,7 @@ pub(super) struct Runner {
     components: RwLock<HashMap<ComponentHash, Result<Loaded, String>>>,
     /// Idle task instances per component and deadline (an instance's limits are fixed when it
     /// is made: a task must not inherit another one's timeout), reused across tasks.
-    pools: Mutex<HashMap<(ComponentHash, Option<Duration>), Vec<TaskPlugin>>>,
+    pools: Mutex<HashMap<PoolKey, Vec<TaskPlugin>>>,
 }
 
 impl Runner {

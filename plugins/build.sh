@@ -9,7 +9,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
 bundled=(waterfall_v1 waterfall_v2 mem_gt square)
-fixtures=(hostile_policy hostile_condition)
+fixtures=(hostile_policy hostile_condition hostile_task)
 
 check=false
 case "${1:-}" in

@@ -539,3 +539,41 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
     let done = cluster.json(&["submit", "--wait", "--", "true"]);
     assert_eq!(done["counts"]["succeeded"], 1, "{done}");
 }
+
+#[test]
+fn wasm_tasks_are_held_to_their_own_timeouts() {
+    let mut cluster = Cluster::start("10");
+    // One slot: every task reuses the same pooled instances.
+    cluster.worker("w", &["--slots", "1"]);
+    let task = "plugins/fixtures/hostile_task.wasm";
+    let submit = |input: &str, timeout: &str| {
+        let out = cluster.weir(&[
+            "--output",
+            "json",
+            "submit",
+            "--wasm",
+            task,
+            "--input",
+            input,
+            "--timeout",
+            timeout,
+            "--wait",
+        ]);
+        let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let results = cluster.json(&["results", &done["job"].to_string()]);
+        (done, results[0].clone())
+    };
+    // A task that never returns is stopped at its timeout, and the slot is free again.
+    let (done, result) = submit("loop", "0.3");
+    assert_eq!(done["counts"]["failed"], 1, "{done}");
+    assert!(
+        result.to_string().contains("timed out after 300ms"),
+        "{result}"
+    );
+    // A quick task with a short timeout leaves an instance behind; a slow task with a long
+    // timeout (about a second of work here) must not inherit that instance's deadline.
+    let (done, _) = submit("quick", "0.2");
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    let (done, result) = submit("spin:1000000000", "60");
+    assert_eq!(done["counts"]["succeeded"], 1, "{done} {result}");
+}

@@ -10,6 +10,7 @@ use weir::plugin::{HostFacts, Limits, Origin, PluginError, PluginHost, World, bu
 
 const HOSTILE_POLICY: &[u8] = include_bytes!("../plugins/fixtures/hostile_policy.wasm");
 const HOSTILE_CONDITION: &[u8] = include_bytes!("../plugins/fixtures/hostile_condition.wasm");
+const HOSTILE_TASK: &[u8] = include_bytes!("../plugins/fixtures/hostile_task.wasm");
 
 fn host() -> &'static PluginHost {
     static HOST: OnceLock<PluginHost> = OnceLock::new();
@@ -212,6 +213,36 @@ fn hostile_conditions_are_contained_with_the_right_error() {
     assert!(run(&mut condition, "fine").unwrap());
     let error = run(&mut condition, "loop").unwrap_err().to_string();
     assert_eq!(error, "hostile_condition: evaluate timed out after 200ms");
+}
+
+#[test]
+fn hostile_tasks_are_contained_with_the_right_error() {
+    let loaded = host()
+        .load("hostile_task", HOSTILE_TASK, Some(World::Task))
+        .unwrap();
+    let mut task = host().task(&loaded, tight()).unwrap();
+    let mut run = |input: &str| task.run(input.as_bytes(), Vec::new());
+    assert!(matches!(
+        run("loop"),
+        Err(PluginError::Timeout { call: "run", .. })
+    ));
+    assert!(matches!(run("oom"), Err(PluginError::MemoryLimit { limit, .. }) if limit == 16 << 20));
+    match run("panic") {
+        Err(PluginError::Panic { message, .. }) => {
+            assert_eq!(message, "hostile task panicked on purpose")
+        }
+        other => panic!("expected a panic, got {other:?}"),
+    }
+    assert!(matches!(run("trap"), Err(PluginError::Trap { .. })));
+    match run("spin:x") {
+        Err(PluginError::Refused { message, .. }) => {
+            assert_eq!(message, "`spin:x`: spin:N needs a whole number")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // After all that the same plugin, in a fresh instance, still works.
+    assert_eq!(run("hello").unwrap(), b"hello");
+    assert!(run("spin:1000").unwrap().starts_with(b"spun 1000"));
 }
 
 #[test]

@@ -227,6 +227,43 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
 }
 
 #[test]
+fn a_component_no_held_task_uses_is_released() {
+    let mut core = Core::new(CoreConfig::default());
+    let hash = [7; 32];
+    core.add_component(hash);
+    let mut wasm = group(2, &[]);
+    wasm.spec.kind = TaskKind::Wasm { component: hash };
+    core.submit(vec![wasm.clone()]).unwrap(); // job 1
+    core.submit(vec![wasm.clone()]).unwrap(); // job 2
+    let w = core.worker_joined(0, worker(4, &[]));
+    core.schedule();
+    for task in dispatched(&core.take_actions())[&w].clone() {
+        core.finished(1, w, task, ok());
+    }
+    core.take_actions();
+    // Job 2 still uses it after job 1 is forgotten; once both are, it is released.
+    core.forget(1).unwrap();
+    assert!(
+        !core
+            .take_actions()
+            .contains(&Action::ComponentUnused { hash })
+    );
+    core.forget(2).unwrap();
+    assert!(
+        core.take_actions()
+            .contains(&Action::ComponentUnused { hash })
+    );
+    // A new job must bring it again.
+    assert!(matches!(
+        core.submit(vec![wasm.clone()]),
+        Err(SubmitError::UnknownComponent { .. })
+    ));
+    core.add_component(hash);
+    core.submit(vec![wasm]).unwrap();
+    core.sanity_check().unwrap();
+}
+
+#[test]
 fn bad_submissions_are_refused_whole() {
     let mut core = Core::new(CoreConfig::default());
     assert_eq!(core.submit(vec![]), Err(SubmitError::Empty));
@@ -329,7 +366,7 @@ proptest! {
                     Action::Dispatch { worker, tasks } => running.entry(worker).or_default().extend(tasks),
                     Action::Finished { task, .. } => *finished_events.entry(task).or_default() += 1,
                     Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); }
-                    Action::Cancel { .. } | Action::Forgot { .. } => {}
+                    Action::Cancel { .. } | Action::Forgot { .. } | Action::ComponentUnused { .. } => {}
                 }
             }
         };

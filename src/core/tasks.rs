@@ -66,6 +66,8 @@ pub enum Action {
     Finished { job: JobId, task: TaskId },
     /// A finished job was forgotten after `forget_after_ms` (the shell journals it).
     Forgot { job: JobId },
+    /// No held task uses this wasm component any more (the shell may free its bytes).
+    ComponentUnused { hash: ComponentHash },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,7 +271,9 @@ pub struct Core {
     /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
     workers: BTreeMap<WorkerId, Worker>,
-    components: HashSet<ComponentHash>,
+    /// Known wasm task components, with how many held groups use each: a component no held
+    /// group uses any more is forgotten too (`Action::ComponentUnused`).
+    components: HashMap<ComponentHash, usize>,
     /// Known environment names: registered at run time, or evaluated by some worker on its own.
     environments: BTreeMap<String, EnvSource>,
     counts: JobCounts,
@@ -291,7 +295,7 @@ impl Core {
 
     /// A wasm task component is known (the shell keeps its bytes).
     pub fn add_component(&mut self, hash: ComponentHash) {
-        self.components.insert(hash);
+        self.components.entry(hash).or_insert(0);
     }
 
     pub fn group(&self, id: GroupId) -> Option<&Arc<Group>> {
@@ -421,7 +425,7 @@ impl Core {
                     return Err(SubmitError::EmptyArgv { group: index });
                 }
                 TaskKind::Wasm { component }
-                    if check_references && !self.components.contains(component) =>
+                    if check_references && !self.components.contains_key(component) =>
                 {
                     return Err(SubmitError::UnknownComponent {
                         group: index,
@@ -467,6 +471,9 @@ impl Core {
             let class = self.class_of(&new.spec);
             let first = self.tasks.next_id();
             let priority = std::cmp::Reverse(new.spec.priority);
+            if let TaskKind::Wasm { component } = &new.spec.kind {
+                *self.components.entry(*component).or_insert(0) += 1;
+            }
             self.groups.insert(
                 gid,
                 Arc::new(Group {
@@ -1259,7 +1266,17 @@ impl Core {
                     break;
                 };
                 *slot(&mut self.counts, task.state) -= 1;
-                self.groups.remove(&task.group);
+                if let Some(group) = self.groups.remove(&task.group)
+                    && let TaskKind::Wasm { component } = &group.spec.kind
+                    && let Some(users) = self.components.get_mut(component)
+                {
+                    *users = users.saturating_sub(1);
+                    if *users == 0 {
+                        self.components.remove(component);
+                        self.actions
+                            .push(Action::ComponentUnused { hash: *component });
+                    }
+                }
             }
         }
     }

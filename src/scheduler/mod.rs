@@ -994,6 +994,13 @@ impl Actor {
                     // Dropping the sender ends the connection task, which closes the connection.
                     self.workers.remove(&worker);
                 }
+                Action::ComponentUnused { hash } => {
+                    // Environments share the map: keep what a registered condition uses.
+                    if !self.environments.values().any(|d| d.component == hash) {
+                        self.components.remove(&hash);
+                        tracing::debug!(component = %hex::encode(hash), "task component freed");
+                    }
+                }
                 Action::Forgot { job } => {
                     tracing::info!(job, "job forgotten (--forget-after)");
                     self.journal(journal::Record::Forget { job });

@@ -1,6 +1,7 @@
 //! `scheduler --metrics ADDR`: the Prometheus text format over a minimal HTTP/1.0 server
 //! (`GET /metrics` only). The text is rendered by the actor, so it is one consistent snapshot.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -94,4 +95,133 @@ pub async fn serve(listener: TcpListener, events: mpsc::UnboundedSender<Event>) 
 
 pub async fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(address).await
+}
+
+impl super::Actor {
+    /// The Prometheus text of `/metrics`.
+    pub(super) fn render_metrics(&self) -> String {
+        use std::fmt::Write as _;
+        let now = self.now();
+        let status = self.core.status();
+        let mut out = String::new();
+        let t = &status.tasks;
+        let _ = writeln!(
+            out,
+            "# HELP weir_tasks Tasks by state.\n# TYPE weir_tasks gauge"
+        );
+        for (state, n) in [
+            ("queued", t.queued),
+            ("running", t.running),
+            ("succeeded", t.succeeded),
+            ("failed", t.failed),
+            ("canceled", t.canceled),
+        ] {
+            let _ = writeln!(out, "weir_tasks{{state=\"{state}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_jobs_total Jobs accepted.\n# TYPE weir_jobs_total counter"
+        );
+        let _ = writeln!(out, "weir_jobs_total {}", status.jobs);
+        let mut by_manager: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+        for w in &status.workers {
+            let entry = by_manager
+                .entry(w.manager.clone().unwrap_or_default())
+                .or_default();
+            entry.0 += 1;
+            entry.1 += u64::from(w.slots);
+            entry.2 += u64::from(w.running);
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_workers Live workers by manager (empty: none).\n# TYPE weir_workers gauge"
+        );
+        for (manager, (n, _, _)) in &by_manager {
+            let _ = writeln!(out, "weir_workers{{manager=\"{}\"}} {n}", escape(manager));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_slots Task slots of live workers, busy or not.\n# TYPE weir_slots gauge"
+        );
+        for (manager, (_, slots, busy)) in &by_manager {
+            let manager = escape(manager);
+            let _ = writeln!(
+                out,
+                "weir_slots{{manager=\"{manager}\",busy=\"false\"}} {}",
+                slots - busy
+            );
+            let _ = writeln!(
+                out,
+                "weir_slots{{manager=\"{manager}\",busy=\"true\"}} {busy}"
+            );
+        }
+        let views = self.core.worker_views(now);
+        let managers = self.managers.status(now, &views, &self.tiers);
+        let _ = writeln!(
+            out,
+            "# HELP weir_manager_workers Workers per manager.\n# TYPE weir_manager_workers gauge"
+        );
+        for m in &managers {
+            let id = escape(&m.id);
+            for (kind, n) in [
+                ("desired", m.desired.unwrap_or(0)),
+                ("live", m.live),
+                ("starting", m.starting),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "weir_manager_workers{{manager=\"{id}\",kind=\"{kind}\"}} {n}"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_manager_online Whether a manager heartbeats.\n# TYPE weir_manager_online gauge"
+        );
+        for m in &managers {
+            let _ = writeln!(
+                out,
+                "weir_manager_online{{manager=\"{}\"}} {}",
+                escape(&m.id),
+                u8::from(m.online)
+            );
+        }
+        self.policy_latency.render(
+            &mut out,
+            "weir_policy_decide_seconds",
+            "Time of one sandboxed scaling policy call.",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP weir_policy_errors_total Policy calls that failed.\n# TYPE weir_policy_errors_total counter"
+        );
+        let _ = writeln!(out, "weir_policy_errors_total {}", self.policy_errors);
+        let _ = writeln!(
+            out,
+            "# HELP weir_environment_workers Workers per environment verdict.\n# TYPE weir_environment_workers gauge"
+        );
+        for env in self.core.environment_report(None) {
+            let name = escape(&env.name);
+            for (verdict, n) in [
+                ("match", env.matching.len()),
+                ("no_match", env.not_matching.len()),
+                ("error", env.erroring.len()),
+                ("pending", env.pending.len()),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "weir_environment_workers{{environment=\"{name}\",verdict=\"{verdict}\"}} {n}"
+                );
+            }
+        }
+        out
+    }
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

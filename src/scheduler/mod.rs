@@ -8,6 +8,7 @@
 mod connection;
 pub mod journal;
 mod metrics;
+mod replay;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -373,68 +374,6 @@ impl Actor {
         }
     }
 
-    /// Rebuild the state a previous run journaled: same jobs, same task ids, finished results.
-    /// Returns how many forgets it replayed since the journal was last compacted (what
-    /// compacting would drop).
-    fn replay(&mut self, records: Vec<journal::Record>) -> u64 {
-        let (mut jobs, mut finals, mut forgets) = (0u64, 0u64, 0u64);
-        for record in records {
-            match record {
-                journal::Record::Base {
-                    first_job,
-                    first_task,
-                } => {
-                    if !self.core.start_ids_at(first_job, first_task) {
-                        tracing::error!(
-                            first_job,
-                            first_task,
-                            "a journal base record after other records; ignored"
-                        );
-                    }
-                }
-                journal::Record::Submit { components, groups } => {
-                    for (hash, bytes) in components {
-                        self.core.add_component(hash);
-                        self.components.insert(hash, Arc::new(bytes));
-                    }
-                    if let Err(error) = self.core.restore(groups) {
-                        tracing::error!(%error, "a journaled submission does not validate; skipped");
-                    }
-                    jobs += 1;
-                }
-                journal::Record::Final(results) => {
-                    for (task, state, outcome, attempts) in results {
-                        self.core.restore_final(task, state, outcome, attempts);
-                        finals += 1;
-                    }
-                }
-                journal::Record::EnvRegister { def, component } => {
-                    self.core.add_component(def.component);
-                    self.components.insert(def.component, Arc::new(component));
-                    self.core.register_environment(&def.name);
-                    self.environments.insert(def.name.clone(), def);
-                }
-                journal::Record::EnvRemove { name } => {
-                    self.core.remove_environment(&name);
-                    self.environments.remove(&name);
-                }
-                journal::Record::Compacted => forgets = 0,
-                journal::Record::Forget { job } => {
-                    forgets += 1;
-                    if let Err(error) = self.core.forget(job) {
-                        tracing::warn!(job, %error, "a journaled forget does not apply; ignored");
-                    }
-                }
-            }
-        }
-        self.core.replayed();
-        self.core.take_actions();
-        if jobs > 0 {
-            tracing::info!(jobs, finished = finals, forgets, "journal replayed");
-        }
-        forgets
-    }
-
     /// `--unschedulable-timeout`: the core decides, asking the manager controller whether some
     /// manager could start a worker for the tasks.
     fn fail_unschedulable(&mut self, now: u64) {
@@ -455,57 +394,6 @@ impl Actor {
                 failed,
                 "failed tasks nothing can run (--unschedulable-timeout)"
             );
-        }
-    }
-
-    /// Rewrite the journal as the state just replayed: the environments, then every held job
-    /// (a forgotten one without inputs or outcomes, to keep its ids), after a `Base` record that
-    /// keeps the ids of dropped jobs used. What was forgotten leaves the file.
-    fn compact_journal(&mut self) {
-        let (first_job, first_task) = self.core.first_ids();
-        let mut records = vec![journal::Record::Base {
-            first_job,
-            first_task,
-        }];
-        for def in self.environments.values() {
-            if let Some(bytes) = self.components.get(&def.component) {
-                records.push(journal::Record::EnvRegister {
-                    def: def.clone(),
-                    component: bytes.to_vec(),
-                });
-            }
-        }
-        let mut written: HashSet<ComponentHash> = HashSet::new();
-        for held in self.core.held_jobs() {
-            let mut components = Vec::new();
-            for group in &held.groups {
-                if let TaskKind::Wasm { component } = &group.spec.kind
-                    && written.insert(*component)
-                    && let Some(bytes) = self.components.get(component)
-                {
-                    components.push((*component, bytes.to_vec()));
-                }
-            }
-            records.push(journal::Record::Submit {
-                components,
-                groups: held.groups,
-            });
-            if !held.finals.is_empty() {
-                records.push(journal::Record::Final(held.finals));
-            }
-            if held.forgotten {
-                records.push(journal::Record::Forget { job: held.job });
-            }
-        }
-        records.push(journal::Record::Compacted);
-        let Some(journal) = &mut self.journal else {
-            return;
-        };
-        match journal.rewrite(&records) {
-            Ok((before, after)) => {
-                tracing::info!(before, after, "journal compacted (forgotten jobs dropped)")
-            }
-            Err(error) => tracing::error!(%error, "journal not compacted"),
         }
     }
 
@@ -589,125 +477,6 @@ impl Actor {
                 }
             }
         }
-    }
-
-    /// The Prometheus text of `/metrics`.
-    fn render_metrics(&self) -> String {
-        use std::fmt::Write as _;
-        let now = self.now();
-        let status = self.core.status();
-        let mut out = String::new();
-        let t = &status.tasks;
-        let _ = writeln!(
-            out,
-            "# HELP weir_tasks Tasks by state.\n# TYPE weir_tasks gauge"
-        );
-        for (state, n) in [
-            ("queued", t.queued),
-            ("running", t.running),
-            ("succeeded", t.succeeded),
-            ("failed", t.failed),
-            ("canceled", t.canceled),
-        ] {
-            let _ = writeln!(out, "weir_tasks{{state=\"{state}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP weir_jobs_total Jobs accepted.\n# TYPE weir_jobs_total counter"
-        );
-        let _ = writeln!(out, "weir_jobs_total {}", status.jobs);
-        let mut by_manager: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
-        for w in &status.workers {
-            let entry = by_manager
-                .entry(w.manager.clone().unwrap_or_default())
-                .or_default();
-            entry.0 += 1;
-            entry.1 += u64::from(w.slots);
-            entry.2 += u64::from(w.running);
-        }
-        let _ = writeln!(
-            out,
-            "# HELP weir_workers Live workers by manager (empty: none).\n# TYPE weir_workers gauge"
-        );
-        for (manager, (n, _, _)) in &by_manager {
-            let _ = writeln!(out, "weir_workers{{manager=\"{}\"}} {n}", escape(manager));
-        }
-        let _ = writeln!(
-            out,
-            "# HELP weir_slots Task slots of live workers, busy or not.\n# TYPE weir_slots gauge"
-        );
-        for (manager, (_, slots, busy)) in &by_manager {
-            let manager = escape(manager);
-            let _ = writeln!(
-                out,
-                "weir_slots{{manager=\"{manager}\",busy=\"false\"}} {}",
-                slots - busy
-            );
-            let _ = writeln!(
-                out,
-                "weir_slots{{manager=\"{manager}\",busy=\"true\"}} {busy}"
-            );
-        }
-        let views = self.core.worker_views(now);
-        let managers = self.managers.status(now, &views, &self.tiers);
-        let _ = writeln!(
-            out,
-            "# HELP weir_manager_workers Workers per manager.\n# TYPE weir_manager_workers gauge"
-        );
-        for m in &managers {
-            let id = escape(&m.id);
-            for (kind, n) in [
-                ("desired", m.desired.unwrap_or(0)),
-                ("live", m.live),
-                ("starting", m.starting),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "weir_manager_workers{{manager=\"{id}\",kind=\"{kind}\"}} {n}"
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP weir_manager_online Whether a manager heartbeats.\n# TYPE weir_manager_online gauge"
-        );
-        for m in &managers {
-            let _ = writeln!(
-                out,
-                "weir_manager_online{{manager=\"{}\"}} {}",
-                escape(&m.id),
-                u8::from(m.online)
-            );
-        }
-        self.policy_latency.render(
-            &mut out,
-            "weir_policy_decide_seconds",
-            "Time of one sandboxed scaling policy call.",
-        );
-        let _ = writeln!(
-            out,
-            "# HELP weir_policy_errors_total Policy calls that failed.\n# TYPE weir_policy_errors_total counter"
-        );
-        let _ = writeln!(out, "weir_policy_errors_total {}", self.policy_errors);
-        let _ = writeln!(
-            out,
-            "# HELP weir_environment_workers Workers per environment verdict.\n# TYPE weir_environment_workers gauge"
-        );
-        for env in self.core.environment_report(None) {
-            let name = escape(&env.name);
-            for (verdict, n) in [
-                ("match", env.matching.len()),
-                ("no_match", env.not_matching.len()),
-                ("error", env.erroring.len()),
-                ("pending", env.pending.len()),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "weir_environment_workers{{environment=\"{name}\",verdict=\"{verdict}\"}} {n}"
-                );
-            }
-        }
-        out
     }
 
     /// Hand the policy thread a snapshot, unless it is still deciding on the last one.
@@ -1111,12 +880,4 @@ fn policy_thread(
         tracing::error!(%error, "cannot start the policy thread: no scaling");
     }
     snapshots
-}
-
-/// A Prometheus label value: backslash, quote and newline escaped.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }

@@ -577,3 +577,32 @@ fn wasm_tasks_are_held_to_their_own_timeouts() {
     let (done, result) = submit("spin:1000000000", "60");
     assert_eq!(done["counts"]["succeeded"], 1, "{done} {result}");
 }
+
+#[test]
+fn jobs_lists_what_the_scheduler_holds_and_forget_finished_clears_it() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("w", &["--slots", "2"]);
+    for _ in 0..3 {
+        cluster.json(&["submit", "--count", "2", "--wait", "--", "true"]);
+    }
+    let active = cluster.json(&["submit", "--", "sleep", "30"])["job"].clone();
+    let ids = |jobs: &Value| -> Vec<u64> {
+        jobs.as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["job"].as_u64().unwrap())
+            .collect()
+    };
+    let jobs = cluster.json(&["jobs"]);
+    assert_eq!(ids(&jobs), [4, 3, 2, 1], "{jobs}");
+    assert_eq!(jobs[3]["counts"]["succeeded"], 2, "{jobs}");
+    assert_eq!(jobs[3]["forgotten"], false, "{jobs}");
+    assert_eq!(ids(&cluster.json(&["jobs", "--last", "2"])), [4, 3]);
+
+    let forgotten = cluster.json(&["forget", "--finished"]);
+    assert_eq!(forgotten["jobs"], serde_json::json!([1, 2, 3]), "{forgotten}");
+    assert_eq!(forgotten["tasks"], 6, "{forgotten}");
+    // Jobs 1-3 are dropped altogether; the running one stays.
+    assert_eq!(ids(&cluster.json(&["jobs"])), [4]);
+    cluster.json(&["cancel", &active.to_string()]);
+}

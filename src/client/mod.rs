@@ -6,8 +6,8 @@ use quinn::{Connection, Endpoint, RecvStream};
 
 use crate::net::{self, AccessFile, NetError};
 use crate::proto::{
-    self, EnvironmentStatus, FrameError, JobCounts, JobId, NewGroup, Request, Response, Role,
-    StatusReport, TaskId, TaskResult,
+    self, EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, NewGroup, Request, Response,
+    Role, StatusReport, TaskId, TaskResult,
 };
 
 pub struct Client {
@@ -115,6 +115,22 @@ impl Client {
     pub async fn forget(&self, job: JobId) -> Result<u64, NetError> {
         match self.call(&Request::Forget { job }).await?.next().await? {
             Some(Response::Forgotten { tasks, .. }) => Ok(tasks),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Forget every finished job. Returns them and how many task results were freed.
+    pub async fn forget_finished(&self) -> Result<(Vec<JobId>, u64), NetError> {
+        match self.call(&Request::ForgetFinished).await?.next().await? {
+            Some(Response::ForgottenFinished { jobs, tasks }) => Ok((jobs, tasks)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The newest `limit` jobs the scheduler holds, newest first.
+    pub async fn jobs(&self, limit: u32) -> Result<Vec<JobSummary>, NetError> {
+        match self.call(&Request::Jobs { limit }).await?.next().await? {
+            Some(Response::Jobs(jobs)) => Ok(jobs),
             other => Err(unexpected(other)),
         }
     }

@@ -77,7 +77,7 @@ impl<T> Dense<T> {
     }
 
     /// (id, item), oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (u64, &T)> {
         let first = self.first;
         self.items
             .iter()

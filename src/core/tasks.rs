@@ -22,8 +22,8 @@ use super::dense::Dense;
 
 use crate::proto::{
     ComponentHash, ComponentLoad, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId,
-    NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, WorkerId,
-    WorkerInfo, WorkerStatus,
+    JobSummary, NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState,
+    WorkerId, WorkerInfo, WorkerStatus,
 };
 
 /// Most tasks one submission may create.
@@ -1236,6 +1236,35 @@ impl Core {
         self.jobs[job].forgotten = true;
         self.drop_forgotten();
         Ok(ids.len() as u64)
+    }
+
+    /// The newest `limit` held jobs, newest first.
+    pub fn jobs(&self, limit: usize) -> Vec<JobSummary> {
+        self.jobs
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|(job, j)| JobSummary {
+                job,
+                counts: j.counts.clone(),
+                forgotten: j.forgotten,
+            })
+            .collect()
+    }
+
+    /// Forget every finished job not forgotten yet. Returns them and their task count.
+    pub fn forget_finished(&mut self) -> (Vec<JobId>, u64) {
+        let finished: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.done() && !j.forgotten)
+            .map(|(id, _)| id)
+            .collect();
+        let mut tasks = 0;
+        for &job in &finished {
+            tasks += self.forget(job).unwrap_or(0);
+        }
+        (finished, tasks)
     }
 
     /// After replaying a journal: jobs that finished before the restart start their

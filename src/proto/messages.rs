@@ -257,6 +257,12 @@ pub enum Request {
     Forget {
         job: JobId,
     },
+    /// Forget every finished job (answered with `ForgottenFinished`).
+    ForgetFinished,
+    /// The newest `limit` held jobs (answered with `Jobs`).
+    Jobs {
+        limit: u32,
+    },
     Status,
     /// Register (or replace) an environment; with `wait`, answer once every live worker has
     /// reported its verdict.
@@ -294,6 +300,12 @@ pub enum Response {
         job: JobId,
         tasks: u64,
     },
+    ForgottenFinished {
+        jobs: Vec<JobId>,
+        tasks: u64,
+    },
+    /// Newest first.
+    Jobs(Vec<JobSummary>),
     Status(StatusReport),
     Error {
         message: String,
@@ -349,6 +361,15 @@ pub struct EnvironmentStatus {
     pub pending: Vec<String>,
     /// (worker, how it loaded the condition component), for the workers that reported it.
     pub loads: Vec<(String, ComponentLoad)>,
+}
+
+/// One job for `weir jobs`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub job: JobId,
+    pub counts: JobCounts,
+    /// Its results are gone (`weir forget`, `--forget-after`).
+    pub forgotten: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

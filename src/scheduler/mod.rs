@@ -595,6 +595,19 @@ impl Actor {
                     tasks: self.core.cancel_job(job),
                 },
             },
+            Request::ForgetFinished => {
+                let (jobs, tasks) = self.core.forget_finished();
+                for &job in &jobs {
+                    self.journal(journal::Record::Forget { job });
+                }
+                if !jobs.is_empty() {
+                    tracing::info!(jobs = jobs.len(), tasks, "finished jobs forgotten");
+                }
+                Response::ForgottenFinished { jobs, tasks }
+            }
+            Request::Jobs { limit } => {
+                Response::Jobs(self.core.jobs(usize::try_from(limit).unwrap_or(usize::MAX)))
+            }
             Request::Forget { job } => match self.core.forget(job) {
                 Err(error) => Response::Error {
                     message: error.to_string(),

@@ -65,8 +65,17 @@ enum Command {
     /// Free finished jobs' results and inputs on the scheduler (`scheduler --forget-after` does it
     /// by age). Results of a forgotten job are gone; its id is never reused.
     Forget {
-        #[arg(required = true)]
+        #[arg(required_unless_present = "finished", conflicts_with = "finished")]
         jobs: Vec<u64>,
+        /// Forget every finished job.
+        #[arg(long)]
+        finished: bool,
+    },
+    /// The jobs the scheduler holds, newest first, with their task counts.
+    Jobs {
+        /// How many to show.
+        #[arg(long, default_value_t = 50, value_name = "N")]
+        last: u32,
     },
     /// Workers and task counts.
     Status,
@@ -208,8 +217,15 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Cancel { job } => {
             block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await })
         }
-        Command::Forget { jobs } => {
-            block_on(async { tasks::forget(&connect(cli).await?, jobs, output).await })
+        Command::Forget { jobs, finished } => block_on(async {
+            let client = connect(cli).await?;
+            match finished {
+                true => tasks::forget_finished(&client, output).await,
+                false => tasks::forget(&client, jobs, output).await,
+            }
+        }),
+        Command::Jobs { last } => {
+            block_on(async { tasks::jobs(&connect(cli).await?, *last, output).await })
         }
         Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
         Command::Top { refresh } => block_on(async {

@@ -338,6 +338,49 @@ pub async fn forget(client: &Client, jobs: &[u64], output: Output) -> Result<()>
     Ok(())
 }
 
+pub async fn forget_finished(client: &Client, output: Output) -> Result<()> {
+    let (jobs, tasks) = client.forget_finished().await?;
+    match output {
+        Output::Json => println!("{}", json!({ "jobs": jobs, "tasks": tasks })),
+        Output::Cli => println!(
+            "{} finished job(s) forgotten ({tasks} task results freed)",
+            jobs.len()
+        ),
+        Output::Quiet => {}
+    }
+    Ok(())
+}
+
+pub async fn jobs(client: &Client, last: u32, output: Output) -> Result<()> {
+    let jobs = client.jobs(last).await?;
+    match output {
+        Output::Quiet => {}
+        Output::Json => println!("{}", serde_json::to_value(&jobs)?),
+        Output::Cli if jobs.is_empty() => println!("no jobs"),
+        Output::Cli => {
+            println!(
+                "{:>6}  {:<9} {:>8} {:>8} {:>9} {:>7} {:>8}",
+                "job", "state", "queued", "running", "succeeded", "failed", "canceled"
+            );
+            for j in &jobs {
+                let c = &j.counts;
+                let state = if j.forgotten {
+                    "forgotten"
+                } else if c.queued + c.running > 0 {
+                    "active"
+                } else {
+                    "finished"
+                };
+                println!(
+                    "{:>6}  {:<9} {:>8} {:>8} {:>9} {:>7} {:>8}",
+                    j.job, state, c.queued, c.running, c.succeeded, c.failed, c.canceled
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 pub async fn status(client: &Client, output: Output) -> Result<()> {
     let report = client.status().await?;
     if output == Output::Quiet {

@@ -600,7 +600,11 @@ fn jobs_lists_what_the_scheduler_holds_and_forget_finished_clears_it() {
     assert_eq!(ids(&cluster.json(&["jobs", "--last", "2"])), [4, 3]);
 
     let forgotten = cluster.json(&["forget", "--finished"]);
-    assert_eq!(forgotten["jobs"], serde_json::json!([1, 2, 3]), "{forgotten}");
+    assert_eq!(
+        forgotten["jobs"],
+        serde_json::json!([1, 2, 3]),
+        "{forgotten}"
+    );
     assert_eq!(forgotten["tasks"], 6, "{forgotten}");
     // Jobs 1-3 are dropped altogether; the running one stays.
     assert_eq!(ids(&cluster.json(&["jobs"])), [4]);

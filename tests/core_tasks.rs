@@ -419,6 +419,9 @@ proptest! {
             }
             apply(&mut core, &mut running, &mut live);
             if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }
+            // What the scaling policy is told is queued is what is queued.
+            let demanded: u64 = core.demand().iter().map(|d| u64::from(d.queued)).sum();
+            prop_assert_eq!(demanded, core.status().tasks.queued);
         }
 
         // Drain: a big worker with every capability, and every run reported.

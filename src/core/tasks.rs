@@ -268,6 +268,8 @@ pub struct Core {
     /// Classes with queued tasks nothing can run, and since when (`fail_unschedulable`).
     unschedulable_since: HashMap<usize, u64>,
     classes: Vec<Class>,
+    /// Queued tasks per class (index as `classes`), so `demand` is O(classes).
+    queued_by_class: Vec<u64>,
     /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
     workers: BTreeMap<WorkerId, Worker>,
@@ -485,6 +487,7 @@ impl Core {
                     class,
                 }),
             );
+            self.queued_by_class[class] += n;
             let queue = self.queues.entry((priority, class)).or_default();
             for id in first..first + n {
                 self.tasks.push(Task {
@@ -530,6 +533,7 @@ impl Core {
             Some(index) => index,
             None => {
                 self.classes.push(class);
+                self.queued_by_class.push(0);
                 self.classes.len() - 1
             }
         }
@@ -930,18 +934,13 @@ impl Core {
 
     /// Queued and running tasks grouped by what they need, for the scaling policy.
     pub fn demand(&self) -> Vec<crate::core::scaling::Demand> {
-        let mut queued: BTreeMap<usize, u64> = BTreeMap::new();
-        for ((_, class), queue) in &self.queues {
-            let n = queue
-                .iter()
-                .filter(|id| {
-                    self.tasks
-                        .get(**id)
-                        .is_some_and(|t| t.state == TaskState::Queued)
-                })
-                .count();
-            *queued.entry(*class).or_default() += n as u64;
-        }
+        let queued: BTreeMap<usize, u64> = self
+            .queued_by_class
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(class, n)| (class, *n))
+            .collect();
         let mut running: BTreeMap<usize, u64> = BTreeMap::new();
         for worker in self.workers.values() {
             for task in &worker.running {
@@ -1112,6 +1111,7 @@ impl Core {
                     worker.take(class);
                     worker.running.insert(id);
                     worker.idle_since = None;
+                    self.queued_by_class[key.1] -= 1;
                     let job = &mut self.jobs[self.groups[&task.group].job].counts;
                     job.queued -= 1;
                     job.running += 1;
@@ -1148,10 +1148,16 @@ impl Core {
             return;
         };
         let old = std::mem::replace(&mut task.state, state);
-        let job = self.groups[&task.group].job;
-        for counts in [&mut self.counts, &mut self.jobs[job].counts] {
+        let group = &self.groups[&task.group];
+        for counts in [&mut self.counts, &mut self.jobs[group.job].counts] {
             *slot(counts, old) -= 1;
             *slot(counts, state) += 1;
+        }
+        if old == TaskState::Queued {
+            self.queued_by_class[group.class] -= 1;
+        }
+        if state == TaskState::Queued {
+            self.queued_by_class[group.class] += 1;
         }
     }
 
@@ -1374,6 +1380,18 @@ impl Core {
             return Err(format!(
                 "counts {:?} but tasks say {counted:?}",
                 self.counts
+            ));
+        }
+        let mut by_class = vec![0u64; self.classes.len()];
+        for (_, task) in self.tasks.iter() {
+            if task.state == TaskState::Queued {
+                by_class[self.groups[&task.group].class] += 1;
+            }
+        }
+        if by_class != self.queued_by_class {
+            return Err(format!(
+                "queued per class {:?} but tasks say {by_class:?}",
+                self.queued_by_class
             ));
         }
         let queued: HashSet<TaskId> = self.queues.values().flatten().copied().collect();

@@ -263,6 +263,58 @@ fn a_component_no_held_task_uses_is_released() {
     core.sanity_check().unwrap();
 }
 
+/// With `forget_after_ms` 0, a job whose last task fails with its lost worker is forgotten in the
+/// next tick, not the same one: what the shell journals from each tick's actions, in order, must
+/// replay to the same state (the task final, never run again; the job forgotten).
+#[test]
+fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
+    let mut core = Core::new(CoreConfig {
+        heartbeat_timeout_ms: 100,
+        forget_after_ms: Some(0),
+    });
+    let new = NewGroup {
+        spec: spec(&[], 0, 0),
+        count: 1,
+        inputs: vec![],
+    };
+    core.submit(vec![new.clone()]).unwrap();
+    core.worker_joined(0, worker(1, &[]));
+    core.schedule();
+    core.take_actions();
+    let mut finals = Vec::new();
+    let mut forgets = Vec::new();
+    // Like the shell: after each tick, journal what its actions say.
+    for _ in 0..2 {
+        // The first tick loses the worker and fails the task (no retries): the job is done;
+        // the second forgets it.
+        core.tick(1000);
+        for action in core.take_actions() {
+            match action {
+                Action::Finished { task, .. } => {
+                    let record = core.final_record(task).expect("a final record to journal");
+                    finals.push((task, record));
+                }
+                Action::Forgot { job } => forgets.push(job),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(forgets, [1]);
+    // Replay: the submission, the finals, then the forget.
+    let mut replayed = Core::new(CoreConfig::default());
+    replayed.restore(vec![new]).unwrap();
+    for (task, (state, outcome, attempts)) in finals {
+        assert_eq!(state, TaskState::Failed);
+        replayed.restore_final(task, state, outcome, attempts);
+    }
+    for job in forgets {
+        replayed.forget(job).unwrap();
+    }
+    assert_eq!(replayed.results(1), Err(JobError::Forgotten(1)));
+    assert_eq!(replayed.status().tasks.queued, 0);
+    replayed.sanity_check().unwrap();
+}
+
 #[test]
 fn bad_submissions_are_refused_whole() {
     let mut core = Core::new(CoreConfig::default());
@@ -364,7 +416,11 @@ proptest! {
             for action in core.take_actions() {
                 match action {
                     Action::Dispatch { worker, tasks } => running.entry(worker).or_default().extend(tasks),
-                    Action::Finished { task, .. } => *finished_events.entry(task).or_default() += 1,
+                    Action::Finished { task, .. } => {
+                        // The shell journals this record now: it must exist, forgotten or not.
+                        assert!(core.final_record(task).is_some(), "task {task}: nothing to journal");
+                        *finished_events.entry(task).or_default() += 1;
+                    }
                     Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); }
                     Action::Cancel { .. } | Action::Forgot { .. } | Action::ComponentUnused { .. } => {}
                 }

@@ -236,6 +236,13 @@ fn could_ever_run(worker: &Worker, class: &Class, known: &BTreeMap<String, EnvSo
         })
 }
 
+/// What the journal records as the outcome of a task whose job was forgotten.
+fn forgotten_outcome() -> Outcome {
+    Outcome::Error {
+        message: "forgotten".into(),
+    }
+}
+
 fn amount(list: &[(String, u64)], name: &str) -> u64 {
     list.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v)
 }
@@ -384,9 +391,7 @@ impl Core {
                     if !task.state.is_final() {
                         continue;
                     }
-                    let outcome = task.outcome.clone().unwrap_or_else(|| Outcome::Error {
-                        message: "forgotten".into(),
-                    });
+                    let outcome = task.outcome.clone().unwrap_or_else(forgotten_outcome);
                     finals.push((task_id, task.state, outcome, task.attempts));
                 }
             }
@@ -858,13 +863,16 @@ impl Core {
         true
     }
 
-    /// A task's final state, outcome and attempts (for the journal).
+    /// A task's final state, outcome and attempts (for the journal). A forgotten task's outcome
+    /// is gone; it is recorded as final all the same (with a placeholder), so a replay never
+    /// runs it again.
     pub fn final_record(&self, id: TaskId) -> Option<(TaskState, Outcome, u32)> {
         let task = self.task(id)?;
-        match (&task.outcome, task.state.is_final()) {
-            (Some(outcome), true) => Some((task.state, outcome.clone(), task.attempts)),
-            _ => None,
+        if !task.state.is_final() {
+            return None;
         }
+        let outcome = task.outcome.clone().unwrap_or_else(forgotten_outcome);
+        Some((task.state, outcome, task.attempts))
     }
 
     /// Replaying the journal: a queued task had already finished before the restart.
@@ -977,20 +985,10 @@ impl Core {
         drained
     }
 
-    /// Declare silent workers lost.
+    /// Forget jobs whose `forget_after_ms` ran out, then declare silent workers lost. (In that
+    /// order: a job that finishes in this tick is forgotten in a later one, after the shell has
+    /// journaled its tasks' final records.)
     pub fn tick(&mut self, now: u64) {
-        let timeout = self.config.heartbeat_timeout_ms;
-        let silent: Vec<WorkerId> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| now.saturating_sub(w.last_seen) > timeout)
-            .map(|(id, _)| *id)
-            .collect();
-        for worker in silent {
-            let reason = format!("no heartbeat for {timeout} ms");
-            self.worker_lost(worker, &reason);
-            self.actions.push(Action::Disconnect { worker, reason });
-        }
         if let Some(after) = self.config.forget_after_ms {
             for job in self.done.drain(..) {
                 self.retention.push_back((now, job));
@@ -1006,6 +1004,18 @@ impl Core {
                     self.actions.push(Action::Forgot { job });
                 }
             }
+        }
+        let timeout = self.config.heartbeat_timeout_ms;
+        let silent: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| now.saturating_sub(w.last_seen) > timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for worker in silent {
+            let reason = format!("no heartbeat for {timeout} ms");
+            self.worker_lost(worker, &reason);
+            self.actions.push(Action::Disconnect { worker, reason });
         }
         // A forgotten job waits for confirmations of its canceled tasks before it is dropped.
         self.drop_forgotten();

@@ -596,6 +596,9 @@ impl Actor {
                 },
             },
             Request::ForgetFinished => {
+                // Journal this round's finished tasks first: a replay must see them final
+                // before it sees their jobs forgotten.
+                self.apply();
                 let (jobs, tasks) = self.core.forget_finished();
                 for &job in &jobs {
                     self.journal(journal::Record::Forget { job });
@@ -608,18 +611,21 @@ impl Actor {
             Request::Jobs { limit } => {
                 Response::Jobs(self.core.jobs(usize::try_from(limit).unwrap_or(usize::MAX)))
             }
-            Request::Forget { job } => match self.core.forget(job) {
-                Err(error) => Response::Error {
-                    message: error.to_string(),
-                },
-                Ok(tasks) => {
-                    if tasks > 0 {
-                        self.journal(journal::Record::Forget { job });
-                        tracing::info!(job, tasks, "job forgotten");
+            Request::Forget { job } => {
+                self.apply(); // as for ForgetFinished
+                match self.core.forget(job) {
+                    Err(error) => Response::Error {
+                        message: error.to_string(),
+                    },
+                    Ok(tasks) => {
+                        if tasks > 0 {
+                            self.journal(journal::Record::Forget { job });
+                            tracing::info!(job, tasks, "job forgotten");
+                        }
+                        Response::Forgotten { job, tasks }
                     }
-                    Response::Forgotten { job, tasks }
                 }
-            },
+            }
             Request::Status => {
                 let now = self.now();
                 let mut report = self.core.status();

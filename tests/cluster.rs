@@ -610,3 +610,22 @@ fn jobs_lists_what_the_scheduler_holds_and_forget_finished_clears_it() {
     assert_eq!(ids(&cluster.json(&["jobs"])), [4]);
     cluster.json(&["cancel", &active.to_string()]);
 }
+
+#[test]
+fn a_wasm_component_forgotten_everywhere_comes_back_with_the_next_job() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("w", &["--slots", "2"]);
+    let run = |cluster: &Cluster| {
+        let done = cluster.json(&[
+            "submit", "--wasm", "square", "--count", "3", "--input", "7", "--wait",
+        ]);
+        assert_eq!(done["counts"]["succeeded"], 3, "{done}");
+        let results = cluster.json(&["results", &done["job"].to_string()]);
+        assert!(results.to_string().contains("49"), "{results}");
+        done["job"].to_string()
+    };
+    let first = run(&cluster);
+    // Forgetting the only job that used it drops the component on the scheduler and the worker.
+    cluster.json(&["forget", &first]);
+    run(&cluster);
+}

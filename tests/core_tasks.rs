@@ -243,15 +243,20 @@ fn a_component_no_held_task_uses_is_released() {
     core.take_actions();
     // Job 2 still uses it after job 1 is forgotten; once both are, it is released.
     core.forget(1).unwrap();
-    assert!(
-        !core
-            .take_actions()
-            .contains(&Action::ComponentUnused { hash })
+    assert_eq!(
+        core.take_actions(),
+        [Action::Dropped {
+            groups: vec![1],
+            components: vec![]
+        }]
     );
     core.forget(2).unwrap();
-    assert!(
-        core.take_actions()
-            .contains(&Action::ComponentUnused { hash })
+    assert_eq!(
+        core.take_actions(),
+        [Action::Dropped {
+            groups: vec![2],
+            components: vec![hash]
+        }]
     );
     // A new job must bring it again.
     assert!(matches!(
@@ -422,7 +427,7 @@ proptest! {
                         *finished_events.entry(task).or_default() += 1;
                     }
                     Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); }
-                    Action::Cancel { .. } | Action::Forgot { .. } | Action::ComponentUnused { .. } => {}
+                    Action::Cancel { .. } | Action::Forgot { .. } | Action::Dropped { .. } => {}
                 }
             }
         };

@@ -66,8 +66,12 @@ pub enum Action {
     Finished { job: JobId, task: TaskId },
     /// A finished job was forgotten after `forget_after_ms` (the shell journals it).
     Forgot { job: JobId },
-    /// No held task uses this wasm component any more (the shell may free its bytes).
-    ComponentUnused { hash: ComponentHash },
+    /// A forgotten job was dropped: its groups are gone, and so are the wasm components no held
+    /// task uses any more (the shell frees their bytes and tells the workers that have them).
+    Dropped {
+        groups: Vec<GroupId>,
+        components: Vec<ComponentHash>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,7 +285,7 @@ pub struct Core {
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
     workers: BTreeMap<WorkerId, Worker>,
     /// Known wasm task components, with how many held groups use each: a component no held
-    /// group uses any more is forgotten too (`Action::ComponentUnused`).
+    /// group uses any more is forgotten too (`Action::Dropped`).
     components: HashMap<ComponentHash, usize>,
     /// Known environment names: registered at run time, or evaluated by some worker on its own.
     environments: BTreeMap<String, EnvSource>,
@@ -1306,23 +1310,27 @@ impl Core {
                 return;
             };
             let end = job.tasks.last().map_or(0, |&(first, n)| first + n);
+            let (mut groups, mut components) = (Vec::new(), Vec::new());
             while self.tasks.first_id() < end {
                 let Some(task) = self.tasks.pop_front() else {
                     break;
                 };
                 *slot(&mut self.counts, task.state) -= 1;
-                if let Some(group) = self.groups.remove(&task.group)
-                    && let TaskKind::Wasm { component } = &group.spec.kind
+                let Some(group) = self.groups.remove(&task.group) else {
+                    continue;
+                };
+                groups.push(group.id);
+                if let TaskKind::Wasm { component } = &group.spec.kind
                     && let Some(users) = self.components.get_mut(component)
                 {
                     *users = users.saturating_sub(1);
                     if *users == 0 {
                         self.components.remove(component);
-                        self.actions
-                            .push(Action::ComponentUnused { hash: *component });
+                        components.push(*component);
                     }
                 }
             }
+            self.actions.push(Action::Dropped { groups, components });
         }
     }
 

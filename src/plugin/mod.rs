@@ -271,6 +271,11 @@ impl PluginHost {
         Ok(sha256)
     }
 
+    /// Forget the compiled component with this hash from memory (the disk cache keeps it).
+    pub fn unload(&self, sha256: &[u8; 32]) {
+        self.memory_cache().remove(sha256);
+    }
+
     fn validated_cache(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], World>> {
         // As for `memory_cache`: a panic while holding the lock leaves a consistent map.
         self.validated

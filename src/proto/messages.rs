@@ -191,6 +191,12 @@ pub enum ToWorker {
     },
     Run(Vec<Assignment>),
     Cancel(Vec<TaskId>),
+    /// Groups and task components of forgotten jobs: drop them (a later task brings its
+    /// component again).
+    Forget {
+        groups: Vec<GroupId>,
+        components: Vec<ComponentHash>,
+    },
     /// The whole set of run-time environments (replaces the previous set), with the bytes of
     /// the condition components this worker has not been sent yet.
     Environments {

@@ -782,11 +782,27 @@ impl Actor {
                     // Dropping the sender ends the connection task, which closes the connection.
                     self.workers.remove(&worker);
                 }
-                Action::ComponentUnused { hash } => {
-                    // Environments share the map: keep what a registered condition uses.
-                    if !self.environments.values().any(|d| d.component == hash) {
-                        self.components.remove(&hash);
-                        tracing::debug!(component = %hex::encode(hash), "task component freed");
+                Action::Dropped { groups, components } => {
+                    for hash in &components {
+                        // Environments share the map: keep what a registered condition uses.
+                        if !self.environments.values().any(|d| d.component == *hash) {
+                            self.components.remove(hash);
+                        }
+                    }
+                    for link in self.workers.values_mut() {
+                        let groups: Vec<GroupId> = groups
+                            .iter()
+                            .copied()
+                            .filter(|g| link.groups.remove(g))
+                            .collect();
+                        let components: Vec<ComponentHash> = components
+                            .iter()
+                            .copied()
+                            .filter(|c| link.components.remove(c))
+                            .collect();
+                        if !groups.is_empty() || !components.is_empty() {
+                            let _ = link.frames.send(ToWorker::Forget { groups, components });
+                        }
                     }
                 }
                 Action::Forgot { job } => {

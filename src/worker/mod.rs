@@ -150,6 +150,10 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
             message = frame::read::<_, ToWorker>(&mut recv) => match message {
                 Ok(ToWorker::Group { id, job, spec }) => { groups.insert(id, Arc::new(Group { job, spec })); }
                 Ok(ToWorker::Component { hash, bytes }) => runner.add_component(hash, bytes).await,
+                Ok(ToWorker::Forget { groups: gone, components }) => {
+                    for id in gone { groups.remove(&id); }
+                    runner.forget_components(&components).await;
+                }
                 Ok(ToWorker::Run(assignments)) if settings.no_execute => {
                     for assignment in assignments {
                         let _ = done.send((assignment.task, Outcome::Returned { output: Vec::new() }));

@@ -74,6 +74,20 @@ impl Runner {
         self.components.write().await.insert(hash, loaded);
     }
 
+    /// Components of forgotten jobs: drop them, their idle instances and the host's compiled copy
+    /// (the disk cache keeps it, should a later task bring it again).
+    pub async fn forget_components(&self, hashes: &[ComponentHash]) {
+        let mut components = self.components.write().await;
+        for hash in hashes {
+            if let Some(Ok(loaded)) = components.remove(hash) {
+                self.host.unload(&loaded.sha256);
+            }
+        }
+        if let Ok(mut pools) = self.pools.lock() {
+            pools.retain(|(hash, _), _| !hashes.contains(hash));
+        }
+    }
+
     pub async fn run(&self, group: &Group, assignment: Assignment) -> Outcome {
         let input = assignment
             .input

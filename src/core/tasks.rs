@@ -388,15 +388,10 @@ impl Core {
                         group.inputs.clone()
                     },
                 });
-                for task_id in first..first + n {
-                    let Some(task) = self.tasks.get(task_id) else {
-                        continue;
-                    };
-                    if !task.state.is_final() {
-                        continue;
+                for task in first..first + n {
+                    if let Some((state, outcome, attempts)) = self.final_record(task) {
+                        finals.push((task, state, outcome, attempts));
                     }
-                    let outcome = task.outcome.clone().unwrap_or_else(forgotten_outcome);
-                    finals.push((task_id, task.state, outcome, task.attempts));
                 }
             }
             held.push(HeldJob {

@@ -271,3 +271,24 @@ pub fn parse_amount(text: &str) -> Option<u64> {
     };
     digits.parse::<u64>().ok()?.checked_mul(multiplier)
 }
+
+/// A `--flag SECONDS` value for clap (`value_parser = seconds`): zero or more seconds, fractions
+/// allowed (`0.5`), as a [`std::time::Duration`].
+pub fn seconds(text: &str) -> Result<std::time::Duration, String> {
+    match text.trim().parse::<f64>() {
+        Ok(value) if value >= 0.0 && value.is_finite() && value < 1e12 => {
+            Ok(std::time::Duration::from_secs_f64(value))
+        }
+        _ => Err(format!(
+            "`{text}` is not zero or a positive number of seconds"
+        )),
+    }
+}
+
+/// As [`seconds`], but more than zero.
+pub fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
+    match seconds(text)? {
+        zero if zero.is_zero() => Err(format!("`{text}`: must be more than zero seconds")),
+        duration => Ok(duration),
+    }
+}

@@ -242,3 +242,41 @@ fn demo_runs_with_no_flags_and_drains_the_cluster() {
     );
     assert_eq!(value["conditions"][1]["verdict"], "no-match");
 }
+
+#[test]
+fn durations_in_seconds_are_checked_the_same_way_by_every_executable() {
+    let run = |exe: &str, args: &[&str]| {
+        let out = Command::new(exe).args(args).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{exe} {args:?}");
+        stderr(&out)
+    };
+    let scheduler = env!("CARGO_BIN_EXE_scheduler");
+    let error = run(scheduler, &["--heartbeat-timeout", "0", "--check"]);
+    assert!(
+        error.contains("`0`: must be more than zero seconds"),
+        "{error}"
+    );
+    let error = run(scheduler, &["--forget-after", "soon", "--check"]);
+    assert!(
+        error.contains("`soon` is not zero or a positive number of seconds"),
+        "{error}"
+    );
+    let error = run(env!("CARGO_BIN_EXE_worker"), &["--env-recheck", "inf"]);
+    assert!(
+        error.contains("`inf` is not zero or a positive number"),
+        "{error}"
+    );
+    let error = run(
+        env!("CARGO_BIN_EXE_weir"),
+        &["submit", "--timeout", "NaN", "--", "true"],
+    );
+    assert!(
+        error.contains("`NaN` is not zero or a positive number"),
+        "{error}"
+    );
+    let error = run(
+        env!("CARGO_BIN_EXE_worker-manager"),
+        &["--heartbeat-interval", "0"],
+    );
+    assert!(error.contains("must be more than zero seconds"), "{error}");
+}

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Parser;
-use weir::config::{Engine, PolicySpec};
+use weir::config::{Engine, PolicySpec, positive_seconds, seconds};
 use weir::plugin::{Limits, PluginHost};
 use weir::scheduler::Settings;
 
@@ -24,8 +24,8 @@ struct Args {
     #[command(flatten)]
     common: weir::telemetry::CommonArgs,
     /// A worker silent this long (seconds) is lost and its running tasks are requeued.
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
-    heartbeat_timeout: f64,
+    #[arg(long, default_value = "10", value_parser = positive_seconds, value_name = "SECONDS")]
+    heartbeat_timeout: Duration,
     /// TLS certificate (PEM); default: a self-signed one created beside the access file.
     #[arg(long, requires = "key", value_name = "FILE")]
     cert: Option<PathBuf>,
@@ -47,11 +47,11 @@ struct Args {
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     policy_deadline_ms: u64,
     /// Seconds between scaling decisions.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
-    scaling_interval: f64,
+    #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
+    scaling_interval: Duration,
     /// Seconds a worker must be idle before the policy may stop it.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
-    scale_down_delay: f64,
+    #[arg(long, default_value = "30", value_parser = seconds, value_name = "SECONDS")]
+    scale_down_delay: Duration,
     /// Append every snapshot the policy sees to FILE (JSON lines), for `weir policy simulate`.
     #[arg(long, value_name = "FILE")]
     record_snapshots: Option<PathBuf>,
@@ -67,13 +67,13 @@ struct Args {
     max_connections: usize,
     /// Forget each job (free its results and inputs; `weir results` then says so) this many
     /// seconds after its last task finished. Default: keep every job until `weir forget JOB`.
-    #[arg(long, value_name = "SECONDS")]
-    forget_after: Option<f64>,
+    #[arg(long, value_parser = seconds, value_name = "SECONDS")]
+    forget_after: Option<Duration>,
     /// Fail queued tasks that no live worker and no worker manager could run (capabilities no
     /// one has, environments no one matches) once that has lasted this many seconds. Default:
     /// they wait for a worker that qualifies, and `weir explain TASK` says why.
-    #[arg(long, value_name = "SECONDS")]
-    unschedulable_timeout: Option<f64>,
+    #[arg(long, value_parser = seconds, value_name = "SECONDS")]
+    unschedulable_timeout: Option<Duration>,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
     check: bool,
@@ -121,41 +121,20 @@ fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     tracing::info!(engine = %spec.engine.name(), tiers = tiers.len(), "scaling policy loaded");
-    for (flag, value) in [
-        ("--heartbeat-timeout", args.heartbeat_timeout),
-        ("--scaling-interval", args.scaling_interval),
-    ] {
-        if !(value > 0.0 && value.is_finite()) {
-            bail!("{flag} must be a positive number of seconds");
-        }
-    }
-    if !(args.scale_down_delay >= 0.0 && args.scale_down_delay.is_finite()) {
-        bail!("--scale-down-delay must be zero or a positive number of seconds");
-    }
-    for (flag, value) in [
-        ("--forget-after", args.forget_after),
-        ("--unschedulable-timeout", args.unschedulable_timeout),
-    ] {
-        if let Some(seconds) = value
-            && !(seconds >= 0.0 && seconds.is_finite() && seconds < 1e12)
-        {
-            bail!("{flag} must be zero or a positive number of seconds");
-        }
-    }
     let listen: SocketAddr = weir::net::parse_address(&args.listen)?;
     let settings = Settings {
         listen,
         access_file: args.common.access_file,
-        heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout),
+        heartbeat_timeout: args.heartbeat_timeout,
         cert: args.cert.zip(args.key),
-        scaling_interval: Duration::from_secs_f64(args.scaling_interval),
-        scale_down_delay: Duration::from_secs_f64(args.scale_down_delay),
+        scaling_interval: args.scaling_interval,
+        scale_down_delay: args.scale_down_delay,
         record_snapshots: args.record_snapshots,
         journal: args.journal,
         metrics: args.metrics,
         max_connections: args.max_connections,
-        forget_after: args.forget_after.map(Duration::from_secs_f64),
-        unschedulable_timeout: args.unschedulable_timeout.map(Duration::from_secs_f64),
+        forget_after: args.forget_after,
+        unschedulable_timeout: args.unschedulable_timeout,
     };
     let scaling = weir::scheduler::Scaling { policy, tiers };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use weir::config::{EnvPluginSpec, parse_capabilities};
+use weir::config::{EnvPluginSpec, parse_capabilities, positive_seconds, seconds};
 use weir::manager::Settings;
 
 #[derive(Parser)]
@@ -55,8 +55,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     unit_size: u32,
     /// Command backend: seconds a unit may take to register before it is stopped as failed.
-    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
-    unit_timeout: f64,
+    #[arg(long, default_value = "120", value_parser = positive_seconds, value_name = "SECONDS")]
+    unit_timeout: Duration,
     /// Fixed mode inside a command-backend unit: name workers `{id}-{unit}-{n}`.
     #[arg(long, requires = "fixed")]
     unit: Option<String>,
@@ -64,12 +64,12 @@ struct Args {
     #[arg(long, value_name = "PATH")]
     worker_command: Option<PathBuf>,
     /// Seconds between heartbeats.
-    #[arg(long, default_value_t = 0.5, value_name = "SECONDS")]
-    heartbeat_interval: f64,
+    #[arg(long, default_value = "0.5", value_parser = positive_seconds, value_name = "SECONDS")]
+    heartbeat_interval: Duration,
     /// Keep trying to reach the scheduler this many seconds after losing it (it may be
     /// restarting) before giving up.
-    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
-    reconnect_timeout: f64,
+    #[arg(long, default_value = "120", value_parser = seconds, value_name = "SECONDS")]
+    reconnect_timeout: Duration,
 }
 
 fn main() -> ExitCode {
@@ -102,9 +102,6 @@ fn run(args: Args) -> Result<()> {
     if args.slots == 0 {
         bail!("--slots must be at least 1");
     }
-    if !(args.heartbeat_interval > 0.0 && args.heartbeat_interval.is_finite()) {
-        bail!("--heartbeat-interval must be a positive number of seconds");
-    }
     let worker_command = match args.worker_command {
         Some(path) => path,
         None => std::env::current_exe()
@@ -130,7 +127,7 @@ fn run(args: Args) -> Result<()> {
         env_plugin_flags: args.env_plugins,
         worker_command,
         access_file: args.common.access_file.clone(),
-        heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),
+        heartbeat_interval: args.heartbeat_interval,
         unit: args.unit.clone(),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
@@ -139,30 +136,41 @@ fn run(args: Args) -> Result<()> {
             .block_on(weir::manager::run_fixed(count, settings))
             .map_err(|e| anyhow::anyhow!(e));
     }
-    let reconnect = Duration::from_secs_f64(args.reconnect_timeout.max(0.0));
+    let reconnect = args.reconnect_timeout;
     runtime.block_on(async {
         let backend = match args.backend {
-            BackendKind::Process => weir::manager::Backend::Process(weir::manager::Pool::new(settings)),
+            BackendKind::Process => {
+                weir::manager::Backend::Process(weir::manager::Pool::new(settings))
+            }
             BackendKind::Command => {
-                if args.unit_size == 0 || !(args.unit_timeout > 0.0 && args.unit_timeout.is_finite()) {
-                    bail!("--unit-size must be at least 1 and --unit-timeout a positive number of seconds");
+                if args.unit_size == 0 {
+                    bail!("--unit-size must be at least 1");
                 }
-                let address = weir::net::AccessFile::read(&args.common.access_file).map(|a| a.address).unwrap_or_default();
+                let address = weir::net::AccessFile::read(&args.common.access_file)
+                    .map(|a| a.address)
+                    .unwrap_or_default();
                 let command = weir::manager::command::CommandBackend {
                     start: args.start_cmd.clone().unwrap_or_default(),
                     stop: args.stop_cmd.clone().unwrap_or_default(),
                     unit_size: args.unit_size,
-                    unit_timeout: Duration::from_secs_f64(args.unit_timeout),
+                    unit_timeout: args.unit_timeout,
                     address,
                 };
-                weir::manager::Backend::Command(weir::manager::command::Units::new(settings, command))
+                weir::manager::Backend::Command(weir::manager::command::Units::new(
+                    settings, command,
+                ))
             }
         };
         let pool = std::sync::Arc::new(tokio::sync::Mutex::new(backend));
-        weir::net::reconnecting(&args.common.access_file, reconnect, "worker manager", |access| {
-            let pool = pool.clone();
-            async move { weir::manager::run_dynamic(&access, &mut *pool.lock().await).await }
-        })
+        weir::net::reconnecting(
+            &args.common.access_file,
+            reconnect,
+            "worker manager",
+            |access| {
+                let pool = pool.clone();
+                async move { weir::manager::run_dynamic(&access, &mut *pool.lock().await).await }
+            },
+        )
         .await
         .map_err(anyhow::Error::from)
     })?;

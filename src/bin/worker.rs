@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use weir::config::{EnvPluginSpec, parse_amount, parse_capabilities};
+use weir::config::{EnvPluginSpec, parse_amount, parse_capabilities, positive_seconds, seconds};
 use weir::plugin::{Limits, PluginHost, World};
 use weir::proto::WorkerInfo;
 use weir::worker::Settings;
@@ -37,8 +37,8 @@ struct Args {
     #[arg(long, value_name = "ID")]
     manager: Option<String>,
     /// Seconds between heartbeats.
-    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
-    heartbeat_interval: f64,
+    #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
+    heartbeat_interval: Duration,
     /// Bytes of stdout and of stderr kept per command task.
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
     output_limit: usize,
@@ -58,12 +58,12 @@ struct Args {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     cpus: Option<u32>,
     /// Seconds between evaluations of every condition (changed verdicts are reported).
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
-    env_recheck: f64,
+    #[arg(long, default_value = "60", value_parser = positive_seconds, value_name = "SECONDS")]
+    env_recheck: Duration,
     /// Keep trying to reach the scheduler this many seconds after losing it (it may be
     /// restarting) before giving up.
-    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
-    reconnect_timeout: f64,
+    #[arg(long, default_value = "120", value_parser = seconds, value_name = "SECONDS")]
+    reconnect_timeout: Duration,
     /// Benchmarking only: report every task as succeeded without running it.
     #[arg(long)]
     no_execute: bool,
@@ -97,14 +97,6 @@ fn run(args: Args) -> Result<()> {
     };
     if args.check {
         return check(&args, &facts);
-    }
-    for (flag, value) in [
-        ("--heartbeat-interval", args.heartbeat_interval),
-        ("--env-recheck", args.env_recheck),
-    ] {
-        if !(value > 0.0 && value.is_finite()) {
-            bail!("{flag} must be a positive number of seconds");
-        }
     }
     // Check every condition loads before connecting: a typo is an error now, not a verdict later.
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
@@ -140,18 +132,18 @@ fn run(args: Args) -> Result<()> {
             manager: args.manager,
             local_environments: Vec::new(),
         },
-        heartbeat_interval: Duration::from_secs_f64(args.heartbeat_interval),
+        heartbeat_interval: args.heartbeat_interval,
         output_limit: args.output_limit,
         idle_timeout: Duration::from_secs(5),
         local_environments,
         env_allow: args.env_allow,
-        env_recheck: Duration::from_secs_f64(args.env_recheck),
+        env_recheck: args.env_recheck,
         total_memory,
         cpus: args.cpus,
         no_execute: args.no_execute,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let reconnect = Duration::from_secs_f64(args.reconnect_timeout.max(0.0));
+    let reconnect = args.reconnect_timeout;
     let reason = runtime.block_on(weir::net::reconnecting(
         &args.common.access_file,
         reconnect,

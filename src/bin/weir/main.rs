@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
-use weir::config::PolicySpec;
+use weir::config::{PolicySpec, positive_seconds, seconds};
 use weir::core::scaling::{Decision, Snapshot};
 use weir::plugin::{Limits, PluginHost};
 
@@ -39,8 +39,14 @@ struct Cli {
     access_file: PathBuf,
     /// When the scheduler does not answer but its access file is there (it may be restarting),
     /// keep trying this many seconds before giving up (0: give up at once).
-    #[arg(long, global = true, default_value_t = 60.0, value_name = "SECONDS")]
-    reconnect_timeout: f64,
+    #[arg(
+        long,
+        global = true,
+        default_value = "60",
+        value_parser = seconds,
+        value_name = "SECONDS"
+    )]
+    reconnect_timeout: std::time::Duration,
     #[command(subcommand)]
     command: Command,
 }
@@ -86,9 +92,9 @@ enum Command {
     Explain { task: u64 },
     /// A live view of managers, workers, tasks and environments (`q` quits).
     Top {
-        /// Seconds between refreshes.
-        #[arg(long, default_value_t = 1.0)]
-        refresh: f64,
+        /// Seconds between refreshes (at least 0.05).
+        #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
+        refresh: std::time::Duration,
     },
     /// Start a scheduler and workers on this machine, run a batch of command tasks and a batch of
     /// wasm tasks, check every result, and shut down. Needs no flags and no files.
@@ -205,11 +211,11 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Demo => demo::run(&host()?, output),
         Command::Local(args) => block_on(local::run(args, output)),
         Command::Bench(args) => block_on(bench::run(args)),
-        Command::Submit(args) => block_on(async {
-            tasks::submit(&connect(cli).await?, args, output, &reach(cli)?).await
-        }),
+        Command::Submit(args) => {
+            block_on(async { tasks::submit(&connect(cli).await?, args, output, &reach(cli)).await })
+        }
         Command::Wait { job } => {
-            block_on(async { tasks::wait(&connect(cli).await?, *job, output, &reach(cli)?).await })
+            block_on(async { tasks::wait(&connect(cli).await?, *job, output, &reach(cli)).await })
         }
         Command::Results { job } => {
             block_on(async { tasks::results(&connect(cli).await?, *job, output).await })
@@ -229,10 +235,10 @@ fn run(cli: &Cli) -> Result<()> {
         }
         Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
         Command::Top { refresh } => block_on(async {
-            if !(refresh.is_finite() && *refresh > 0.0) {
-                anyhow::bail!("--refresh must be a positive number of seconds");
-            }
-            let refresh = std::time::Duration::from_secs_f64(refresh.clamp(0.05, 3600.0));
+            let refresh = (*refresh).clamp(
+                std::time::Duration::from_millis(50),
+                std::time::Duration::from_secs(3600),
+            );
             top::run(&connect(cli).await?, refresh).await
         }),
         Command::Env(command) => {
@@ -254,21 +260,17 @@ fn block_on(future: impl std::future::Future<Output = Result<()>>) -> Result<()>
         .block_on(future)
 }
 
-fn reach(cli: &Cli) -> Result<tasks::Reach<'_>> {
-    let seconds = cli.reconnect_timeout;
-    if !(seconds >= 0.0 && seconds.is_finite() && seconds < 1e9) {
-        anyhow::bail!("--reconnect-timeout must be zero or a positive number of seconds");
-    }
-    Ok(tasks::Reach {
+fn reach(cli: &Cli) -> tasks::Reach<'_> {
+    tasks::Reach {
         access_file: &cli.access_file,
-        timeout: std::time::Duration::from_secs_f64(seconds),
-    })
+        timeout: cli.reconnect_timeout,
+    }
 }
 
 /// Connect to the scheduler. No access file: fail at once (no scheduler was ever started here).
 /// No answer: retry for `--reconnect-timeout`, saying so.
 async fn connect(cli: &Cli) -> Result<weir::client::Client> {
-    let reach = reach(cli)?;
+    let reach = reach(cli);
     let access = weir::net::AccessFile::read(&cli.access_file)?;
     match weir::client::Client::connect(&access).await {
         Err(error @ weir::net::NetError::Connect { .. }) if !reach.timeout.is_zero() => {

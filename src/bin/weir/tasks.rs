@@ -31,8 +31,8 @@ pub struct SubmitArgs {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
     /// Seconds a run may take before it is killed and the task fails.
-    #[arg(long, value_name = "SECONDS")]
-    timeout: Option<f64>,
+    #[arg(long, value_parser = weir::config::positive_seconds, value_name = "SECONDS")]
+    timeout: Option<Duration>,
     /// Times a task is run again when its worker is lost.
     #[arg(long, default_value_t = 3)]
     retries: u32,
@@ -94,11 +94,10 @@ pub async fn submit(
         Some(text) => parse_capabilities(text).map_err(|e| anyhow::anyhow!("--cap: {e}"))?,
         None => Vec::new(),
     };
-    let timeout_ms = match args.timeout {
-        Some(s) if s > 0.0 && s.is_finite() => (s * 1000.0).ceil() as u64,
-        Some(_) => bail!("--timeout must be a positive number of seconds"),
-        None => 0,
-    };
+    // Whole milliseconds, at least 1 (0 means no timeout).
+    let timeout_ms = args.timeout.map_or(0, |t| {
+        u64::try_from(t.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+    });
     let spec = TaskSpec {
         kind,
         capabilities,

@@ -1032,16 +1032,11 @@ impl Core {
         managers_could_serve: impl Fn(&[(String, u64)], &[String]) -> bool,
     ) -> u64 {
         let waiting: HashSet<usize> = self
-            .queues
+            .queued_by_class
             .iter()
-            .filter(|(_, queue)| {
-                queue.iter().any(|id| {
-                    self.tasks
-                        .get(*id)
-                        .is_some_and(|t| t.state == TaskState::Queued)
-                })
-            })
-            .map(|((_, class), _)| *class)
+            .enumerate()
+            .filter(|(_, queued)| **queued > 0)
+            .map(|(class, _)| class)
             .collect();
         self.unschedulable_since
             .retain(|class, _| waiting.contains(class));

@@ -42,11 +42,17 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// `waterfall_v1` / `waterfall_v2` name the bundled engines (unless a file of that name
-    /// exists); anything else is a path.
+    /// `waterfall_v1` / `waterfall_v2` / `mem_gt` name the bundled components (unless a file of
+    /// that name exists), and so does the bare file name `NAME.wasm` when no such file is here
+    /// (`--env-plugin mem_gt.wasm`, as users type it); anything else is a path.
     pub fn parse(arg: &str) -> Result<Engine, ConfigError> {
         let path = Path::new(arg);
-        if let Some((name, _)) = bundled::ALL.iter().find(|(name, _)| *name == arg)
+        let bare = path.parent().is_none_or(|p| p.as_os_str().is_empty());
+        let name = match arg.strip_suffix(".wasm") {
+            Some(stem) if bare => stem,
+            _ => arg,
+        };
+        if let Some((name, _)) = bundled::ALL.iter().find(|(bundled, _)| *bundled == name)
             && !path.exists()
         {
             return Ok(Engine::Bundled(name));

@@ -135,7 +135,7 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
     .unwrap();
     let a = core.worker_joined(0, worker(1, &[]));
     core.schedule();
-    core.worker_lost(a, "connection closed");
+    core.worker_lost(a, "connection closed", false);
     core.sanity_check().unwrap();
     assert_eq!(core.job_counts(1).unwrap().queued, 1);
     let b = core.worker_joined(10, worker(1, &[]));
@@ -445,7 +445,7 @@ proptest! {
                 Event::Join { slots, gpu } => live.push(core.worker_joined(now, worker(slots, &[("gpu", gpu)]))),
                 Event::Lose(pick) if !live.is_empty() => {
                     let w = live.remove(pick % live.len());
-                    core.worker_lost(w, "test");
+                    core.worker_lost(w, "test", false);
                     if let Some(tasks) = running.remove(&w) { lost.extend(tasks.iter().map(|t| (w << 32) | *t)); }
                 }
                 Event::Finish { pick, success } => {

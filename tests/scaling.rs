@@ -19,7 +19,8 @@ fn current(m: &Value) -> u64 {
 }
 
 /// Tiers `native` (2 workers) then `burst` (4): six 2-second tasks; tier 1 fills first, the
-/// overflow spills to burst, and burst drains first.
+/// overflow spills to burst, and native keeps its workers while burst runs work native could
+/// take; once nothing is left, both drain.
 fn waterfall(engine: &str, content: &str) {
     let trace = tempfile::NamedTempFile::new().unwrap();
     let trace = trace.path().to_str().unwrap().to_string();
@@ -59,8 +60,12 @@ fn waterfall(engine: &str, content: &str) {
     loop {
         let status = cluster.json(&["status"]);
         let (native, burst) = (manager(&status, "native_1"), manager(&status, "burst_1"));
-        // The waterfall, both ways: burst has workers only while native has both of its own.
-        if current(burst) > 0 {
+        // The waterfall, both ways: while there is work, burst has workers only while native
+        // has both of its own.
+        let work = status["tasks"]["queued"].as_u64().unwrap_or(0)
+            + status["tasks"]["running"].as_u64().unwrap_or(0)
+            > 0;
+        if work && current(burst) > 0 {
             assert_eq!(
                 native["live"], 2,
                 "burst scaled before native was full: {status}"

@@ -23,8 +23,12 @@ struct Args {
     listen: String,
     #[command(flatten)]
     common: weir::telemetry::CommonArgs,
-    /// A worker silent this long (seconds) is lost and its running tasks are requeued.
-    #[arg(long, default_value = "10", value_parser = positive_seconds, value_name = "SECONDS")]
+    /// A worker or manager silent this long (seconds) is lost and its running tasks are
+    /// requeued. Peers send QUIC keep-alives and heartbeats several times within it; a stop on
+    /// purpose (SIGTERM) is seen at once, as the peer closes its connection, and a worker its
+    /// manager saw exit is lost at the manager's next heartbeat. Silence (kill -9 of a machine,
+    /// SIGSTOP, a cut cable) is what this timeout is for.
+    #[arg(long, default_value = "5", value_parser = positive_seconds, value_name = "SECONDS")]
     heartbeat_timeout: Duration,
     /// TLS certificate (PEM); default: a self-signed one created beside the access file.
     #[arg(long, requires = "key", value_name = "FILE")]

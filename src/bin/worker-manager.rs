@@ -36,7 +36,8 @@ struct Args {
     /// Environment condition for its workers: [NAME=]FILE.wasm[,key=value...] (repeatable).
     #[arg(long = "env-plugin", value_name = "[NAME=]FILE.wasm[,k=v...]")]
     env_plugins: Vec<String>,
-    /// Start exactly N workers with this worker type, wait for them, do not scale.
+    /// A fixed pool: keep exactly N workers of this worker type alive (a worker that dies is
+    /// replaced, with a backoff), registered with the scheduler as a fixed pool; not scaled.
     #[arg(long, value_name = "N")]
     fixed: Option<u32>,
     /// How to get workers: `process` (start them here) or `command` (run --start-cmd /
@@ -57,7 +58,8 @@ struct Args {
     /// Command backend: seconds a unit may take to register before it is stopped as failed.
     #[arg(long, default_value = "120", value_parser = positive_seconds, value_name = "SECONDS")]
     unit_timeout: Duration,
-    /// Fixed mode inside a command-backend unit: name workers `{id}-{unit}-{n}`.
+    /// Fixed mode inside a command-backend unit: name workers ID-UNIT-N; the manager that
+    /// started the unit reports them, so this one does not register.
     #[arg(long, requires = "fixed")]
     unit: Option<String>,
     /// The worker executable (default: `worker` beside this one).
@@ -96,8 +98,25 @@ fn parse_cap(text: &str) -> Result<u32> {
 fn run(args: Args) -> Result<()> {
     let capabilities = parse_capabilities(&args.capabilities)
         .map_err(|e| anyhow::anyhow!("--capabilities: {e}"))?;
+    // Declared to the scheduler when registering (name, component hash, config), so tasks may
+    // ask for them before this manager has any worker; each is checked to be a condition now.
+    let host =
+        weir::plugin::PluginHost::with_default_cache().context("cannot start the plugin host")?;
+    let mut environments: Vec<weir::proto::EnvironmentDef> = Vec::new();
     for env in &args.env_plugins {
-        EnvPluginSpec::parse(env).map_err(|e| anyhow::anyhow!("--env-plugin {e}"))?;
+        let spec = EnvPluginSpec::parse(env).map_err(|e| anyhow::anyhow!("--env-plugin {e}"))?;
+        if environments.iter().any(|d| d.name == spec.name) {
+            bail!("--env-plugin: environment `{}` given twice", spec.name);
+        }
+        let bytes = spec.bytes()?;
+        let component = host
+            .validate(&spec.name, &bytes, weir::plugin::World::Environment)
+            .with_context(|| format!("--env-plugin {env}"))?;
+        environments.push(weir::proto::EnvironmentDef {
+            name: spec.name,
+            component,
+            config: spec.config,
+        });
     }
     if args.slots == 0 {
         bail!("--slots must be at least 1");
@@ -125,19 +144,22 @@ fn run(args: Args) -> Result<()> {
         capabilities,
         worker_capabilities_flag: args.capabilities,
         env_plugin_flags: args.env_plugins,
+        environments,
+        fixed: args.fixed,
         worker_command,
         access_file: args.common.access_file.clone(),
         heartbeat_interval: args.heartbeat_interval,
         unit: args.unit.clone(),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    if let Some(count) = args.fixed {
+    if args.fixed.is_some() && args.unit.is_some() {
+        // Inside a command-backend unit: the manager that started the unit reports its workers.
         return runtime
-            .block_on(weir::manager::run_fixed(count, settings))
+            .block_on(weir::manager::run_unit(weir::manager::Pool::new(settings)))
             .map_err(|e| anyhow::anyhow!(e));
     }
     let reconnect = args.reconnect_timeout;
-    runtime.block_on(async {
+    let reason = runtime.block_on(async {
         let backend = match args.backend {
             BackendKind::Process => {
                 weir::manager::Backend::Process(weir::manager::Pool::new(settings))
@@ -161,18 +183,10 @@ fn run(args: Args) -> Result<()> {
                 ))
             }
         };
-        let pool = std::sync::Arc::new(tokio::sync::Mutex::new(backend));
-        weir::net::reconnecting(
-            &args.common.access_file,
-            reconnect,
-            "worker manager",
-            |access| {
-                let pool = pool.clone();
-                async move { weir::manager::run_dynamic(&access, &mut *pool.lock().await).await }
-            },
-        )
-        .await
-        .map_err(anyhow::Error::from)
+        weir::manager::run(&args.common.access_file, reconnect, backend)
+            .await
+            .map_err(anyhow::Error::from)
     })?;
+    tracing::info!(%reason, "worker manager stopped");
     Ok(())
 }

@@ -75,6 +75,12 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     weir::telemetry::init(args.common.log_format);
+    // Before any thread exists: the guard that kills task processes if this worker is killed.
+    if !args.check
+        && let Err(error) = weir::worker::guard::start()
+    {
+        tracing::warn!(%error, "cannot start the task guard: a killed worker may leave task processes");
+    }
     weir::telemetry::exit(run(args))
 }
 

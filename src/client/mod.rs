@@ -23,7 +23,7 @@ pub struct Responses {
 impl Responses {
     pub async fn next(&mut self) -> Result<Option<Response>, NetError> {
         match proto::frame::read::<_, Response>(&mut self.recv).await {
-            Ok(Response::Error { message }) => Err(NetError::Refused(message)),
+            Ok(Response::Error { message }) => Err(NetError::Request(message)),
             Ok(response) => Ok(Some(response)),
             Err(FrameError::Closed) => Ok(None),
             Err(error) => Err(error.into()),
@@ -33,8 +33,8 @@ impl Responses {
 
 fn unexpected(response: Option<Response>) -> NetError {
     match response {
-        Some(other) => NetError::Refused(format!("unexpected response {other:?}")),
-        None => NetError::Refused("the scheduler closed the request without answering".into()),
+        Some(other) => NetError::Unanswered(format!("unexpected response {other:?}")),
+        None => NetError::Unanswered("it closed the request without answering".into()),
     }
 }
 
@@ -180,6 +180,26 @@ impl Client {
         {
             Some(Response::EnvRemoved { .. }) => Ok(()),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// Wait until at least `count` live workers (matching `environment`, when given) are
+    /// registered, calling `progress(ready)` on every change. Returns the count reached.
+    pub async fn wait_workers(
+        &self,
+        count: u32,
+        environment: Option<String>,
+        mut progress: impl FnMut(u32),
+    ) -> Result<u32, NetError> {
+        let mut responses = self
+            .call(&Request::WaitWorkers { count, environment })
+            .await?;
+        loop {
+            match responses.next().await? {
+                Some(Response::WorkersReady { ready, .. }) if ready >= count => return Ok(ready),
+                Some(Response::WorkersReady { ready, .. }) => progress(ready),
+                other => return Err(unexpected(other)),
+            }
         }
     }
 

@@ -1,15 +1,58 @@
 //! The WorkerManagerController: which managers exist, whether they are online, what each one's
 //! workers look like, and the snapshot the scaling policy decides on. Pure: `now` is passed in.
+//!
+//! The snapshot is the truth reconciled with what each manager reports alive: a registered
+//! worker that its manager listed in one heartbeat and no longer lists in the next is gone
+//! ([`Managers::heartbeat`] returns it, and the shell declares it lost at once), so a dead
+//! worker is never counted beside its replacement.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::scaling::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
 use super::tasks::WorkerView;
-use crate::proto::{EnvVerdict, ManagerState, ManagerStatus};
+use crate::proto::{EnvVerdict, ManagerState, ManagerStatus, WorkerId};
 
 struct Entry {
     state: ManagerState,
     last_seen: u64,
+}
+
+impl Entry {
+    fn declares(&self, environment: &str) -> bool {
+        self.state
+            .environments
+            .iter()
+            .any(|def| def.name == environment)
+    }
+}
+
+/// What the scheduler knows besides the managers: the live workers, the policy's tiers, and
+/// which environment names are registered at run time (evaluated by every worker).
+pub struct Context<'a> {
+    pub now: u64,
+    pub workers: Vec<WorkerView>,
+    pub tiers: &'a [Tier],
+    pub registered: BTreeSet<String>,
+}
+
+impl Context<'_> {
+    fn is_registered(&self, environment: &str) -> bool {
+        self.registered.contains(environment)
+    }
+
+    fn workers_of<'w>(&'w self, manager: &'w str) -> impl Iterator<Item = &'w WorkerView> + 'w {
+        self.workers
+            .iter()
+            .filter(move |w| w.manager.as_deref() == Some(manager))
+    }
+
+    fn listed(&self, state: &ManagerState) -> bool {
+        self.tiers.iter().any(|t| {
+            t.members
+                .iter()
+                .any(|m| *m == state.id || *m == state.worker_type)
+        })
+    }
 }
 
 #[derive(Default)]
@@ -28,7 +71,30 @@ impl Managers {
         }
     }
 
-    pub fn heartbeat(&mut self, now: u64, state: ManagerState) {
+    /// A manager's heartbeat. Returns its registered workers that are gone: not listed alive in
+    /// this one, and listed in its previous heartbeat, or reported exited, or drained for it to
+    /// stop; each with whether it was stopped on purpose. (A worker never listed is never taken
+    /// for gone on absence alone: a report sent before it started may arrive after it registered.)
+    pub fn heartbeat(
+        &mut self,
+        now: u64,
+        state: ManagerState,
+        workers: &[WorkerView],
+    ) -> Vec<(WorkerId, bool)> {
+        let before: HashSet<&String> = self
+            .entries
+            .get(&state.id)
+            .map(|previous| previous.state.workers.iter().collect())
+            .unwrap_or_default();
+        let alive: HashSet<&String> = state.workers.iter().collect();
+        let exited: HashSet<&String> = state.exited.iter().collect();
+        let gone = workers
+            .iter()
+            .filter(|w| w.manager.as_deref() == Some(state.id.as_str()))
+            .filter(|w| !alive.contains(&w.name))
+            .filter(|w| w.draining || before.contains(&w.name) || exited.contains(&w.name))
+            .map(|w| (w.id, w.draining))
+            .collect();
         self.entries.insert(
             state.id.clone(),
             Entry {
@@ -36,39 +102,58 @@ impl Managers {
                 last_seen: now,
             },
         );
+        gone
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+    /// The manager said goodbye: it is gone, with its workers.
+    pub fn remove(&mut self, id: &str) -> bool {
+        self.last.remove(id);
+        self.entries.remove(id).is_some()
+    }
+
+    /// Whether any manager the policy could scale has reported.
+    pub fn any_scalable(&self) -> bool {
+        self.entries.values().any(|e| e.state.fixed.is_none())
+    }
+
+    /// Managers that declared `environment` (`worker-manager --env-plugin`).
+    pub fn declaring(&self, environment: &str) -> Vec<String> {
+        self.entries
+            .values()
+            .filter(|e| e.declares(environment))
+            .map(|e| e.state.id.clone())
+            .collect()
     }
 
     fn online(&self, entry: &Entry, now: u64) -> bool {
         now.saturating_sub(entry.last_seen) <= self.timeout_ms
     }
 
-    /// The snapshot the policy decides on.
+    /// The snapshot the policy decides on. Fixed pools are left out: nothing scales them.
     pub fn snapshot(
         &self,
-        now: u64,
+        context: &Context<'_>,
         scale_down_delay_ms: u64,
-        workers: &[WorkerView],
         demand: Vec<Demand>,
     ) -> Snapshot {
+        let wanted: BTreeSet<&str> = demand
+            .iter()
+            .flat_map(|d| d.environments.iter().map(String::as_str))
+            .collect();
         let managers = self
             .entries
             .values()
+            .filter(|entry| entry.state.fixed.is_none())
             .map(|entry| {
                 let state = &entry.state;
-                let mine: Vec<&WorkerView> = workers
-                    .iter()
-                    .filter(|w| w.manager.as_deref() == Some(&state.id))
-                    .collect();
+                let mine: Vec<&WorkerView> = context.workers_of(&state.id).collect();
                 // Not usable yet, or no longer: started but not registered, and being stopped
                 // but not gone. Both still count as the manager's workers.
+                let registered: HashSet<&String> = mine.iter().map(|w| &w.name).collect();
                 let unregistered = state
                     .workers
                     .iter()
-                    .filter(|n| !mine.iter().any(|w| w.name == **n))
+                    .filter(|n| !registered.contains(n))
                     .count();
                 let stopping = mine.iter().filter(|w| w.draining).count();
                 Manager {
@@ -76,7 +161,7 @@ impl Managers {
                     worker_type: state.worker_type.clone(),
                     max_task_concurrency: state.max_task_concurrency,
                     worker_slots: state.worker_slots.max(1),
-                    online: self.online(entry, now),
+                    online: self.online(entry, context.now),
                     workers: mine
                         .iter()
                         .filter(|w| !w.draining)
@@ -89,12 +174,15 @@ impl Managers {
                         .collect(),
                     starting: (unregistered + stopping) as u32,
                     capabilities: state.capabilities.clone(),
-                    environments: verdicts(&mine),
+                    environments: wanted
+                        .iter()
+                        .map(|name| (name.to_string(), verdict(entry, &mine, name, context)))
+                        .collect(),
                 }
             })
             .collect();
         Snapshot {
-            now_ms: now,
+            now_ms: context.now,
             scale_down_delay_ms,
             managers,
             demand,
@@ -108,16 +196,14 @@ impl Managers {
         }
     }
 
-    pub fn status(&self, now: u64, workers: &[WorkerView], tiers: &[Tier]) -> Vec<ManagerStatus> {
+    pub fn status(&self, context: &Context<'_>) -> Vec<ManagerStatus> {
         self.entries
             .values()
             .map(|entry| {
                 let state = &entry.state;
-                let live = workers
-                    .iter()
-                    .filter(|w| w.manager.as_deref() == Some(&state.id))
-                    .count() as u32;
-                let tier = tiers
+                let live = context.workers_of(&state.id).count() as u32;
+                let tier = context
+                    .tiers
                     .iter()
                     .find(|t| {
                         t.members
@@ -129,38 +215,36 @@ impl Managers {
                 ManagerStatus {
                     id: state.id.clone(),
                     worker_type: state.worker_type.clone(),
-                    online: self.online(entry, now),
+                    online: self.online(entry, context.now),
+                    fixed: state.fixed,
                     tier,
                     max_task_concurrency: state.max_task_concurrency,
-                    desired: last.map(|d| d.desired_workers),
+                    desired: state.fixed.or(last.map(|d| d.desired_workers)),
                     live,
                     starting: (state.workers.len() as u32).saturating_sub(live),
-                    reason: match (last, tier) {
-                        (Some(d), _) => d.reason.clone(),
-                        (None, None) => "not listed in the policy: not scaled".into(),
-                        (None, Some(_)) => "no decision yet".into(),
+                    reason: match (state.fixed, last, tier) {
+                        (Some(n), _, _) => format!("fixed pool of {n}: not scaled"),
+                        (None, Some(d), _) => d.reason.clone(),
+                        (None, None, None) => "not listed in the policy: not scaled".into(),
+                        (None, None, Some(_)) => "no decision yet".into(),
                     },
                 }
             })
             .collect()
     }
-}
 
-impl Managers {
     /// For `weir explain`: which managers could start a worker for a task needing `capabilities`
     /// and `environments`, and why the others cannot.
     pub fn explain(
         &self,
-        now: u64,
+        context: &Context<'_>,
         capabilities: &[(String, u64)],
         environments: &[String],
-        workers: &[WorkerView],
-        tiers: &[Tier],
     ) -> Vec<String> {
         let mut lines = Vec::new();
         for entry in self.entries.values() {
             let state = &entry.state;
-            let missing = self.obstacles(entry, now, capabilities, environments, workers, tiers);
+            let missing = self.obstacles(entry, context, capabilities, environments);
             let last = self.last.get(&state.id).map(|d| {
                 format!(
                     "; last decision: {} worker(s), {}",
@@ -189,14 +273,12 @@ impl Managers {
     /// `environments` (for `--unschedulable-timeout`).
     pub fn could_serve(
         &self,
-        now: u64,
+        context: &Context<'_>,
         capabilities: &[(String, u64)],
         environments: &[String],
-        workers: &[WorkerView],
-        tiers: &[Tier],
     ) -> bool {
         self.entries.values().any(|entry| {
-            self.obstacles(entry, now, capabilities, environments, workers, tiers)
+            self.obstacles(entry, context, capabilities, environments)
                 .is_empty()
         })
     }
@@ -205,27 +287,20 @@ impl Managers {
     fn obstacles(
         &self,
         entry: &Entry,
-        now: u64,
+        context: &Context<'_>,
         capabilities: &[(String, u64)],
         environments: &[String],
-        workers: &[WorkerView],
-        tiers: &[Tier],
     ) -> Vec<String> {
         let state = &entry.state;
-        let mine: Vec<&WorkerView> = workers
-            .iter()
-            .filter(|w| w.manager.as_deref() == Some(&state.id))
-            .collect();
-        let verdicts = verdicts(&mine);
+        let mine: Vec<&WorkerView> = context.workers_of(&state.id).collect();
         let mut missing = Vec::new();
-        if !self.online(entry, now) {
+        if let Some(n) = state.fixed {
+            missing.push(format!("a fixed pool of {n} workers (not scaled)"));
+        }
+        if !self.online(entry, context.now) {
             missing.push("offline".to_string());
         }
-        if !tiers.iter().any(|t| {
-            t.members
-                .iter()
-                .any(|m| *m == state.id || *m == state.worker_type)
-        }) {
+        if state.fixed.is_none() && !context.listed(state) {
             missing.push("not listed in the scaling policy".to_string());
         }
         for (name, need) in capabilities {
@@ -241,27 +316,40 @@ impl Managers {
             }
         }
         for env in environments {
-            match verdicts.iter().find(|(n, _)| n == env).map(|(_, v)| *v) {
-                Some(Verdict::NoMatch) => missing.push(format!("its workers do not match `{env}`")),
-                Some(_) => {}
-                None => {} // unknown: one worker would be started to learn
+            if verdict(entry, &mine, env, context) == Verdict::NoMatch {
+                missing.push(match entry.declares(env) || context.is_registered(env) {
+                    true => format!("its workers do not match `{env}`"),
+                    false => format!("its workers do not evaluate `{env}`"),
+                });
             }
         }
         missing
     }
 }
 
-/// A manager's verdict on each environment its workers evaluated: `match` if any worker matches,
-/// `no-match` if they answered and none does; names nobody answered are left out (`unknown`).
-fn verdicts(workers: &[&WorkerView]) -> Vec<(String, Verdict)> {
-    let mut out: BTreeMap<String, Verdict> = BTreeMap::new();
+/// A manager's verdict on `environment`: `match` if any of its workers matches, `no-match` if
+/// they answered and none does. Before any answer: `unknown` when its workers will evaluate the
+/// name (the manager declared it, or it is registered at run time; the policy starts one worker
+/// to learn), `no-match` when they never will.
+fn verdict(
+    entry: &Entry,
+    workers: &[&WorkerView],
+    environment: &str,
+    context: &Context<'_>,
+) -> Verdict {
+    let mut answered = false;
     for worker in workers {
-        for (name, verdict) in &worker.verdicts {
-            let entry = out.entry(name.clone()).or_insert(Verdict::NoMatch);
-            if *verdict == EnvVerdict::Match {
-                *entry = Verdict::Match;
-            }
+        match worker.verdicts.iter().find(|(n, _)| n == environment) {
+            Some((_, EnvVerdict::Match)) => return Verdict::Match,
+            Some(_) => answered = true,
+            None => {}
         }
     }
-    out.into_iter().collect()
+    if answered {
+        Verdict::NoMatch
+    } else if entry.declares(environment) || context.is_registered(environment) {
+        Verdict::Unknown
+    } else {
+        Verdict::NoMatch
+    }
 }

@@ -26,8 +26,9 @@ impl ScalingPolicy for weir_waterfall::Policy {
 }
 
 /// Checks that `decisions` can be applied to `snapshot`: each names an online manager of the
-/// snapshot once, asks for no more workers than the manager's cap allows (unless it already has
-/// more, which a policy may keep), and stops only idle workers of that manager.
+/// snapshot once, asks for no more workers than the manager's cap allows (whatever it runs now:
+/// a manager above its cap is brought down to it, never kept there), and stops only idle
+/// workers of that manager. The scheduler applies this to every policy's decisions.
 pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), String> {
     let managers: HashMap<&str, &Manager> = snapshot
         .managers
@@ -46,9 +47,7 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
         if !seen.insert(id) {
             return Err(format!("two decisions for manager `{id}`"));
         }
-        let allowed = manager
-            .max_workers_for(manager.max_task_concurrency)
-            .max(manager.current_workers());
+        let allowed = manager.max_workers_for(manager.max_task_concurrency);
         if u64::from(decision.desired_workers) > allowed {
             return Err(format!(
                 "asks manager `{id}` for {} workers; its max task concurrency {} allows {allowed}",

@@ -80,6 +80,19 @@ pub enum EnvSource {
     Registered,
     /// A worker's own `--env-plugin`.
     Worker,
+    /// A worker manager's `--env-plugin`, declared when it registers and passed on to the
+    /// workers it starts (which evaluate it as their own).
+    Manager,
+}
+
+impl EnvSource {
+    fn label(self) -> &'static str {
+        match self {
+            EnvSource::Registered => "registered",
+            EnvSource::Worker => "worker",
+            EnvSource::Manager => "manager",
+        }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -192,6 +205,16 @@ struct Worker {
 }
 
 impl Worker {
+    /// Whether it evaluates `environment`: its own definition, or a run-time registration
+    /// (sent to every worker). A name only other workers define is never evaluated here.
+    fn evaluates(&self, environment: &str, known: &BTreeMap<String, EnvSource>) -> bool {
+        self.info
+            .local_environments
+            .iter()
+            .any(|e| e == environment)
+            || known.get(environment) == Some(&EnvSource::Registered)
+    }
+
     fn fits(&self, class: &Class) -> bool {
         !self.draining
             && self.free_slots > 0
@@ -225,19 +248,19 @@ impl Worker {
 }
 
 /// Whether `worker` could ever run tasks of `class` (once its slots and amounts are free): it has
-/// the capabilities, and every environment matches there, or is registered and its verdict still
-/// pending (a worker-local environment another worker defines is never evaluated here).
+/// the capabilities, and every environment matches there, or its verdict is still pending.
 fn could_ever_run(worker: &Worker, class: &Class, known: &BTreeMap<String, EnvSource>) -> bool {
     class
         .capabilities
         .iter()
         .all(|(name, need)| amount(&worker.info.capabilities, name) >= *need)
-        && class.environments.iter().all(|env| {
-            matches!(
-                (worker.verdicts.get(env), known.get(env)),
-                (Some(EnvVerdict::Match), Some(_)) | (None, Some(EnvSource::Registered))
-            )
-        })
+        && class
+            .environments
+            .iter()
+            .all(|env| match worker.verdicts.get(env) {
+                Some(verdict) => *verdict == EnvVerdict::Match && known.contains_key(env),
+                None => worker.evaluates(env, known),
+            })
 }
 
 /// What the journal records as the outcome of a task whose job was forgotten.
@@ -567,12 +590,36 @@ impl Core {
         id
     }
 
+    /// Names a worker manager declared (its `--env-plugin` conditions): known from now on, so
+    /// tasks may ask for them before any of its workers has reported.
+    pub fn declare_environments<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            if !self.environments.contains_key(name) {
+                self.environments
+                    .insert(name.to_string(), EnvSource::Manager);
+            }
+        }
+    }
+
+    /// The environment names registered at run time (every worker evaluates them).
+    pub fn registered_environments(&self) -> std::collections::BTreeSet<String> {
+        self.environments
+            .iter()
+            .filter(|(_, source)| **source == EnvSource::Registered)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// A run-time environment was registered or replaced: every worker's verdict on it is
-    /// pending until it reports again.
+    /// pending until it reports again, except on workers with their own definition of the name
+    /// (theirs wins there, so their verdict stands).
     pub fn register_environment(&mut self, name: &str) {
         self.environments
             .insert(name.to_string(), EnvSource::Registered);
         for worker in self.workers.values_mut() {
+            if worker.info.local_environments.iter().any(|e| e == name) {
+                continue;
+            }
             worker.verdicts.remove(name);
             worker.loads.remove(name);
             worker.environments.remove(name);
@@ -643,6 +690,16 @@ impl Core {
             .is_some_and(|w| w.verdicts.contains_key(name))
     }
 
+    /// Live workers that take tasks (not being stopped), and of those, how many match
+    /// `environment` when one is given (for `weir workers wait`).
+    pub fn ready_workers(&self, environment: Option<&str>) -> u32 {
+        self.workers
+            .values()
+            .filter(|w| !w.draining)
+            .filter(|w| environment.is_none_or(|e| w.environments.contains(e)))
+            .count() as u32
+    }
+
     pub fn worker_ids(&self) -> Vec<WorkerId> {
         self.workers.keys().copied().collect()
     }
@@ -655,14 +712,16 @@ impl Core {
             .map(|(name, source)| {
                 let mut status = EnvironmentStatus {
                     name: name.clone(),
-                    source: match source {
-                        EnvSource::Registered => "registered".into(),
-                        EnvSource::Worker => "worker".into(),
-                    },
+                    source: source.label().into(),
                     ..EnvironmentStatus::default()
                 };
                 for worker in self.workers.values() {
                     let who = worker.info.name.clone();
+                    if *source == EnvSource::Registered
+                        && worker.info.local_environments.contains(name)
+                    {
+                        status.own_definition.push(who.clone());
+                    }
                     if let Some(load) = worker.loads.get(name) {
                         status.loads.push((who.clone(), *load));
                     }
@@ -672,9 +731,7 @@ impl Core {
                         Some(EnvVerdict::Error(reason)) => {
                             status.erroring.push((who, reason.clone()))
                         }
-                        None if *source == EnvSource::Registered
-                            || worker.info.local_environments.contains(name) =>
-                        {
+                        None if worker.evaluates(name, &self.environments) => {
                             status.pending.push(who)
                         }
                         None => {}
@@ -746,9 +803,12 @@ impl Core {
                             Some(EnvVerdict::Error(reason)) => {
                                 missing.push(format!("environment `{name}`: error({reason})"))
                             }
-                            None => {
+                            None if worker.evaluates(name, &self.environments) => {
                                 missing.push(format!("environment `{name}`: not evaluated yet"))
                             }
+                            None => missing.push(format!(
+                                "environment `{name}`: not evaluated here (other workers' own condition)"
+                            )),
                         }
                     }
                     if worker.free_slots == 0 {
@@ -766,18 +826,21 @@ impl Core {
                     }
                 }
                 if !could_run && !self.workers.is_empty() {
-                    let any_ever = self.workers.values().any(|w| {
+                    let ever: Vec<&Worker> = self
+                        .workers
+                        .values()
+                        .filter(|w| could_ever_run(w, class, &self.environments))
+                        .collect();
+                    let decided = ever.iter().any(|w| {
                         class
-                            .capabilities
+                            .environments
                             .iter()
-                            .all(|(n, need)| amount(&w.info.capabilities, n) >= *need)
-                            && class
-                                .environments
-                                .iter()
-                                .all(|e| w.environments.contains(e))
+                            .all(|e| w.verdicts.contains_key(e))
                     });
-                    lines.push(if any_ever {
+                    lines.push(if decided {
                         "waiting for a qualifying worker to free a slot".into()
+                    } else if !ever.is_empty() {
+                        "waiting for workers to evaluate its environments".into()
                     } else {
                         "no live worker can ever run it: it waits for one that qualifies to join"
                             .into()
@@ -796,7 +859,8 @@ impl Core {
     }
 
     /// The worker is gone (connection closed or silent): requeue or fail its running tasks.
-    pub fn worker_lost(&mut self, worker: WorkerId, reason: &str) {
+    /// `planned`: it was stopped on purpose (its run is not counted against the retries).
+    pub fn worker_lost(&mut self, worker: WorkerId, reason: &str, planned: bool) {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
@@ -810,6 +874,9 @@ impl Core {
             task.worker = None;
             if task.state != TaskState::Running {
                 continue; // canceled while running: already final
+            }
+            if planned {
+                task.attempts = task.attempts.saturating_sub(1);
             }
             let (gid, attempts) = (task.group, task.attempts);
             let group = self.groups[&gid].clone();
@@ -1013,7 +1080,7 @@ impl Core {
             .collect();
         for worker in silent {
             let reason = format!("no heartbeat for {timeout} ms");
-            self.worker_lost(worker, &reason);
+            self.worker_lost(worker, &reason, false);
             self.actions.push(Action::Disconnect { worker, reason });
         }
         // A forgotten job waits for confirmations of its canceled tasks before it is dropped.

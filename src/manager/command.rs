@@ -120,6 +120,9 @@ impl Units {
             worker_slots: s.slots,
             capabilities: s.capabilities.clone(),
             workers: self.units.iter().flat_map(|u| self.names(&u.id)).collect(),
+            environments: s.environments.clone(),
+            fixed: None,
+            exited: Vec::new(),
         }
     }
 

@@ -23,6 +23,13 @@ pub enum NetError {
     Connect { address: String, error: String },
     #[error("the scheduler refused the connection: {0}")]
     Refused(String),
+    /// The scheduler answered a request with an error (`no job 2`): the request was refused,
+    /// the connection is fine.
+    #[error("{0}")]
+    Request(String),
+    /// A request's stream ended without its answer, or with the wrong one.
+    #[error("the scheduler ended the request: {0}")]
+    Unanswered(String),
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("connection: {0}")]
@@ -33,6 +40,27 @@ pub enum NetError {
     Write(#[from] quinn::WriteError),
     #[error("{0}")]
     Access(String),
+}
+
+/// The application close code of a peer that stops on purpose (a worker or manager told to
+/// stop): the scheduler logs a planned stop, not a lost peer. Any other close, or silence for
+/// the idle timeout, is a loss.
+pub const CLOSE_STOPPING: quinn::VarInt = quinn::VarInt::from_u32(2);
+
+/// Whether `connection` was closed by its peer with [`CLOSE_STOPPING`].
+pub fn peer_stopped(connection: &Connection) -> bool {
+    matches!(
+        connection.close_reason(),
+        Some(quinn::ConnectionError::ApplicationClosed(close)) if close.error_code == CLOSE_STOPPING
+    )
+}
+
+/// Close `connection` as a peer stopping on purpose, and wait (briefly) until the close has
+/// been sent and acknowledged, so the scheduler learns of the stop within one round trip
+/// instead of by idle timeout.
+pub async fn close_stopping(endpoint: &Endpoint, connection: &Connection, reason: &str) {
+    connection.close(CLOSE_STOPPING, reason.as_bytes());
+    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
 
 /// Liveness: keep-alives every second; a peer silent for `idle_timeout` is gone.

@@ -218,13 +218,28 @@ pub struct ManagerState {
     pub worker_slots: u32,
     /// Amounts each of its workers has.
     pub capabilities: Vec<(String, u64)>,
-    /// Names of its worker processes that are alive (registered or still starting).
+    /// Names of its worker processes that are alive (registered or still starting). A
+    /// registered worker its manager listed once and lists no more is gone: the scheduler
+    /// requeues its tasks at once instead of waiting for its connection to time out.
     pub workers: Vec<String>,
+    /// The conditions its workers evaluate (its `--env-plugin` flags): the scheduler knows these
+    /// names from the manager's registration on, before it has any worker.
+    pub environments: Vec<EnvironmentDef>,
+    /// `Some(n)`: a fixed pool (`--fixed n`) that keeps n workers alive and is not scaled.
+    pub fixed: Option<u32>,
+    /// The last workers it saw exit or stopped (at most [`EXITED_KEPT`]): one that registered
+    /// after the manager's last report is known gone all the same.
+    pub exited: Vec<String>,
 }
+
+/// How many exited worker names a manager keeps reporting.
+pub const EXITED_KEPT: usize = 64;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromManager {
     Heartbeat(ManagerState),
+    /// The manager is stopping on purpose (its workers with it): forget it now.
+    Goodbye,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,6 +301,12 @@ pub enum Request {
     Explain {
         task: TaskId,
     },
+    /// Answer `WorkersReady` once at least `count` live workers (matching `environment`, when
+    /// given) are registered; `WorkersReady` with the current count first, and on every change.
+    WaitWorkers {
+        count: u32,
+        environment: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -323,6 +344,11 @@ pub enum Response {
     Explanation {
         lines: Vec<String>,
     },
+    /// Live workers (matching the environment asked for): `ready` of the `wanted`.
+    WorkersReady {
+        ready: u32,
+        wanted: u32,
+    },
 }
 
 /// How a worker obtained a condition component.
@@ -357,7 +383,8 @@ impl std::fmt::Display for ComponentLoad {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvironmentStatus {
     pub name: String,
-    /// `registered` (weir env register) or `worker` (a worker's --env-plugin).
+    /// `registered` (weir env register), `worker` (a worker's --env-plugin) or `manager` (a
+    /// worker manager's --env-plugin, passed on to its workers).
     pub source: String,
     pub matching: Vec<String>,
     pub not_matching: Vec<String>,
@@ -367,6 +394,11 @@ pub struct EnvironmentStatus {
     pub pending: Vec<String>,
     /// (worker, how it loaded the condition component), for the workers that reported it.
     pub loads: Vec<(String, ComponentLoad)>,
+    /// Live workers that evaluate their own definition of this name (`--env-plugin`), which
+    /// wins over a run-time registration on them; their verdicts above are on that definition.
+    pub own_definition: Vec<String>,
+    /// Worker managers that declared the name (their workers evaluate their definition).
+    pub managers: Vec<String>,
 }
 
 /// One job for `weir jobs`.
@@ -401,6 +433,8 @@ pub struct ManagerStatus {
     pub id: String,
     pub worker_type: String,
     pub online: bool,
+    /// `Some(n)`: a fixed pool of n workers (not scaled by the policy).
+    pub fixed: Option<u32>,
     /// Priority of its tier in the policy; `None`: the policy does not list it (not scaled).
     pub tier: Option<u32>,
     pub max_task_concurrency: u32,

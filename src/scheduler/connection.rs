@@ -212,20 +212,32 @@ async fn worker_session(
                 Ok(FromWorker::Finished(results)) => { let _ = events.send(Event::Finished { worker, results }); }
                 Ok(FromWorker::Verdicts(verdicts)) => { let _ = events.send(Event::Verdicts { worker, verdicts }); }
                 Ok(FromWorker::Loads(loads)) => { let _ = events.send(Event::Loads { worker, loads }); }
-                Ok(FromWorker::Register(_)) => break "registered twice".to_string(),
-                Err(error) => break error.to_string(),
+                Ok(FromWorker::Register(_)) => break ("registered twice".to_string(), false),
+                Err(error) => break (error.to_string(), true),
             },
             ended = &mut writer => break match ended {
-                Ok(Ok(())) => "dropped by the scheduler".to_string(),
-                Ok(Err(error)) => error.to_string(),
-                Err(error) => error.to_string(),
+                Ok(Ok(())) => ("dropped by the scheduler".to_string(), false),
+                Ok(Err(error)) => (error.to_string(), true),
+                Err(error) => (error.to_string(), false),
             },
         }
     };
+    let (reason, from_peer) = reason;
     writer.abort();
+    // A worker that stops closes its connection right after its stream ends: give the close
+    // a moment to arrive, so a planned stop is not taken for a loss.
+    if from_peer && connection.close_reason().is_none() {
+        let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+    }
+    let planned = crate::net::peer_stopped(&connection);
     let _ = events.send(Event::WorkerGone {
         worker,
-        reason: reason.clone(),
+        reason: if planned {
+            "it stopped".to_string()
+        } else {
+            reason.clone()
+        },
+        planned,
     });
     connection.close(0u32.into(), reason.as_bytes());
     Ok(())
@@ -254,6 +266,12 @@ async fn manager_session(
                     }
                     id = Some(state.id.clone());
                     let _ = events.send(Event::ManagerHeartbeat { state, link: link.clone() });
+                }
+                Ok(FromManager::Goodbye) => {
+                    if let Some(id) = id.take() {
+                        let _ = events.send(Event::ManagerGoodbye { id });
+                    }
+                    break "said goodbye".to_string();
                 }
                 Err(error) => break error.to_string(),
             },

@@ -101,7 +101,6 @@ impl super::Actor {
     /// The Prometheus text of `/metrics`.
     pub(super) fn render_metrics(&self) -> String {
         use std::fmt::Write as _;
-        let now = self.now();
         let status = self.core.status();
         let mut out = String::new();
         let t = &status.tasks;
@@ -155,8 +154,7 @@ impl super::Actor {
                 "weir_slots{{manager=\"{manager}\",busy=\"true\"}} {busy}"
             );
         }
-        let views = self.core.worker_views(now);
-        let managers = self.managers.status(now, &views, &self.tiers);
+        let managers = self.managers.status(&self.context());
         let _ = writeln!(
             out,
             "# HELP weir_manager_workers Workers per manager.\n# TYPE weir_manager_workers gauge"
@@ -185,6 +183,19 @@ impl super::Actor {
                 escape(&m.id),
                 u8::from(m.online)
             );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_manager_fixed_workers Workers a fixed pool keeps (--fixed N).\n# TYPE weir_manager_fixed_workers gauge"
+        );
+        for m in &managers {
+            if let Some(n) = m.fixed {
+                let _ = writeln!(
+                    out,
+                    "weir_manager_fixed_workers{{manager=\"{}\"}} {n}",
+                    escape(&m.id)
+                );
+            }
         }
         self.policy_latency.render(
             &mut out,

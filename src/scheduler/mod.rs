@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::core::managers::Managers;
+use crate::core::managers::{Context, Managers};
 use crate::core::scaling::{Decision, Snapshot, Tier};
 use crate::core::tasks::EnvSource;
 use crate::core::tasks::{Action, Core, CoreConfig};
@@ -93,6 +93,8 @@ pub(crate) enum Event {
     WorkerGone {
         worker: WorkerId,
         reason: String,
+        /// It closed its connection on purpose (stopped by its manager or a signal).
+        planned: bool,
     },
     Request {
         request: Request,
@@ -104,6 +106,10 @@ pub(crate) enum Event {
         link: mpsc::UnboundedSender<ToManager>,
     },
     ManagerGone {
+        id: String,
+    },
+    /// The manager is stopping on purpose: forget it.
+    ManagerGoodbye {
         id: String,
     },
     Decided {
@@ -123,6 +129,15 @@ struct WorkerLink {
     conditions: HashSet<ComponentHash>,
 }
 
+/// A `weir workers wait` waiting for enough live workers.
+struct WorkerWait {
+    count: u32,
+    environment: Option<String>,
+    /// The count last sent (progress is sent when it changes).
+    last: Option<u32>,
+    reply: mpsc::UnboundedSender<Response>,
+}
+
 /// A `weir env register --wait` waiting for every live worker's verdict.
 struct EnvWait {
     name: String,
@@ -139,6 +154,7 @@ struct Actor {
     /// Run-time environments, sent whole to every worker.
     environments: BTreeMap<String, EnvironmentDef>,
     env_waits: Vec<EnvWait>,
+    worker_waits: Vec<WorkerWait>,
     managers: Managers,
     manager_links: HashMap<String, mpsc::UnboundedSender<ToManager>>,
     /// Snapshots to the policy thread; `None` without a policy.
@@ -240,6 +256,7 @@ pub async fn run(
         waiters: HashMap::new(),
         environments: BTreeMap::new(),
         env_waits: Vec::new(),
+        worker_waits: Vec::new(),
         managers: Managers::new(settings.heartbeat_timeout.as_millis() as u64),
         manager_links: HashMap::new(),
         policy,
@@ -355,6 +372,7 @@ impl Actor {
             }
             self.core.schedule();
             self.apply();
+            self.settle_worker_waits();
             if let Some(journal) = &mut self.journal
                 && let Err(error) = journal.sync()
             {
@@ -380,14 +398,17 @@ impl Actor {
         let Some(timeout) = self.unschedulable_timeout else {
             return;
         };
-        let views = self.core.worker_views(now);
-        let (managers, tiers) = (&self.managers, &self.tiers);
+        let context = Context {
+            now,
+            workers: self.core.worker_views(now),
+            tiers: &self.tiers,
+            registered: self.core.registered_environments(),
+        };
+        let managers = &self.managers;
         let failed = self.core.fail_unschedulable(
             now,
             u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            |capabilities, environments| {
-                managers.could_serve(now, capabilities, environments, &views, tiers)
-            },
+            |capabilities, environments| managers.could_serve(&context, capabilities, environments),
         );
         if failed > 0 {
             tracing::warn!(
@@ -435,13 +456,11 @@ impl Actor {
                 self.core.set_verdicts(now, worker, verdicts);
                 self.settle_env_waits();
             }
-            Event::WorkerGone { worker, reason } => {
-                if self.workers.remove(&worker).is_some() {
-                    tracing::warn!(worker, %reason, "worker lost; requeueing its tasks");
-                    self.core.worker_lost(worker, &reason);
-                    self.settle_env_waits();
-                }
-            }
+            Event::WorkerGone {
+                worker,
+                reason,
+                planned,
+            } => self.worker_gone(worker, &reason, planned),
             Event::Request {
                 request,
                 components,
@@ -449,14 +468,31 @@ impl Actor {
             } => self.request(request, components, reply),
             Event::ManagerHeartbeat { state, link } => {
                 if !self.manager_links.contains_key(&state.id) {
-                    tracing::info!(manager = %state.id, worker_type = %state.worker_type, "worker manager joined");
+                    tracing::info!(manager = %state.id, worker_type = %state.worker_type, fixed = ?state.fixed, "worker manager joined");
                 }
                 self.manager_links.insert(state.id.clone(), link);
-                self.managers.heartbeat(now, state);
+                self.core
+                    .declare_environments(state.environments.iter().map(|d| d.name.as_str()));
+                let id = state.id.clone();
+                let gone = self
+                    .managers
+                    .heartbeat(now, state, &self.core.worker_views(now));
+                for (worker, stopped) in gone {
+                    let reason = match stopped {
+                        true => format!("its manager {id} stopped it"),
+                        false => format!("its manager {id} saw it exit"),
+                    };
+                    self.worker_gone(worker, &reason, stopped);
+                }
             }
             Event::ManagerGone { id } => {
                 tracing::warn!(manager = %id, "worker manager disconnected");
                 self.manager_links.remove(&id);
+            }
+            Event::ManagerGoodbye { id } => {
+                tracing::info!(manager = %id, "worker manager stopped");
+                self.manager_links.remove(&id);
+                self.managers.remove(&id);
             }
             Event::Metrics { reply } => {
                 let _ = reply.send(self.render_metrics());
@@ -479,17 +515,44 @@ impl Actor {
         }
     }
 
+    /// A worker is gone: closed its connection, fell silent, or its manager saw it exit. Its
+    /// tasks are requeued (a planned stop spends no retry) and its link dropped, which closes
+    /// the connection if it is still open.
+    fn worker_gone(&mut self, worker: WorkerId, reason: &str, planned: bool) {
+        if self.workers.remove(&worker).is_none() {
+            return;
+        }
+        if planned {
+            tracing::info!(worker, %reason, "worker stopped");
+        } else {
+            tracing::warn!(worker, %reason, "worker lost; requeueing its tasks");
+        }
+        self.core.worker_lost(worker, reason, planned);
+        self.settle_env_waits();
+    }
+
+    /// What the manager controller needs to know of the rest of the scheduler.
+    fn context(&self) -> Context<'_> {
+        let now = self.now();
+        Context {
+            now,
+            workers: self.core.worker_views(now),
+            tiers: &self.tiers,
+            registered: self.core.registered_environments(),
+        }
+    }
+
     /// Hand the policy thread a snapshot, unless it is still deciding on the last one.
     fn scale(&mut self) {
         let Some(policy) = &self.policy else { return };
-        if self.policy_busy || self.managers.is_empty() {
+        if self.policy_busy || !self.managers.any_scalable() {
             return;
         }
-        let now = self.now();
-        let views = self.core.worker_views(now);
-        let snapshot =
-            self.managers
-                .snapshot(now, self.scale_down_delay_ms, &views, self.core.demand());
+        let snapshot = self.managers.snapshot(
+            &self.context(),
+            self.scale_down_delay_ms,
+            self.core.demand(),
+        );
         if let Some(file) = &mut self.record {
             use std::io::Write;
             if let Ok(line) = serde_json::to_string(&snapshot) {
@@ -627,11 +690,8 @@ impl Actor {
                 }
             }
             Request::Status => {
-                let now = self.now();
                 let mut report = self.core.status();
-                report.managers =
-                    self.managers
-                        .status(now, &self.core.worker_views(now), &self.tiers);
+                report.managers = self.managers.status(&self.context());
                 report.policy_error = self.policy_error.clone();
                 Response::Status(report)
             }
@@ -657,8 +717,11 @@ impl Actor {
                     let _ = reply.send(Response::Error { message });
                     return;
                 }
-                if self.core.environment_source(&name) == Some(EnvSource::Worker) {
-                    tracing::info!(environment = %name, "registering a name some workers also define locally; theirs wins on them");
+                if matches!(
+                    self.core.environment_source(&name),
+                    Some(EnvSource::Worker | EnvSource::Manager)
+                ) {
+                    tracing::warn!(environment = %name, "registering a name some workers define with --env-plugin: their own definition wins on them (weir env list shows which)");
                 }
                 let def = EnvironmentDef {
                     name: name.clone(),
@@ -686,9 +749,9 @@ impl Actor {
                     self.settle_env_waits();
                     return;
                 }
-                Response::Environments(self.core.environment_report(Some(&name)))
+                Response::Environments(self.environment_report(Some(&name)))
             }
-            Request::EnvList => Response::Environments(self.core.environment_report(None)),
+            Request::EnvList => Response::Environments(self.environment_report(None)),
             Request::EnvRemove { name } => {
                 if self.core.remove_environment(&name) {
                     self.environments.remove(&name);
@@ -705,19 +768,21 @@ impl Actor {
                     }
                 }
             }
+            Request::WaitWorkers { count, environment } => {
+                self.worker_waits.push(WorkerWait {
+                    count,
+                    environment,
+                    last: None,
+                    reply,
+                });
+                self.settle_worker_waits();
+                return;
+            }
             Request::Explain { task } => match self.core.explain(task) {
                 Some(mut lines) => {
                     if let Some((group, _)) = self.core.task_group(task) {
-                        let now = self.now();
-                        let (caps, envs) = (
-                            group.spec.capabilities.clone(),
-                            group.spec.environments.clone(),
-                        );
-                        let views = self.core.worker_views(now);
-                        lines.extend(
-                            self.managers
-                                .explain(now, &caps, &envs, &views, &self.tiers),
-                        );
+                        let (caps, envs) = (&group.spec.capabilities, &group.spec.environments);
+                        lines.extend(self.managers.explain(&self.context(), caps, envs));
                     }
                     Response::Explanation { lines }
                 }
@@ -727,6 +792,36 @@ impl Actor {
             },
         };
         let _ = reply.send(response);
+    }
+
+    /// The core's environment report, with the managers that declared each name.
+    fn environment_report(&self, only: Option<&str>) -> Vec<crate::proto::EnvironmentStatus> {
+        let mut report = self.core.environment_report(only);
+        for status in &mut report {
+            status.managers = self.managers.declaring(&status.name);
+        }
+        report
+    }
+
+    /// Answer the `weir workers wait` requests: progress when the count changed, and the last
+    /// answer once there are enough.
+    fn settle_worker_waits(&mut self) {
+        if self.worker_waits.is_empty() {
+            return;
+        }
+        let core = &self.core;
+        self.worker_waits.retain_mut(|wait| {
+            let ready = core.ready_workers(wait.environment.as_deref());
+            if wait.last == Some(ready) {
+                return true;
+            }
+            wait.last = Some(ready);
+            let sent = wait.reply.send(Response::WorkersReady {
+                ready,
+                wanted: wait.count,
+            });
+            sent.is_ok() && ready < wait.count
+        });
     }
 
     /// Send `worker` the whole environment set, with the condition components it lacks.
@@ -751,14 +846,16 @@ impl Actor {
     /// Answer the `env register --wait` requests every live worker has now answered.
     fn settle_env_waits(&mut self) {
         let live: HashSet<WorkerId> = self.core.worker_ids().into_iter().collect();
-        let core = &self.core;
+        let (core, managers) = (&self.core, &self.managers);
         self.env_waits.retain_mut(|wait| {
             wait.workers
                 .retain(|w| live.contains(w) && !core.has_verdict(*w, &wait.name));
             if wait.workers.is_empty() {
-                let _ = wait.reply.send(Response::Environments(
-                    core.environment_report(Some(&wait.name)),
-                ));
+                let mut report = core.environment_report(Some(&wait.name));
+                for status in &mut report {
+                    status.managers = managers.declaring(&status.name);
+                }
+                let _ = wait.reply.send(Response::Environments(report));
                 return false;
             }
             true

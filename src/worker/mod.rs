@@ -6,6 +6,7 @@
 //! previous batch was being written goes in the next frame.
 
 pub mod env;
+pub mod guard;
 mod run;
 
 use std::collections::HashMap;
@@ -50,7 +51,7 @@ pub(crate) struct Group {
 
 /// Run until the scheduler closes the connection. Returns why it ended.
 pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetError> {
-    let (_endpoint, connection, mut send, mut recv) =
+    let (endpoint, connection, mut send, mut recv) =
         net::connect(access, Role::Worker, settings.idle_timeout).await?;
     let mut info = settings.info.clone();
     info.local_environments = settings
@@ -194,14 +195,26 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
             Some(task) = reaped.recv() => { running.remove(&task); }
         }
     };
-    for handle in running.values() {
-        handle.abort();
+    // Close first, so nothing more is reported from here on: a task killed below must not be
+    // reported failed (the scheduler requeues what ran here; a planned stop spends no retry).
+    let planned = reason.starts_with("stopped by");
+    if planned {
+        connection.close(net::CLOSE_STOPPING, b"worker stopping");
+    } else {
+        connection.close(0u32.into(), b"worker stopping");
     }
     heartbeat.abort();
     batcher.abort();
     writer.abort();
+    // Aborting a command task drops its process group, which kills it.
+    for handle in running.values() {
+        handle.abort();
+    }
     env_task.abort();
-    connection.close(0u32.into(), b"worker stopping");
+    if planned {
+        // The scheduler hears of the stop within a round trip, not by timeout.
+        net::close_stopping(&endpoint, &connection, "worker stopping").await;
+    }
     let _ = tokio::task::spawn_blocking(move || {
         if let Ok(mut environments) = environments.lock() {
             environments.teardown_all();

@@ -131,7 +131,9 @@ impl Runner {
                 message: "empty argv".into(),
             };
         };
-        let mut child = match tokio::process::Command::new(program)
+        let mut command = tokio::process::Command::new(program);
+        super::guard::contain(&mut command);
+        let mut child = match command
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(if input.is_empty() {
@@ -151,6 +153,9 @@ impl Runner {
                 };
             }
         };
+        // Every process of the task dies with it: when this is dropped (the task ended, timed
+        // out, or was canceled and its future dropped).
+        let group = super::guard::ProcessGroup::new(child.id());
         if let Some(mut stdin) = child.stdin.take() {
             tokio::spawn(async move {
                 let _ = stdin.write_all(&input).await;
@@ -163,6 +168,7 @@ impl Runner {
             Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
                 Ok(status) => status,
                 Err(_) => {
+                    drop(group);
                     let _ = child.kill().await;
                     return Outcome::Error {
                         message: format!("timed out after {limit:?}"),
@@ -171,6 +177,9 @@ impl Runner {
             },
             None => child.wait().await,
         };
+        // What the task left running in the background goes with it (and so the pipes close
+        // and its output can be read to the end).
+        drop(group);
         let status = match status {
             Ok(status) => status,
             Err(error) => {

@@ -83,7 +83,10 @@ impl Policy {
             if text.is_empty() {
                 continue;
             }
-            let err = |message: String| ContentError { line: Some(line), message };
+            let err = |message: String| ContentError {
+                line: Some(line),
+                message,
+            };
             let fields: Vec<&str> = text.split(',').map(str::trim).collect();
             let max_fields = if flavor == Flavor::ManagerId { 3 } else { 2 };
             if fields.len() < 2 || fields.len() > max_fields {
@@ -94,15 +97,20 @@ impl Policy {
                     if fields.len() == 1 { "" } else { "s" }
                 )));
             }
-            let priority = fields[0].parse::<u32>().map_err(|_| {
-                err(format!("priority `{}` is not a whole number (0 to {})", fields[0], u32::MAX))
+            let priority = fields[0].parse::<u32>().map_err(|_| match fields[0].parse::<i64>() {
+                // Scaler takes any integer; the policy world's tiers carry a u32, so say how to
+                // write the same order instead of guessing a shift.
+                Ok(negative) if negative < 0 => err(format!(
+                    "priority `{negative}` is negative: priorities are 0 to {}; only their order \
+                     matters, so add the same amount to every row",
+                    u32::MAX
+                )),
+                _ => err(format!("priority `{}` is not a whole number (0 to {})", fields[0], u32::MAX)),
             })?;
+            // Inner spaces are part of the name (`worker-manager --id "gpu pool"`), as in Scaler.
             let member = fields[1];
             if member.is_empty() {
                 return Err(err(format!("empty {}", flavor.member_noun())));
-            }
-            if member.chars().any(char::is_whitespace) {
-                return Err(err(format!("{} `{member}` contains whitespace", flavor.member_noun())));
             }
             let cap = match fields.get(2) {
                 None => None,
@@ -116,12 +124,20 @@ impl Policy {
                     previous.line
                 )));
             }
-            rules.push(Rule { priority, member: member.to_string(), cap, line });
+            rules.push(Rule {
+                priority,
+                member: member.to_string(),
+                cap,
+                line,
+            });
         }
         if rules.is_empty() {
             return Err(ContentError {
                 line: None,
-                message: format!("policy content has no rows; expected `{}` rows", flavor.row_shape()),
+                message: format!(
+                    "policy content has no rows; expected `{}` rows",
+                    flavor.row_shape()
+                ),
             });
         }
         rules.sort_by_key(|r| r.priority);
@@ -133,8 +149,13 @@ impl Policy {
         let mut tiers: Vec<Tier> = Vec::new();
         for rule in &self.rules {
             match tiers.last_mut() {
-                Some(tier) if tier.priority == rule.priority => tier.members.push(rule.member.clone()),
-                _ => tiers.push(Tier { priority: rule.priority, members: vec![rule.member.clone()] }),
+                Some(tier) if tier.priority == rule.priority => {
+                    tier.members.push(rule.member.clone())
+                }
+                _ => tiers.push(Tier {
+                    priority: rule.priority,
+                    members: vec![rule.member.clone()],
+                }),
             }
         }
         tiers
@@ -145,6 +166,7 @@ fn parse_cap(text: &str) -> Result<u32, String> {
     if text == "-1" || text.eq_ignore_ascii_case("unlimited") {
         return Ok(UNLIMITED);
     }
-    text.parse::<u32>()
-        .map_err(|_| format!("max_task_concurrency `{text}` is not a whole number, `-1` or `unlimited`"))
+    text.parse::<u32>().map_err(|_| {
+        format!("max_task_concurrency `{text}` is not a whole number, `-1` or `unlimited`")
+    })
 }

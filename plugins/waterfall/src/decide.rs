@@ -4,7 +4,10 @@
 //!    capacity is `min(rule cap, reported max_task_concurrency)` tasks, i.e. that many task slots
 //!    divided into workers of `worker_slots` slots. Offline and unlisted managers get no decision.
 //! 2. Running tasks stay where they run: a worker with a busy slot is never stopped and counts
-//!    against its manager's capacity; its free slots take queued tasks first.
+//!    against its manager's capacity; its spare room takes queued tasks first. Spare room is
+//!    counted in the resource that binds: free slots, and for each capability a group needs, the
+//!    amount its running tasks may hold (each counted at the largest need of that capability
+//!    among running demand, so room is never counted that is not there).
 //! 3. Queued demand is placed group by group (a group is one set of capabilities and
 //!    environments), most constrained group first (fewest managers able to serve it). A group
 //!    fills tier 1, spills to tier 2, and so on. A manager can serve a group when the capability
@@ -18,12 +21,27 @@
 //! 4. A manager's target is the workers its placed tasks need. Above its current count it grows;
 //!    below, it first cancels workers still starting, then stops idle workers that have been idle
 //!    for at least the scale-down delay, longest idle first. Scale-down runs the waterfall in
-//!    reverse: a tier gives up workers only once every tier below it has none.
+//!    reverse: a manager gives up workers only while no manager of a later tier with workers
+//!    serves demand (queued or running) that it could serve too; demand it could never run
+//!    does not hold it.
+//! 5. No decision asks for more workers than the manager's cap: a manager above it (its cap was
+//!    lowered, or dead workers were replaced before the scheduler knew) is brought down to it,
+//!    starting workers first, then idle ones whatever their idle time.
 
 use std::collections::HashMap;
 
 use crate::content::{Flavor, Policy};
 use crate::model::{Decision, Demand, Manager, Snapshot};
+
+/// Room left on `count` alike workers counted in `used_workers`: free slots and capability
+/// amounts of each.
+#[derive(Clone)]
+struct Room {
+    count: u64,
+    slots: u64,
+    /// Free amount per capability of the manager's workers (in `Manager::capabilities` order).
+    amounts: Vec<u64>,
+}
 
 /// Per-manager bookkeeping during one decision.
 struct Plan<'a> {
@@ -33,13 +51,46 @@ struct Plan<'a> {
     max_workers: u64,
     /// Workers needed so far: the busy ones, then the new ones placed tasks need.
     used_workers: u64,
-    /// Free slots on workers already counted in `used_workers`.
-    spare_slots: u64,
+    /// Spare room on the workers counted in `used_workers`.
+    room: Vec<Room>,
     /// Queued tasks placed on this manager.
     placed: u64,
 }
 
 impl Plan<'_> {
+    /// The need of `group` for each of the manager's capabilities (0 where it needs none).
+    fn needs(&self, group: &Demand) -> Vec<u64> {
+        self.manager
+            .capabilities
+            .iter()
+            .map(|(name, _)| {
+                group
+                    .capabilities
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(0, |(_, need)| *need)
+            })
+            .collect()
+    }
+
+    /// Tasks of `group` that fit on one worker of `room`.
+    fn fits(room: &Room, needs: &[u64]) -> u64 {
+        needs
+            .iter()
+            .zip(&room.amounts)
+            .filter(|(need, _)| **need > 0)
+            .fold(room.slots, |fit, (need, have)| fit.min(have / need))
+    }
+
+    /// Whether a worker of this manager could ever run `group` (capabilities; no `no-match`).
+    fn serves(&self, group: &Demand) -> bool {
+        self.density(group) > 0
+            && group
+                .environments
+                .iter()
+                .all(|env| self.manager.verdict(env) != crate::Verdict::NoMatch)
+    }
+
     /// Tasks of `group` a worker of this manager can run at once (0: it cannot serve the group).
     fn density(&self, group: &Demand) -> u64 {
         let mut density = u64::from(self.manager.worker_slots.max(1));
@@ -77,7 +128,13 @@ impl Plan<'_> {
                 crate::Verdict::Match => {}
             }
         }
-        let free = self.spare_slots + self.max_workers.saturating_sub(self.used_workers) * density;
+        let needs = self.needs(group);
+        let spare: u64 = self
+            .room
+            .iter()
+            .map(|room| Plan::fits(room, &needs) * room.count)
+            .sum();
+        let free = spare + self.max_workers.saturating_sub(self.used_workers) * density;
         match unknown {
             // One worker to learn the verdict; none more while one exists that has not answered.
             true if self.manager.current_workers() > 0 => 0,
@@ -87,13 +144,24 @@ impl Plan<'_> {
     }
 
     fn place(&mut self, group: &Demand, tasks: u64) {
-        let density = self.density(group).max(1);
-        let absorbed = tasks.min(self.spare_slots);
-        self.spare_slots -= absorbed;
-        let rest = tasks - absorbed;
-        let new_workers = rest.div_ceil(density);
-        self.used_workers += new_workers;
-        self.spare_slots += new_workers * density - rest;
+        let needs = self.needs(group);
+        let rest = absorb(&mut self.room, 0, &needs, tasks);
+        if rest > 0 {
+            let new = rest.div_ceil(self.density(group).max(1));
+            self.used_workers += new;
+            let from = self.room.len();
+            self.room.push(Room {
+                count: new,
+                slots: u64::from(self.manager.worker_slots.max(1)),
+                amounts: self
+                    .manager
+                    .capabilities
+                    .iter()
+                    .map(|(_, have)| *have)
+                    .collect(),
+            });
+            absorb(&mut self.room, from, &needs, rest);
+        }
         self.placed += tasks;
     }
 }
@@ -112,7 +180,11 @@ impl Policy {
             let mut start = 0;
             while start < plans.len() && remaining > 0 {
                 let priority = plans[start].priority;
-                let end = start + plans[start..].iter().take_while(|p| p.priority == priority).count();
+                let end = start
+                    + plans[start..]
+                        .iter()
+                        .take_while(|p| p.priority == priority)
+                        .count();
                 remaining -= fill_tier(&mut plans[start..end], group, remaining);
                 let serves = |p: &Plan<'_>| p.density(group) > 0;
                 if remaining > 0 && plans[start..end].iter().any(|p| serves(p) && p.filling()) {
@@ -122,17 +194,40 @@ impl Policy {
             }
         }
 
-        // Conclude from the lowest tier up: a tier may shrink only while every tier below is empty.
+        // Conclude from the lowest tier up: a manager may shrink only while no manager of a later
+        // tier with workers serves demand it could serve too.
+        let active: Vec<&Demand> = snapshot
+            .demand
+            .iter()
+            .filter(|g| g.queued > 0 || g.running > 0)
+            .collect();
+        let mut served_below = vec![false; active.len()];
         let mut decisions = Vec::with_capacity(plans.len());
-        let mut below_empty = true;
         let mut end = plans.len();
         while end > 0 {
             let priority = plans[end - 1].priority;
-            let start = end - plans[..end].iter().rev().take_while(|p| p.priority == priority).count();
+            let start = end
+                - plans[..end]
+                    .iter()
+                    .rev()
+                    .take_while(|p| p.priority == priority)
+                    .count();
             let tier = &plans[start..end];
-            let mut concluded: Vec<Decision> =
-                tier.iter().map(|plan| conclude(plan, snapshot.scale_down_delay_ms, below_empty)).collect();
-            below_empty &= tier.iter().all(|p| p.manager.current_workers() == 0);
+            let mut concluded: Vec<Decision> = tier
+                .iter()
+                .map(|plan| {
+                    let held = active
+                        .iter()
+                        .zip(&served_below)
+                        .any(|(group, below)| *below && plan.serves(group));
+                    conclude(plan, snapshot.scale_down_delay_ms, !held)
+                })
+                .collect();
+            for (group, below) in active.iter().zip(served_below.iter_mut()) {
+                *below |= tier
+                    .iter()
+                    .any(|p| p.manager.current_workers() > 0 && p.serves(group));
+            }
             concluded.reverse();
             decisions.extend(concluded);
             end = start;
@@ -153,21 +248,107 @@ impl Policy {
         }
         let mut plans = Vec::new();
         for rule in &self.rules {
-            for &manager in by_member.get(rule.member.as_str()).map_or(&[][..], Vec::as_slice) {
-                let cap = rule.cap.map_or(manager.max_task_concurrency, |c| c.min(manager.max_task_concurrency));
-                let busy: Vec<_> = manager.workers.iter().filter(|w| w.busy > 0).collect();
+            for &manager in by_member
+                .get(rule.member.as_str())
+                .map_or(&[][..], Vec::as_slice)
+            {
+                let cap = rule.cap.map_or(manager.max_task_concurrency, |c| {
+                    c.min(manager.max_task_concurrency)
+                });
+                let room: Vec<Room> = manager
+                    .workers
+                    .iter()
+                    .filter(|w| w.busy > 0)
+                    .map(|w| Room {
+                        count: 1,
+                        slots: u64::from(w.slots.saturating_sub(w.busy)),
+                        amounts: manager
+                            .capabilities
+                            .iter()
+                            .map(|(name, have)| {
+                                let held = largest_running_need(snapshot, name)
+                                    .saturating_mul(u64::from(w.busy));
+                                have.saturating_sub(held)
+                            })
+                            .collect(),
+                    })
+                    .collect();
                 plans.push(Plan {
                     manager,
                     priority: rule.priority,
                     max_workers: manager.max_workers_for(cap),
-                    used_workers: busy.len() as u64,
-                    spare_slots: busy.iter().map(|w| u64::from(w.slots.saturating_sub(w.busy))).sum(),
+                    used_workers: room.len() as u64,
+                    room,
                     placed: 0,
                 });
             }
         }
         plans
     }
+}
+
+/// Put up to `tasks` tasks with `needs` into `rooms[from..]`, filling each worker as far as it
+/// goes (alike workers are split into those that took tasks and those that did not). Returns
+/// the tasks that did not fit.
+fn absorb(rooms: &mut Vec<Room>, from: usize, needs: &[u64], mut tasks: u64) -> u64 {
+    let take = |room: &mut Room, n: u64| {
+        room.slots -= n;
+        for (amount, need) in room.amounts.iter_mut().zip(needs) {
+            *amount -= n * need;
+        }
+    };
+    let mut split = Vec::new();
+    for room in &mut rooms[from..] {
+        if tasks == 0 {
+            break;
+        }
+        let fit = Plan::fits(room, needs);
+        if fit == 0 {
+            continue;
+        }
+        let whole = (tasks / fit).min(room.count);
+        if whole == room.count {
+            take(room, fit);
+            tasks -= whole * fit;
+            continue;
+        }
+        if whole > 0 {
+            let mut full = room.clone();
+            full.count = whole;
+            take(&mut full, fit);
+            split.push(full);
+            room.count -= whole;
+            tasks -= whole * fit;
+        }
+        if tasks > 0 {
+            let mut one = room.clone();
+            one.count = 1;
+            take(&mut one, tasks);
+            split.push(one);
+            room.count -= 1;
+            tasks = 0;
+        }
+    }
+    rooms.retain(|room| room.count > 0);
+    rooms.extend(split);
+    tasks
+}
+
+/// The most of capability `name` one running task may hold: the largest need of it among demand
+/// groups with running tasks.
+fn largest_running_need(snapshot: &Snapshot, name: &str) -> u64 {
+    snapshot
+        .demand
+        .iter()
+        .filter(|g| g.running > 0)
+        .filter_map(|g| {
+            g.capabilities
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, need)| *need)
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Place up to `wanted` tasks of `group` on one tier, shared in proportion to free capacity.
@@ -212,23 +393,35 @@ fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64, may_shrink: bool) -> Deci
     let current = manager.current_workers();
     let target = plan.used_workers;
     let mut stop = Vec::new();
-    let desired = if target >= current {
+    let mut idle: Vec<_> = manager.workers.iter().filter(|w| w.busy == 0).collect();
+    idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then_with(|| a.id.cmp(&b.id)));
+    let mut cancelled = 0;
+    let mut desired = if target >= current {
         target
     } else if !may_shrink {
         current
     } else {
         let mut excess = current - target;
-        let cancelled = excess.min(u64::from(manager.starting));
+        cancelled = excess.min(u64::from(manager.starting));
         excess -= cancelled;
-        let mut idle: Vec<_> = manager
-            .workers
-            .iter()
-            .filter(|w| w.busy == 0 && w.idle_ms >= scale_down_delay_ms)
-            .collect();
-        idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then_with(|| a.id.cmp(&b.id)));
-        stop.extend(idle.iter().take(excess.min(idle.len() as u64) as usize).map(|w| w.id));
+        let past_delay = idle.iter().filter(|w| w.idle_ms >= scale_down_delay_ms);
+        stop.extend(past_delay.take(excess as usize).map(|w| w.id));
         current - cancelled - stop.len() as u64
     };
+    if desired > plan.max_workers {
+        // Above the cap: starting workers go first, then idle ones whatever their idle time.
+        let mut excess = desired - plan.max_workers;
+        let starting = u64::from(manager.starting) - cancelled;
+        excess -= excess.min(starting);
+        let more: Vec<u64> = idle
+            .iter()
+            .map(|w| w.id)
+            .filter(|id| !stop.contains(id))
+            .take(excess as usize)
+            .collect();
+        stop.extend(more);
+        desired = plan.max_workers;
+    }
     let desired = u32::try_from(desired).unwrap_or(u32::MAX);
     let busy = manager.workers.iter().filter(|w| w.busy > 0).count();
     let mut reason = format!(
@@ -248,7 +441,12 @@ fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64, may_shrink: bool) -> Deci
     if target < current && !may_shrink {
         reason.push_str("; holding until the tiers below are empty");
     }
-    Decision { manager_id: manager.id.clone(), desired_workers: desired, stop, reason }
+    Decision {
+        manager_id: manager.id.clone(),
+        desired_workers: desired,
+        stop,
+        reason,
+    }
 }
 
 fn plural(n: u64) -> &'static str {

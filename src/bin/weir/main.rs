@@ -85,6 +85,9 @@ enum Command {
     },
     /// Workers and task counts.
     Status,
+    /// Workers: `wait N` until N are registered (scripts never sleep).
+    #[command(subcommand)]
+    Workers(WorkersCommand),
     /// Environments: conditions workers evaluate; tasks ask for them with `submit --env NAME`.
     #[command(subcommand)]
     Env(tasks::EnvCommand),
@@ -111,6 +114,22 @@ enum Command {
     /// Run the bundled waterfall_v2 engine over a simulated burst of tasks and evaluate the
     /// bundled mem_gt condition on this machine. Needs no flags and no files.
     Demo,
+}
+
+#[derive(Subcommand)]
+enum WorkersCommand {
+    /// Wait until at least N live workers are registered (that match an environment, with
+    /// --env), then print how many there are; fails after --timeout saying how many came.
+    Wait {
+        /// How many workers to wait for.
+        count: u32,
+        /// Count only workers whose verdict on this environment is `match`.
+        #[arg(long, value_name = "NAME")]
+        env: Option<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value = "60", value_parser = positive_seconds, value_name = "SECONDS")]
+        timeout: std::time::Duration,
+    },
 }
 
 #[derive(Subcommand)]
@@ -234,6 +253,20 @@ fn run(cli: &Cli) -> Result<()> {
             block_on(async { tasks::jobs(&connect(cli).await?, *last, output).await })
         }
         Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
+        Command::Workers(WorkersCommand::Wait {
+            count,
+            env,
+            timeout,
+        }) => block_on(async {
+            tasks::workers_wait(
+                &connect(cli).await?,
+                *count,
+                env.as_deref(),
+                *timeout,
+                output,
+            )
+            .await
+        }),
         Command::Top { refresh } => block_on(async {
             let refresh = (*refresh).clamp(
                 std::time::Duration::from_millis(50),

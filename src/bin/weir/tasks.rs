@@ -157,7 +157,7 @@ fn connection_lost(error: &weir::net::NetError) -> bool {
         NetError::Connection(_)
             | NetError::Write(_)
             | NetError::Frame(FrameError::Io(_) | FrameError::Closed)
-    ) || matches!(error, NetError::Refused(reason) if reason.contains("closed the request without answering"))
+    ) || matches!(error, NetError::Unanswered(_))
 }
 
 /// Print the final counts; a job with failed tasks is an error (exit 1), reported in the same
@@ -380,6 +380,44 @@ pub async fn jobs(client: &Client, last: u32, output: Output) -> Result<()> {
     Ok(())
 }
 
+/// `weir workers wait N [--env NAME]`: until N live workers (matching NAME) are registered.
+pub async fn workers_wait(
+    client: &Client,
+    count: u32,
+    env: Option<&str>,
+    timeout: std::time::Duration,
+    output: Output,
+) -> Result<()> {
+    let what = match env {
+        Some(name) => format!("workers matching environment `{name}`"),
+        None => "workers".to_string(),
+    };
+    let seen = std::cell::Cell::new(0u32);
+    let waiting = client.wait_workers(count, env.map(str::to_string), |ready| {
+        seen.set(ready);
+        if output == Output::Cli {
+            eprintln!("{ready} of {count} {what}");
+        }
+    });
+    let ready = match tokio::time::timeout(timeout, waiting).await {
+        Ok(ready) => ready?,
+        Err(_) => anyhow::bail!(
+            "only {} of {count} {what} after {:?} (--timeout); `weir status` and `weir env list` show who is there",
+            seen.get(),
+            timeout
+        ),
+    };
+    match output {
+        Output::Json => println!(
+            "{}",
+            json!({ "workers": ready, "wanted": count, "environment": env })
+        ),
+        Output::Quiet => {}
+        Output::Cli => println!("{ready} {what} ready"),
+    }
+    Ok(())
+}
+
 pub async fn status(client: &Client, output: Output) -> Result<()> {
     let report = client.status().await?;
     if output == Output::Quiet {
@@ -397,9 +435,11 @@ pub async fn status(client: &Client, output: Output) -> Result<()> {
     if !report.managers.is_empty() {
         println!("managers: {}", report.managers.len());
         for m in &report.managers {
-            let tier = m
-                .tier
-                .map_or("unlisted".to_string(), |p| format!("priority {p}"));
+            let tier = match (m.fixed, m.tier) {
+                (Some(n), _) => format!("fixed {n}"),
+                (None, Some(p)) => format!("priority {p}"),
+                (None, None) => "unlisted".to_string(),
+            };
             let desired = m.desired.map_or("-".to_string(), |d| d.to_string());
             println!(
                 "  {:<16} {:<10} {:<11} {} desired {desired}, live {}, starting {}  ({})",
@@ -532,6 +572,15 @@ fn print_environments(list: &[EnvironmentStatus], output: Output) {
         }
         for (worker, reason) in &env.erroring {
             println!("  error on {worker}: {reason}");
+        }
+        if !env.managers.is_empty() {
+            println!("  declared by managers: {}", env.managers.join(", "));
+        }
+        if !env.own_definition.is_empty() {
+            println!(
+                "  their own --env-plugin definition (wins over the registered one there): {}",
+                env.own_definition.join(", ")
+            );
         }
         if !env.loads.is_empty() {
             let loads: Vec<String> = env

@@ -112,7 +112,11 @@ fn draw(frame: &mut ratatui::Frame, view: &View) {
     by_tier.sort_by_key(|m| (m.tier.unwrap_or(u32::MAX), m.id.clone()));
     let rows = by_tier.iter().map(|m| {
         Row::new(vec![
-            m.tier.map_or("-".to_string(), |p| p.to_string()),
+            match (m.fixed, m.tier) {
+                (Some(n), _) => format!("fixed {n}"),
+                (None, Some(p)) => p.to_string(),
+                (None, None) => "-".to_string(),
+            },
             m.id.clone(),
             m.worker_type.clone(),
             if m.online {

@@ -1,0 +1,150 @@
+//! Containment of command tasks: a task never outlives its run, and never its worker.
+//!
+//! Each command task runs in a process group of its own ([`ProcessGroup`]); the whole group is
+//! killed (SIGKILL) when the task's main process exits, when it times out or is canceled, and
+//! when the worker stops. A worker killed with SIGKILL runs no code of its own, so [`start`]
+//! forks a guard process first, before the worker has any thread: the guard keeps the list of
+//! live task groups (each group adds itself before its program starts, from the child side of
+//! the fork, so no task escapes the list) and kills every one of them when its end of a pipe
+//! from the worker closes — the kernel closes it when the worker dies, however it dies.
+//!
+//! A task that moves itself into another session or group (`setsid`) escapes, as it escapes
+//! Slurm's `proctrack/pgid`; a cgroup would hold it, and is not used here.
+
+use std::io;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The worker's end of the pipe to the guard (-1: no guard).
+static GUARD_FD: AtomicI32 = AtomicI32::new(-1);
+
+const ADD: u8 = b'+';
+const REMOVE: u8 = b'-';
+
+/// Fork the guard process. Call it at the very start of the worker process, while it has one
+/// thread (forking a multi-threaded process is unsafe), and at most once.
+pub fn start() -> io::Result<()> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let [read, write] = fds;
+    // SAFETY: the process has a single thread (the caller's contract), so the child may run
+    // ordinary code; it never returns from `guard`.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: closing our copy of the worker's end, so EOF comes when the worker dies.
+            unsafe { libc::close(write) };
+            guard(read)
+        }
+        _ => {
+            // SAFETY: the parent keeps only the write end.
+            unsafe { libc::close(read) };
+            GUARD_FD.store(write, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+}
+
+/// Tell the guard about a group. Async-signal-safe: called between fork and exec too.
+fn tell(op: u8, pgid: i32) {
+    let fd = GUARD_FD.load(Ordering::SeqCst);
+    if fd < 0 {
+        return;
+    }
+    let mut message = [0u8; 5];
+    message[0] = op;
+    message[1..].copy_from_slice(&pgid.to_le_bytes());
+    // One write of 5 bytes (less than PIPE_BUF) is atomic: messages never interleave.
+    // SAFETY: writing a stack buffer to a pipe descriptor this process owns.
+    unsafe { libc::write(fd, message.as_ptr().cast(), message.len()) };
+}
+
+/// The guard: read groups until EOF, then kill the ones still listed, and exit.
+fn guard(read: i32) -> ! {
+    // SAFETY: plain system calls in the single-threaded child.
+    unsafe {
+        // Outlive the worker: a Ctrl-C or SIGTERM sent to the worker's process group must not
+        // take the guard first. Hold no terminal or pipe of the worker's open either.
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+        }
+        libc::prctl(libc::PR_SET_NAME, c"weir-guard".as_ptr());
+    }
+    let mut groups: Vec<i32> = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        // SAFETY: reading into a stack buffer from our pipe.
+        let n = unsafe { libc::read(read, buffer.as_mut_ptr().cast(), buffer.len()) };
+        if n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted) {
+            break;
+        }
+        if n < 0 {
+            continue;
+        }
+        pending.extend_from_slice(&buffer[..n as usize]);
+        let whole = pending.len() / 5 * 5;
+        for message in pending[..whole].chunks_exact(5) {
+            let pgid = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
+            match message[0] {
+                ADD => groups.push(pgid),
+                REMOVE => groups.retain(|g| *g != pgid),
+                _ => {}
+            }
+        }
+        pending.drain(..whole);
+    }
+    for pgid in groups {
+        if pgid > 1 {
+            // SAFETY: kill(2) of a process group the worker created for a task.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+    // SAFETY: leave without running the worker's destructors or atexit handlers.
+    unsafe { libc::_exit(0) }
+}
+
+/// Make `command` start its program as the leader of a new process group, listed with the
+/// guard before the program runs.
+pub fn contain(command: &mut tokio::process::Command) {
+    command.process_group(0);
+    // SAFETY: only async-signal-safe calls (getpid, write) between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            tell(ADD, libc::getpid());
+            Ok(())
+        });
+    }
+}
+
+/// A task's process group: killed, every process in it, when this is dropped.
+pub struct ProcessGroup {
+    pgid: i32,
+}
+
+impl ProcessGroup {
+    /// The group led by `pid`, a child started with [`contain`].
+    pub fn new(pid: Option<u32>) -> Option<ProcessGroup> {
+        let pgid = i32::try_from(pid?).ok().filter(|p| *p > 1)?;
+        Some(ProcessGroup { pgid })
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the group this task's child leads. While any member lives the
+        // group id cannot be reused; once all are gone it could only be hit again by a new
+        // group whose leader got the same pid, which needs the pid space to wrap in the moment
+        // between the leader's exit and this drop (callers drop it right after the wait).
+        unsafe { libc::killpg(self.pgid, libc::SIGKILL) };
+        tell(REMOVE, self.pgid);
+    }
+}

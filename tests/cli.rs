@@ -280,3 +280,18 @@ fn durations_in_seconds_are_checked_the_same_way_by_every_executable() {
     );
     assert!(error.contains("must be more than zero seconds"), "{error}");
 }
+
+/// README's first command: a whole local cluster, no flags, every result checked. (It also
+/// guards the worker's frame reading: a read cut short by a finishing task once misaligned the
+/// stream while the wasm component's frame was arriving, and the wasm job never ended.)
+#[test]
+fn weir_local_runs_a_cluster_and_checks_every_result() {
+    let (output, _cache) = weir(&["local"]);
+    let out = stdout(&output);
+    assert!(output.status.success(), "{out}{}", stderr(&output));
+    assert!(
+        out.contains("command tasks: 500/500 correct results"),
+        "{out}"
+    );
+    assert!(out.contains("wasm tasks: 500/500 correct results"), "{out}");
+}

@@ -371,7 +371,7 @@ pub async fn run(
 /// running (and reconnect by themselves) while the caller reconnects. A fixed pool takes the
 /// same path: it reports, heals, and ignores desired counts.
 pub async fn run_dynamic(access: &AccessFile, pool: &mut Backend) -> Result<String, NetError> {
-    let (endpoint, connection, mut send, mut recv) =
+    let (endpoint, connection, mut send, recv) =
         net::connect(access, Role::Manager, Duration::from_secs(5)).await?;
     let interval = pool.settings().heartbeat_interval;
     let (outgoing, mut outbox) = mpsc::unbounded_channel::<FromManager>();
@@ -388,9 +388,10 @@ pub async fn run_dynamic(access: &AccessFile, pool: &mut Backend) -> Result<Stri
     let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut desired = pool.settings().fixed.unwrap_or(0);
     let mut registered: Vec<String> = Vec::new();
+    let mut frames = net::frames::<ToManager>(recv);
     let reason = loop {
         tokio::select! {
-            message = frame::read::<_, ToManager>(&mut recv) => match message {
+            message = frames.recv() => match message.unwrap_or(Err(crate::proto::FrameError::Closed)) {
                 Ok(ToManager::Desired { desired: wanted, stop, registered: known, reason }) => {
                     if wanted != desired || !stop.is_empty() {
                         tracing::info!(desired = wanted, stop = stop.len(), %reason, "scaling");

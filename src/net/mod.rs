@@ -63,6 +63,27 @@ pub async fn close_stopping(endpoint: &Endpoint, connection: &Connection, reason
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
 
+/// The frames of `recv`, read by a task of their own. A `select!` over the receiver is
+/// cancel-safe; one over `frame::read` is not: a read dropped mid-frame (another branch fired)
+/// loses the bytes it had read and misaligns the stream. The channel is bounded, so a slow
+/// consumer still holds back the peer. The stream's error (or its end) comes last.
+pub fn frames<T>(mut recv: RecvStream) -> tokio::sync::mpsc::Receiver<Result<T, FrameError>>
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            let frame = proto::frame::read::<_, T>(&mut recv).await;
+            let end = frame.is_err();
+            if sender.send(frame).await.is_err() || end {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
 /// Liveness: keep-alives every second; a peer silent for `idle_timeout` is gone.
 pub fn transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();

@@ -145,10 +145,11 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
     let mut running: HashMap<TaskId, AbortHandle> = HashMap::new();
     let (ended, mut reaped) = mpsc::unbounded_channel::<TaskId>();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut frames = net::frames::<ToWorker>(recv);
     let reason = loop {
         tokio::select! {
             _ = sigterm.recv() => break "stopped by SIGTERM".to_string(),
-            message = frame::read::<_, ToWorker>(&mut recv) => match message {
+            message = frames.recv() => match message.unwrap_or(Err(crate::proto::FrameError::Closed)) {
                 Ok(ToWorker::Group { id, job, spec }) => { groups.insert(id, Arc::new(Group { job, spec })); }
                 Ok(ToWorker::Component { hash, bytes }) => runner.add_component(hash, bytes).await,
                 Ok(ToWorker::Forget { groups: gone, components }) => {

@@ -544,3 +544,51 @@ proptest! {
         prop_assert_eq!(first_task, submitted + 1);
     }
 }
+
+#[test]
+fn explain_never_contradicts_itself_while_verdicts_are_pending() {
+    let mut core = Core::new(CoreConfig::default());
+    core.register_environment("big");
+    let plain = core.worker_joined(0, worker(1, &[]));
+    let mut own = worker(1, &[]);
+    own.name = "own".into();
+    own.local_environments = vec!["gpu".into()];
+    core.worker_joined(0, own);
+    let mut big = group(1, &[]);
+    big.spec.environments = vec!["big".into()];
+    let (_, task, _) = core.submit(vec![big]).unwrap();
+    let lines = core.explain(task).unwrap();
+    assert!(
+        lines.iter().any(|l| l.contains("`big`: not evaluated yet")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"waiting for workers to evaluate its environments".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("can ever run it")),
+        "{lines:?}"
+    );
+    // Once every worker has answered no: nothing live can run it, and it says so.
+    for w in core.worker_ids() {
+        core.set_verdicts(1, w, vec![("big".into(), EnvVerdict::NoMatch)]);
+    }
+    let lines = core.explain(task).unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("no live worker can ever run it")),
+        "{lines:?}"
+    );
+    // A name only another worker defines is not evaluated on this one: said as such.
+    let mut gpu = group(1, &[]);
+    gpu.spec.environments = vec!["gpu".into()];
+    let (_, task, _) = core.submit(vec![gpu]).unwrap();
+    let lines = core.explain(task).unwrap();
+    let on_plain = lines
+        .iter()
+        .find(|l| l.starts_with(&format!("worker {plain} ")))
+        .unwrap();
+    assert!(on_plain.contains("not evaluated here"), "{lines:?}");
+}

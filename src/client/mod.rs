@@ -95,13 +95,27 @@ impl Client {
     pub async fn results(&self, job: JobId) -> Result<Vec<TaskResult>, NetError> {
         let mut responses = self.call(&Request::Results { job }).await?;
         let mut all = Vec::new();
-        while let Some(response) = responses.next().await? {
-            match response {
-                Response::Results(chunk) => all.extend(chunk),
-                other => return Err(unexpected(Some(other))),
+        loop {
+            match responses.next().await? {
+                Some(Response::Results(chunk)) => all.extend(chunk),
+                Some(Response::ResultsEnd { count }) if count == all.len() as u64 => {
+                    return Ok(all);
+                }
+                Some(Response::ResultsEnd { count }) => {
+                    return Err(NetError::Unanswered(format!(
+                        "the results of job {job} came incomplete: {} of {count}",
+                        all.len()
+                    )));
+                }
+                None => {
+                    return Err(NetError::Unanswered(format!(
+                        "the results of job {job} were cut short after {} results",
+                        all.len()
+                    )));
+                }
+                other => return Err(unexpected(other)),
             }
         }
-        Ok(all)
     }
 
     pub async fn cancel(&self, job: JobId) -> Result<u64, NetError> {

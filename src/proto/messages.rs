@@ -349,6 +349,11 @@ pub enum Response {
         ready: u32,
         wanted: u32,
     },
+    /// The last answer to `Results`: `count` results were sent. A stream that ends without it
+    /// was cut short.
+    ResultsEnd {
+        count: u64,
+    },
 }
 
 /// How a worker obtained a condition component.

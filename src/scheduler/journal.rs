@@ -1,55 +1,32 @@
 //! The journal: every accepted submission and every final result, appended to one file, so a
 //! scheduler restarted after a crash (`kill -9`) has every task it ever accepted.
 //!
-//! Records are length-prefixed postcard frames (the wire format). Writes are buffered and
-//! synced once per actor round, before the round's submissions are acknowledged, so an
-//! acknowledged task is on disk. On start the file is replayed; a torn record at the end (a crash
-//! mid-write) is cut off.
+//! Format (version 2): a 12-byte header, `WEIRJRNL` and the format version (u32, little
+//! endian), then records. A record is its payload's length (u32 LE), the CRC-32C of those four
+//! bytes, the CRC-32C of the payload, then the payload (postcard). Records have no size limit
+//! but the u32 (a cancel of millions of tasks is one record).
+//!
+//! Writes are buffered and synced once per actor round, before the round's submissions are
+//! acknowledged, so an acknowledged task is on disk. On start the file is checked whole: a torn
+//! tail (a record cut short by a crash mid-write, or zeros where its unsynced blocks were) is
+//! cut off; any other damage (a checksum that does not match, a record that does not decode) is
+//! refused with its offset, and the scheduler does not start on it. A file that is not a weir
+//! journal is never modified. One scheduler per journal: [`Journal::open`] takes an exclusive
+//! lock (`FILE.lock`, holding the owner's pid) for as long as the journal is open.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-use crate::proto::{
-    self, ComponentHash, EnvironmentDef, JobId, NewGroup, Outcome, TaskId, TaskState,
-};
-
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Record {
-    /// Components first time seen, then the groups of one job.
-    Submit {
-        components: Vec<(ComponentHash, Vec<u8>)>,
-        groups: Vec<NewGroup>,
-    },
-    /// Tasks that reached a final state: (task, state, outcome, attempts).
-    Final(Vec<(TaskId, TaskState, Outcome, u32)>),
-    EnvRegister {
-        def: EnvironmentDef,
-        component: Vec<u8>,
-    },
-    EnvRemove {
-        name: String,
-    },
-    /// A finished job was forgotten (`weir forget`, `--forget-after`).
-    Forget {
-        job: JobId,
-    },
-    /// First in a compacted journal: the first job and task ids it holds (all lower ones were
-    /// forgotten), so ids continue where they were.
-    Base {
-        first_job: JobId,
-        first_task: TaskId,
-    },
-    /// Last in a compacted journal: the forgets before it are already compacted away.
-    Compacted,
-}
+pub use super::record::{FORMAT, Record};
+use super::record::{HEADER, encode, header, parse};
 
 pub struct Journal {
     path: PathBuf,
     writer: BufWriter<File>,
     dirty: bool,
+    /// Held while the journal is open: the exclusive lock on `FILE.lock`.
+    _lock: crate::scheduler::lock::Lock,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +37,9 @@ pub struct JournalError {
 }
 
 impl Journal {
-    /// Open (creating if needed) and read every intact record.
+    /// Lock, check and read the journal (creating it if needed): every record, with a torn tail
+    /// cut off. Damage, a file that is not a journal, or a journal another scheduler holds is
+    /// an error, and the file is left as it was.
     pub fn open(path: &Path) -> Result<(Journal, Vec<Record>), JournalError> {
         let fail = |error: String| JournalError {
             path: path.to_path_buf(),
@@ -69,36 +48,27 @@ impl Journal {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
         }
+        let lock = crate::scheduler::lock::Lock::take(&lock_path(path), "journal").map_err(fail)?;
         let mut bytes = Vec::new();
         if let Ok(mut file) = File::open(path) {
             file.read_to_end(&mut bytes)
                 .map_err(|e| fail(e.to_string()))?;
         }
-        let mut records = Vec::new();
-        let mut good = 0usize;
-        while bytes.len() - good >= 4 {
-            let size = u32::from_be_bytes([
-                bytes[good],
-                bytes[good + 1],
-                bytes[good + 2],
-                bytes[good + 3],
-            ]) as usize;
-            let Some(payload) = bytes.get(good + 4..good + 4 + size) else {
-                break;
-            };
-            match proto::decode::<Record>(payload) {
-                Ok(record) => records.push(record),
-                Err(_) => break,
-            }
-            good += 4 + size;
-        }
-        let file = OpenOptions::new()
+        let (records, good) = parse(&bytes).map_err(|e| fail(e))?;
+        let mut file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
             .map_err(|e| fail(e.to_string()))?;
-        if good < bytes.len() {
+        if good < bytes.len() && good >= HEADER {
             tracing::warn!(path = %path.display(), kept = good, dropped = bytes.len() - good, "cutting a torn record off the journal's end");
+        }
+        if good < HEADER {
+            // New (or its header was cut short when it was created): start it afresh.
+            file.set_len(0).map_err(|e| fail(e.to_string()))?;
+            file.write_all(&header()).map_err(|e| fail(e.to_string()))?;
+            file.sync_all().map_err(|e| fail(e.to_string()))?;
+        } else if good < bytes.len() {
             file.set_len(good as u64).map_err(|e| fail(e.to_string()))?;
         }
         Ok((
@@ -106,6 +76,7 @@ impl Journal {
                 path: path.to_path_buf(),
                 writer: BufWriter::with_capacity(1 << 20, file),
                 dirty: false,
+                _lock: lock,
             },
             records,
         ))
@@ -121,8 +92,9 @@ impl Journal {
         let fresh = self.path.with_extension("compacting");
         let written = (|| -> std::io::Result<(u64, File)> {
             let mut writer = BufWriter::with_capacity(1 << 20, File::create(&fresh)?);
+            writer.write_all(&header())?;
             for record in records {
-                let bytes = proto::encode(record)
+                let bytes = encode(record)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
                 writer.write_all(&bytes)?;
             }
@@ -150,11 +122,11 @@ impl Journal {
     }
 
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
-        let bytes = proto::encode(record).map_err(|e| self.fail(e.to_string()))?;
+        let bytes = encode(record).map_err(|e| self.fail(e))?;
+        self.dirty = true;
         self.writer
             .write_all(&bytes)
             .map_err(|e| self.fail(e.to_string()))?;
-        self.dirty = true;
         Ok(())
     }
 
@@ -180,9 +152,17 @@ impl Journal {
     }
 }
 
+/// The lock file of a journal: `FILE.lock` beside it.
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    path.with_file_name(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::{Outcome, TaskState};
 
     #[test]
     fn a_torn_record_at_the_end_is_cut_off_and_the_rest_kept() {
@@ -267,6 +247,116 @@ mod tests {
             ]
         ));
         assert!(!path.with_extension("compacting").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn scratch(name: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("weir-journal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("journal");
+        (dir, path)
+    }
+
+    fn three_records(path: &Path) {
+        let (mut journal, _) = Journal::open(path).unwrap();
+        for name in ["a", "b", "c"] {
+            journal
+                .append(&Record::EnvRemove { name: name.into() })
+                .unwrap();
+        }
+        journal.sync().unwrap();
+    }
+
+    #[test]
+    fn one_flipped_byte_anywhere_is_refused_with_its_offset_and_nothing_is_cut() {
+        let (dir, path) = scratch("flip");
+        three_records(&path);
+        let good = std::fs::read(&path).unwrap();
+        for at in HEADER..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x01;
+            std::fs::write(&path, &bad).unwrap();
+            let error = match Journal::open(&path) {
+                Err(error) => error.to_string(),
+                Ok((_, records)) => panic!("flipped byte {at} accepted: {records:?}"),
+            };
+            assert!(
+                error.contains("is damaged") || error.contains("does not decode"),
+                "{error}"
+            );
+            assert!(error.contains("record at offset"), "{error}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                bad,
+                "the file is left as it was"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_journal_is_refused_and_never_modified() {
+        let (dir, path) = scratch("foreign");
+        let text = b"# weir\n\nA distributed task scheduler.\n".to_vec();
+        std::fs::write(&path, &text).unwrap();
+        let error = Journal::open(&path).err().expect("refused").to_string();
+        assert!(error.contains("not a weir journal"), "{error}");
+        assert_eq!(std::fs::read(&path).unwrap(), text);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_zero_filled_tail_is_cut_like_a_torn_one() {
+        let (dir, path) = scratch("zeros");
+        three_records(&path);
+        let good = std::fs::metadata(&path).unwrap().len();
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(&[0u8; 4096]).unwrap();
+        drop(file);
+        assert_eq!(Journal::open(&path).unwrap().1.len(), 3);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), good);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_second_scheduler_on_one_journal_is_refused_with_the_first_ones_pid() {
+        let (dir, path) = scratch("lock");
+        let (first, _) = Journal::open(&path).unwrap();
+        let error = Journal::open(&path).err().expect("refused").to_string();
+        assert!(
+            error.contains(&format!(
+                "in use by another scheduler (pid {}",
+                std::process::id()
+            )),
+            "{error}"
+        );
+        drop(first);
+        assert!(
+            Journal::open(&path).is_ok(),
+            "free once the first one is gone"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_record_larger_than_a_frame_is_written_and_read_back() {
+        let (dir, path) = scratch("large");
+        let outcome = Outcome::Error {
+            message: "canceled".into(),
+        };
+        // ~60 MB: the cancel of a job of millions of tasks.
+        let finals: Vec<_> = (0..4_000_000u64)
+            .map(|task| (task, TaskState::Canceled, outcome.clone(), 0))
+            .collect();
+        {
+            let (mut journal, _) = Journal::open(&path).unwrap();
+            journal.append(&Record::Final(finals)).unwrap();
+            journal.sync().unwrap();
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() > crate::proto::MAX_FRAME as u64);
+        let (_, records) = Journal::open(&path).unwrap();
+        assert!(matches!(&records[..], [Record::Final(f)] if f.len() == 4_000_000));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

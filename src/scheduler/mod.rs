@@ -7,7 +7,9 @@
 
 mod connection;
 pub mod journal;
+pub mod lock;
 mod metrics;
+pub mod record;
 mod replay;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -167,6 +169,8 @@ struct Actor {
     journal: Option<journal::Journal>,
     /// Replies held until this round's journal records are on disk.
     deferred: Vec<(mpsc::UnboundedSender<Response>, Response)>,
+    /// The first journal write error of this round: its replies become errors.
+    journal_error: Option<String>,
     policy_latency: metrics::Histogram,
     policy_errors: u64,
     unschedulable_timeout: Option<Duration>,
@@ -186,6 +190,31 @@ pub async fn run(
     scaling: Option<Scaling>,
     ready: impl FnOnce(&Running),
 ) -> Result<(), NetError> {
+    // One scheduler per access file: a second one would overwrite the first one's address.
+    let _access_lock = {
+        let mut name = settings
+            .access_file
+            .file_name()
+            .unwrap_or_default()
+            .to_os_string();
+        name.push(".lock");
+        if let Some(dir) = settings
+            .access_file
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        lock::Lock::take(&settings.access_file.with_file_name(name), "access file")
+            .map_err(NetError::Access)?
+    };
+    // The journal is checked and locked before anything is served or written.
+    let journal = match &settings.journal {
+        Some(path) => {
+            Some(journal::Journal::open(path).map_err(|e| NetError::Access(e.to_string()))?)
+        }
+        None => None,
+    };
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
     server.transport_config(net::transport(settings.heartbeat_timeout));
@@ -267,14 +296,13 @@ pub async fn run(
         record,
         journal: None,
         deferred: Vec::new(),
+        journal_error: None,
         policy_latency: metrics::Histogram::default(),
         policy_errors: 0,
         unschedulable_timeout: settings.unschedulable_timeout,
     };
     let mut actor = actor;
-    if let Some(path) = &settings.journal {
-        let (journal, records) =
-            journal::Journal::open(path).map_err(|e| NetError::Access(e.to_string()))?;
+    if let Some((journal, records)) = journal {
         let forgotten = actor.replay(records);
         actor.journal = Some(journal);
         if forgotten > 0 {
@@ -376,9 +404,28 @@ impl Actor {
             if let Some(journal) = &mut self.journal
                 && let Err(error) = journal.sync()
             {
-                tracing::error!(%error, "cannot write the journal");
+                self.journal_error.get_or_insert(error.to_string());
+            }
+            // Nothing is acknowledged that is not on disk: with a journal error this round,
+            // the answers say so instead.
+            let failed = self.journal_error.take();
+            if let Some(error) = &failed {
+                tracing::error!(%error, "cannot write the journal; this round's changes are not durable");
             }
             for (reply, response) in self.deferred.drain(..) {
+                let response = match (&failed, response) {
+                    (None, response) => response,
+                    (Some(error), Response::Submitted { job, .. }) => Response::Error {
+                        message: format!(
+                            "job {job} was accepted but not written to the journal, so it would not survive a restart: {error}"
+                        ),
+                    },
+                    (Some(error), _) => Response::Error {
+                        message: format!(
+                            "done, but not written to the journal, so it would not survive a restart: {error}"
+                        ),
+                    },
+                };
                 let _ = reply.send(response);
             }
         }
@@ -388,7 +435,7 @@ impl Actor {
         if let Some(journal) = &mut self.journal
             && let Err(error) = journal.append(&record)
         {
-            tracing::error!(%error, "cannot write the journal");
+            self.journal_error.get_or_insert(error.to_string());
         }
     }
 
@@ -592,6 +639,16 @@ impl Actor {
         components: Vec<(ComponentHash, Arc<Vec<u8>>)>,
         reply: mpsc::UnboundedSender<Response>,
     ) {
+        // Answers to what changes the journal wait for this round's sync.
+        let durable = self.journal.is_some()
+            && matches!(
+                request,
+                Request::Cancel { .. }
+                    | Request::Forget { .. }
+                    | Request::ForgetFinished
+                    | Request::EnvRegister { .. }
+                    | Request::EnvRemove { .. }
+            );
         let response = match request {
             Request::Submit { groups, .. } => {
                 let mut new_components = Vec::new();
@@ -644,9 +701,7 @@ impl Actor {
                     message: error.to_string(),
                 },
                 Ok(results) => {
-                    for chunk in results.chunks(1000) {
-                        let _ = reply.send(Response::Results(chunk.to_vec()));
-                    }
+                    send_results(&reply, results);
                     return;
                 }
             },
@@ -791,7 +846,11 @@ impl Actor {
                 },
             },
         };
-        let _ = reply.send(response);
+        if durable {
+            self.deferred.push((reply, response));
+        } else {
+            let _ = reply.send(response);
+        }
     }
 
     /// The core's environment report, with the managers that declared each name.
@@ -972,6 +1031,35 @@ impl Actor {
         }
         let _ = link.frames.send(ToWorker::Run(assignments));
     }
+}
+
+/// Most bytes of results in one `Results` frame (well under `MAX_FRAME`: a task's output is
+/// capped by the worker's `--output-limit`, 1 MiB per stream by default).
+const RESULTS_CHUNK_BYTES: usize = 8 << 20;
+
+/// A job's results in frames bounded by bytes, then `ResultsEnd` with the count.
+fn send_results(reply: &mpsc::UnboundedSender<Response>, results: Vec<crate::proto::TaskResult>) {
+    let count = results.len() as u64;
+    let mut chunk = Vec::new();
+    let mut bytes = 0;
+    for result in results {
+        let size = 64
+            + match &result.outcome {
+                crate::proto::Outcome::Exited { stdout, stderr, .. } => stdout.len() + stderr.len(),
+                crate::proto::Outcome::Returned { output } => output.len(),
+                crate::proto::Outcome::Error { message } => message.len(),
+            };
+        if !chunk.is_empty() && bytes + size > RESULTS_CHUNK_BYTES {
+            let _ = reply.send(Response::Results(std::mem::take(&mut chunk)));
+            bytes = 0;
+        }
+        bytes += size;
+        chunk.push(result);
+    }
+    if !chunk.is_empty() {
+        let _ = reply.send(Response::Results(chunk));
+    }
+    let _ = reply.send(Response::ResultsEnd { count });
 }
 
 /// Environment names become parts of variable names (`WEIR_ENV_<NAME>_<KEY>`).

@@ -68,7 +68,7 @@ pub async fn submit(
         (Some(wasm), true) => {
             let bytes = match bundled::by_name(wasm) {
                 Some(bytes) if !std::path::Path::new(wasm).exists() => bytes.to_vec(),
-                _ => std::fs::read(wasm).with_context(|| format!("cannot read {wasm}"))?,
+                _ => read_limited(std::path::Path::new(wasm))?,
             };
             let hash = weir::plugin::cache::content_hash(&bytes);
             components.push(bytes);
@@ -80,8 +80,8 @@ pub async fn submit(
         },
     };
     let inputs: Vec<Vec<u8>> = match &args.inputs_file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?
+        Some(path) => String::from_utf8(read_limited(path)?)
+            .with_context(|| format!("{}: not UTF-8 text (one input per line)", path.display()))?
             .lines()
             .map(|l| l.as_bytes().to_vec())
             .collect(),
@@ -526,8 +526,29 @@ pub async fn env(client: &Client, command: &EnvCommand, output: Output) -> Resul
 fn condition_bytes(file: &str) -> Result<Vec<u8>> {
     match bundled::by_name(file) {
         Some(bytes) if !std::path::Path::new(file).exists() => Ok(bytes.to_vec()),
-        _ => std::fs::read(file).with_context(|| format!("cannot read {file}")),
+        _ => read_limited(std::path::Path::new(file)),
     }
+}
+
+/// A file the client sends: read up to what one request can carry (a frame), and no further,
+/// so `/dev/zero` or a huge file is an error at once rather than gigabytes in memory.
+fn read_limited(path: &std::path::Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let limit = weir::proto::MAX_FRAME as u64;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        bail!(
+            "{} is larger than the {} MiB one request can carry",
+            path.display(),
+            limit >> 20
+        );
+    }
+    Ok(bytes)
 }
 
 fn parse_config(items: &[String]) -> Result<Vec<(String, String)>> {

@@ -1,0 +1,43 @@
+//! One scheduler per file: an exclusive `flock` on a lock file that holds the owner's pid. The
+//! kernel drops the lock when the process ends, however it ends, so a `kill -9`ed scheduler
+//! never leaves a stale lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+/// Held for as long as it lives.
+pub struct Lock {
+    _file: File,
+}
+
+impl Lock {
+    /// Lock `path` (created if needed) for this process; `what` names what it guards in the
+    /// error, which gives the holder's pid.
+    pub fn take(path: &Path, what: &str) -> Result<Lock, String> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
+        // SAFETY: flock(2) on a descriptor this process owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(format!(
+                "the {what} is in use by another scheduler (pid {}, lock {}); stop it first or use another {what}",
+                holder.trim(),
+                path.display()
+            ));
+        }
+        let written = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| writeln!(file, "{}", std::process::id()));
+        written.map_err(|e| format!("cannot write the lock file {}: {e}", path.display()))?;
+        Ok(Lock { _file: file })
+    }
+}

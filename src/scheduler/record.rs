@@ -1,0 +1,121 @@
+//! The journal's on-disk format: the file header, the records, and their framing with
+//! checksums (see `journal.rs` for what is written when). Pure: bytes in, records out, so the
+//! decoder is fuzzed on its own (`fuzz/fuzz_targets/journal_decode.rs`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::proto::{ComponentHash, EnvironmentDef, JobId, NewGroup, Outcome, TaskId, TaskState};
+
+/// The first bytes of every journal.
+pub const MAGIC: &[u8; 8] = b"WEIRJRNL";
+/// This build's format (1 had no header and no checksums).
+pub const FORMAT: u32 = 2;
+pub const HEADER: usize = 12;
+/// A record's length and its two checksums.
+pub const RECORD_HEADER: usize = 12;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Record {
+    /// Components first time seen, then the groups of one job.
+    Submit {
+        components: Vec<(ComponentHash, Vec<u8>)>,
+        groups: Vec<NewGroup>,
+    },
+    /// Tasks that reached a final state: (task, state, outcome, attempts).
+    Final(Vec<(TaskId, TaskState, Outcome, u32)>),
+    EnvRegister {
+        def: EnvironmentDef,
+        component: Vec<u8>,
+    },
+    EnvRemove {
+        name: String,
+    },
+    /// A finished job was forgotten (`weir forget`, `--forget-after`).
+    Forget {
+        job: JobId,
+    },
+    /// First in a compacted journal: the first job and task ids it holds (all lower ones were
+    /// forgotten), so ids continue where they were.
+    Base {
+        first_job: JobId,
+        first_task: TaskId,
+    },
+    /// Last in a compacted journal: the forgets before it are already compacted away.
+    Compacted,
+}
+
+/// The records of a journal's bytes, and how many bytes are intact (the rest is a torn tail).
+pub fn parse(bytes: &[u8]) -> Result<(Vec<Record>, usize), String> {
+    if bytes.len() < HEADER {
+        if MAGIC.starts_with(&bytes[..bytes.len().min(MAGIC.len())]) {
+            return Ok((Vec::new(), 0)); // empty, or a header cut short at creation
+        }
+        return Err(
+            "not a weir journal (it does not start with WEIRJRNL); refusing to touch it".into(),
+        );
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(
+            "not a weir journal (it does not start with WEIRJRNL; journals of weir before format 2 \
+             have no header and cannot be read by this version); refusing to touch it"
+                .into(),
+        );
+    }
+    let format = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if format != FORMAT {
+        return Err(format!(
+            "journal format {format}; this scheduler reads format {FORMAT}"
+        ));
+    }
+    let mut records = Vec::new();
+    let mut at = HEADER;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        if rest.len() < RECORD_HEADER {
+            return Ok((records, at)); // a header cut short by a crash mid-write
+        }
+        let word = |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
+        let (size, size_crc, payload_crc) = (word(0), word(4), word(8));
+        if crc32c::crc32c(&rest[..4]) != size_crc {
+            if rest.iter().all(|b| *b == 0) {
+                return Ok((records, at)); // blocks never synced, zero-filled after a power loss
+            }
+            return Err(format!(
+                "record at offset {at} is damaged (its length's checksum does not match)"
+            ));
+        }
+        let Some(payload) = rest.get(RECORD_HEADER..RECORD_HEADER + size as usize) else {
+            return Ok((records, at)); // cut short by a crash mid-write
+        };
+        if crc32c::crc32c(payload) != payload_crc {
+            return Err(format!(
+                "record at offset {at} is damaged (its checksum does not match)"
+            ));
+        }
+        let record = postcard::from_bytes::<Record>(payload)
+            .map_err(|e| format!("record at offset {at} does not decode: {e}"))?;
+        records.push(record);
+        at += RECORD_HEADER + size as usize;
+    }
+    Ok((records, at))
+}
+
+/// A record as written: length, checksums, payload.
+pub fn encode(record: &Record) -> Result<Vec<u8>, String> {
+    let mut bytes = postcard::to_extend(record, vec![0u8; RECORD_HEADER])
+        .map_err(|e| format!("cannot encode a record: {e}"))?;
+    let size = u32::try_from(bytes.len() - RECORD_HEADER)
+        .map_err(|_| format!("a record of {} bytes is over 4 GiB", bytes.len()))?;
+    let crc = crc32c::crc32c(&bytes[RECORD_HEADER..]);
+    bytes[..4].copy_from_slice(&size.to_le_bytes());
+    bytes[4..8].copy_from_slice(&crc32c::crc32c(&size.to_le_bytes()).to_le_bytes());
+    bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+    Ok(bytes)
+}
+
+pub fn header() -> [u8; HEADER] {
+    let mut header = [0u8; HEADER];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..].copy_from_slice(&FORMAT.to_le_bytes());
+    header
+}

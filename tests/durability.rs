@@ -1,0 +1,179 @@
+//! Durability and containment, end to end: a journal that refuses damage instead of cutting it,
+//! one scheduler per journal, results that never vanish, client inputs that are bounded, and task
+//! processes that stop when told (timeout, cancel).
+
+mod common;
+
+use std::process::Command;
+
+use common::{Cluster, text};
+
+/// A scheduler that must refuse to start: its exit status and what it printed.
+fn refused_scheduler(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
+        .arg(dir.join("other-access.json"))
+        .args(args)
+        .env("WEIR_CACHE_DIR", dir.join("cache"))
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "started: {}", text(&out.stdout));
+    text(&out.stderr)
+}
+
+#[test]
+fn a_damaged_journal_is_refused_at_start_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal");
+    let path_text = path.to_str().unwrap();
+    {
+        let mut cluster = Cluster::start_with(&["--journal", path_text]);
+        cluster.worker("w", &[]);
+        let done = cluster.json(&["submit", "--count", "20", "--wait", "--", "true"]);
+        assert_eq!(done["counts"]["succeeded"], 20);
+        cluster.kill_scheduler();
+    }
+    let good = std::fs::read(&path).unwrap();
+    let mut bad = good.clone();
+    let middle = good.len() / 2;
+    bad[middle] ^= 0x40;
+    std::fs::write(&path, &bad).unwrap();
+    let stderr = refused_scheduler(dir.path(), &["--journal", path_text]);
+    assert!(stderr.contains("record at offset"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bad,
+        "never repaired in place"
+    );
+
+    // Not a journal at all: refused, untouched (it once truncated README.md to 0 bytes).
+    let readme = dir.path().join("README.md");
+    std::fs::write(&readme, "# weir\n").unwrap();
+    let stderr = refused_scheduler(dir.path(), &["--journal", readme.to_str().unwrap()]);
+    assert!(stderr.contains("not a weir journal"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&readme).unwrap(), "# weir\n");
+}
+
+#[test]
+fn a_second_scheduler_on_one_journal_or_access_file_is_refused_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal");
+    let cluster = Cluster::start_with(&["--journal", path.to_str().unwrap()]);
+    let pid = cluster.scheduler.id();
+    let stderr = refused_scheduler(dir.path(), &["--journal", path.to_str().unwrap()]);
+    assert!(
+        stderr.contains(&format!("in use by another scheduler (pid {pid}")),
+        "{stderr}"
+    );
+    // The same access file, no journal.
+    let out = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
+        .arg(cluster.access_file())
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("in use by another scheduler (pid {pid}")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn results_larger_than_a_frame_all_arrive() {
+    let mut cluster = Cluster::start("30");
+    cluster.worker("w", &["--slots", "4"]);
+    // 300 tasks x 200 KB of stdout: 60 MB of results, more than one 48 MiB frame.
+    let job = cluster.json(&[
+        "submit",
+        "--count",
+        "300",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "head -c 200000 /dev/zero | tr '\\0' x",
+    ]);
+    assert_eq!(job["counts"]["succeeded"], 300, "{job}");
+    let out = cluster.weir(&["--output", "json", "results", &job["job"].to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let results: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 300);
+    assert!(
+        results
+            .iter()
+            .all(|r| r["stdout"].as_str().unwrap().len() == 200_000)
+    );
+}
+
+#[test]
+fn client_inputs_stop_at_what_one_request_can_carry() {
+    let cluster = Cluster::start("30");
+    let out = cluster.weir(&["submit", "--inputs-file", "/dev/zero", "--", "cat"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("/dev/zero is larger than the 48 MiB one request can carry"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cluster.weir(&["env", "register", "x", "/dev/zero"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("larger than the 48 MiB"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Live processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let zombie = stat[stat.rfind(')').unwrap_or(0)..].contains(") Z");
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            !zombie && String::from_utf8_lossy(&cmdline).contains(marker)
+        })
+        .count()
+}
+
+#[test]
+fn timeout_and_cancel_kill_the_whole_task_not_only_its_first_process() {
+    let mut cluster = Cluster::start("30");
+    cluster.worker("w", &["--slots", "2"]);
+    let dir = cluster.dir.path().to_path_buf();
+    let leaked = dir.join("leaked");
+    let marker = format!("weir-contain-{}", std::process::id());
+    // The write is a grandchild's: killing `sh` alone would leave it to run.
+    let script = format!(
+        "sh -c 'sleep 2; echo leaked >> {}' {marker}; true",
+        leaked.display()
+    );
+    let timed = cluster.json(&[
+        "submit",
+        "--timeout",
+        "0.5",
+        "--retries",
+        "0",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert_eq!(timed["counts"]["failed"], 1, "{timed}");
+    let canceled = cluster.json(&["submit", "--", "sh", "-c", &script]);
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    cluster.json(&["cancel", &canceled["job"].to_string()]);
+    // A third task that outlives both: once it is done, a leaked write would have happened.
+    let after = cluster.json(&["submit", "--wait", "--", "sleep", "2.5"]);
+    assert_eq!(after["counts"]["succeeded"], 1);
+    assert!(!leaked.exists(), "a killed task's grandchild wrote");
+    assert_eq!(processes_with(&marker), 0, "task processes left behind");
+}

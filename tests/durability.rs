@@ -177,3 +177,32 @@ fn timeout_and_cancel_kill_the_whole_task_not_only_its_first_process() {
     assert!(!leaked.exists(), "a killed task's grandchild wrote");
     assert_eq!(processes_with(&marker), 0, "task processes left behind");
 }
+
+#[test]
+fn a_looping_wasm_task_stops_on_cancel_and_its_worker_stops_on_sigterm() {
+    let mut cluster = Cluster::start("30");
+    let index = cluster.worker("w", &["--slots", "1"]);
+    let hostile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/plugins/fixtures/hostile_task.wasm"
+    );
+    // One slot: the second task can only run once the first has really stopped.
+    let looping = cluster.json(&["submit", "--wasm", hostile, "--input", "loop"]);
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    cluster.json(&["cancel", &looping["job"].to_string()]);
+    let next = cluster.json(&["submit", "--wait", "--wasm", hostile, "--input", "hello"]);
+    assert_eq!(next["counts"]["succeeded"], 1, "{next}");
+    // A worker asked to stop while a task spins (24 h deadline) stops: this wait returns.
+    cluster.json(&["submit", "--wasm", hostile, "--input", "loop"]);
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    let pid = cluster.workers[index].id();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = cluster.workers[index].wait().unwrap();
+    assert!(status.success(), "{status}");
+}

@@ -221,7 +221,8 @@ fn hostile_tasks_are_contained_with_the_right_error() {
         .load("hostile_task", HOSTILE_TASK, Some(World::Task))
         .unwrap();
     let mut task = host().task(&loaded, tight()).unwrap();
-    let mut run = |input: &str| task.run(input.as_bytes(), Vec::new());
+    let never = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut run = |input: &str| task.run(input.as_bytes(), Vec::new(), never.clone());
     assert!(matches!(
         run("loop"),
         Err(PluginError::Timeout { call: "run", .. })
@@ -243,6 +244,29 @@ fn hostile_tasks_are_contained_with_the_right_error() {
     // After all that the same plugin, in a fresh instance, still works.
     assert_eq!(run("hello").unwrap(), b"hello");
     assert!(run("spin:1000").unwrap().starts_with(b"spun 1000"));
+}
+
+#[test]
+fn a_looping_task_stops_when_canceled_long_before_its_deadline() {
+    let loaded = host()
+        .load("hostile_task", HOSTILE_TASK, Some(World::Task))
+        .unwrap();
+    let limits = Limits {
+        deadline: std::time::Duration::from_secs(3600),
+        ..Limits::default()
+    };
+    let mut task = host().task(&loaded, limits).unwrap();
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancel.clone();
+    let running = std::thread::spawn(move || task.run(b"loop", Vec::new(), flag));
+    // The loop is entered (no way to observe it from here but the result), then canceled: the
+    // run ends with `Canceled` although its deadline is an hour away. Had it not stopped, the
+    // join below would hang for that hour (and the test harness would report it).
+    cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+    match running.join().unwrap() {
+        Err(PluginError::Canceled { call: "run", .. }) => {}
+        other => panic!("expected a cancel, got {other:?}"),
+    }
 }
 
 #[test]

@@ -54,6 +54,10 @@ pub enum PluginError {
         deadline: Duration,
     },
 
+    /// Stopped on request (a canceled task): interrupted at its next epoch tick.
+    #[error("{plugin}: {call} was canceled")]
+    Canceled { plugin: String, call: &'static str },
+
     #[error("{plugin}: {call} ran out of memory: the limit is {limit} bytes over all its memories")]
     MemoryLimit {
         plugin: String,

@@ -181,6 +181,8 @@ pub struct Sandboxed<B> {
     engine: Engine,
     make: Make<B>,
     live: Option<(Store<State>, B)>,
+    /// Set from another thread to stop the running call at its next epoch tick.
+    cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl<B> Sandboxed<B> {
@@ -196,7 +198,14 @@ impl<B> Sandboxed<B> {
             engine,
             make: Box::new(make),
             live: None,
+            cancel: None,
         }
+    }
+
+    /// Calls from now on stop (with [`PluginError::Canceled`]) within one epoch tick of `flag`
+    /// being set, instead of running on until their deadline.
+    pub fn set_cancel(&mut self, flag: Option<Arc<std::sync::atomic::AtomicBool>>) {
+        self.cancel = flag;
     }
 
     /// Drop the live instance (the next call starts a fresh one).
@@ -254,8 +263,25 @@ impl<B> Sandboxed<B> {
 
     fn arm(&self, store: &mut Store<State>) {
         store.data_mut().memory.hit = false;
-        store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
-        store.epoch_deadline_trap();
+        match &self.cancel {
+            None => {
+                store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
+                store.epoch_deadline_trap();
+            }
+            Some(flag) => {
+                // Look every tick: interrupted when canceled or when the deadline is reached.
+                let flag = flag.clone();
+                let mut left = deadline_ticks(self.limits.deadline);
+                store.set_epoch_deadline(1);
+                store.epoch_deadline_callback(move |_| {
+                    left = left.saturating_sub(1);
+                    if left == 0 || flag.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Ok(wasmtime::UpdateDeadline::Interrupt);
+                    }
+                    Ok(wasmtime::UpdateDeadline::Continue(1))
+                });
+            }
+        }
     }
 
     fn classify(
@@ -273,6 +299,13 @@ impl<B> Sandboxed<B> {
                 call,
                 limit: self.limits.memory_bytes,
             };
+        }
+        let canceled = self
+            .cancel
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::SeqCst));
+        if canceled && matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+            return PluginError::Canceled { plugin, call };
         }
         if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
             return PluginError::Timeout {

@@ -29,12 +29,15 @@ impl TaskPlugin {
         TaskPlugin { sandbox }
     }
 
-    /// Run the task on `input` with the `setup` values of its environments.
+    /// Run the task on `input` with the `setup` values of its environments. Setting `cancel`
+    /// (from any thread) stops the run within one epoch tick with [`PluginError::Canceled`].
     pub fn run(
         &mut self,
         input: &[u8],
         environments: Vec<(String, Config)>,
+        cancel: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<Vec<u8>, PluginError> {
+        self.sandbox.set_cancel(Some(cancel));
         let plugin = self.sandbox.plugin.to_string();
         let output = self.sandbox.call("run", |store, bindings| {
             store.data_mut().environment_values = environments;

@@ -142,7 +142,7 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
         values,
     ));
     let mut groups: HashMap<GroupId, Arc<Group>> = HashMap::new();
-    let mut running: HashMap<TaskId, AbortHandle> = HashMap::new();
+    let mut running: HashMap<TaskId, (AbortHandle, Arc<run::Cancel>)> = HashMap::new();
     let (ended, mut reaped) = mpsc::unbounded_channel::<TaskId>();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut frames = net::frames::<ToWorker>(recv);
@@ -172,20 +172,22 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
                         let runner = runner.clone();
                         let done = done.clone();
                         let ended = ended.clone();
+                        let cancel = Arc::new(run::Cancel::default());
+                        let stop = cancel.clone();
                         let span = tracing::debug_span!("task", task, group = assignment.group);
                         let handle = tokio::spawn(tracing::Instrument::instrument(async move {
-                            let outcome = runner.run(&group, assignment).await;
+                            let outcome = runner.run(&group, assignment, &stop).await;
                             let _ = ended.send(task);
                             let _ = done.send((task, outcome));
                         }, span));
-                        running.insert(task, handle.abort_handle());
+                        running.insert(task, (handle.abort_handle(), cancel));
                     }
                 }
                 Ok(ToWorker::Cancel(tasks)) => {
+                    // The task reports `canceled` once it has really stopped.
                     for task in tasks {
-                        if let Some(handle) = running.remove(&task) {
-                            handle.abort(); // drops the child process: killed
-                            let _ = done.send((task, Outcome::Error { message: "canceled".into() }));
+                        if let Some((_, cancel)) = running.get(&task) {
+                            cancel.cancel();
                         }
                     }
                 }
@@ -207,8 +209,10 @@ pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetE
     heartbeat.abort();
     batcher.abort();
     writer.abort();
-    // Aborting a command task drops its process group, which kills it.
-    for handle in running.values() {
+    // Interrupt wasm tasks (their threads would hold the runtime's shutdown up), and abort the
+    // rest: dropping a command task kills its process group.
+    for (handle, cancel) in running.values() {
+        cancel.cancel();
         handle.abort();
     }
     env_task.abort();

@@ -12,6 +12,40 @@ use super::Group;
 use crate::plugin::{Limits, Loaded, PluginHost, TaskPlugin, World};
 use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
 
+/// A running task's stop request (`weir cancel`, the worker stopping): a command's process group
+/// is killed and reaped, a wasm instance is interrupted at its next epoch tick. Either way the
+/// task reports `canceled` only once it has really stopped, so its slot is never given to
+/// another task while it still runs.
+#[derive(Default)]
+pub(super) struct Cancel {
+    flag: Arc<std::sync::atomic::AtomicBool>,
+    notify: tokio::sync::Notify,
+}
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    fn is_set(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn canceled() -> Outcome {
+    Outcome::Error {
+        message: "canceled".into(),
+    }
+}
+
+/// How a command ended.
+enum Ended {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    TimedOut(Duration),
+    Canceled,
+}
+
 /// A task component and the deadline its instances were made with.
 type PoolKey = (ComponentHash, Option<Duration>);
 
@@ -88,7 +122,10 @@ impl Runner {
         }
     }
 
-    pub async fn run(&self, group: &Group, assignment: Assignment) -> Outcome {
+    pub async fn run(&self, group: &Group, assignment: Assignment, cancel: &Cancel) -> Outcome {
+        if cancel.is_set() {
+            return canceled();
+        }
         let input = assignment
             .input
             .as_deref()
@@ -111,10 +148,11 @@ impl Runner {
                             .map(|(key, value)| (super::env::variable(name, key), value.clone())),
                     );
                 }
-                self.command(argv, &extra, input, timeout).await
+                self.command(argv, &extra, input, timeout, cancel).await
             }
             TaskKind::Wasm { component } => {
-                self.wasm(*component, input, timeout, environments).await
+                self.wasm(*component, input, timeout, environments, cancel)
+                    .await
             }
         }
     }
@@ -125,6 +163,7 @@ impl Runner {
         env: &[(String, String)],
         input: Vec<u8>,
         timeout: Option<Duration>,
+        cancel: &Cancel,
     ) -> Outcome {
         let Some((program, args)) = argv.split_first() else {
             return Outcome::Error {
@@ -164,22 +203,38 @@ impl Runner {
         let limit = self.output_limit;
         let stdout = tokio::spawn(read_capped(child.stdout.take(), limit));
         let stderr = tokio::spawn(read_capped(child.stderr.take(), limit));
-        let status = match timeout {
-            Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
-                Ok(status) => status,
-                Err(_) => {
-                    drop(group);
-                    let _ = child.kill().await;
-                    return Outcome::Error {
-                        message: format!("timed out after {limit:?}"),
-                    };
+        let ended = {
+            let waited = async {
+                match timeout {
+                    Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
+                        Ok(status) => Ended::Exited(status),
+                        Err(_) => Ended::TimedOut(limit),
+                    },
+                    None => Ended::Exited(child.wait().await),
                 }
-            },
-            None => child.wait().await,
+            };
+            tokio::select! {
+                ended = waited => ended,
+                () = cancel.notify.notified() => Ended::Canceled,
+            }
         };
-        // What the task left running in the background goes with it (and so the pipes close
-        // and its output can be read to the end).
+        // What the task left running goes with it: on a timeout or cancel everything, after a
+        // normal exit what it left in the background (so the pipes close and its output can be
+        // read to the end).
         drop(group);
+        let status = match ended {
+            Ended::Exited(status) => status,
+            Ended::TimedOut(limit) => {
+                let _ = child.kill().await;
+                return Outcome::Error {
+                    message: format!("timed out after {limit:?}"),
+                };
+            }
+            Ended::Canceled => {
+                let _ = child.kill().await;
+                return canceled();
+            }
+        };
         let status = match status {
             Ok(status) => status,
             Err(error) => {
@@ -201,6 +256,7 @@ impl Runner {
         input: Vec<u8>,
         timeout: Option<Duration>,
         environments: Vec<(String, Vec<(String, String)>)>,
+        cancel: &Cancel,
     ) -> Outcome {
         let loaded = match self.components.read().await.get(&hash) {
             Some(Ok(loaded)) => loaded.clone(),
@@ -238,9 +294,10 @@ impl Runner {
                 }
             }
         };
+        let flag = cancel.flag.clone();
         let result = tokio::task::spawn_blocking(move || {
             let mut plugin = plugin;
-            let output = plugin.run(&input, environments);
+            let output = plugin.run(&input, environments, flag);
             (plugin, output)
         })
         .await;
@@ -251,6 +308,7 @@ impl Runner {
                 }
                 match output {
                     Ok(output) => Outcome::Returned { output },
+                    Err(crate::plugin::PluginError::Canceled { .. }) => canceled(),
                     Err(error) => Outcome::Error {
                         message: error.to_string(),
                     },

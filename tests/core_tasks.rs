@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use weir::core::tasks::{Action, Core, CoreConfig, JobError, SubmitError};
+use weir::core::tasks::{Action, Core, CoreConfig, JobError, Loss, SubmitError};
 use weir::proto::{EnvVerdict, NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
 
 fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
@@ -45,6 +45,7 @@ fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerInfo {
         worker_type: String::new(),
         manager: None,
         local_environments: vec![],
+        running: vec![],
     }
 }
 
@@ -76,7 +77,7 @@ fn a_task_that_cannot_be_placed_does_not_block_the_others() {
     }])
     .unwrap();
     core.submit(vec![group(5, &[])]).unwrap();
-    let w = core.worker_joined(0, worker(2, &[("cpu", 4)]));
+    let w = core.worker_joined(0, worker(2, &[("cpu", 4)])).0;
     core.schedule();
     assert_eq!(dispatched(&core.take_actions())[&w], vec![2, 3]);
     // Each finish frees a slot for the next CPU task; the gpu task (1) keeps waiting.
@@ -88,7 +89,7 @@ fn a_task_that_cannot_be_placed_does_not_block_the_others() {
     assert_eq!(core.job_counts(1).unwrap().queued, 1);
     assert_eq!(core.job_counts(2).unwrap().succeeded, 5);
     // A gpu worker arrives: the gpu task runs there.
-    let g = core.worker_joined(2, worker(1, &[("gpu", 1)]));
+    let g = core.worker_joined(2, worker(1, &[("gpu", 1)])).0;
     core.schedule();
     assert_eq!(dispatched(&core.take_actions())[&g], vec![1]);
 }
@@ -97,7 +98,7 @@ fn a_task_that_cannot_be_placed_does_not_block_the_others() {
 fn capability_amounts_are_consumed_while_running() {
     let mut core = Core::new(CoreConfig::default());
     core.submit(vec![group(4, &[("memory", 6)])]).unwrap();
-    let w = core.worker_joined(0, worker(8, &[("memory", 16)]));
+    let w = core.worker_joined(0, worker(8, &[("memory", 16)])).0;
     core.schedule();
     assert_eq!(dispatched(&core.take_actions())[&w], vec![1, 2]); // 2 x 6 <= 16 < 3 x 6
     core.finished(1, w, 1, ok());
@@ -116,7 +117,7 @@ fn higher_priority_runs_first() {
         inputs: vec![],
     }])
     .unwrap();
-    let w = core.worker_joined(0, worker(3, &[]));
+    let w = core.worker_joined(0, worker(3, &[])).0;
     core.schedule();
     assert_eq!(dispatched(&core.take_actions())[&w], vec![3, 4, 1]);
 }
@@ -133,12 +134,12 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
         inputs: vec![],
     }])
     .unwrap();
-    let a = core.worker_joined(0, worker(1, &[]));
+    let a = core.worker_joined(0, worker(1, &[])).0;
     core.schedule();
-    core.worker_lost(a, "connection closed", false);
+    core.worker_lost(0, a, "connection closed", Loss::Silent);
     core.sanity_check().unwrap();
     assert_eq!(core.job_counts(1).unwrap().queued, 1);
-    let b = core.worker_joined(10, worker(1, &[]));
+    let b = core.worker_joined(10, worker(1, &[])).0;
     core.schedule();
     core.take_actions();
     // b goes silent: the tick declares it lost, and with retries = 1 the task fails.
@@ -160,7 +161,7 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
 fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
     let mut core = Core::new(CoreConfig::default());
     core.submit(vec![group(3, &[])]).unwrap();
-    let w = core.worker_joined(0, worker(1, &[]));
+    let w = core.worker_joined(0, worker(1, &[])).0;
     core.schedule();
     core.take_actions();
     assert_eq!(core.cancel_job(1), 3);
@@ -196,7 +197,7 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
     envs.spec.environments = vec!["big".into()];
     core.register_environment("big");
     core.submit(vec![envs]).unwrap(); // task 4: needs `big`, not evaluated yet
-    let w = core.worker_joined(0, worker(1, &[("gpu", 0)]));
+    let w = core.worker_joined(0, worker(1, &[("gpu", 0)])).0;
     // A manager could start a worker with a gpu: nothing fails, however long it waits.
     assert_eq!(core.fail_unschedulable(0, 1000, |_, _| true), 0);
     assert_eq!(core.fail_unschedulable(5000, 1000, |_, _| true), 0);
@@ -235,7 +236,7 @@ fn a_component_no_held_task_uses_is_released() {
     wasm.spec.kind = TaskKind::Wasm { component: hash };
     core.submit(vec![wasm.clone()]).unwrap(); // job 1
     core.submit(vec![wasm.clone()]).unwrap(); // job 2
-    let w = core.worker_joined(0, worker(4, &[]));
+    let w = core.worker_joined(0, worker(4, &[])).0;
     core.schedule();
     for task in dispatched(&core.take_actions())[&w].clone() {
         core.finished(1, w, task, ok());
@@ -276,6 +277,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
     let mut core = Core::new(CoreConfig {
         heartbeat_timeout_ms: 100,
         forget_after_ms: Some(0),
+        fence_ms: 0,
     });
     let new = NewGroup {
         spec: spec(&[], 0, 0),
@@ -283,7 +285,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
         inputs: vec![],
     };
     core.submit(vec![new.clone()]).unwrap();
-    core.worker_joined(0, worker(1, &[]));
+    core.worker_joined(0, worker(1, &[])).0;
     core.schedule();
     core.take_actions();
     let mut finals = Vec::new();
@@ -383,6 +385,7 @@ enum Event {
     /// `fail_unschedulable` with a zero timeout; whether a manager could serve.
     Unschedulable(bool),
     Tick(u64),
+    Rejoin(usize),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -397,6 +400,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (1u64..6).prop_map(Event::Forget),
         1 => any::<bool>().prop_map(Event::Unschedulable),
         1 => (0u64..3000).prop_map(Event::Tick),
+        1 => any::<usize>().prop_map(Event::Rejoin),
     ]
 }
 
@@ -406,7 +410,9 @@ proptest! {
     #[test]
     fn no_task_lost_none_finished_twice_capacity_never_exceeded(events in prop::collection::vec(event(), 1..120)) {
         // Finished jobs are also forgotten by age, so forgetting races everything else.
-        let mut core = Core::new(CoreConfig { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500) });
+        // Lost workers' tasks are fenced, and lost workers come back claiming what they ran.
+        let mut core = Core::new(CoreConfig { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200 });
+        let mut stale: Vec<(u64, Vec<u64>)> = Vec::new();
         let mut jobs: Vec<u64> = Vec::new(); // task count per job
         let mut now = 0u64;
         let mut live: Vec<u64> = Vec::new();
@@ -442,11 +448,25 @@ proptest! {
                     submitted += n;
                     jobs.push(n);
                 }
-                Event::Join { slots, gpu } => live.push(core.worker_joined(now, worker(slots, &[("gpu", gpu)]))),
+                Event::Join { slots, gpu } => live.push(core.worker_joined(now, worker(slots, &[("gpu", gpu)])).0),
                 Event::Lose(pick) if !live.is_empty() => {
                     let w = live.remove(pick % live.len());
-                    core.worker_lost(w, "test", false);
-                    if let Some(tasks) = running.remove(&w) { lost.extend(tasks.iter().map(|t| (w << 32) | *t)); }
+                    core.worker_lost(now, w, "test", Loss::Silent);
+                    if let Some(tasks) = running.remove(&w) {
+                        lost.extend(tasks.iter().map(|t| (w << 32) | *t));
+                        stale.push((w, tasks));
+                    }
+                }
+                Event::Rejoin(pick) if !stale.is_empty() => {
+                    // A lost worker reconnects claiming the tasks it still runs: those still
+                    // waiting are adopted, the others (run elsewhere by now, or final) refused.
+                    let (_, tasks) = stale.remove(pick % stale.len());
+                    let mut info = worker(4, &[("gpu", 2)]);
+                    info.running = tasks.clone();
+                    let (id, refused) = core.worker_joined(now, info);
+                    live.push(id);
+                    let adopted: Vec<u64> = tasks.iter().copied().filter(|t| !refused.contains(t)).collect();
+                    running.entry(id).or_default().extend(adopted);
                 }
                 Event::Finish { pick, success } => {
                     let all: Vec<(u64, u64)> = running.iter().flat_map(|(w, ts)| ts.iter().map(move |t| (*w, *t))).collect();
@@ -476,7 +496,7 @@ proptest! {
                     core.fail_unschedulable(now, 0, |_, _| managers_could);
                 }
                 Event::Tick(dt) => { now += dt; core.tick(now); }
-                Event::Lose(_) => {}
+                Event::Lose(_) | Event::Rejoin(_) => {}
             }
             apply(&mut core, &mut running, &mut live);
             if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }
@@ -486,9 +506,13 @@ proptest! {
         }
 
         // Drain: a big worker with every capability, and every run reported.
-        let big = core.worker_joined(now, worker(64, &[("gpu", 64)]));
+        let big = core.worker_joined(now, worker(64, &[("gpu", 64)])).0;
         live.push(big);
         for _ in 0..10_000 {
+            // Time passes (fenced tasks are released), and every live worker keeps in touch.
+            now += 300;
+            for w in &live { core.heartbeat(now, *w); }
+            core.tick(now);
             apply(&mut core, &mut running, &mut live);
             let all: Vec<(u64, u64)> = running.iter().flat_map(|(w, ts)| ts.iter().map(move |t| (*w, *t))).collect();
             if all.is_empty() { break; }
@@ -549,11 +573,11 @@ proptest! {
 fn explain_never_contradicts_itself_while_verdicts_are_pending() {
     let mut core = Core::new(CoreConfig::default());
     core.register_environment("big");
-    let plain = core.worker_joined(0, worker(1, &[]));
+    let plain = core.worker_joined(0, worker(1, &[])).0;
     let mut own = worker(1, &[]);
     own.name = "own".into();
     own.local_environments = vec!["gpu".into()];
-    core.worker_joined(0, own);
+    core.worker_joined(0, own).0;
     let mut big = group(1, &[]);
     big.spec.environments = vec!["big".into()];
     let (_, task, _) = core.submit(vec![big]).unwrap();

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use weir::core::managers::{Context, Managers};
 use weir::core::scaling::validate_decisions;
-use weir::core::tasks::{Action, Core, CoreConfig};
+use weir::core::tasks::{Action, Core, CoreConfig, Loss};
 use weir::manager::plan;
 use weir::proto::{ManagerState, NewGroup, Outcome, TaskKind, TaskSpec, WorkerId, WorkerInfo};
 use weir_waterfall::{Flavor, Policy};
@@ -153,7 +153,7 @@ proptest! {
         fn heartbeat(core: &mut Core, managers: &mut Managers, pool: &mut Pool, now: u64) {
             let gone = managers.heartbeat(now, pool.state(), &core.worker_views(now));
             for (worker, planned) in gone {
-                core.worker_lost(worker, "its manager no longer lists it", planned);
+                core.worker_lost(now, worker, "its manager no longer lists it", if planned { Loss::Stopped } else { Loss::Exited });
                 pool.dead.retain(|w| *w != worker);
             }
         }
@@ -186,13 +186,14 @@ proptest! {
                     let pool = &mut pools[m];
                     let unregistered: Vec<String> = pool.alive.iter().filter(|n| !pool.registered.contains_key(*n)).cloned().collect();
                     if let Some(name) = unregistered.get(w % unregistered.len().max(1)) {
-                        let id = core.worker_joined(now, WorkerInfo {
+                        let (id, _) = core.worker_joined(now, WorkerInfo {
                             name: name.clone(),
                             slots: pool.slots,
                             capabilities: vec![],
                             worker_type: "t".into(),
                             manager: Some(pool.id.clone()),
                             local_environments: vec![],
+                            running: vec![],
                         });
                         pool.registered.insert(name.clone(), id);
                     }
@@ -210,7 +211,7 @@ proptest! {
                 Op::LateDisconnect(w) => {
                     let dead: Vec<WorkerId> = pools.iter().flat_map(|p| p.dead.clone()).collect();
                     if let Some(worker) = dead.get(w % dead.len().max(1)) {
-                        core.worker_lost(*worker, "no heartbeat", false);
+                        core.worker_lost(now, *worker, "no heartbeat", Loss::Silent);
                         for pool in &mut pools {
                             pool.dead.retain(|d| d != worker);
                         }

@@ -78,6 +78,13 @@ struct Args {
     /// they wait for a worker that qualifies, and `weir explain TASK` says why.
     #[arg(long, value_parser = seconds, value_name = "SECONDS")]
     unschedulable_timeout: Option<Duration>,
+    /// The lease on a worker's running tasks. A worker that loses the scheduler keeps running
+    /// them (a reconnecting worker, or a restarted scheduler, re-adopts them) for this long, then
+    /// stops them; a worker lost without a word has its tasks run elsewhere only after the lease
+    /// plus 7 s, so no task ever runs twice at once. Unfinished tasks in the journal wait as
+    /// long at start for their workers to come back.
+    #[arg(long, default_value = "10", value_parser = positive_seconds, value_name = "SECONDS")]
+    worker_lease: Duration,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
     check: bool,
@@ -139,6 +146,7 @@ fn run(args: Args) -> Result<()> {
         max_connections: args.max_connections,
         forget_after: args.forget_after,
         unschedulable_timeout: args.unschedulable_timeout,
+        worker_lease: args.worker_lease,
     };
     let scaling = weir::scheduler::Scaling { policy, tiers };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

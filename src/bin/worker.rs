@@ -137,10 +137,11 @@ fn run(args: Args) -> Result<()> {
             worker_type: args.worker_type,
             manager: args.manager,
             local_environments: Vec::new(),
+            running: Vec::new(),
         },
         heartbeat_interval: args.heartbeat_interval,
         output_limit: args.output_limit,
-        idle_timeout: Duration::from_secs(5),
+        idle_timeout: weir::net::IDLE_TIMEOUT,
         local_environments,
         env_allow: args.env_allow,
         env_recheck: args.env_recheck,
@@ -150,15 +151,21 @@ fn run(args: Args) -> Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reconnect = args.reconnect_timeout;
+    let worker = std::sync::Arc::new(tokio::sync::Mutex::new(weir::worker::Worker::new(
+        settings,
+    )?));
     let reason = runtime.block_on(weir::net::reconnecting(
         &args.common.access_file,
         reconnect,
         "worker",
         |access| {
-            let settings = settings.clone();
-            async move { weir::worker::run(&access, settings).await }
+            let worker = worker.clone();
+            async move { worker.lock().await.session(&access).await }
         },
-    ))?;
+    ));
+    // Stopped, or the scheduler stayed away: no task of this worker outlives it.
+    runtime.block_on(async { worker.lock().await.shutdown().await });
+    let reason = reason?;
     tracing::info!(%reason, "worker stopped");
     Ok(())
 }

@@ -36,6 +36,11 @@ pub struct CoreConfig {
     /// Forget a job this long after its last task finished (`None`: keep it until
     /// [`Core::forget`]).
     pub forget_after_ms: Option<u64>,
+    /// The tasks of a worker lost without a word (silent, or its connection broken), and the
+    /// tasks found unfinished in the journal at start, wait this long before they run again:
+    /// until the worker's lease has surely run out and its runs are stopped. A worker that
+    /// comes back meanwhile claims them (see [`Core::worker_joined`]).
+    pub fence_ms: u64,
 }
 
 impl Default for CoreConfig {
@@ -43,6 +48,7 @@ impl Default for CoreConfig {
         CoreConfig {
             heartbeat_timeout_ms: 10_000,
             forget_after_ms: None,
+            fence_ms: 0,
         }
     }
 }
@@ -72,6 +78,20 @@ pub enum Action {
         groups: Vec<GroupId>,
         components: Vec<ComponentHash>,
     },
+}
+
+/// How a worker was lost, which decides when its running tasks may run again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// It stopped on purpose and stopped its tasks first: they run again at once, and the run
+    /// is not counted against their retries.
+    Stopped,
+    /// Its process is known to be dead (its manager saw it exit; its guard killed its tasks):
+    /// they run again at once.
+    Exited,
+    /// It went silent or its connection broke: its tasks may still be running there until its
+    /// lease runs out, so they wait `fence_ms` (unless it comes back and claims them).
+    Silent,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,6 +326,9 @@ pub struct Core {
     queued_by_class: Vec<u64>,
     /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
+    /// Queued tasks that may not run before a time (`fence_ms`): by that time, oldest first.
+    /// Claimed or canceled ones are skipped lazily when they are released.
+    fenced: BTreeMap<u64, Vec<TaskId>>,
     workers: BTreeMap<WorkerId, Worker>,
     /// Known wasm task components, with how many held groups use each: a component no held
     /// group uses any more is forgotten too (`Action::Dropped`).
@@ -566,7 +589,53 @@ impl Core {
         }
     }
 
-    pub fn worker_joined(&mut self, now: u64, info: WorkerInfo) -> WorkerId {
+    /// A worker registered. It may claim tasks it runs from before (it reconnected, or this
+    /// scheduler restarted): each claimed task that is waiting (queued or fenced) is adopted —
+    /// running there, its slot and amounts taken, no new attempt counted. A live worker of the
+    /// same name that holds claimed tasks is an earlier connection of the same worker: it is
+    /// replaced, its claimed tasks move over and the rest are requeued. Returns the new id and the claimed tasks the worker
+    /// must stop (finished, canceled, or running elsewhere by now).
+    pub fn worker_joined(&mut self, now: u64, info: WorkerInfo) -> (WorkerId, Vec<TaskId>) {
+        let earlier: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.info.name == info.name && w.info.manager == info.manager)
+            .filter(|(_, w)| info.running.iter().any(|t| w.running.contains(t)))
+            .map(|(id, _)| *id)
+            .collect();
+        for old in earlier {
+            // Only runs still wanted move over (a canceled one is stopped on the worker).
+            let claimed: Vec<TaskId> = self.workers[&old]
+                .running
+                .iter()
+                .filter(|t| info.running.contains(t))
+                .filter(|t| {
+                    self.task(**t)
+                        .is_some_and(|t| t.state == TaskState::Running)
+                })
+                .copied()
+                .collect();
+            // Claimed ones are requeued unfenced here and adopted below at once.
+            for task in &claimed {
+                if let Some(w) = self.workers.get_mut(&old) {
+                    w.running.remove(task);
+                }
+                let class = self.task(*task).map(|t| self.groups[&t.group].class);
+                if let (Some(class), Some(w)) = (class, self.workers.get_mut(&old)) {
+                    let class = self.classes[class].clone();
+                    w.give_back(&class);
+                }
+                if let Some(t) = self.task_mut(*task) {
+                    t.worker = None;
+                }
+                self.set_state(*task, TaskState::Queued);
+            }
+            self.worker_lost(now, old, "replaced by its own reconnection", Loss::Exited);
+            self.actions.push(Action::Disconnect {
+                worker: old,
+                reason: "replaced by its own reconnection".into(),
+            });
+        }
         self.next_worker += 1;
         let id = self.next_worker;
         for name in &info.local_environments {
@@ -574,6 +643,7 @@ impl Core {
                 .entry(name.clone())
                 .or_insert(EnvSource::Worker);
         }
+        let claims = info.running.clone();
         let worker = Worker {
             free_slots: info.slots,
             free: info.capabilities.clone(),
@@ -587,7 +657,43 @@ impl Core {
             draining: false,
         };
         self.workers.insert(id, worker);
-        id
+        let mut refused = Vec::new();
+        for task in claims {
+            let Some(class) = self
+                .task(task)
+                .filter(|t| t.state == TaskState::Queued)
+                .map(|t| self.classes[self.groups[&t.group].class].clone())
+            else {
+                refused.push(task);
+                continue;
+            };
+            // Room for what it claims (its slots and amounts ran it; a claim beyond them is not
+            // believed). Environments are not asked: its verdicts come after registering.
+            let room = self.workers.get(&id).is_some_and(|w| {
+                w.free_slots > 0
+                    && class
+                        .capabilities
+                        .iter()
+                        .all(|(name, need)| amount(&w.free, name) >= *need)
+            });
+            if !room {
+                refused.push(task);
+                continue;
+            }
+            // Out of where it waits, now: a stale entry would queue it twice should it come back.
+            self.unqueue(task);
+            self.set_state(task, TaskState::Running);
+            if let Some(t) = self.task_mut(task) {
+                t.worker = Some(id);
+                t.attempts = t.attempts.max(1);
+            }
+            if let Some(w) = self.workers.get_mut(&id) {
+                w.take(&class);
+                w.running.insert(task);
+                w.idle_since = None;
+            }
+        }
+        (id, refused)
     }
 
     /// Names a worker manager declared (its `--env-plugin` conditions): known from now on, so
@@ -858,12 +964,14 @@ impl Core {
         }
     }
 
-    /// The worker is gone (connection closed or silent): requeue or fail its running tasks.
-    /// `planned`: it was stopped on purpose (its run is not counted against the retries).
-    pub fn worker_lost(&mut self, worker: WorkerId, reason: &str, planned: bool) {
+    /// The worker is gone: requeue or fail its running tasks, when they may run again as
+    /// `loss` says.
+    pub fn worker_lost(&mut self, now: u64, worker: WorkerId, reason: &str, loss: Loss) {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
+        let fence = (loss == Loss::Silent && self.config.fence_ms > 0)
+            .then(|| now.saturating_add(self.config.fence_ms));
         let mut running: Vec<TaskId> = w.running.into_iter().collect();
         running.sort_unstable();
         // Requeue in reverse so the front of the queue keeps the original order.
@@ -875,7 +983,7 @@ impl Core {
             if task.state != TaskState::Running {
                 continue; // canceled while running: already final
             }
-            if planned {
+            if loss == Loss::Stopped {
                 task.attempts = task.attempts.saturating_sub(1);
             }
             let (gid, attempts) = (task.group, task.attempts);
@@ -886,11 +994,50 @@ impl Core {
                 self.finish(id, TaskState::Failed, Outcome::Error { message });
             } else {
                 self.set_state(id, TaskState::Queued);
+                match fence {
+                    Some(until) => self.fenced.entry(until).or_default().push(id),
+                    None => {
+                        let key = (std::cmp::Reverse(group.spec.priority), group.class);
+                        self.queues.entry(key).or_default().push_front(id);
+                    }
+                }
+            }
+        }
+        self.drop_forgotten();
+    }
+
+    /// Take a waiting task out of its queue or fence (rare: a claimed task).
+    fn unqueue(&mut self, id: TaskId) {
+        let Some(group) = self.task(id).and_then(|t| self.groups.get(&t.group)) else {
+            return;
+        };
+        let key = (std::cmp::Reverse(group.spec.priority), group.class);
+        if let Some(queue) = self.queues.get_mut(&key) {
+            queue.retain(|t| *t != id);
+        }
+        self.fenced.retain(|_, tasks| {
+            tasks.retain(|t| *t != id);
+            !tasks.is_empty()
+        });
+    }
+
+    /// Fenced tasks whose time has come go back to the front of their queues.
+    fn release_fenced(&mut self, now: u64) {
+        while let Some(entry) = self.fenced.first_entry() {
+            if *entry.key() > now {
+                break;
+            }
+            let tasks = entry.remove();
+            for id in tasks.into_iter().rev() {
+                let Some(task) = self.task(id) else { continue };
+                if task.state != TaskState::Queued {
+                    continue; // claimed by its worker, or canceled, meanwhile
+                }
+                let group = &self.groups[&task.group];
                 let key = (std::cmp::Reverse(group.spec.priority), group.class);
                 self.queues.entry(key).or_default().push_front(id);
             }
         }
-        self.drop_forgotten();
     }
 
     /// A worker reports a finished run. Returns false (and changes nothing) when the task is not
@@ -1078,9 +1225,10 @@ impl Core {
             .filter(|(_, w)| now.saturating_sub(w.last_seen) > timeout)
             .map(|(id, _)| *id)
             .collect();
+        self.release_fenced(now);
         for worker in silent {
             let reason = format!("no heartbeat for {timeout} ms");
-            self.worker_lost(worker, &reason, false);
+            self.worker_lost(now, worker, &reason, Loss::Silent);
             self.actions.push(Action::Disconnect { worker, reason });
         }
         // A forgotten job waits for confirmations of its canceled tasks before it is dropped.
@@ -1346,6 +1494,29 @@ impl Core {
 
     /// After replaying a journal: jobs that finished before the restart start their
     /// `forget_after_ms` now (finish times are not journaled).
+    /// After the journal's replay: its unfinished tasks may still be running on workers of the
+    /// previous run, until their leases run out; they wait `fence_ms` from `now` (a worker that
+    /// reconnects meanwhile claims them).
+    pub fn fence_unfinished(&mut self, now: u64) {
+        if self.config.fence_ms == 0 {
+            return;
+        }
+        let mut fenced = Vec::new();
+        for queue in self.queues.values_mut() {
+            fenced.extend(queue.drain(..));
+        }
+        self.queues.clear();
+        if !fenced.is_empty() {
+            let until = now.saturating_add(self.config.fence_ms);
+            self.fenced.entry(until).or_default().extend(fenced);
+        }
+    }
+
+    /// Whether any task waits behind a fence (for status).
+    pub fn fenced_tasks(&self) -> usize {
+        self.fenced.values().map(Vec::len).sum()
+    }
+
     pub fn replayed(&mut self) {
         if self.config.forget_after_ms.is_some() {
             let done = self.jobs.iter().filter(|(_, j)| j.done() && !j.forgotten);
@@ -1451,6 +1622,28 @@ impl Core {
                 ));
             }
         }
+        for (id, worker) in &self.workers {
+            for task in &worker.running {
+                if self.task(*task).and_then(|t| t.worker) != Some(*id) {
+                    return Err(format!(
+                        "worker {id} lists task {task}, which it does not hold"
+                    ));
+                }
+            }
+        }
+        // No task lost: every queued task waits in a queue or behind a fence.
+        let waiting: HashSet<TaskId> = self
+            .queues
+            .values()
+            .flatten()
+            .chain(self.fenced.values().flatten())
+            .copied()
+            .collect();
+        for (id, task) in self.tasks.iter() {
+            if task.state == TaskState::Queued && !waiting.contains(&id) {
+                return Err(format!("task {id} is queued but waits nowhere"));
+            }
+        }
         if counted != self.counts {
             return Err(format!(
                 "counts {:?} but tasks say {counted:?}",
@@ -1468,12 +1661,6 @@ impl Core {
                 "queued per class {:?} but tasks say {by_class:?}",
                 self.queued_by_class
             ));
-        }
-        let queued: HashSet<TaskId> = self.queues.values().flatten().copied().collect();
-        for (id, task) in self.tasks.iter() {
-            if task.state == TaskState::Queued && !queued.contains(&id) {
-                return Err(format!("queued task {id} is in no queue"));
-            }
         }
         for (id, worker) in &self.workers {
             if worker.free_slots as usize + worker.running.len() != worker.info.slots as usize {

@@ -106,6 +106,10 @@ pub fn parse_address(address: &str) -> Result<SocketAddr, NetError> {
         .ok_or_else(|| NetError::Address(address.to_string()))
 }
 
+/// A worker's or manager's connection is gone when the scheduler has been silent this long
+/// (QUIC keep-alives every 0.5 s keep a live one busy).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a connection attempt waits for the scheduler's handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -132,6 +132,10 @@ pub struct WorkerInfo {
     pub manager: Option<String>,
     /// Names of the environments it evaluates from its own --env-plugin flags.
     pub local_environments: Vec<String>,
+    /// Tasks it runs (or finished and has not reported yet) from before this registration: a
+    /// worker that reconnects, or a scheduler that restarted, re-adopts them instead of running
+    /// them again elsewhere.
+    pub running: Vec<TaskId>,
 }
 
 /// One task for a worker to run; the group's spec was sent before (`ToWorker::Group`).
@@ -179,6 +183,10 @@ pub enum FromWorker {
 pub enum ToWorker {
     Registered {
         id: WorkerId,
+        /// The lease on this worker's tasks, in milliseconds: renewed while its connection
+        /// lives; once it runs out without one, the worker stops its tasks (the scheduler gives
+        /// them to others only after it). 0: none.
+        lease_ms: u64,
     },
     Group {
         id: GroupId,

@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::core::managers::{Context, Managers};
 use crate::core::scaling::{Decision, Snapshot, Tier};
-use crate::core::tasks::EnvSource;
 use crate::core::tasks::{Action, Core, CoreConfig};
+use crate::core::tasks::{EnvSource, Loss};
 use crate::net::{self, AccessFile, NetError};
 use crate::plugin::{PluginHost, PolicyPlugin};
 use crate::proto::{
@@ -62,6 +62,17 @@ pub struct Settings {
     /// Fail queued tasks that no live worker or worker manager could run for this long; `None`:
     /// they wait (and `weir explain` says why).
     pub unschedulable_timeout: Option<Duration>,
+    /// The lease on a worker's tasks: a worker that loses the scheduler stops its tasks once
+    /// this has passed without a connection, and the scheduler runs them elsewhere only after
+    /// that (see [`fence`]).
+    pub worker_lease: Duration,
+}
+
+/// How long the tasks of a worker lost without a word (or found unfinished in the journal)
+/// wait before running elsewhere: the lease, plus the time a worker may take to notice it lost
+/// the scheduler (its connection's idle timeout), plus a margin. By then its runs are stopped.
+pub fn fence(lease: Duration) -> Duration {
+    lease + net::IDLE_TIMEOUT + Duration::from_secs(2)
 }
 
 /// The scaling policy and its tiers (for `weir status`).
@@ -174,6 +185,8 @@ struct Actor {
     policy_latency: metrics::Histogram,
     policy_errors: u64,
     unschedulable_timeout: Option<Duration>,
+    /// The lease granted to workers, in milliseconds (sent when they register).
+    lease_ms: u64,
 }
 
 /// A running scheduler: its address and access file.
@@ -278,7 +291,9 @@ pub async fn run(
             forget_after_ms: settings
                 .forget_after
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            fence_ms: u64::try_from(fence(settings.worker_lease).as_millis()).unwrap_or(u64::MAX),
         }),
+        lease_ms: u64::try_from(settings.worker_lease.as_millis()).unwrap_or(u64::MAX),
         started: Instant::now(),
         workers: HashMap::new(),
         components: HashMap::new(),
@@ -474,8 +489,23 @@ impl Actor {
                 reply,
             } => {
                 tracing::info!(name = %info.name, slots = info.slots, "worker joined");
-                let id = self.core.worker_joined(now, info);
-                let _ = frames.send(ToWorker::Registered { id });
+                let claimed = info.running.len();
+                let (id, refused) = self.core.worker_joined(now, info);
+                if claimed > 0 {
+                    tracing::info!(
+                        worker = id,
+                        claimed,
+                        refused = refused.len(),
+                        "worker re-registered with tasks it runs"
+                    );
+                }
+                let _ = frames.send(ToWorker::Registered {
+                    id,
+                    lease_ms: self.lease_ms,
+                });
+                if !refused.is_empty() {
+                    let _ = frames.send(ToWorker::Cancel(refused));
+                }
                 let link = WorkerLink {
                     frames,
                     groups: HashSet::new(),
@@ -507,7 +537,10 @@ impl Actor {
                 worker,
                 reason,
                 planned,
-            } => self.worker_gone(worker, &reason, planned),
+            } => {
+                let loss = if planned { Loss::Stopped } else { Loss::Silent };
+                self.worker_gone(worker, &reason, loss)
+            }
             Event::Request {
                 request,
                 components,
@@ -525,11 +558,11 @@ impl Actor {
                     .managers
                     .heartbeat(now, state, &self.core.worker_views(now));
                 for (worker, stopped) in gone {
-                    let reason = match stopped {
-                        true => format!("its manager {id} stopped it"),
-                        false => format!("its manager {id} saw it exit"),
+                    let (reason, loss) = match stopped {
+                        true => (format!("its manager {id} stopped it"), Loss::Stopped),
+                        false => (format!("its manager {id} saw it exit"), Loss::Exited),
                     };
-                    self.worker_gone(worker, &reason, stopped);
+                    self.worker_gone(worker, &reason, loss);
                 }
             }
             Event::ManagerGone { id } => {
@@ -565,16 +598,20 @@ impl Actor {
     /// A worker is gone: closed its connection, fell silent, or its manager saw it exit. Its
     /// tasks are requeued (a planned stop spends no retry) and its link dropped, which closes
     /// the connection if it is still open.
-    fn worker_gone(&mut self, worker: WorkerId, reason: &str, planned: bool) {
+    fn worker_gone(&mut self, worker: WorkerId, reason: &str, loss: Loss) {
         if self.workers.remove(&worker).is_none() {
             return;
         }
-        if planned {
-            tracing::info!(worker, %reason, "worker stopped");
-        } else {
-            tracing::warn!(worker, %reason, "worker lost; requeueing its tasks");
+        match loss {
+            Loss::Stopped => tracing::info!(worker, %reason, "worker stopped"),
+            Loss::Exited => tracing::warn!(worker, %reason, "worker lost; requeueing its tasks"),
+            Loss::Silent => tracing::warn!(
+                worker,
+                %reason,
+                "worker lost; its tasks run again once its lease has surely run out, unless it comes back first"
+            ),
         }
-        self.core.worker_lost(worker, reason, planned);
+        self.core.worker_lost(self.now(), worker, reason, loss);
         self.settle_env_waits();
     }
 

@@ -63,6 +63,8 @@ impl Actor {
             }
         }
         self.core.replayed();
+        let now = self.now();
+        self.core.fence_unfinished(now);
         self.core.take_actions();
         if jobs > 0 {
             tracing::info!(jobs, finished = finals, forgets, "journal replayed");

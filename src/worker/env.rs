@@ -210,6 +210,14 @@ impl Environments {
         };
     }
 
+    /// Every verdict as last evaluated (for a scheduler this worker just registered with).
+    pub fn current(&self) -> Vec<(String, EnvVerdict)> {
+        self.verdicts
+            .iter()
+            .map(|(name, verdict)| (name.clone(), verdict.clone()))
+            .collect()
+    }
+
     /// Tear every environment down (the worker is leaving).
     pub fn teardown_all(&mut self) {
         let facts = self.facts.probe();

@@ -8,6 +8,11 @@
 //! the fork, so no task escapes the list) and kills every one of them when its end of a pipe
 //! from the worker closes — the kernel closes it when the worker dies, however it dies.
 //!
+//! The guard also holds the scheduler's lease on the worker's tasks: the worker renews it while
+//! its connection lives. When the worker cannot (it is stopped with SIGSTOP, hung, or cut off
+//! and its reconnection fails), the lease runs out and the guard kills the task groups, since
+//! the scheduler gives those tasks to other workers once the lease it granted is over.
+//!
 //! A task that moves itself into another session or group (`setsid`) escapes, as it escapes
 //! Slurm's `proctrack/pgid`; a cgroup would hold it, and is not used here.
 
@@ -19,6 +24,8 @@ static GUARD_FD: AtomicI32 = AtomicI32::new(-1);
 
 const ADD: u8 = b'+';
 const REMOVE: u8 = b'-';
+/// The scheduler's lease, renewed: its length in milliseconds follows.
+const LEASE: u8 = b'L';
 
 /// Fork the guard process. Call it at the very start of the worker process, while it has one
 /// thread (forking a multi-threaded process is unsafe), and at most once.
@@ -45,6 +52,11 @@ pub fn start() -> io::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Renew the lease for `length` from now.
+pub fn renew(length: std::time::Duration) {
+    tell(LEASE, i32::try_from(length.as_millis()).unwrap_or(i32::MAX));
 }
 
 /// Tell the guard about a group. Async-signal-safe: called between fork and exec too.
@@ -81,7 +93,31 @@ fn guard(read: i32) -> ! {
     let mut groups: Vec<i32> = Vec::new();
     let mut buffer = [0u8; 4096];
     let mut pending: Vec<u8> = Vec::new();
+    let mut lease: Option<std::time::Instant> = None;
     loop {
+        // Wait for a message, or for the lease to run out.
+        let wait_ms = lease.map_or(-1, |until| {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            i32::try_from(left.as_millis()).unwrap_or(i32::MAX)
+        });
+        let mut poll = libc::pollfd {
+            fd: read,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one descriptor we own.
+        let ready = unsafe { libc::poll(&mut poll, 1, wait_ms) };
+        if ready == 0 {
+            // The lease ran out: the scheduler gives these tasks to others now.
+            for pgid in groups.drain(..) {
+                if pgid > 1 {
+                    // SAFETY: kill(2) of a task's process group.
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                }
+            }
+            lease = None;
+            continue;
+        }
         // SAFETY: reading into a stack buffer from our pipe.
         let n = unsafe { libc::read(read, buffer.as_mut_ptr().cast(), buffer.len()) };
         if n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted) {
@@ -97,6 +133,10 @@ fn guard(read: i32) -> ! {
             match message[0] {
                 ADD => groups.push(pgid),
                 REMOVE => groups.retain(|g| *g != pgid),
+                LEASE => {
+                    let length = std::time::Duration::from_millis(pgid.max(0) as u64);
+                    lease = Some(std::time::Instant::now() + length);
+                }
                 _ => {}
             }
         }

@@ -49,184 +49,297 @@ pub(crate) struct Group {
     pub spec: TaskSpec,
 }
 
-/// Run until the scheduler closes the connection. Returns why it ended.
-pub async fn run(access: &AccessFile, settings: Settings) -> Result<String, NetError> {
-    let (endpoint, connection, mut send, mut recv) =
-        net::connect(access, Role::Worker, settings.idle_timeout).await?;
-    let mut info = settings.info.clone();
-    info.local_environments = settings
-        .local_environments
-        .iter()
-        .map(|e| e.name.clone())
-        .collect();
-    frame::write(&mut send, &FromWorker::Register(info)).await?;
-    let id = match frame::read::<_, ToWorker>(&mut recv).await? {
-        ToWorker::Registered { id } => id,
-        other => {
-            return Err(NetError::Refused(format!(
-                "expected Registered, got {other:?}"
-            )));
-        }
-    };
-    tracing::info!(worker = id, address = %access.address, "registered");
+/// What a worker keeps across its sessions with the scheduler: its running tasks (which go on
+/// while it reconnects, and are claimed when it registers again), their outcomes not yet sent,
+/// the group specs and components it was given, and its conditions.
+pub struct Worker {
+    settings: Settings,
+    runner: Arc<run::Runner>,
+    environments: Arc<Mutex<env::Environments>>,
+    groups: HashMap<GroupId, Arc<Group>>,
+    running: HashMap<TaskId, (AbortHandle, Arc<run::Cancel>)>,
+    done: mpsc::UnboundedSender<(TaskId, Outcome)>,
+    finished: mpsc::UnboundedReceiver<(TaskId, Outcome)>,
+    /// Tasks given up when the lease ran out: their outcomes are dropped, not reported.
+    abandoned: std::collections::HashSet<TaskId>,
+    /// The scheduler's lease on this worker's tasks, and when it runs out unless renewed.
+    lease: Option<(Duration, std::time::Instant)>,
+}
 
-    let (outgoing, mut outbox) = mpsc::unbounded_channel::<FromWorker>();
-    let (done, mut finished) = mpsc::unbounded_channel::<(TaskId, Outcome)>();
-    let writer = tokio::spawn(async move {
-        while let Some(message) = outbox.recv().await {
-            frame::write(&mut send, &message).await?;
+impl Worker {
+    pub fn new(settings: Settings) -> Result<Worker, NetError> {
+        let host =
+            Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
+        let facts = env::FactsSource {
+            worker_type: settings.info.worker_type.clone(),
+            capabilities: settings.info.capabilities.clone(),
+            env_allow: settings.env_allow.clone(),
+            total_memory: settings.total_memory,
+            cpus: settings.cpus,
+        };
+        let environments = Arc::new(Mutex::new(env::Environments::new(
+            host.clone(),
+            facts,
+            settings.local_environments.clone(),
+        )));
+        let values = environments
+            .lock()
+            .map(|e| e.values.clone())
+            .unwrap_or_default();
+        let runner = Arc::new(run::Runner::new(
+            host,
+            settings.output_limit,
+            settings.info.clone(),
+            values,
+        ));
+        let (done, finished) = mpsc::unbounded_channel();
+        Ok(Worker {
+            settings,
+            runner,
+            environments,
+            groups: HashMap::new(),
+            running: HashMap::new(),
+            done,
+            finished,
+            abandoned: std::collections::HashSet::new(),
+            lease: None,
+        })
+    }
+
+    /// Renew the lease (the scheduler is there): here and in the guard process.
+    fn renew(&mut self) {
+        if let Some((length, deadline)) = &mut self.lease {
+            *deadline = std::time::Instant::now() + *length;
+            guard::renew(*length);
         }
-        Ok::<_, NetError>(())
-    });
-    // Batch finished runs.
-    let batcher = {
-        let outgoing = outgoing.clone();
-        tokio::spawn(async move {
-            while let Some(first) = finished.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < 4096 {
-                    match finished.try_recv() {
-                        Ok(result) => batch.push(result),
-                        Err(_) => break,
-                    }
-                }
-                if outgoing.send(FromWorker::Finished(batch)).is_err() {
-                    return;
-                }
+    }
+
+    /// Past the lease, the scheduler has given this worker's tasks to others (or will once it
+    /// restarts): stop them and never report them.
+    fn abandon_if_expired(&mut self) {
+        let Some((_, deadline)) = self.lease else {
+            return;
+        };
+        if std::time::Instant::now() < deadline || self.running.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            tasks = self.running.len(),
+            "the scheduler's lease ran out while away: stopping this worker's tasks"
+        );
+        for (task, (handle, cancel)) in self.running.drain() {
+            cancel.cancel();
+            handle.abort();
+            self.abandoned.insert(task);
+        }
+    }
+
+    /// Stop every task and tear the conditions down (the worker is leaving).
+    pub async fn shutdown(&mut self) {
+        for (handle, cancel) in self.running.values() {
+            cancel.cancel();
+            handle.abort();
+        }
+        self.running.clear();
+        let environments = self.environments.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Ok(mut environments) = environments.lock() {
+                environments.teardown_all();
             }
         })
-    };
-    let heartbeat = {
-        let outgoing = outgoing.clone();
-        let interval = settings.heartbeat_interval;
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            loop {
-                ticker.tick().await;
-                if outgoing.send(FromWorker::Heartbeat).is_err() {
-                    return;
-                }
-            }
-        })
-    };
+        .await;
+    }
 
-    let host =
-        Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
-    let facts = env::FactsSource {
-        worker_type: settings.info.worker_type.clone(),
-        capabilities: settings.info.capabilities.clone(),
-        env_allow: settings.env_allow.clone(),
-        total_memory: settings.total_memory,
-        cpus: settings.cpus,
-    };
-    let environments = Arc::new(Mutex::new(env::Environments::new(
-        host.clone(),
-        facts,
-        settings.local_environments.clone(),
-    )));
-    let values = environments
-        .lock()
-        .map(|e| e.values.clone())
-        .unwrap_or_default();
-    let (env_updates, env_inbox) = mpsc::unbounded_channel();
-    let env_task = tokio::spawn(evaluate_environments(
-        environments.clone(),
-        env_inbox,
-        outgoing.clone(),
-        settings.env_recheck,
-    ));
-    let runner = Arc::new(run::Runner::new(
-        host,
-        settings.output_limit,
-        settings.info.clone(),
-        values,
-    ));
-    let mut groups: HashMap<GroupId, Arc<Group>> = HashMap::new();
-    let mut running: HashMap<TaskId, (AbortHandle, Arc<run::Cancel>)> = HashMap::new();
-    let (ended, mut reaped) = mpsc::unbounded_channel::<TaskId>();
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut frames = net::frames::<ToWorker>(recv);
-    let reason = loop {
-        tokio::select! {
-            _ = sigterm.recv() => break "stopped by SIGTERM".to_string(),
-            message = frames.recv() => match message.unwrap_or(Err(crate::proto::FrameError::Closed)) {
-                Ok(ToWorker::Group { id, job, spec }) => { groups.insert(id, Arc::new(Group { job, spec })); }
-                Ok(ToWorker::Component { hash, bytes }) => runner.add_component(hash, bytes).await,
-                Ok(ToWorker::Forget { groups: gone, components }) => {
-                    for id in gone { groups.remove(&id); }
-                    runner.forget_components(&components).await;
-                }
-                Ok(ToWorker::Run(assignments)) if settings.no_execute => {
-                    for assignment in assignments {
-                        let _ = done.send((assignment.task, Outcome::Returned { output: Vec::new() }));
+    /// One session: register (claiming the tasks still running here and the outcomes not yet
+    /// sent), then run what the scheduler assigns until it goes away or a signal stops the
+    /// worker. Returns why it ended. Tasks go on across sessions; a signal stops them.
+    pub async fn session(&mut self, access: &AccessFile) -> Result<String, NetError> {
+        let (endpoint, connection, mut send, mut recv) =
+            net::connect(access, Role::Worker, self.settings.idle_timeout).await?;
+        self.abandon_if_expired();
+        let mut unsent = Vec::new();
+        while let Ok((task, outcome)) = self.finished.try_recv() {
+            self.running.remove(&task);
+            if !self.abandoned.remove(&task) {
+                unsent.push((task, outcome));
+            }
+        }
+        let mut info = self.settings.info.clone();
+        info.local_environments = self
+            .settings
+            .local_environments
+            .iter()
+            .map(|e| e.name.clone())
+            .collect();
+        info.running = self
+            .running
+            .keys()
+            .copied()
+            .chain(unsent.iter().map(|(task, _)| *task))
+            .collect();
+        frame::write(&mut send, &FromWorker::Register(info)).await?;
+        let (id, lease_ms) = match frame::read::<_, ToWorker>(&mut recv).await? {
+            ToWorker::Registered { id, lease_ms } => (id, lease_ms),
+            other => {
+                return Err(NetError::Refused(format!(
+                    "expected Registered, got {other:?}"
+                )));
+            }
+        };
+        self.lease =
+            (lease_ms > 0).then(|| (Duration::from_millis(lease_ms), std::time::Instant::now()));
+        self.renew();
+        tracing::info!(worker = id, address = %access.address, claimed = self.running.len() + unsent.len(), "registered");
+
+        let (outgoing, mut outbox) = mpsc::unbounded_channel::<FromWorker>();
+        let mut writer = tokio::spawn(async move {
+            while let Some(message) = outbox.recv().await {
+                frame::write(&mut send, &message).await?;
+            }
+            Ok::<_, NetError>(())
+        });
+        // What this worker already knows, for the scheduler that just registered it.
+        let verdicts = self
+            .environments
+            .lock()
+            .map(|e| e.current())
+            .unwrap_or_default();
+        if !verdicts.is_empty() {
+            let _ = outgoing.send(FromWorker::Verdicts(verdicts));
+        }
+        if !unsent.is_empty() {
+            let _ = outgoing.send(FromWorker::Finished(unsent));
+        }
+        let (env_updates, env_inbox) = mpsc::unbounded_channel();
+        let env_task = tokio::spawn(evaluate_environments(
+            self.environments.clone(),
+            env_inbox,
+            outgoing.clone(),
+            self.settings.env_recheck,
+        ));
+        let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
+        let mut sigterm =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut frames = net::frames::<ToWorker>(recv);
+        let reason = loop {
+            tokio::select! {
+                _ = sigterm.recv() => break "stopped by SIGTERM".to_string(),
+                _ = heartbeat.tick() => {
+                    if connection.close_reason().is_none() {
+                        self.renew();
+                    }
+                    if outgoing.send(FromWorker::Heartbeat).is_err() {
+                        break "connection writer ended".to_string();
                     }
                 }
-                Ok(ToWorker::Run(assignments)) => {
-                    for assignment in assignments {
-                        let Some(group) = groups.get(&assignment.group).cloned() else {
-                            let message = format!("unknown group {}", assignment.group);
-                            let _ = done.send((assignment.task, Outcome::Error { message }));
-                            continue;
-                        };
-                        let task = assignment.task;
-                        let runner = runner.clone();
-                        let done = done.clone();
-                        let ended = ended.clone();
-                        let cancel = Arc::new(run::Cancel::default());
-                        let stop = cancel.clone();
-                        let span = tracing::debug_span!("task", task, group = assignment.group);
-                        let handle = tokio::spawn(tracing::Instrument::instrument(async move {
-                            let outcome = runner.run(&group, assignment, &stop).await;
-                            let _ = ended.send(task);
-                            let _ = done.send((task, outcome));
-                        }, span));
-                        running.insert(task, (handle.abort_handle(), cancel));
+                Some(first) = self.finished.recv() => {
+                    let mut batch = Vec::new();
+                    let mut next = Some(first);
+                    while let Some((task, outcome)) = next {
+                        self.running.remove(&task);
+                        if !self.abandoned.remove(&task) {
+                            batch.push((task, outcome));
+                        }
+                        next = if batch.len() < 4096 { self.finished.try_recv().ok() } else { None };
+                    }
+                    if !batch.is_empty() {
+                        let _ = outgoing.send(FromWorker::Finished(batch));
                     }
                 }
-                Ok(ToWorker::Cancel(tasks)) => {
-                    // The task reports `canceled` once it has really stopped.
-                    for task in tasks {
-                        if let Some((_, cancel)) = running.get(&task) {
-                            cancel.cancel();
+                message = frames.recv() => match message.unwrap_or(Err(crate::proto::FrameError::Closed)) {
+                    Ok(message) => {
+                        if let Some(reason) = self.handle(message, &env_updates).await {
+                            break reason;
                         }
                     }
+                    Err(error) => break error.to_string(),
+                },
+                ended = &mut writer => break match ended {
+                    Ok(Ok(())) => "connection writer ended".to_string(),
+                    Ok(Err(error)) => error.to_string(),
+                    Err(error) => error.to_string(),
+                },
+            }
+        };
+        env_task.abort();
+        if reason.starts_with("stopped by") {
+            // Stop reporting, stop every task (a command's group is killed and reaped, a wasm
+            // instance interrupted), then close with the stopping code: the scheduler requeues
+            // them, spending no retry, once they are dead.
+            writer.abort();
+            self.shutdown().await;
+            net::close_stopping(&endpoint, &connection, "worker stopping").await;
+        } else {
+            // Lost the scheduler: the tasks go on, to be claimed when this worker registers
+            // again, within the lease (the guard process stops them if it runs out).
+            writer.abort();
+            connection.close(0u32.into(), b"worker reconnecting");
+        }
+        Ok(reason)
+    }
+
+    /// One message from the scheduler; `Some(reason)` ends the session.
+    async fn handle(
+        &mut self,
+        message: ToWorker,
+        env_updates: &mpsc::UnboundedSender<EnvUpdate>,
+    ) -> Option<String> {
+        match message {
+            ToWorker::Group { id, job, spec } => {
+                self.groups.insert(id, Arc::new(Group { job, spec }));
+            }
+            ToWorker::Component { hash, bytes } => self.runner.add_component(hash, bytes).await,
+            ToWorker::Forget { groups, components } => {
+                for id in groups {
+                    self.groups.remove(&id);
                 }
-                Ok(ToWorker::Environments { defs, components }) => { let _ = env_updates.send((defs, components)); }
-                Ok(ToWorker::Registered { .. }) => break "registered twice".to_string(),
-                Err(error) => break error.to_string(),
-            },
-            Some(task) = reaped.recv() => { running.remove(&task); }
+                self.runner.forget_components(&components).await;
+            }
+            ToWorker::Run(assignments) if self.settings.no_execute => {
+                for assignment in assignments {
+                    let _ = self
+                        .done
+                        .send((assignment.task, Outcome::Returned { output: Vec::new() }));
+                }
+            }
+            ToWorker::Run(assignments) => {
+                for assignment in assignments {
+                    let task = assignment.task;
+                    let Some(group) = self.groups.get(&assignment.group).cloned() else {
+                        let message = format!("unknown group {}", assignment.group);
+                        let _ = self.done.send((task, Outcome::Error { message }));
+                        continue;
+                    };
+                    let runner = self.runner.clone();
+                    let done = self.done.clone();
+                    let cancel = Arc::new(run::Cancel::default());
+                    let stop = cancel.clone();
+                    let span = tracing::debug_span!("task", task, group = assignment.group);
+                    let handle = tokio::spawn(tracing::Instrument::instrument(
+                        async move {
+                            let outcome = runner.run(&group, assignment, &stop).await;
+                            let _ = done.send((task, outcome));
+                        },
+                        span,
+                    ));
+                    self.running.insert(task, (handle.abort_handle(), cancel));
+                }
+            }
+            ToWorker::Cancel(tasks) => {
+                // The task reports `canceled` once it has really stopped.
+                for task in tasks {
+                    if let Some((_, cancel)) = self.running.get(&task) {
+                        cancel.cancel();
+                    }
+                }
+            }
+            ToWorker::Environments { defs, components } => {
+                let _ = env_updates.send((defs, components));
+            }
+            ToWorker::Registered { .. } => return Some("registered twice".to_string()),
         }
-    };
-    // Close first, so nothing more is reported from here on: a task killed below must not be
-    // reported failed (the scheduler requeues what ran here; a planned stop spends no retry).
-    let planned = reason.starts_with("stopped by");
-    if planned {
-        connection.close(net::CLOSE_STOPPING, b"worker stopping");
-    } else {
-        connection.close(0u32.into(), b"worker stopping");
+        None
     }
-    heartbeat.abort();
-    batcher.abort();
-    writer.abort();
-    // Interrupt wasm tasks (their threads would hold the runtime's shutdown up), and abort the
-    // rest: dropping a command task kills its process group.
-    for (handle, cancel) in running.values() {
-        cancel.cancel();
-        handle.abort();
-    }
-    env_task.abort();
-    if planned {
-        // The scheduler hears of the stop within a round trip, not by timeout.
-        net::close_stopping(&endpoint, &connection, "worker stopping").await;
-    }
-    let _ = tokio::task::spawn_blocking(move || {
-        if let Ok(mut environments) = environments.lock() {
-            environments.teardown_all();
-        }
-    })
-    .await;
-    Ok(reason)
 }
 
 type EnvUpdate = (

@@ -356,4 +356,48 @@ fn a_registration_that_shares_a_workers_own_name_ends_and_says_so() {
     assert_eq!(common::sorted_names(&big["not_matching"]), ["plain"]);
     let text = text(&cluster.weir(&["env", "list"]).stdout);
     assert!(text.contains("their own --env-plugin definition"), "{text}");
+    // Removing the registration leaves the workers' own definition: still known, still
+    // matching, and registering again ends again.
+    cluster.json(&["env", "remove", "big"]);
+    let list = cluster.json(&["env", "list"]);
+    assert_eq!(list[0]["source"], "worker", "{list}");
+    assert_eq!(common::sorted_names(&list[0]["matching"]), ["own"]);
+    let job = cluster.json(&["submit", "--env", "big", "--wait", "--", "true"]);
+    assert_eq!(job["counts"]["succeeded"], 1, "{job}");
+    let again = cluster.json(&[
+        "env",
+        "register",
+        "big",
+        mem_gt,
+        "--config",
+        "threshold=1PB",
+        "--wait",
+    ]);
+    assert_eq!(common::sorted_names(&again[0]["matching"]), ["own"]);
+}
+
+#[test]
+fn a_manager_whose_workers_do_not_match_is_not_asked_again_and_again() {
+    let mut cluster =
+        Cluster::start_with(&["--scaling-interval", "0.1", "--scale-down-delay", "0.2"]);
+    cluster.manager(&[
+        "--id",
+        "small",
+        "--max-task-concurrency",
+        "2",
+        "--env-plugin",
+        "mem_gt=mem_gt,threshold=1PB",
+    ]);
+    cluster.await_status(|s| manager(s, "small").is_some());
+    cluster.json(&["submit", "--count", "3", "--env", "mem_gt", "--", "true"]);
+    // One worker learns `no-match`, and is stopped once idle past the delay.
+    cluster.await_status(|s| live(s, "small") == 1);
+    cluster.await_status(|s| current(s, "small") == 0);
+    // The tasks still wait, yet no worker is started to ask again (it once churned a new
+    // worker every few seconds while the demand lasted).
+    for _ in 0..60 {
+        let status = cluster.json(&["status"]);
+        assert_eq!(current(&status, "small"), 0, "{status}");
+        assert_eq!(status["tasks"]["queued"], 3, "{status}");
+    }
 }

@@ -15,6 +15,10 @@ use crate::proto::{EnvVerdict, ManagerState, ManagerStatus, WorkerId};
 struct Entry {
     state: ManagerState,
     last_seen: u64,
+    /// What its workers answered on each environment, kept after they are gone: a manager
+    /// whose workers do not match is not sent another worker to ask again. Forgotten when the
+    /// definition changes (the manager's own, or a run-time registration).
+    learned: BTreeMap<String, Verdict>,
 }
 
 impl Entry {
@@ -95,14 +99,55 @@ impl Managers {
             .filter(|w| w.draining || before.contains(&w.name) || exited.contains(&w.name))
             .map(|w| (w.id, w.draining))
             .collect();
+        let mut learned = match self.entries.remove(&state.id) {
+            Some(previous) => {
+                let mut learned = previous.learned;
+                // A definition that changed is asked again.
+                learned.retain(|name, _| {
+                    previous.state.environments.iter().find(|d| d.name == *name)
+                        == state.environments.iter().find(|d| d.name == *name)
+                });
+                learned
+            }
+            None => BTreeMap::new(),
+        };
+        let mine: Vec<&WorkerView> = workers
+            .iter()
+            .filter(|w| w.manager.as_deref() == Some(state.id.as_str()))
+            .collect();
+        learned.extend(answered(&mine));
         self.entries.insert(
             state.id.clone(),
             Entry {
                 state,
                 last_seen: now,
+                learned,
             },
         );
         gone
+    }
+
+    /// A run-time environment was registered again or removed: what managers learned of it is
+    /// asked again.
+    pub fn forget_verdicts(&mut self, environment: &str) {
+        for entry in self.entries.values_mut() {
+            entry.learned.remove(environment);
+        }
+    }
+
+    /// Managers silent for longer than `after` (killed, their machine gone) leave the status;
+    /// one that comes back registers again.
+    pub fn drop_offline(&mut self, now: u64, after: u64) {
+        let gone: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| now.saturating_sub(e.last_seen) > after)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            tracing::info!(manager = %id, "worker manager forgotten after being offline");
+            self.remove(&id);
+        }
     }
 
     /// The manager said goodbye: it is gone, with its workers.
@@ -202,6 +247,7 @@ impl Managers {
             .map(|entry| {
                 let state = &entry.state;
                 let live = context.workers_of(&state.id).count() as u32;
+                let online = self.online(entry, context.now);
                 let tier = context
                     .tiers
                     .iter()
@@ -215,13 +261,17 @@ impl Managers {
                 ManagerStatus {
                     id: state.id.clone(),
                     worker_type: state.worker_type.clone(),
-                    online: self.online(entry, context.now),
+                    online,
                     fixed: state.fixed,
                     tier,
                     max_task_concurrency: state.max_task_concurrency,
                     desired: state.fixed.or(last.map(|d| d.desired_workers)),
                     live,
-                    starting: (state.workers.len() as u32).saturating_sub(live),
+                    // An offline manager's list is stale: it starts nothing we know of.
+                    starting: match online {
+                        true => (state.workers.len() as u32).saturating_sub(live),
+                        false => 0,
+                    },
                     reason: match (state.fixed, last, tier) {
                         (Some(n), _, _) => format!("fixed pool of {n}: not scaled"),
                         (None, Some(d), _) => d.reason.clone(),
@@ -327,27 +377,37 @@ impl Managers {
     }
 }
 
-/// A manager's verdict on `environment`: `match` if any of its workers matches, `no-match` if
-/// they answered and none does. Before any answer: `unknown` when its workers will evaluate the
-/// name (the manager declared it, or it is registered at run time; the policy starts one worker
-/// to learn), `no-match` when they never will.
+/// What `workers` answered, per environment: `match` if any matches, else `no-match`.
+fn answered(workers: &[&WorkerView]) -> BTreeMap<String, Verdict> {
+    let mut out: BTreeMap<String, Verdict> = BTreeMap::new();
+    for worker in workers {
+        for (name, verdict) in &worker.verdicts {
+            let entry = out.entry(name.clone()).or_insert(Verdict::NoMatch);
+            if *verdict == EnvVerdict::Match {
+                *entry = Verdict::Match;
+            }
+        }
+    }
+    out
+}
+
+/// A manager's verdict on `environment`: what its workers answer now, else what its workers
+/// answered before (kept after they are gone). Never asked: `unknown` when its workers will
+/// evaluate the name (the manager declared it, or it is registered at run time; the policy
+/// starts one worker to learn), `no-match` when they never will.
 fn verdict(
     entry: &Entry,
     workers: &[&WorkerView],
     environment: &str,
     context: &Context<'_>,
 ) -> Verdict {
-    let mut answered = false;
-    for worker in workers {
-        match worker.verdicts.iter().find(|(n, _)| n == environment) {
-            Some((_, EnvVerdict::Match)) => return Verdict::Match,
-            Some(_) => answered = true,
-            None => {}
-        }
+    if let Some(verdict) = answered(workers).get(environment) {
+        return *verdict;
     }
-    if answered {
-        Verdict::NoMatch
-    } else if entry.declares(environment) || context.is_registered(environment) {
+    if let Some(verdict) = entry.learned.get(environment) {
+        return *verdict;
+    }
+    if entry.declares(environment) || context.is_registered(environment) {
         Verdict::Unknown
     } else {
         Verdict::NoMatch

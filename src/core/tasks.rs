@@ -733,12 +733,18 @@ impl Core {
     }
 
     /// Forget a run-time environment. Tasks that need it stay queued (and `explain` says why).
+    /// Workers that define the name themselves keep it (and their verdicts on it).
     pub fn remove_environment(&mut self, name: &str) -> bool {
         if self.environments.get(name) != Some(&EnvSource::Registered) {
             return false;
         }
         self.environments.remove(name);
         for worker in self.workers.values_mut() {
+            if worker.info.local_environments.iter().any(|e| e == name) {
+                self.environments
+                    .insert(name.to_string(), EnvSource::Worker);
+                continue;
+            }
             worker.verdicts.remove(name);
             worker.loads.remove(name);
             worker.environments.remove(name);
@@ -804,6 +810,10 @@ impl Core {
             .filter(|w| !w.draining)
             .filter(|w| environment.is_none_or(|e| w.environments.contains(e)))
             .count() as u32
+    }
+
+    pub fn has_worker(&self, worker: WorkerId) -> bool {
+        self.workers.contains_key(&worker)
     }
 
     pub fn worker_ids(&self) -> Vec<WorkerId> {

@@ -195,6 +195,8 @@ where
     let mut last_ok = std::time::Instant::now();
     let mut backoff = Duration::from_millis(200);
     let mut connected_once = false;
+    // Waiting is said once, then every 30 s: never silently.
+    let mut said: Option<std::time::Instant> = None;
     loop {
         let outcome = match AccessFile::read(access_file) {
             // The session handles SIGTERM itself (closing its connection cleanly); one that
@@ -207,6 +209,7 @@ where
             Ok(reason) => {
                 tracing::warn!(%reason, "{who}: lost the scheduler; reconnecting");
                 connected_once = true;
+                said = Some(std::time::Instant::now());
                 last_ok = std::time::Instant::now();
                 backoff = Duration::from_millis(200);
             }
@@ -217,7 +220,10 @@ where
                         "gave up reaching the scheduler after {timeout:?}: {error}"
                     )));
                 }
-                tracing::debug!(%error, "{who}: scheduler not reachable yet");
+                if said.is_none_or(|at| at.elapsed() > Duration::from_secs(30)) {
+                    tracing::warn!(%error, "{who}: waiting for the scheduler (up to {timeout:?})");
+                    said = Some(std::time::Instant::now());
+                }
             }
         }
         tokio::select! {

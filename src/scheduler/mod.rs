@@ -409,6 +409,8 @@ impl Actor {
                 _ = ticker.tick() => {
                     let now = self.now();
                     self.core.tick(now);
+                    // A manager gone without a goodbye leaves the status after a minute.
+                    self.managers.drop_offline(now, 60_000);
                     self.fail_unschedulable(now);
                 }
                 _ = scaling.tick() => self.scale(),
@@ -539,7 +541,7 @@ impl Actor {
                 planned,
             } => {
                 let loss = if planned { Loss::Stopped } else { Loss::Silent };
-                self.worker_gone(worker, &reason, loss)
+                self.worker_gone(worker, &reason, loss, true)
             }
             Event::Request {
                 request,
@@ -562,7 +564,7 @@ impl Actor {
                         true => (format!("its manager {id} stopped it"), Loss::Stopped),
                         false => (format!("its manager {id} saw it exit"), Loss::Exited),
                     };
-                    self.worker_gone(worker, &reason, loss);
+                    self.worker_gone(worker, &reason, loss, !stopped);
                 }
             }
             Event::ManagerGone { id } => {
@@ -598,8 +600,13 @@ impl Actor {
     /// A worker is gone: closed its connection, fell silent, or its manager saw it exit. Its
     /// tasks are requeued (a planned stop spends no retry) and its link dropped, which closes
     /// the connection if it is still open.
-    fn worker_gone(&mut self, worker: WorkerId, reason: &str, loss: Loss) {
-        if self.workers.remove(&worker).is_none() {
+    /// `close`: drop its link, which closes the connection; a worker its manager is stopping
+    /// keeps it, and closes it itself as it stops.
+    fn worker_gone(&mut self, worker: WorkerId, reason: &str, loss: Loss, close: bool) {
+        if close {
+            self.workers.remove(&worker);
+        }
+        if !self.core.has_worker(worker) {
             return;
         }
         match loss {
@@ -813,7 +820,7 @@ impl Actor {
                     self.core.environment_source(&name),
                     Some(EnvSource::Worker | EnvSource::Manager)
                 ) {
-                    tracing::warn!(environment = %name, "registering a name some workers define with --env-plugin: their own definition wins on them (weir env list shows which)");
+                    tracing::info!(environment = %name, "registering a name some workers define with --env-plugin: their own definition wins on them (weir env list shows which)");
                 }
                 let def = EnvironmentDef {
                     name: name.clone(),
@@ -826,6 +833,7 @@ impl Actor {
                 });
                 self.components.insert(hash, bytes);
                 self.core.register_environment(&name);
+                self.managers.forget_verdicts(&name);
                 self.environments.insert(name.clone(), def);
                 tracing::info!(environment = %name, "environment registered");
                 for worker in self.core.worker_ids() {
@@ -847,6 +855,11 @@ impl Actor {
             Request::EnvRemove { name } => {
                 if self.core.remove_environment(&name) {
                     self.environments.remove(&name);
+                    self.managers.forget_verdicts(&name);
+                    // Managers that define the name themselves still do.
+                    if !self.managers.declaring(&name).is_empty() {
+                        self.core.declare_environments([name.as_str()]);
+                    }
                     self.journal(journal::Record::EnvRemove { name: name.clone() });
                     for worker in self.core.worker_ids() {
                         self.send_environments(worker);

@@ -258,14 +258,20 @@ fn run(cli: &Cli) -> Result<()> {
             env,
             timeout,
         }) => block_on(async {
-            tasks::workers_wait(
-                &connect(cli).await?,
-                *count,
-                env.as_deref(),
-                *timeout,
-                output,
-            )
-            .await
+            // Started with the cluster, before the scheduler has written its access file: wait
+            // for it too, within the same timeout.
+            let started = std::time::Instant::now();
+            while !cli.access_file.exists() && started.elapsed() < *timeout {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            let left = timeout.saturating_sub(started.elapsed());
+            let client = tokio::time::timeout(left, connect(cli))
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!("no scheduler answered within {timeout:?} (--timeout)")
+                })??;
+            let left = timeout.saturating_sub(started.elapsed());
+            tasks::workers_wait(&client, *count, env.as_deref(), left, output).await
         }),
         Command::Top { refresh } => block_on(async {
             let refresh = (*refresh).clamp(

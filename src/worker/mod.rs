@@ -218,16 +218,23 @@ impl Worker {
             self.settings.env_recheck,
         ));
         let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
+        // The lease is renewed four times within its length, whatever the heartbeat interval.
+        let lease_length = self
+            .lease
+            .map_or(Duration::from_secs(3600), |(length, _)| length);
+        let mut renewal = tokio::time::interval((lease_length / 4).max(Duration::from_millis(10)));
         let mut sigterm =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut frames = net::frames::<ToWorker>(recv);
         let reason = loop {
             tokio::select! {
                 _ = sigterm.recv() => break "stopped by SIGTERM".to_string(),
-                _ = heartbeat.tick() => {
+                _ = renewal.tick() => {
                     if connection.close_reason().is_none() {
                         self.renew();
                     }
+                }
+                _ = heartbeat.tick() => {
                     if outgoing.send(FromWorker::Heartbeat).is_err() {
                         break "connection writer ended".to_string();
                     }

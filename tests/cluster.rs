@@ -145,6 +145,11 @@ fn wrong_tokens_and_garbage_are_refused_while_the_cluster_keeps_working() {
                 vec![0xff, 0xff, 0xff, 0xff],
                 "bad hello: frame of 4294967295 bytes exceeds",
             ),
+            // Before authentication, even a frame a request could carry is too much.
+            (
+                vec![0x00, 0x10, 0x00, 0x00],
+                "bad hello: frame of 1048576 bytes exceeds the 4096-byte limit",
+            ),
             (
                 hello(99, &access.client_token),
                 "protocol version 99 is not supported",

@@ -191,3 +191,56 @@ fn hostile_conditions_are_reported_as_errors_and_the_workers_keep_working() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn looping_conditions_cost_their_deadline_once_and_do_not_hold_the_others_up() {
+    let mut cluster = Cluster::start("10");
+    // Rechecks every 0.5 s: looping conditions re-run on each would keep the worker busy.
+    cluster.worker("a", &["--slots", "1", "--env-recheck", "0.5"]);
+    cluster.await_status(|s| common::workers(s) == 1);
+    for i in 0..4 {
+        cluster.json(&[
+            "env",
+            "register",
+            &format!("spin-{i}"),
+            "plugins/fixtures/hostile_condition.wasm",
+            "--config",
+            "mode=loop",
+        ]);
+    }
+    let good = cluster.json(&[
+        "env",
+        "register",
+        "good",
+        "plugins/mem_gt.wasm",
+        "--config",
+        "threshold=1",
+        "--wait",
+    ]);
+    assert_eq!(common::sorted_names(&good[0]["matching"]), ["a"], "{good}");
+    // Each looping one is answered, once, with an error that says it is not run again.
+    let spins = |list: &serde_json::Value| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"].as_str().unwrap().starts_with("spin-"))
+            .map(|e| e["erroring"][0][1].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let reasons = loop {
+        let reasons = spins(&cluster.json(&["env", "list"]));
+        if reasons.iter().all(|r| !r.is_empty()) {
+            break reasons;
+        }
+        common::pause();
+    };
+    for reason in reasons {
+        assert!(reason.contains("timed out"), "{reason}");
+        assert!(reason.contains("not evaluated again"), "{reason}");
+    }
+    // The worker still runs tasks that need the good one.
+    let done = cluster.json(&[
+        "submit", "--env", "good", "--count", "3", "--wait", "--", "true",
+    ]);
+    assert_eq!(done["counts"]["succeeded"], 3, "{done}");
+}

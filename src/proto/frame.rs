@@ -11,8 +11,8 @@ pub const MAX_FRAME: usize = 48 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    #[error("frame of {size} bytes exceeds the {MAX_FRAME}-byte limit")]
-    TooLarge { size: usize },
+    #[error("frame of {size} bytes exceeds the {limit}-byte limit")]
+    TooLarge { size: usize, limit: usize },
     #[error("undecodable frame: {0}")]
     Decode(postcard::Error),
     #[error("cannot encode a message: {0}")]
@@ -28,7 +28,10 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
     let mut bytes = postcard::to_extend(message, vec![0u8; 4]).map_err(FrameError::Encode)?;
     let size = bytes.len() - 4;
     if size > MAX_FRAME {
-        return Err(FrameError::TooLarge { size });
+        return Err(FrameError::TooLarge {
+            size,
+            limit: MAX_FRAME,
+        });
     }
     bytes[..4].copy_from_slice(&(size as u32).to_be_bytes());
     Ok(bytes)
@@ -47,9 +50,20 @@ pub async fn write<W: AsyncWrite + Unpin, T: Serialize>(
     Ok(())
 }
 
+/// Most bytes of the frames a peer sends before it is authenticated (the hello).
+pub const MAX_HELLO: usize = 4 << 10;
+
 /// Read one frame; `Closed` at a clean end of stream between frames.
 pub async fn read<R: AsyncRead + Unpin, T: DeserializeOwned>(
     reader: &mut R,
+) -> Result<T, FrameError> {
+    read_limited(reader, MAX_FRAME).await
+}
+
+/// Read one frame of at most `limit` bytes (refused before anything is allocated).
+pub async fn read_limited<R: AsyncRead + Unpin, T: DeserializeOwned>(
+    reader: &mut R,
+    limit: usize,
 ) -> Result<T, FrameError> {
     let mut prefix = [0u8; 4];
     match reader.read_exact(&mut prefix).await {
@@ -58,8 +72,8 @@ pub async fn read<R: AsyncRead + Unpin, T: DeserializeOwned>(
         Err(e) => return Err(e.into()),
     }
     let size = u32::from_be_bytes(prefix) as usize;
-    if size > MAX_FRAME {
-        return Err(FrameError::TooLarge { size });
+    if size > limit {
+        return Err(FrameError::TooLarge { size, limit });
     }
     let mut payload = vec![0u8; size];
     reader.read_exact(&mut payload).await?;

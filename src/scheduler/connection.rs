@@ -14,6 +14,9 @@ use crate::proto::{
     Response, Role, ToManager, ToWorker, frame,
 };
 
+/// A client's request must arrive within this time.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A peer must say hello (and a worker register) within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -72,7 +75,12 @@ pub(super) async fn serve(
                 return Ok(());
             }
         };
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, frame::read::<_, Hello>(&mut recv)).await
+    // Before it is authenticated a peer may send a few bytes, not a 48 MiB frame.
+    let hello = match tokio::time::timeout(
+        HELLO_TIMEOUT,
+        frame::read_limited::<_, Hello>(&mut recv, frame::MAX_HELLO),
+    )
+    .await
     {
         Ok(Ok(hello)) => hello,
         Ok(Err(error)) => {
@@ -317,7 +325,10 @@ async fn request(
     events: mpsc::UnboundedSender<Event>,
     host: Arc<PluginHost>,
 ) -> Result<(), NetError> {
-    let mut request: Request = match frame::read(&mut recv).await {
+    // A request arrives within a minute (a 48 MiB one takes well under a second on a LAN), so a
+    // client that opens streams and sends nothing holds nothing for long.
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, frame::read(&mut recv)).await;
+    let mut request: Request = match read.unwrap_or(Err(proto::FrameError::Closed)) {
         Ok(request) => request,
         Err(error) => {
             let message = format!("bad request: {error}");

@@ -27,6 +27,10 @@ struct Active {
     component: ComponentHash,
     config: Values,
     plugin: Result<ConditionPlugin, String>,
+    /// Its last evaluation ran into the deadline: it keeps its error and is not run again on
+    /// rechecks (a looping condition costs its deadline once, not on every recheck, and cannot
+    /// hold the others up); registering it again, or a new worker, tries it afresh.
+    timed_out: bool,
 }
 
 pub struct Environments {
@@ -168,6 +172,7 @@ impl Environments {
                         component: hash,
                         config: config.clone(),
                         plugin,
+                        timed_out: false,
                     },
                 );
             } else if !recheck {
@@ -175,6 +180,12 @@ impl Environments {
             }
             let Some(active) = self.active.get_mut(&name) else {
                 continue;
+            };
+            if active.timed_out {
+                continue; // its error stands (see `Active::timed_out`)
+            }
+            let timed_out = |error: &crate::plugin::PluginError| {
+                matches!(error, crate::plugin::PluginError::Timeout { .. })
             };
             let (verdict, values) = match &mut active.plugin {
                 Err(error) => (EnvVerdict::Error(error.clone()), None),
@@ -187,6 +198,14 @@ impl Environments {
                         ),
                     },
                     Ok(false) => (EnvVerdict::NoMatch, None),
+                    Err(error) if timed_out(&error) => {
+                        active.timed_out = true;
+                        let message = format!(
+                            "{} (not evaluated again until it is registered again)",
+                            error.message()
+                        );
+                        (EnvVerdict::Error(message), None)
+                    }
                     Err(error) => (EnvVerdict::Error(error.message()), None),
                 },
             };

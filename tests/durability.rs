@@ -206,3 +206,56 @@ fn a_looping_wasm_task_stops_on_cancel_and_its_worker_stops_on_sigterm() {
     let status = cluster.workers[index].wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// Unmounts on drop (lazily: a scheduler still holding the journal open does not block it).
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_journal_that_cannot_be_written_acknowledges_nothing() {
+    // A disk that fills up: a 64 KiB tmpfs (needs root to mount; CI runs as root).
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&small)
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !mounted {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "cannot mount a tmpfs: required in CI"
+        );
+        println!(
+            "NOT RUN: a_journal_that_cannot_be_written_acknowledges_nothing needs root to mount a tmpfs"
+        );
+        return;
+    }
+    let _mounted = Mounted(small.clone());
+    let journal = small.join("journal");
+    let cluster = Cluster::start_with(&["--journal", journal.to_str().unwrap()]);
+    // A small job fits and is acknowledged.
+    let small_job = cluster.json(&["submit", "--count", "2", "--", "true"]);
+    assert!(small_job["job"].is_u64(), "{small_job}");
+    // 200 KB of inputs do not: the answer is an error, not an acknowledgement.
+    let inputs = dir.path().join("inputs");
+    let line = "x".repeat(999);
+    std::fs::write(&inputs, format!("{line}\n").repeat(200)).unwrap();
+    let out = cluster.weir(&[
+        "submit",
+        "--inputs-file",
+        inputs.to_str().unwrap(),
+        "--",
+        "cat",
+    ]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("not written to the journal"), "{stderr}");
+    assert!(stderr.contains("would not survive a restart"), "{stderr}");
+}

@@ -259,3 +259,53 @@ fn a_journal_that_cannot_be_written_acknowledges_nothing() {
     assert!(stderr.contains("not written to the journal"), "{stderr}");
     assert!(stderr.contains("would not survive a restart"), "{stderr}");
 }
+
+#[test]
+fn the_journal_is_compacted_while_the_scheduler_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let args = ["--journal", journal.to_str().unwrap()];
+    let mut cluster = Cluster::start_with(&args);
+    cluster.worker("w", &["--slots", "4"]);
+    // Four jobs of 600 KB of inputs each: 2.4 MB of journal.
+    let inputs = dir.path().join("inputs");
+    let line = "x".repeat(999);
+    std::fs::write(&inputs, format!("{line}\n").repeat(600)).unwrap();
+    let inputs = inputs.to_str().unwrap();
+    for _ in 0..4 {
+        let done = cluster.json(&["submit", "--inputs-file", inputs, "--wait", "--", "true"]);
+        assert_eq!(done["counts"]["succeeded"], 600, "{done}");
+    }
+    let grown = std::fs::metadata(&journal).unwrap().len();
+    assert!(grown > 2_000_000, "{grown}");
+    let forgotten = cluster.json(&["forget", "--finished"]);
+    assert_eq!(
+        forgotten["jobs"].as_array().unwrap().len(),
+        4,
+        "{forgotten}"
+    );
+    // Without a restart, the file shrinks to what is held. (The bound only turns a journal that
+    // is never compacted into a failure instead of a hang.)
+    let since = std::time::Instant::now();
+    loop {
+        let size = std::fs::metadata(&journal).unwrap().len();
+        if size < grown / 10 {
+            break;
+        }
+        assert!(
+            since.elapsed().as_secs() < 60,
+            "never compacted: {size} bytes"
+        );
+        common::pause();
+    }
+    // And it still replays: forgotten jobs stay forgotten, ids go on.
+    cluster.restart_scheduler(&args);
+    let out = cluster.weir(&["results", "2"]);
+    assert!(
+        text(&out.stderr).contains("job 2 was forgotten"),
+        "{}",
+        text(&out.stderr)
+    );
+    let next = cluster.json(&["submit", "--", "true"]);
+    assert_eq!(next["job"], 5, "{next}");
+}

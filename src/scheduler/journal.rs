@@ -25,6 +25,9 @@ pub struct Journal {
     path: PathBuf,
     writer: BufWriter<File>,
     dirty: bool,
+    /// Its size in bytes, and its size right after it was last compacted (or opened).
+    size: u64,
+    compacted_size: u64,
     /// Held while the journal is open: the exclusive lock on `FILE.lock`.
     _lock: crate::scheduler::lock::Lock,
 }
@@ -71,11 +74,14 @@ impl Journal {
         } else if good < bytes.len() {
             file.set_len(good as u64).map_err(|e| fail(e.to_string()))?;
         }
+        let size = (good.max(HEADER)) as u64;
         Ok((
             Journal {
                 path: path.to_path_buf(),
                 writer: BufWriter::with_capacity(1 << 20, file),
                 dirty: false,
+                size,
+                compacted_size: size,
                 _lock: lock,
             },
             records,
@@ -113,6 +119,8 @@ impl Journal {
             }
         };
         self.writer = BufWriter::with_capacity(1 << 20, appender);
+        self.size = new_size;
+        self.compacted_size = new_size;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             File::open(dir)
                 .and_then(|d| d.sync_all())
@@ -124,10 +132,18 @@ impl Journal {
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
         let bytes = encode(record).map_err(|e| self.fail(e))?;
         self.dirty = true;
+        self.size += bytes.len() as u64;
         self.writer
             .write_all(&bytes)
             .map_err(|e| self.fail(e.to_string()))?;
         Ok(())
+    }
+
+    /// Whether compacting would pay: it has grown to twice its size after the last compaction,
+    /// and by at least `min_growth` bytes.
+    pub fn worth_compacting(&self, min_growth: u64) -> bool {
+        self.size >= self.compacted_size.saturating_mul(2)
+            && self.size - self.compacted_size >= min_growth
     }
 
     /// Flush and fsync what was appended since the last sync.

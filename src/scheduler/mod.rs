@@ -31,6 +31,10 @@ use crate::proto::{
     ManagerState, Request, Response, TaskKind, ToManager, ToWorker, WorkerId, WorkerInfo,
 };
 
+/// The journal is compacted while running only once it has grown by at least this much since
+/// its last compaction (and doubled).
+const JOURNAL_MIN_GROWTH: u64 = 1 << 20;
+
 /// Most run-time environments at once (each is evaluated by every worker).
 pub const MAX_ENVIRONMENTS: usize = 256;
 
@@ -182,6 +186,8 @@ struct Actor {
     deferred: Vec<(mpsc::UnboundedSender<Response>, Response)>,
     /// The first journal write error of this round: its replies become errors.
     journal_error: Option<String>,
+    /// Jobs forgotten since the journal was last compacted (what compacting would drop).
+    forgets_since_compaction: u64,
     policy_latency: metrics::Histogram,
     policy_errors: u64,
     unschedulable_timeout: Option<Duration>,
@@ -312,6 +318,7 @@ pub async fn run(
         journal: None,
         deferred: Vec::new(),
         journal_error: None,
+        forgets_since_compaction: 0,
         policy_latency: metrics::Histogram::default(),
         policy_errors: 0,
         unschedulable_timeout: settings.unschedulable_timeout,
@@ -411,6 +418,14 @@ impl Actor {
                     self.core.tick(now);
                     // A manager gone without a goodbye leaves the status after a minute.
                     self.managers.drop_offline(now, 60_000);
+                    // The journal stays bounded by what is held, like memory: compacted while
+                    // running once forgotten jobs have made it twice its compacted size.
+                    if self.forgets_since_compaction > 0
+                        && self.journal.as_ref().is_some_and(|j| j.worth_compacting(JOURNAL_MIN_GROWTH))
+                    {
+                        self.apply();
+                        self.compact_journal();
+                    }
                     self.fail_unschedulable(now);
                 }
                 _ = scaling.tick() => self.scale(),
@@ -449,6 +464,9 @@ impl Actor {
     }
 
     fn journal(&mut self, record: journal::Record) {
+        if matches!(record, journal::Record::Forget { .. }) {
+            self.forgets_since_compaction += 1;
+        }
         if let Some(journal) = &mut self.journal
             && let Err(error) = journal.append(&record)
         {

@@ -117,6 +117,7 @@ impl Actor {
         };
         match journal.rewrite(&records) {
             Ok((before, after)) => {
+                self.forgets_since_compaction = 0;
                 tracing::info!(before, after, "journal compacted (forgotten jobs dropped)")
             }
             Err(error) => tracing::error!(%error, "journal not compacted"),

@@ -616,3 +616,23 @@ fn explain_never_contradicts_itself_while_verdicts_are_pending() {
         .unwrap();
     assert!(on_plain.contains("not evaluated here"), "{lines:?}");
 }
+
+#[test]
+fn per_task_inputs_come_back_as_given_from_one_buffer() {
+    let mut core = Core::new(CoreConfig::default());
+    let given: Vec<Vec<u8>> = vec![b"a".to_vec(), Vec::new(), b"ccc".to_vec()];
+    let (_, first, n) = core
+        .submit(vec![NewGroup {
+            spec: spec(&[], 0, 0),
+            count: 0,
+            inputs: given.clone(),
+        }])
+        .unwrap();
+    assert_eq!(n, 3);
+    for (i, input) in given.iter().enumerate() {
+        let (group, index) = core.task_group(first + i as u64).unwrap();
+        assert_eq!(group.input(index), Some(input.as_slice()));
+    }
+    // As the journal records them.
+    assert_eq!(core.held_jobs()[0].groups[0].inputs, given);
+}

@@ -203,7 +203,8 @@ struct Task {
     attempts: u32,
     /// The worker holding its resources (running, or canceled but not yet confirmed).
     worker: Option<WorkerId>,
-    outcome: Option<Outcome>,
+    /// Boxed: a queued task pays 8 bytes for it, not the size of an outcome.
+    outcome: Option<Box<Outcome>>,
 }
 
 struct Job {
@@ -1139,7 +1140,11 @@ impl Core {
         if !task.state.is_final() {
             return None;
         }
-        let outcome = task.outcome.clone().unwrap_or_else(forgotten_outcome);
+        let outcome = task
+            .outcome
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(forgotten_outcome);
         Some((task.state, outcome, task.attempts))
     }
 
@@ -1151,7 +1156,7 @@ impl Core {
         }
         self.set_state(id, state);
         if let Some(task) = self.task_mut(id) {
-            task.outcome = Some(outcome);
+            task.outcome = Some(Box::new(outcome));
             task.attempts = attempts;
         }
     }
@@ -1440,7 +1445,7 @@ impl Core {
         let Some(task) = self.tasks.get_mut(id) else {
             return;
         };
-        task.outcome = Some(outcome);
+        task.outcome = Some(Box::new(outcome));
         let job = self.groups[&task.group].job;
         self.actions.push(Action::Finished { job, task: id });
         if self.config.forget_after_ms.is_some() && self.jobs[job].done() {
@@ -1466,7 +1471,7 @@ impl Core {
                 results.push(TaskResult {
                     task: id,
                     state: task.state,
-                    outcome: outcome.clone(),
+                    outcome: (**outcome).clone(),
                     attempts: task.attempts,
                     worker: None,
                 });

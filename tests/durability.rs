@@ -309,3 +309,55 @@ fn the_journal_is_compacted_while_the_scheduler_runs() {
     let next = cluster.json(&["submit", "--", "true"]);
     assert_eq!(next["job"], 5, "{next}");
 }
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_client_that_never_reads_cannot_make_the_scheduler_hold_results_without_bound() {
+    let mut cluster = Cluster::start("30");
+    cluster.worker("w", &["--slots", "4"]);
+    // 200 tasks x 200 KB: 40 MB of results per copy.
+    let job = cluster.json(&[
+        "submit",
+        "--count",
+        "200",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "head -c 200000 /dev/zero | tr '\\0' x",
+    ]);
+    assert_eq!(job["counts"]["succeeded"], 200, "{job}");
+    let id = job["job"].as_u64().unwrap();
+    let before = rss_kb(cluster.scheduler.id());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let access = weir::net::AccessFile::read(&cluster.access_file()).unwrap();
+    let (_client, _streams) = runtime.block_on(async {
+        let client = weir::client::Client::connect(&access).await.unwrap();
+        let mut streams = Vec::new();
+        // Twenty requests for the results, none of them read.
+        for _ in 0..20 {
+            streams.push(
+                client
+                    .call(&weir::proto::Request::Results { job: id })
+                    .await
+                    .unwrap(),
+            );
+        }
+        (client, streams)
+    });
+    // Others are still served, and by now the scheduler has seen every request.
+    for _ in 0..5 {
+        assert!(cluster.weir(&["status"]).status.success());
+    }
+    let grown_mb = rss_kb(cluster.scheduler.id()).saturating_sub(before) / 1024;
+    // Unbounded, twenty copies of 40 MB; bounded, two at a time (and never twenty).
+    assert!(grown_mb < 400, "the scheduler grew by {grown_mb} MB");
+}

@@ -299,11 +299,23 @@ fn append(buffer: &mut Vec<u8>, message: &ToWorker) -> Result<(), NetError> {
     Ok(())
 }
 
+/// `Results` answers held in memory at once (each a copy of a job's results, sent as the client
+/// reads): per connection, and over all connections. A request beyond waits for one to end, so
+/// clients that never read cannot make the scheduler hold more than this many copies.
+const RESULTS_PER_CONNECTION: usize = 2;
+const RESULTS_IN_TOTAL: usize = 16;
+
+fn results_in_total() -> &'static Arc<tokio::sync::Semaphore> {
+    static TOTAL: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    TOTAL.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(RESULTS_IN_TOTAL)))
+}
+
 async fn client_session(
     connection: Connection,
     events: mpsc::UnboundedSender<Event>,
     host: Arc<PluginHost>,
 ) -> Result<(), NetError> {
+    let results = Arc::new(tokio::sync::Semaphore::new(RESULTS_PER_CONNECTION));
     loop {
         let (send, recv) = match connection.accept_bi().await {
             Ok(streams) => streams,
@@ -311,8 +323,9 @@ async fn client_session(
         };
         let events = events.clone();
         let host = host.clone();
+        let results = results.clone();
         tokio::spawn(async move {
-            if let Err(error) = request(send, recv, events, host).await {
+            if let Err(error) = request(send, recv, events, host, results).await {
                 tracing::debug!(%error, "client request failed");
             }
         });
@@ -324,6 +337,7 @@ async fn request(
     mut recv: RecvStream,
     events: mpsc::UnboundedSender<Event>,
     host: Arc<PluginHost>,
+    results: Arc<tokio::sync::Semaphore>,
 ) -> Result<(), NetError> {
     // A request arrives within a minute (a 48 MiB one takes well under a second on a LAN), so a
     // client that opens streams and sends nothing holds nothing for long.
@@ -359,6 +373,14 @@ async fn request(
             }
         }
     }
+    // Held until the answer is sent (see RESULTS_PER_CONNECTION).
+    let _permits = match request {
+        Request::Results { .. } => Some((
+            results.acquire_owned().await.ok(),
+            results_in_total().clone().acquire_owned().await.ok(),
+        )),
+        _ => None,
+    };
     let (reply, mut responses) = mpsc::unbounded_channel();
     if events
         .send(Event::Request {

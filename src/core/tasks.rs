@@ -384,6 +384,8 @@ pub struct Core {
     counts: JobCounts,
     next_worker: WorkerId,
     actions: Vec<Action>,
+    /// Tasks forgotten since the journal was last compacted ([`Core::compacted`]).
+    forgotten_since_compaction: u64,
 }
 
 impl Core {
@@ -1496,6 +1498,7 @@ impl Core {
             });
         }
         let ids: Vec<TaskId> = j.task_ids().collect();
+        self.forgotten_since_compaction += ids.len() as u64;
         let mut groups = Vec::new();
         for &id in &ids {
             if let Some(task) = self.tasks.get_mut(id) {
@@ -1570,6 +1573,25 @@ impl Core {
             let until = now.saturating_add(self.config.fence_ms);
             self.fenced.entry(until).or_default().extend(fenced);
         }
+    }
+
+    /// Tasks forgotten since the journal was last compacted.
+    pub fn forgotten_tasks_since_compaction(&self) -> u64 {
+        self.forgotten_since_compaction
+    }
+
+    /// The journal was compacted: what was forgotten before is out of it.
+    pub fn compacted(&mut self) {
+        self.forgotten_since_compaction = 0;
+    }
+
+    /// Tasks of jobs not forgotten (what a compacted journal holds).
+    pub fn held_tasks(&self) -> u64 {
+        self.jobs
+            .iter()
+            .filter(|(_, job)| !job.forgotten)
+            .map(|(_, job)| job.counts.total())
+            .sum()
     }
 
     /// Whether any task waits behind a fence (for status).

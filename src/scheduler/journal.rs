@@ -25,9 +25,8 @@ pub struct Journal {
     path: PathBuf,
     writer: BufWriter<File>,
     dirty: bool,
-    /// Its size in bytes, and its size right after it was last compacted (or opened).
+    /// Its size in bytes.
     size: u64,
-    compacted_size: u64,
     /// Held while the journal is open: the exclusive lock on `FILE.lock`.
     _lock: crate::scheduler::lock::Lock,
 }
@@ -81,7 +80,6 @@ impl Journal {
                 writer: BufWriter::with_capacity(1 << 20, file),
                 dirty: false,
                 size,
-                compacted_size: size,
                 _lock: lock,
             },
             records,
@@ -120,7 +118,6 @@ impl Journal {
         };
         self.writer = BufWriter::with_capacity(1 << 20, appender);
         self.size = new_size;
-        self.compacted_size = new_size;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             File::open(dir)
                 .and_then(|d| d.sync_all())
@@ -139,11 +136,9 @@ impl Journal {
         Ok(())
     }
 
-    /// Whether compacting would pay: it has grown to twice its size after the last compaction,
-    /// and by at least `min_growth` bytes.
-    pub fn worth_compacting(&self, min_growth: u64) -> bool {
-        self.size >= self.compacted_size.saturating_mul(2)
-            && self.size - self.compacted_size >= min_growth
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
     }
 
     /// Flush and fsync what was appended since the last sync.

@@ -31,9 +31,8 @@ use crate::proto::{
     ManagerState, Request, Response, TaskKind, ToManager, ToWorker, WorkerId, WorkerInfo,
 };
 
-/// The journal is compacted while running only once it has grown by at least this much since
-/// its last compaction (and doubled).
-const JOURNAL_MIN_GROWTH: u64 = 1 << 20;
+/// A journal smaller than this is never compacted while running (at start it is).
+const JOURNAL_MIN_SIZE: u64 = 1 << 20;
 
 /// Most run-time environments at once (each is evaluated by every worker).
 pub const MAX_ENVIRONMENTS: usize = 256;
@@ -419,9 +418,11 @@ impl Actor {
                     // A manager gone without a goodbye leaves the status after a minute.
                     self.managers.drop_offline(now, 60_000);
                     // The journal stays bounded by what is held, like memory: compacted while
-                    // running once forgotten jobs have made it twice its compacted size.
+                    // running once at least as many tasks were forgotten since the last
+                    // compaction as are still held (half of it, or more, is gone).
                     if self.forgets_since_compaction > 0
-                        && self.journal.as_ref().is_some_and(|j| j.worth_compacting(JOURNAL_MIN_GROWTH))
+                        && self.core.forgotten_tasks_since_compaction() >= self.core.held_tasks()
+                        && self.journal.as_ref().is_some_and(|j| j.size() >= JOURNAL_MIN_SIZE)
                     {
                         self.apply();
                         self.compact_journal();

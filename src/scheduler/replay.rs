@@ -118,6 +118,7 @@ impl Actor {
         match journal.rewrite(&records) {
             Ok((before, after)) => {
                 self.forgets_since_compaction = 0;
+                self.core.compacted();
                 tracing::info!(before, after, "journal compacted (forgotten jobs dropped)")
             }
             Err(error) => tracing::error!(%error, "journal not compacted"),

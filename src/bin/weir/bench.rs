@@ -8,6 +8,8 @@
 //!    time, the scheduler's CPU time per task (/proc) and its peak memory.
 //! 3. Memory per queued task: the scheduler's resident memory growth with 1M tasks queued.
 //! 4. Reaction: from a burst of queued tasks to the first worker a manager started registering.
+//! 5. Journal: its size and the scheduler's restart time (kill -9, start, first answer) after
+//!    N finished no-op tasks, then again once they are forgotten (compacted while running).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -42,6 +44,9 @@ pub struct BenchArgs {
     /// Queued tasks for the memory measurement.
     #[arg(long, default_value_t = 1_000_000)]
     queued: u32,
+    /// Finished tasks for the journal measurement (0: skip it).
+    #[arg(long, default_value_t = 10_000_000)]
+    journal_tasks: u64,
     /// Also write the results as markdown to FILE.
     #[arg(long, value_name = "FILE")]
     markdown: Option<std::path::PathBuf>,
@@ -466,5 +471,98 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
     ));
     let _ = manager.kill().await;
     cluster.stop().await;
+    if args.journal_tasks > 0 {
+        report.row(String::new());
+        journal_bench(args, dir, report, noop_spec()).await?;
+    }
+    Ok(())
+}
+
+fn noop_spec() -> TaskSpec {
+    spec(
+        TaskKind::Command {
+            argv: vec!["true".into()],
+            env: vec![],
+        },
+        b"",
+    )
+}
+
+/// A scheduler on `journal` (killed with -9 first if one runs): the time from its start to its
+/// first answer, which comes once the journal is replayed.
+async fn restart(
+    dir: &Path,
+    journal: &Path,
+    previous: Option<LocalCluster>,
+) -> Result<(LocalCluster, f64)> {
+    if let Some(mut previous) = previous {
+        let _ = previous.scheduler.kill().await;
+        let _ = previous.scheduler.wait().await;
+        for worker in &mut previous.workers {
+            let _ = worker.kill().await;
+        }
+    }
+    let started = Instant::now();
+    let cluster =
+        LocalCluster::start(dir, &["--journal".into(), journal.display().to_string()]).await?;
+    cluster.client().await?.status().await?;
+    Ok((cluster, started.elapsed().as_secs_f64()))
+}
+
+async fn journal_bench(
+    args: &BenchArgs,
+    dir: &Path,
+    report: &mut Report,
+    noop: TaskSpec,
+) -> Result<()> {
+    let sub = dir.join("journal");
+    std::fs::create_dir_all(&sub)?;
+    let journal = sub.join("journal");
+    let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
+    let (mut cluster, _) = restart(&sub, &journal, None).await?;
+    for i in 0..args.workers {
+        cluster.worker(
+            &format!("journal-{i}"),
+            &["--slots".into(), "64".into(), "--no-execute".into()],
+        )?;
+    }
+    let client = cluster.client().await?;
+    let mut left = args.journal_tasks;
+    while left > 0 {
+        let n = left.min(1_000_000);
+        let (job, _, _) = client
+            .submit(
+                vec![],
+                vec![NewGroup {
+                    spec: noop.clone(),
+                    count: u32::try_from(n)?,
+                    inputs: vec![],
+                }],
+            )
+            .await?;
+        client.wait(job, |_| {}).await?;
+        left -= n;
+    }
+    let held = std::fs::metadata(&journal)?.len();
+    let (cluster, held_restart) = restart(&sub, &journal, Some(cluster)).await?;
+    let client = cluster.client().await?;
+    client.forget_finished().await?;
+    // Compaction runs on the scheduler's next tick.
+    let since = Instant::now();
+    while std::fs::metadata(&journal)?.len() >= held && since.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let forgotten = std::fs::metadata(&journal)?.len();
+    let (mut cluster, forgotten_restart) = restart(&sub, &journal, Some(cluster)).await?;
+    report.row(format!(
+        "journal: {} finished tasks: {:.1} MiB, restart (kill -9, replay, first answer) {:.2} s; \
+         forgotten (compacted while running): {:.3} MiB, restart {:.2} s",
+        args.journal_tasks,
+        mib(held),
+        held_restart,
+        mib(forgotten),
+        forgotten_restart
+    ));
+    let _ = cluster.scheduler.kill().await;
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::Cluster;
+use common::{Cluster, children_of, processes_with, try_signal};
 
 /// xorshift64*: a small seeded generator, so a run can be replayed from its seed.
 struct Rng(u64);
@@ -27,43 +27,6 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-}
-
-fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status();
-}
-
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut children = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let after = &stat[stat.rfind(')').unwrap_or(0) + 1..];
-        if after.split_whitespace().nth(1).and_then(|p| p.parse().ok()) == Some(pid) {
-            children.push(child);
-        }
-    }
-    children
-}
-
-fn processes_with(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let zombie = stat[stat.rfind(')').unwrap_or(0)..].contains(") Z");
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if !zombie && String::from_utf8_lossy(&cmdline).contains(marker) {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 const TASKS: usize = 100;
@@ -163,7 +126,7 @@ fn chaos_loses_nothing_and_never_runs_a_task_twice_at_once() {
                 let pids = children_of(cluster.workers[manager].id());
                 match pids.get(rng.below(pids.len().max(1) as u64) as usize) {
                     Some(pid) => {
-                        signal(*pid, "-9");
+                        try_signal(*pid, "-9");
                         format!("kill -9 manager-started worker {pid}")
                     }
                     None => "no manager-started worker to kill".to_string(),
@@ -179,9 +142,9 @@ fn chaos_loses_nothing_and_never_runs_a_task_twice_at_once() {
                 let index = rng.below(2) as usize;
                 let pid = cluster.workers[index].id();
                 let pause = 200 + rng.below(2500);
-                signal(pid, "-STOP");
+                try_signal(pid, "-STOP");
                 std::thread::sleep(Duration::from_millis(pause));
-                signal(pid, "-CONT");
+                try_signal(pid, "-CONT");
                 format!("SIGSTOP worker {pid} for {pause} ms")
             }
         };

@@ -128,21 +128,6 @@ fn client_inputs_stop_at_what_one_request_can_carry() {
     );
 }
 
-/// Live processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| {
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            let zombie = stat[stat.rfind(')').unwrap_or(0)..].contains(") Z");
-            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            !zombie && String::from_utf8_lossy(&cmdline).contains(marker)
-        })
-        .count()
-}
-
 #[test]
 fn timeout_and_cancel_kill_the_whole_task_not_only_its_first_process() {
     let mut cluster = Cluster::start("30");
@@ -175,7 +160,10 @@ fn timeout_and_cancel_kill_the_whole_task_not_only_its_first_process() {
     let after = cluster.json(&["submit", "--wait", "--", "sleep", "2.5"]);
     assert_eq!(after["counts"]["succeeded"], 1);
     assert!(!leaked.exists(), "a killed task's grandchild wrote");
-    assert_eq!(processes_with(&marker), 0, "task processes left behind");
+    assert!(
+        common::processes_with(&marker).is_empty(),
+        "task processes left behind"
+    );
 }
 
 #[test]

@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, text};
+use common::{Cluster, children_of, processes_with, text};
 use serde_json::Value;
 
 fn manager<'a>(status: &'a Value, id: &str) -> Option<&'a Value> {
@@ -26,56 +25,6 @@ fn current(status: &Value, id: &str) -> u64 {
     manager(status, id).map_or(0, |m| {
         m["live"].as_u64().unwrap_or(0) + m["starting"].as_u64().unwrap_or(0)
     })
-}
-
-/// Processes whose parent is `pid` (from /proc).
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut children = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-        let after = &stat[stat.rfind(')').unwrap_or(0) + 1..];
-        let ppid = after
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            children.push(child);
-        }
-    }
-    children
-}
-
-/// Live processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let zombie = stat[stat.rfind(')').unwrap_or(0)..].contains(") Z");
-        if !zombie && String::from_utf8_lossy(&cmdline).contains(marker) {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-fn kill(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
 }
 
 /// Poll `weir status` until `ready` holds. `bound` only turns a hang into a failure that says
@@ -185,7 +134,7 @@ fn a_busy_worker_killed_never_pushes_its_manager_past_its_cap() {
     cluster.await_status(|s| s["tasks"]["running"] == 2);
     let busy = children_of(manager_pid);
     assert_eq!(busy.len(), 2, "two workers, both busy");
-    kill(busy[0], "-9");
+    common::signal(busy[0], "-9");
     // Until the job is done (the killed worker's task runs again elsewhere): the manager never
     // runs more than 2 workers, never is asked for more, and the dead one is not counted beside
     // its replacement once the manager reported it gone (not after the 30 s heartbeat timeout).
@@ -221,7 +170,7 @@ fn a_stopped_worker_is_seen_at_once_and_a_planned_stop_spends_no_retry() {
     cluster.weir(&["workers", "wait", "1"]);
     let job = cluster.json(&["submit", "--retries", "0", "--", "sleep", "600"]);
     cluster.await_status(|s| s["tasks"]["running"] == 1);
-    kill(cluster.workers[index].id(), "-TERM");
+    common::signal(cluster.workers[index].id(), "-TERM");
     cluster.workers[index].wait().unwrap();
     let status = until(
         &cluster,
@@ -250,7 +199,7 @@ fn fixed_pools_heal_register_and_say_goodbye() {
     // kill -9 a worker: replaced, and the dead one is not counted beside its replacement.
     let before = children_of(pid);
     assert_eq!(before.len(), 2);
-    kill(before[0], "-9");
+    common::signal(before[0], "-9");
     until(
         &cluster,
         Duration::from_secs(60),
@@ -267,7 +216,7 @@ fn fixed_pools_heal_register_and_say_goodbye() {
     );
     assert!(current(&cluster.json(&["status"]), "orb") <= 2);
     // SIGTERM: goodbye; it and its workers leave the status at once.
-    kill(pid, "-TERM");
+    common::signal(pid, "-TERM");
     cluster.workers[index].wait().unwrap();
     let status = cluster.json(&["status"]);
     assert!(manager(&status, "orb").is_none(), "{status}");
@@ -281,7 +230,7 @@ fn a_dynamic_manager_stopped_by_sigterm_leaves_the_status() {
     let mut cluster = Cluster::start("30");
     let index = cluster.manager(&["--id", "dyn", "--max-task-concurrency", "2"]);
     cluster.await_status(|s| manager(s, "dyn").is_some());
-    kill(cluster.workers[index].id(), "-TERM");
+    common::signal(cluster.workers[index].id(), "-TERM");
     cluster.workers[index].wait().unwrap();
     let status = cluster.json(&["status"]);
     assert!(manager(&status, "dyn").is_none(), "{status}");
@@ -302,7 +251,7 @@ fn a_killed_worker_takes_its_task_processes_with_it() {
     let job = cluster.json(&["submit", "--", "sh", "-c", &script]);
     cluster.await_status(|s| s["tasks"]["running"] == 1);
     assert!(!processes_with(&marker).is_empty(), "the task runs");
-    kill(cluster.workers[first].id(), "-9");
+    common::signal(cluster.workers[first].id(), "-9");
     cluster.workers[first].wait().unwrap();
     // The retried run starts after the first worker died, and writes after its own 2 s: by the
     // time it is done, a leaked first run would have written too.

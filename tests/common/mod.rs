@@ -232,3 +232,58 @@ pub fn http_get(url: &str) -> String {
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
     body.to_string()
 }
+
+/// Each live process of this machine: (pid, parent pid, command line). From /proc.
+fn processes() -> Vec<(u32, u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+        let after = &stat[stat.rfind(')').unwrap_or(0) + 1..];
+        let mut fields = after.split_whitespace();
+        if fields.next() == Some("Z") {
+            continue; // a zombie: dead, only not reaped yet
+        }
+        let ppid = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        found.push((pid, ppid, String::from_utf8_lossy(&cmdline).into_owned()));
+    }
+    found
+}
+
+/// Live processes whose parent is `pid`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    processes()
+        .into_iter()
+        .filter(|(_, ppid, _)| *ppid == pid)
+        .map(|(child, _, _)| child)
+        .collect()
+}
+
+/// Live processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    processes()
+        .into_iter()
+        .filter(|(_, _, cmdline)| cmdline.contains(marker))
+        .map(|(pid, _, _)| pid)
+        .collect()
+}
+
+/// `kill SIGNAL PID` (e.g. "-9", "-STOP"); it must be there.
+pub fn signal(pid: u32, signal: &str) {
+    assert!(try_signal(pid, signal), "kill {signal} {pid}");
+}
+
+/// `kill SIGNAL PID`, whether or not it is still there; says whether it was.
+pub fn try_signal(pid: u32, signal: &str) -> bool {
+    Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

@@ -211,6 +211,12 @@ pub enum ToWorker {
         defs: Vec<EnvironmentDef>,
         components: Vec<(ComponentHash, Vec<u8>)>,
     },
+    /// The first `count` outcomes this worker reported since it registered are durable (in the
+    /// journal, if there is one): it may forget them. Outcomes not acknowledged when the
+    /// connection is lost are claimed and reported again on the next registration.
+    Received {
+        count: u64,
+    },
 }
 
 // ---- worker manager <-> scheduler ----

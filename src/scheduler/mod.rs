@@ -139,6 +139,9 @@ pub(crate) enum Event {
 
 struct WorkerLink {
     frames: mpsc::UnboundedSender<ToWorker>,
+    /// Outcomes it reported, and how many of them were acknowledged (once durable).
+    received: u64,
+    acknowledged: u64,
     groups: HashSet<GroupId>,
     components: HashSet<ComponentHash>,
     /// Condition components already sent.
@@ -330,10 +333,28 @@ pub async fn run(
             actor.compact_journal();
         }
     }
-    tokio::spawn(actor.run(inbox, settings.heartbeat_timeout, settings.scaling_interval));
+    let mut actor =
+        tokio::spawn(actor.run(inbox, settings.heartbeat_timeout, settings.scaling_interval));
     let access = Arc::new(access);
     let limits = Arc::new(connection::ConnectionLimits::new(settings.max_connections));
-    while let Some(incoming) = endpoint.accept().await {
+    loop {
+        let incoming = tokio::select! {
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => incoming,
+                None => return Ok(()),
+            },
+            ended = &mut actor => {
+                // The actor stops only when the journal cannot be written: its last answers
+                // (errors) go out, then the scheduler stops rather than run on with state the
+                // journal does not have.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                endpoint.close(0u32.into(), b"scheduler stopping");
+                return match ended {
+                    Ok(Some(error)) => Err(NetError::Access(error)),
+                    _ => Ok(()),
+                };
+            }
+        };
         let events = events.clone();
         let access = access.clone();
         let host = host.clone();
@@ -344,7 +365,6 @@ pub async fn run(
             }
         });
     }
-    Ok(())
 }
 
 /// The certificate and key: from `--cert/--key`, else kept in `scheduler-key.pem` /
@@ -390,19 +410,22 @@ impl Actor {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// The event loop. Returns only when the journal cannot be written (with why): fail-stop,
+    /// as a database does when its log cannot be synced. What it had synced stays, a torn last
+    /// record is cut at the next start, and nothing that was acknowledged is lost.
     async fn run(
         mut self,
         mut inbox: mpsc::UnboundedReceiver<Event>,
         heartbeat_timeout: Duration,
         scaling: Duration,
-    ) {
+    ) -> Option<String> {
         let mut ticker =
             tokio::time::interval((heartbeat_timeout / 4).max(Duration::from_millis(50)));
         let mut scaling = tokio::time::interval(scaling);
         loop {
             tokio::select! {
                 event = inbox.recv() => {
-                    let Some(event) = event else { return };
+                    let Some(event) = event else { return None };
                     self.handle(event);
                     // Take everything already waiting before scheduling once.
                     for _ in 0..10_000 {
@@ -448,18 +471,26 @@ impl Actor {
             for (reply, response) in self.deferred.drain(..) {
                 let response = match (&failed, response) {
                     (None, response) => response,
-                    (Some(error), Response::Submitted { job, .. }) => Response::Error {
-                        message: format!(
-                            "job {job} was accepted but not written to the journal, so it would not survive a restart: {error}"
-                        ),
-                    },
                     (Some(error), _) => Response::Error {
                         message: format!(
-                            "done, but not written to the journal, so it would not survive a restart: {error}"
+                            "not done: it could not be written to the journal, so it would not survive a restart, and the scheduler stops ({error})"
                         ),
                     },
                 };
                 let _ = reply.send(response);
+            }
+            if let Some(error) = failed {
+                tracing::error!(%error, "the journal cannot be written: stopping; start the scheduler again once the disk is fixed (nothing acknowledged is lost)");
+                return Some(format!("the journal cannot be written: {error}"));
+            }
+            // Outcomes are durable now: workers may forget them.
+            for link in self.workers.values_mut() {
+                if link.received > link.acknowledged {
+                    link.acknowledged = link.received;
+                    let _ = link.frames.send(ToWorker::Received {
+                        count: link.received,
+                    });
+                }
             }
         }
     }
@@ -529,6 +560,8 @@ impl Actor {
                 }
                 let link = WorkerLink {
                     frames,
+                    received: 0,
+                    acknowledged: 0,
                     groups: HashSet::new(),
                     components: HashSet::new(),
                     conditions: HashSet::new(),
@@ -539,6 +572,9 @@ impl Actor {
             }
             Event::Heartbeat { worker } => self.core.heartbeat(now, worker),
             Event::Finished { worker, results } => {
+                if let Some(link) = self.workers.get_mut(&worker) {
+                    link.received += results.len() as u64;
+                }
                 for (task, outcome) in results {
                     if !self.core.finished(now, worker, task, outcome) {
                         tracing::debug!(

@@ -62,6 +62,12 @@ pub struct Worker {
     finished: mpsc::UnboundedReceiver<(TaskId, Outcome)>,
     /// Tasks given up when the lease ran out: their outcomes are dropped, not reported.
     abandoned: std::collections::HashSet<TaskId>,
+    /// Outcomes reported in this session and not yet acknowledged as durable, oldest first;
+    /// those left when a session ends are claimed and reported again on the next one.
+    unacknowledged: std::collections::VecDeque<(TaskId, Outcome)>,
+    /// How many outcomes this session reported, of which the first `acknowledged` are durable.
+    reported: u64,
+    acknowledged: u64,
     /// The scheduler's lease on this worker's tasks, and when it runs out unless renewed.
     lease: Option<(Duration, std::time::Instant)>,
 }
@@ -102,6 +108,9 @@ impl Worker {
             done,
             finished,
             abandoned: std::collections::HashSet::new(),
+            unacknowledged: std::collections::VecDeque::new(),
+            reported: 0,
+            acknowledged: 0,
             lease: None,
         })
     }
@@ -157,7 +166,11 @@ impl Worker {
         let (endpoint, connection, mut send, mut recv) =
             net::connect(access, Role::Worker, self.settings.idle_timeout).await?;
         self.abandon_if_expired();
-        let mut unsent = Vec::new();
+        // Reported before and never acknowledged (the scheduler may have died before it kept
+        // them): reported again, after the ones not sent at all.
+        let mut unsent: Vec<(TaskId, Outcome)> = self.unacknowledged.drain(..).collect();
+        self.reported = 0;
+        self.acknowledged = 0;
         while let Ok((task, outcome)) = self.finished.try_recv() {
             self.running.remove(&task);
             if !self.abandoned.remove(&task) {
@@ -208,7 +221,7 @@ impl Worker {
             let _ = outgoing.send(FromWorker::Verdicts(verdicts));
         }
         if !unsent.is_empty() {
-            let _ = outgoing.send(FromWorker::Finished(unsent));
+            self.report(&outgoing, unsent);
         }
         let (env_updates, env_inbox) = mpsc::unbounded_channel();
         let env_task = tokio::spawn(evaluate_environments(
@@ -250,7 +263,7 @@ impl Worker {
                         next = if batch.len() < 4096 { self.finished.try_recv().ok() } else { None };
                     }
                     if !batch.is_empty() {
-                        let _ = outgoing.send(FromWorker::Finished(batch));
+                        self.report(&outgoing, batch);
                     }
                 }
                 message = frames.recv() => match message.unwrap_or(Err(crate::proto::FrameError::Closed)) {
@@ -283,6 +296,17 @@ impl Worker {
             connection.close(0u32.into(), b"worker reconnecting");
         }
         Ok(reason)
+    }
+
+    /// Send outcomes, keeping them until the scheduler acknowledges them.
+    fn report(
+        &mut self,
+        outgoing: &mpsc::UnboundedSender<FromWorker>,
+        batch: Vec<(TaskId, Outcome)>,
+    ) {
+        self.reported += batch.len() as u64;
+        self.unacknowledged.extend(batch.iter().cloned());
+        let _ = outgoing.send(FromWorker::Finished(batch));
     }
 
     /// One message from the scheduler; `Some(reason)` ends the session.
@@ -342,6 +366,13 @@ impl Worker {
             }
             ToWorker::Environments { defs, components } => {
                 let _ = env_updates.send((defs, components));
+            }
+            ToWorker::Received { count } => {
+                let durable = count.min(self.reported).saturating_sub(self.acknowledged);
+                for _ in 0..durable {
+                    self.unacknowledged.pop_front();
+                }
+                self.acknowledged += durable;
             }
             ToWorker::Registered { .. } => return Some("registered twice".to_string()),
         }

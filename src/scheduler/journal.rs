@@ -27,6 +27,8 @@ pub struct Journal {
     dirty: bool,
     /// Its size in bytes.
     size: u64,
+    /// The sequence number of the next record.
+    next: u64,
     /// Held while the journal is open: the exclusive lock on `FILE.lock`.
     _lock: crate::scheduler::lock::Lock,
 }
@@ -50,6 +52,8 @@ impl Journal {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
         }
+        // The lock is named after the real file (links resolved), so two paths to one journal
+        // meet at one lock.
         let lock = crate::scheduler::lock::Lock::take(&lock_path(path), "journal").map_err(fail)?;
         let mut bytes = Vec::new();
         if let Ok(mut file) = File::open(path) {
@@ -57,29 +61,36 @@ impl Journal {
                 .map_err(|e| fail(e.to_string()))?;
         }
         let (records, good) = parse(&bytes).map_err(|e| fail(e))?;
-        let mut file = OpenOptions::new()
-            .create(true)
+        if bytes.is_empty() {
+            // New: its header is written beside it and renamed into place, so a journal is
+            // never seen without a whole header (and a short file is never taken for one).
+            let fresh = path.with_extension("creating");
+            let created = (|| -> std::io::Result<()> {
+                let mut file = File::create(&fresh)?;
+                file.write_all(&header())?;
+                file.sync_all()?;
+                std::fs::rename(&fresh, path)
+            })();
+            created.map_err(|e| fail(format!("cannot create it: {e}")))?;
+        }
+        let file = OpenOptions::new()
             .append(true)
             .open(path)
             .map_err(|e| fail(e.to_string()))?;
-        if good < bytes.len() && good >= HEADER {
+        crate::scheduler::lock::lock_file(&file, "journal").map_err(fail)?;
+        if good < bytes.len() {
             tracing::warn!(path = %path.display(), kept = good, dropped = bytes.len() - good, "cutting a torn record off the journal's end");
-        }
-        if good < HEADER {
-            // New (or its header was cut short when it was created): start it afresh.
-            file.set_len(0).map_err(|e| fail(e.to_string()))?;
-            file.write_all(&header()).map_err(|e| fail(e.to_string()))?;
-            file.sync_all().map_err(|e| fail(e.to_string()))?;
-        } else if good < bytes.len() {
             file.set_len(good as u64).map_err(|e| fail(e.to_string()))?;
         }
         let size = (good.max(HEADER)) as u64;
+        let next = records.len() as u64;
         Ok((
             Journal {
                 path: path.to_path_buf(),
                 writer: BufWriter::with_capacity(1 << 20, file),
                 dirty: false,
                 size,
+                next,
                 _lock: lock,
             },
             records,
@@ -97,15 +108,17 @@ impl Journal {
         let written = (|| -> std::io::Result<(u64, File)> {
             let mut writer = BufWriter::with_capacity(1 << 20, File::create(&fresh)?);
             writer.write_all(&header())?;
-            for record in records {
-                let bytes = encode(record)
+            for (seq, record) in records.iter().enumerate() {
+                let bytes = encode(record, seq as u64)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
                 writer.write_all(&bytes)?;
             }
             let file = writer.into_inner().map_err(|e| e.into_error())?;
             file.sync_all()?;
-            // Opened before the rename: the same file, at the journal's path afterwards.
+            // Opened and locked before the rename: the same file, at the journal's path after.
             let appender = OpenOptions::new().append(true).open(&fresh)?;
+            crate::scheduler::lock::lock_file(&appender, "journal")
+                .map_err(std::io::Error::other)?;
             std::fs::rename(&fresh, &self.path)?;
             Ok((file.metadata()?.len(), appender))
         })();
@@ -118,6 +131,7 @@ impl Journal {
         };
         self.writer = BufWriter::with_capacity(1 << 20, appender);
         self.size = new_size;
+        self.next = records.len() as u64;
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             File::open(dir)
                 .and_then(|d| d.sync_all())
@@ -127,9 +141,10 @@ impl Journal {
     }
 
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
-        let bytes = encode(record).map_err(|e| self.fail(e))?;
+        let bytes = encode(record, self.next).map_err(|e| self.fail(e))?;
         self.dirty = true;
         self.size += bytes.len() as u64;
+        self.next += 1;
         self.writer
             .write_all(&bytes)
             .map_err(|e| self.fail(e.to_string()))?;
@@ -163,11 +178,12 @@ impl Journal {
     }
 }
 
-/// The lock file of a journal: `FILE.lock` beside it.
+/// The lock file of a journal: `FILE.lock` beside the real file (a symbolic link resolved).
 fn lock_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut name = real.file_name().unwrap_or_default().to_os_string();
     name.push(".lock");
-    path.with_file_name(name)
+    real.with_file_name(name)
 }
 
 #[cfg(test)]
@@ -368,6 +384,64 @@ mod tests {
         assert!(std::fs::metadata(&path).unwrap().len() > crate::proto::MAX_FRAME as u64);
         let (_, records) = Journal::open(&path).unwrap();
         assert!(matches!(&records[..], [Record::Final(f)] if f.len() == 4_000_000));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn reordered_duplicated_or_dropped_records_are_refused() {
+        let (dir, path) = scratch("order");
+        three_records(&path);
+        let good = std::fs::read(&path).unwrap();
+        // The three records' spans (each the same size: EnvRemove of a one-letter name).
+        let record = (good.len() - HEADER) / 3;
+        let span = |i: usize| HEADER + i * record..HEADER + (i + 1) * record;
+        let variants: [Vec<u8>; 3] = [
+            // the second record twice
+            [&good[..], &good[span(1)]].concat(),
+            // the first two swapped
+            [
+                &good[..HEADER],
+                &good[span(1)],
+                &good[span(0)],
+                &good[span(2)],
+            ]
+            .concat(),
+            // the middle one dropped
+            [&good[..HEADER], &good[span(0)], &good[span(2)]].concat(),
+        ];
+        for bad in variants {
+            std::fs::write(&path, &bad).unwrap();
+            let error = Journal::open(&path).err().expect("refused").to_string();
+            assert!(error.contains("out of order"), "{error}");
+            assert_eq!(std::fs::read(&path).unwrap(), bad);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_short_file_is_not_taken_for_a_journal_being_created() {
+        let (dir, path) = scratch("short");
+        for text in ["W", "WEIR", "WEIRJRN"] {
+            std::fs::write(&path, text).unwrap();
+            let error = Journal::open(&path).err().expect("refused").to_string();
+            assert!(error.contains("not a weir journal"), "{error}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn another_path_to_the_same_journal_meets_the_same_lock() {
+        let (dir, path) = scratch("links");
+        let (_first, _) = Journal::open(&path).unwrap();
+        let symbolic = dir.join("symbolic");
+        std::os::unix::fs::symlink(&path, &symbolic).unwrap();
+        let hard = dir.join("hard");
+        std::fs::hard_link(&path, &hard).unwrap();
+        for other in [symbolic, hard] {
+            let error = Journal::open(&other).err().expect("refused").to_string();
+            assert!(error.contains("in use by another scheduler"), "{error}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

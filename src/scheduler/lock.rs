@@ -41,3 +41,15 @@ impl Lock {
         Ok(Lock { _file: file })
     }
 }
+
+/// Lock an open file itself (its inode: every path to it, hard links too) for this process, as
+/// long as it stays open.
+pub fn lock_file(file: &File, what: &str) -> Result<(), String> {
+    // SAFETY: flock(2) on a descriptor this process owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "the {what} is in use by another scheduler (through another path to the same file)"
+        ));
+    }
+    Ok(())
+}

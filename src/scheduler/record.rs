@@ -11,8 +11,9 @@ pub const MAGIC: &[u8; 8] = b"WEIRJRNL";
 /// This build's format (1 had no header and no checksums).
 pub const FORMAT: u32 = 2;
 pub const HEADER: usize = 12;
-/// A record's length and its two checksums.
-pub const RECORD_HEADER: usize = 12;
+/// A record's header: its payload's length (u32), its sequence number (u64, from 0 in each
+/// file), the CRC-32C of those 12 bytes, and the CRC-32C of the payload (all little endian).
+pub const RECORD_HEADER: usize = 20;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Record {
@@ -44,20 +45,18 @@ pub enum Record {
     Compacted,
 }
 
-/// The records of a journal's bytes, and how many bytes are intact (the rest is a torn tail).
+/// The records of a journal's bytes, and how many bytes are intact (the rest is a torn tail:
+/// a record cut short by a crash, or zeros where unsynced blocks were). Any other damage is an
+/// error naming the offset: a checksum that does not match, a record that does not decode, or a
+/// sequence number out of order (records reordered, duplicated or dropped).
 pub fn parse(bytes: &[u8]) -> Result<(Vec<Record>, usize), String> {
-    if bytes.len() < HEADER {
-        if MAGIC.starts_with(&bytes[..bytes.len().min(MAGIC.len())]) {
-            return Ok((Vec::new(), 0)); // empty, or a header cut short at creation
-        }
-        return Err(
-            "not a weir journal (it does not start with WEIRJRNL); refusing to touch it".into(),
-        );
+    if bytes.is_empty() {
+        return Ok((Vec::new(), 0));
     }
-    if &bytes[..8] != MAGIC {
+    if bytes.len() < HEADER || &bytes[..8] != MAGIC {
         return Err(
-            "not a weir journal (it does not start with WEIRJRNL; journals of weir before format 2 \
-             have no header and cannot be read by this version); refusing to touch it"
+            "not a weir journal (it does not start with a WEIRJRNL header; journals of weir \
+             before format 2 have none and cannot be read by this version); refusing to touch it"
                 .into(),
         );
     }
@@ -71,23 +70,36 @@ pub fn parse(bytes: &[u8]) -> Result<(Vec<Record>, usize), String> {
     let mut at = HEADER;
     while at < bytes.len() {
         let rest = &bytes[at..];
-        if rest.len() < RECORD_HEADER {
+        if rest.len() < RECORD_HEADER - 4 {
             return Ok((records, at)); // a header cut short by a crash mid-write
         }
         let word = |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
-        let (size, size_crc, payload_crc) = (word(0), word(4), word(8));
-        if crc32c::crc32c(&rest[..4]) != size_crc {
+        let size = word(0);
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&rest[4..12]);
+        let seq = u64::from_le_bytes(seq);
+        if crc32c::crc32c(&rest[..12]) != word(12) {
             if rest.iter().all(|b| *b == 0) {
                 return Ok((records, at)); // blocks never synced, zero-filled after a power loss
             }
             return Err(format!(
-                "record at offset {at} is damaged (its length's checksum does not match)"
+                "record at offset {at} is damaged (its header's checksum does not match)"
             ));
+        }
+        if seq != records.len() as u64 {
+            return Err(format!(
+                "record at offset {at} is out of order (number {seq}, expected {}): records were \
+                 reordered, duplicated or dropped",
+                records.len()
+            ));
+        }
+        if rest.len() < RECORD_HEADER {
+            return Ok((records, at));
         }
         let Some(payload) = rest.get(RECORD_HEADER..RECORD_HEADER + size as usize) else {
             return Ok((records, at)); // cut short by a crash mid-write
         };
-        if crc32c::crc32c(payload) != payload_crc {
+        if crc32c::crc32c(payload) != word(16) {
             return Err(format!(
                 "record at offset {at} is damaged (its checksum does not match)"
             ));
@@ -100,16 +112,18 @@ pub fn parse(bytes: &[u8]) -> Result<(Vec<Record>, usize), String> {
     Ok((records, at))
 }
 
-/// A record as written: length, checksums, payload.
-pub fn encode(record: &Record) -> Result<Vec<u8>, String> {
+/// Record `seq` (its place in the file, from 0) as written: header, then payload.
+pub fn encode(record: &Record, seq: u64) -> Result<Vec<u8>, String> {
     let mut bytes = postcard::to_extend(record, vec![0u8; RECORD_HEADER])
         .map_err(|e| format!("cannot encode a record: {e}"))?;
     let size = u32::try_from(bytes.len() - RECORD_HEADER)
         .map_err(|_| format!("a record of {} bytes is over 4 GiB", bytes.len()))?;
-    let crc = crc32c::crc32c(&bytes[RECORD_HEADER..]);
     bytes[..4].copy_from_slice(&size.to_le_bytes());
-    bytes[4..8].copy_from_slice(&crc32c::crc32c(&size.to_le_bytes()).to_le_bytes());
-    bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+    bytes[4..12].copy_from_slice(&seq.to_le_bytes());
+    let header_crc = crc32c::crc32c(&bytes[..12]);
+    bytes[12..16].copy_from_slice(&header_crc.to_le_bytes());
+    let payload_crc = crc32c::crc32c(&bytes[RECORD_HEADER..]);
+    bytes[16..20].copy_from_slice(&payload_crc.to_le_bytes());
     Ok(bytes)
 }
 

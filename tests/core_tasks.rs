@@ -285,7 +285,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
         inputs: vec![],
     };
     core.submit(vec![new.clone()]).unwrap();
-    core.worker_joined(0, worker(1, &[])).0;
+    core.worker_joined(0, worker(1, &[]));
     core.schedule();
     core.take_actions();
     let mut finals = Vec::new();
@@ -577,7 +577,7 @@ fn explain_never_contradicts_itself_while_verdicts_are_pending() {
     let mut own = worker(1, &[]);
     own.name = "own".into();
     own.local_environments = vec!["gpu".into()];
-    core.worker_joined(0, own).0;
+    core.worker_joined(0, own);
     let mut big = group(1, &[]);
     big.spec.environments = vec!["big".into()];
     let (_, task, _) = core.submit(vec![big]).unwrap();

@@ -60,7 +60,7 @@ impl Journal {
             file.read_to_end(&mut bytes)
                 .map_err(|e| fail(e.to_string()))?;
         }
-        let (records, good) = parse(&bytes).map_err(|e| fail(e))?;
+        let (records, good) = parse(&bytes).map_err(&fail)?;
         if bytes.is_empty() {
             // New: its header is written beside it and renamed into place, so a journal is
             // never seen without a whole header (and a short file is never taken for one).

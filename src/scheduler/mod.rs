@@ -425,7 +425,7 @@ impl Actor {
         loop {
             tokio::select! {
                 event = inbox.recv() => {
-                    let Some(event) = event else { return None };
+                    let event = event?;
                     self.handle(event);
                     // Take everything already waiting before scheduling once.
                     for _ in 0..10_000 {

@@ -424,3 +424,63 @@ fn tasks_that_finish_while_the_scheduler_is_down_are_not_run_again() {
         std::fs::read_to_string(&log).unwrap()
     );
 }
+
+#[test]
+fn a_managers_busy_workers_keep_their_tasks_across_a_scheduler_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let log = dir.path().join("runs.log");
+    let args = [
+        "--journal",
+        journal.to_str().unwrap(),
+        "--heartbeat-timeout",
+        "2",
+        "--worker-lease",
+        "4",
+        "--scaling-interval",
+        "0.2",
+    ];
+    let mut cluster = Cluster::start_with(&args);
+    let manager = cluster.manager(&["--id", "M1", "--max-task-concurrency", "2"]);
+    let script = format!(
+        "echo start $WEIR_TASK_ID >> {log}; sleep 4; echo $WEIR_TASK_INDEX",
+        log = log.display()
+    );
+    let job = cluster.json(&["submit", "--count", "2", "--", "sh", "-c", &script]);
+    cluster.await_status(|s| s["tasks"]["running"] == 2);
+    let workers = common::children_of(cluster.workers[manager].id());
+    cluster.restart_scheduler(&args);
+    let done = cluster.json(&["wait", &job["job"].to_string()]);
+    assert_eq!(done["counts"]["succeeded"], 2, "{done}");
+    cluster.assert_each_task_ran_once(&job["job"].to_string(), 2);
+    // The manager did not stop its busy workers when it reconnected (it once stopped them all
+    // before the restarted scheduler had said anything), and nothing ran twice.
+    assert_eq!(common::children_of(cluster.workers[manager].id()), workers);
+    let starts = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(starts.lines().count(), 2, "{starts}");
+}
+
+#[test]
+fn fenced_tasks_are_released_on_time_whatever_the_heartbeat_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    // A long heartbeat timeout (the fence was once released on a tick of a quarter of it:
+    // 150 s here) and a short lease (fence 1 + 5 + 2 = 8 s).
+    let args = [
+        "--journal",
+        journal.to_str().unwrap(),
+        "--heartbeat-timeout",
+        "600",
+        "--worker-lease",
+        "1",
+    ];
+    let mut cluster = Cluster::start_with(&args);
+    let job = cluster.json(&["submit", "--count", "2", "--", "true"]);
+    cluster.restart_scheduler(&args);
+    cluster.worker("w", &[]);
+    let started = std::time::Instant::now();
+    let done = cluster.json(&["wait", &job["job"].to_string()]);
+    assert_eq!(done["counts"]["succeeded"], 2, "{done}");
+    // Not a speed target: a generous bound that a release tied to the 150 s tick would miss.
+    assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
+}

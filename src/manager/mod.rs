@@ -104,6 +104,10 @@ pub struct Pool {
     /// Alive worker processes, oldest first: (name, process, when it started).
     children: Vec<(String, Child, Instant)>,
     next: u64,
+    /// Workers the scheduler has ever said are registered (in any session): they are stopped
+    /// only when it names them (drained), never as "not registered yet" — after a scheduler
+    /// restart they are busy with tasks they have not claimed yet.
+    ever_registered: std::collections::HashSet<String>,
     /// The last workers that exited or were stopped, newest last (reported to the scheduler).
     exited: std::collections::VecDeque<String>,
     /// Workers that died young in a row, and when starting is allowed again.
@@ -117,6 +121,7 @@ impl Pool {
             settings,
             children: Vec::new(),
             next: 0,
+            ever_registered: std::collections::HashSet::new(),
             exited: std::collections::VecDeque::new(),
             failures: 0,
             not_before: Instant::now(),
@@ -261,11 +266,15 @@ impl Pool {
             Some(n) => n,
             None => desired.min(self.settings.max_workers()),
         };
+        self.ever_registered.extend(registered.iter().cloned());
+        let alive = self.names();
+        self.ever_registered.retain(|name| alive.contains(name));
+        let known: Vec<String> = self.ever_registered.iter().cloned().collect();
         let plan = plan(
-            &self.names(),
+            &alive,
             desired,
             stop,
-            registered,
+            &known,
             Instant::now() >= self.not_before,
         );
         for name in &plan.stop {
@@ -386,19 +395,22 @@ pub async fn run_dynamic(access: &AccessFile, pool: &mut Backend) -> Result<Stri
     let mut ticker = tokio::time::interval(interval);
     let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut desired = pool.settings().fixed.unwrap_or(0);
+    // Nothing is started or stopped before the scheduler has said what it wants in this
+    // session (a fixed pool knows already): a scheduler that just restarted has not seen the
+    // workers yet, and they are busy with tasks they will claim.
+    let mut desired: Option<u32> = pool.settings().fixed;
     let mut registered: Vec<String> = Vec::new();
     let mut frames = net::frames::<ToManager>(recv);
     let reason = loop {
         tokio::select! {
             message = frames.recv() => match message.unwrap_or(Err(crate::proto::FrameError::Closed)) {
                 Ok(ToManager::Desired { desired: wanted, stop, registered: known, reason }) => {
-                    if wanted != desired || !stop.is_empty() {
+                    if Some(wanted) != desired || !stop.is_empty() {
                         tracing::info!(desired = wanted, stop = stop.len(), %reason, "scaling");
                     }
-                    desired = wanted;
+                    desired = Some(wanted);
                     registered = known;
-                    if let Err(error) = pool.apply(desired, &stop, &registered).await {
+                    if let Err(error) = pool.apply(wanted, &stop, &registered).await {
                         break error;
                     }
                     let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
@@ -409,7 +421,9 @@ pub async fn run_dynamic(access: &AccessFile, pool: &mut Backend) -> Result<Stri
             _ = sigint.recv() => break "stopped by SIGINT".to_string(),
             _ = ticker.tick() => {
                 // Replace workers that died (or units that never came up); report.
-                if let Err(error) = pool.apply(desired, &[], &registered).await {
+                if let Some(desired) = desired
+                    && let Err(error) = pool.apply(desired, &[], &registered).await
+                {
                     break error;
                 }
                 if outgoing.send(FromManager::Heartbeat(pool.state())).is_err() {

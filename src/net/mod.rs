@@ -36,6 +36,9 @@ pub enum NetError {
     Connection(#[from] quinn::ConnectionError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The scheduler cannot listen where it was told.
+    #[error("cannot listen on {address}: {error}")]
+    Listen { address: String, error: String },
     #[error("write: {0}")]
     Write(#[from] quinn::WriteError),
     #[error("{0}")]

@@ -213,12 +213,6 @@ pub async fn run(
 ) -> Result<(), NetError> {
     // One scheduler per access file: a second one would overwrite the first one's address.
     let _access_lock = {
-        let mut name = settings
-            .access_file
-            .file_name()
-            .unwrap_or_default()
-            .to_os_string();
-        name.push(".lock");
         if let Some(dir) = settings
             .access_file
             .parent()
@@ -226,8 +220,12 @@ pub async fn run(
         {
             std::fs::create_dir_all(dir)?;
         }
-        lock::Lock::take(&settings.access_file.with_file_name(name), "access file")
-            .map_err(NetError::Access)?
+        // Named after the real file (a symbolic link resolved): two paths, one lock.
+        let real = std::fs::canonicalize(&settings.access_file)
+            .unwrap_or_else(|_| settings.access_file.clone());
+        let mut name = real.file_name().unwrap_or_default().to_os_string();
+        name.push(".lock");
+        lock::Lock::take(&real.with_file_name(name), "access file").map_err(NetError::Access)?
     };
     // The journal is checked and locked before anything is served or written.
     let journal = match &settings.journal {
@@ -239,7 +237,11 @@ pub async fn run(
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
     server.transport_config(net::transport(settings.heartbeat_timeout));
-    let endpoint = quinn::Endpoint::server(server, settings.listen)?;
+    let endpoint =
+        quinn::Endpoint::server(server, settings.listen).map_err(|e| NetError::Listen {
+            address: settings.listen.to_string(),
+            error: e.to_string(),
+        })?;
     let local = endpoint.local_addr()?;
     let previous = AccessFile::read(&settings.access_file)
         .ok()
@@ -419,8 +421,11 @@ impl Actor {
         heartbeat_timeout: Duration,
         scaling: Duration,
     ) -> Option<String> {
-        let mut ticker =
-            tokio::time::interval((heartbeat_timeout / 4).max(Duration::from_millis(50)));
+        // At least twice a second, whatever the heartbeat timeout: fenced tasks are released,
+        // forgotten jobs dropped and unschedulable ones failed on this tick.
+        let mut ticker = tokio::time::interval(
+            (heartbeat_timeout / 4).clamp(Duration::from_millis(50), Duration::from_millis(500)),
+        );
         let mut scaling = tokio::time::interval(scaling);
         loop {
             tokio::select! {

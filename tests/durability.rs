@@ -484,3 +484,36 @@ fn fenced_tasks_are_released_on_time_whatever_the_heartbeat_timeout() {
     // Not a speed target: a generous bound that a release tied to the 150 s tick would miss.
     assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
 }
+
+#[test]
+fn after_a_restart_only_tasks_that_started_wait_behind_the_fence_and_attempts_carry_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    // A long lease: the fence (37 s) outlasts this test's other work by far.
+    let args = [
+        "--journal",
+        journal.to_str().unwrap(),
+        "--worker-lease",
+        "30",
+    ];
+    let mut cluster = Cluster::start_with(&args);
+    // Both submitted (and synced) before any worker: handing the long one out is the last
+    // thing the journal hears (written, not synced) before the kill.
+    let long = cluster.json(&["submit", "--", "sleep", "600"]);
+    let queued = cluster.json(&["submit", "--", "true"]);
+    let first = cluster.worker("w", &["--slots", "1"]);
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    // The scheduler and the worker die; the long task's run dies with its worker (its guard).
+    cluster.kill_scheduler();
+    cluster.workers[first].kill().unwrap();
+    cluster.workers[first].wait().unwrap();
+    cluster.start_scheduler(&args);
+    cluster.worker("w2", &["--slots", "2"]);
+    // The task that never started runs at once; the one that started waits for its lease.
+    let done = cluster.json(&["wait", &queued["job"].to_string()]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    let explained = cluster.json(&["explain", &long["first_task"].to_string()]);
+    let first_line = explained["explanation"][0].as_str().unwrap().to_string();
+    assert!(first_line.contains("Queued, 1 attempt(s)"), "{explained}");
+    cluster.json(&["cancel", &long["job"].to_string()]);
+}

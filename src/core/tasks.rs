@@ -232,6 +232,8 @@ pub struct HeldJob {
     pub groups: Vec<NewGroup>,
     /// (task, final state, outcome, attempts) of its finished tasks.
     pub finals: Vec<(TaskId, TaskState, Outcome, u32)>,
+    /// (task, attempts) of its unfinished tasks that were handed to a worker.
+    pub started: Vec<(TaskId, u32)>,
     pub forgotten: bool,
 }
 
@@ -465,6 +467,7 @@ impl Core {
         for (id, job) in self.jobs.iter() {
             let mut groups = Vec::new();
             let mut finals = Vec::new();
+            let mut started = Vec::new();
             for &(first, n) in &job.tasks {
                 let Some(group) = self
                     .tasks
@@ -485,6 +488,8 @@ impl Core {
                 for task in first..first + n {
                     if let Some((state, outcome, attempts)) = self.final_record(task) {
                         finals.push((task, state, outcome, attempts));
+                    } else if let Some(t) = self.task(task).filter(|t| t.attempts > 0) {
+                        started.push((task, t.attempts));
                     }
                 }
             }
@@ -492,6 +497,7 @@ impl Core {
                 job: id,
                 groups,
                 finals,
+                started,
                 forgotten: job.forgotten,
             });
         }
@@ -1557,18 +1563,42 @@ impl Core {
 
     /// After replaying a journal: jobs that finished before the restart start their
     /// `forget_after_ms` now (finish times are not journaled).
-    /// After the journal's replay: its unfinished tasks may still be running on workers of the
-    /// previous run, until their leases run out; they wait `fence_ms` from `now` (a worker that
-    /// reconnects meanwhile claims them).
+    /// The attempts a task has had so far (for the journal's `Started` records).
+    pub fn attempts(&self, id: TaskId) -> u32 {
+        self.task(id).map_or(0, |t| t.attempts)
+    }
+
+    /// Replaying the journal: a task was handed to a worker with `attempts` runs so far.
+    pub fn restore_started(&mut self, id: TaskId, attempts: u32) {
+        if let Some(task) = self.task_mut(id)
+            && task.state == TaskState::Queued
+        {
+            task.attempts = task.attempts.max(attempts);
+        }
+    }
+
+    /// After the journal's replay: its unfinished tasks that were handed to a worker may still
+    /// be running on one of the previous run, until its lease runs out; they wait `fence_ms`
+    /// from `now` (a worker that reconnects meanwhile claims them). Tasks that never started
+    /// run at once.
     pub fn fence_unfinished(&mut self, now: u64) {
         if self.config.fence_ms == 0 {
             return;
         }
         let mut fenced = Vec::new();
         for queue in self.queues.values_mut() {
-            fenced.extend(queue.drain(..));
+            let mut waiting = VecDeque::with_capacity(queue.len());
+            for id in queue.drain(..) {
+                match self.tasks.get(id) {
+                    Some(task) if task.state == TaskState::Queued && task.attempts > 0 => {
+                        fenced.push(id)
+                    }
+                    _ => waiting.push_back(id),
+                }
+            }
+            *queue = waiting;
         }
-        self.queues.clear();
+        self.queues.retain(|_, queue| !queue.is_empty());
         if !fenced.is_empty() {
             let until = now.saturating_add(self.config.fence_ms);
             self.fenced.entry(until).or_default().extend(fenced);

@@ -156,6 +156,20 @@ impl Journal {
         self.size
     }
 
+    /// Append a record that needs no sync of its own: it is written with the next one that does.
+    pub fn append_lazily(&mut self, record: &Record) -> Result<(), JournalError> {
+        let dirty = self.dirty;
+        self.append(record)?;
+        self.dirty = dirty;
+        Ok(())
+    }
+
+    /// Hand what was appended to the operating system, without waiting for the disk: it
+    /// survives this process being killed, not the machine losing power.
+    pub fn write_through(&mut self) -> Result<(), JournalError> {
+        self.writer.flush().map_err(|e| self.fail(e.to_string()))
+    }
+
     /// Flush and fsync what was appended since the last sync.
     pub fn sync(&mut self) -> Result<(), JournalError> {
         if !self.dirty {

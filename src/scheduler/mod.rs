@@ -1035,9 +1035,11 @@ impl Actor {
     fn apply(&mut self) {
         let mut touched: HashSet<JobId> = HashSet::new();
         let mut finals = Vec::new();
+        let mut dispatches = Vec::new();
         for action in self.core.take_actions() {
             match action {
-                Action::Dispatch { worker, tasks } => self.dispatch(worker, tasks),
+                // Sent below, once the journal has them.
+                Action::Dispatch { worker, tasks } => dispatches.push((worker, tasks)),
                 Action::Cancel { worker, tasks } => {
                     if let Some(link) = self.workers.get(&worker) {
                         let _ = link.frames.send(ToWorker::Cancel(tasks));
@@ -1083,6 +1085,29 @@ impl Actor {
                         finals.push((task, state, outcome, attempts));
                     }
                 }
+            }
+        }
+        // What is handed to workers is written (not synced: a process killed at any point
+        // keeps it; a machine that loses power may lose the last ones) before it is sent, so a
+        // restarted scheduler fences exactly the tasks that may still run somewhere.
+        if !dispatches.is_empty()
+            && let Some(journal) = &mut self.journal
+        {
+            let started: Vec<(crate::proto::TaskId, u32)> = dispatches
+                .iter()
+                .flat_map(|(_, tasks)| tasks.iter().map(|t| (*t, self.core.attempts(*t))))
+                .collect();
+            let written = journal
+                .append_lazily(&journal::Record::Started(started))
+                .and_then(|()| journal.write_through());
+            if let Err(error) = written {
+                self.journal_error.get_or_insert(error.to_string());
+            }
+        }
+        // Nothing is sent that the journal could not take (the scheduler stops this round).
+        if self.journal_error.is_none() {
+            for (worker, tasks) in dispatches {
+                self.dispatch(worker, tasks);
             }
         }
         if !finals.is_empty() {

@@ -43,6 +43,11 @@ pub enum Record {
     },
     /// Last in a compacted journal: the forgets before it are already compacted away.
     Compacted,
+    /// Tasks handed to workers, with their attempts so far: a restarted scheduler fences only
+    /// these (the others never ran), and their attempts count against their retries. Written
+    /// without a sync of its own (it rides along the next one): a crash may lose the last few,
+    /// which then count one attempt less.
+    Started(Vec<(TaskId, u32)>),
 }
 
 /// The records of a journal's bytes, and how many bytes are intact (the rest is a torn tail:

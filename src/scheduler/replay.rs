@@ -54,6 +54,11 @@ impl Actor {
                     self.environments.remove(&name);
                 }
                 journal::Record::Compacted => forgets = 0,
+                journal::Record::Started(tasks) => {
+                    for (task, attempts) in tasks {
+                        self.core.restore_started(task, attempts);
+                    }
+                }
                 journal::Record::Forget { job } => {
                     forgets += 1;
                     if let Err(error) = self.core.forget(job) {
@@ -104,6 +109,9 @@ impl Actor {
                 components,
                 groups: held.groups,
             });
+            if !held.started.is_empty() {
+                records.push(journal::Record::Started(held.started));
+            }
             if !held.finals.is_empty() {
                 records.push(journal::Record::Final(held.finals));
             }

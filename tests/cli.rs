@@ -295,3 +295,28 @@ fn weir_local_runs_a_cluster_and_checks_every_result() {
     );
     assert!(out.contains("wasm tasks: 500/500 correct results"), "{out}");
 }
+
+#[test]
+fn worker_manager_refuses_caps_that_cannot_mean_anything() {
+    for (args, expected) in [
+        (
+            &["--max-task-concurrency", "0"][..],
+            "--max-task-concurrency 0 would never run a task",
+        ),
+        (
+            &["--fixed", "2", "--max-task-concurrency", "4"][..],
+            "cannot be used with",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_worker-manager"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr(&out).contains(expected),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}

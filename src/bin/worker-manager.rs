@@ -24,8 +24,14 @@ struct Args {
     /// Worker type of every worker it starts (what waterfall_v2 rows name).
     #[arg(long, default_value = "default")]
     worker_type: String,
-    /// Most tasks at once over all its workers; `-1` or `unlimited` for no limit.
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    /// Most tasks at once over all its workers (at least 1); `-1` or `unlimited` for no limit.
+    /// Not with --fixed (a fixed pool runs its N workers).
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        conflicts_with = "fixed"
+    )]
     max_task_concurrency: Option<String>,
     /// Task slots of each worker.
     #[arg(long, default_value_t = 1)]
@@ -90,9 +96,11 @@ fn parse_cap(text: &str) -> Result<u32> {
     if text == "-1" || text.eq_ignore_ascii_case("unlimited") {
         return Ok(u32::MAX);
     }
-    text.parse::<u32>().with_context(|| {
-        format!("--max-task-concurrency `{text}`: a whole number, -1 or unlimited")
-    })
+    match text.parse::<u32>() {
+        Ok(0) => bail!("--max-task-concurrency 0 would never run a task: give at least 1, or -1"),
+        Ok(cap) => Ok(cap),
+        Err(_) => bail!("--max-task-concurrency `{text}`: a whole number, -1 or unlimited"),
+    }
 }
 
 fn run(args: Args) -> Result<()> {

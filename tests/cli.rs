@@ -320,3 +320,14 @@ fn worker_manager_refuses_caps_that_cannot_mean_anything() {
         );
     }
 }
+
+#[test]
+fn a_command_line_that_does_not_parse_still_answers_json_when_asked() {
+    let (output, _cache) = weir(&["--output", "json", "results", "abc"]);
+    assert_eq!(output.status.code(), Some(2));
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        value["error"],
+        "invalid value 'abc' for '<JOB>': invalid digit found in string"
+    );
+}

@@ -205,7 +205,18 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     weir::telemetry::init_logging();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Asked for JSON: even a command line that does not parse answers with one JSON value.
+        Err(error) if json_asked() && error.use_stderr() => {
+            let text = error.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
+            println!("{}", json!({ "error": message }));
+            return ExitCode::from(2);
+        }
+        Err(error) => error.exit(),
+    };
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.is::<Reported>() => ExitCode::FAILURE,
@@ -217,6 +228,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether the raw command line asks for `--output json` (for errors before it is parsed).
+fn json_asked() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.windows(2)
+        .any(|pair| pair[0] == "--output" && pair[1] == "json")
+        || args.iter().any(|a| a == "--output=json")
 }
 
 fn run(cli: &Cli) -> Result<()> {

@@ -1,0 +1,41 @@
+//! `src/core` is the pure state machine (DESIGN §2): no async runtime, no network, no wasmtime,
+//! no clock, no I/O. This reads its sources and fails on any of them, so the rule is checked,
+//! not only agreed.
+
+#[test]
+fn the_core_uses_no_runtime_network_sandbox_clock_or_io() {
+    let forbidden = [
+        "tokio",
+        "quinn",
+        "wasmtime",
+        "Instant::now",
+        "SystemTime",
+        "std::fs",
+        "std::net",
+        "std::thread",
+        "std::process",
+        "std::env",
+    ];
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/core");
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for word in forbidden {
+                assert!(
+                    !code.contains(word),
+                    "{}:{}: the core must not use `{word}`: {line}",
+                    path.display(),
+                    number + 1
+                );
+            }
+        }
+    }
+    assert!(files >= 4, "read {files} files of {dir}");
+}

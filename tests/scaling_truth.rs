@@ -328,7 +328,7 @@ fn a_registration_that_shares_a_workers_own_name_ends_and_says_so() {
 #[test]
 fn a_manager_whose_workers_do_not_match_is_not_asked_again_and_again() {
     let mut cluster =
-        Cluster::start_with(&["--scaling-interval", "0.1", "--scale-down-delay", "0.2"]);
+        Cluster::start_with(&["--scaling-interval", "0.1", "--scale-down-delay", "1"]);
     cluster.manager(&[
         "--id",
         "small",
@@ -340,7 +340,7 @@ fn a_manager_whose_workers_do_not_match_is_not_asked_again_and_again() {
     cluster.await_status(|s| manager(s, "small").is_some());
     cluster.json(&["submit", "--count", "3", "--env", "mem_gt", "--", "true"]);
     // One worker learns `no-match`, and is stopped once idle past the delay.
-    cluster.await_status(|s| live(s, "small") == 1);
+    cluster.await_status(|s| current(s, "small") >= 1);
     cluster.await_status(|s| current(s, "small") == 0);
     // The tasks still wait, yet no worker is started to ask again (it once churned a new
     // worker every few seconds while the demand lasted).

@@ -395,7 +395,7 @@ fn tasks_that_finish_while_the_scheduler_is_down_are_not_run_again() {
     cluster.worker("b", &["--slots", "3"]);
     cluster.weir(&["workers", "wait", "2"]);
     let script = format!(
-        "echo start $WEIR_TASK_ID >> {log}; sleep 1; echo end $WEIR_TASK_ID >> {log}; echo $WEIR_TASK_INDEX",
+        "echo start $WEIR_TASK_ID >> {log}; sleep 2; echo end $WEIR_TASK_ID >> {log}; echo $WEIR_TASK_INDEX",
         log = log.display()
     );
     let job = cluster.json(&["submit", "--count", "6", "--", "sh", "-c", &script]);

@@ -1624,11 +1624,6 @@ impl Core {
             .sum()
     }
 
-    /// Whether any task waits behind a fence (for status).
-    pub fn fenced_tasks(&self) -> usize {
-        self.fenced.values().map(Vec::len).sum()
-    }
-
     pub fn replayed(&mut self) {
         if self.config.forget_after_ms.is_some() {
             let done = self.jobs.iter().filter(|(_, j)| j.done() && !j.forgotten);

@@ -359,9 +359,8 @@ impl Backend {
 pub async fn run(
     access_file: &std::path::Path,
     reconnect: Duration,
-    backend: Backend,
+    mut backend: Backend,
 ) -> Result<String, NetError> {
-    let mut backend = backend;
     if let Some(n) = backend.settings().fixed {
         backend.apply(n, &[], &[]).await.map_err(NetError::Access)?;
     }

@@ -965,11 +965,7 @@ impl Actor {
 
     /// The core's environment report, with the managers that declared each name.
     fn environment_report(&self, only: Option<&str>) -> Vec<crate::proto::EnvironmentStatus> {
-        let mut report = self.core.environment_report(only);
-        for status in &mut report {
-            status.managers = self.managers.declaring(&status.name);
-        }
-        report
+        environment_report(&self.core, &self.managers, only)
     }
 
     /// Answer the `weir workers wait` requests: progress when the count changed, and the last
@@ -1020,10 +1016,7 @@ impl Actor {
             wait.workers
                 .retain(|w| live.contains(w) && !core.has_verdict(*w, &wait.name));
             if wait.workers.is_empty() {
-                let mut report = core.environment_report(Some(&wait.name));
-                for status in &mut report {
-                    status.managers = managers.declaring(&status.name);
-                }
+                let report = environment_report(core, managers, Some(&wait.name));
                 let _ = wait.reply.send(Response::Environments(report));
                 return false;
             }
@@ -1195,6 +1188,19 @@ fn send_results(reply: &mpsc::UnboundedSender<Response>, results: Vec<crate::pro
         let _ = reply.send(Response::Results(chunk));
     }
     let _ = reply.send(Response::ResultsEnd { count });
+}
+
+/// The core's environment report, with the managers that declared each name.
+fn environment_report(
+    core: &Core,
+    managers: &Managers,
+    only: Option<&str>,
+) -> Vec<crate::proto::EnvironmentStatus> {
+    let mut report = core.environment_report(only);
+    for status in &mut report {
+        status.managers = managers.declaring(&status.name);
+    }
+    report
 }
 
 /// Environment names become parts of variable names (`WEIR_ENV_<NAME>_<KEY>`).

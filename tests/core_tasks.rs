@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use weir::core::tasks::{Action, Core, CoreConfig, JobError, Loss, SubmitError};
+use weir::core::tasks::{Action, Config, JobError, Loss, SubmitError, Tasks};
 use weir::proto::{EnvVerdict, NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
 
 fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
@@ -69,7 +69,7 @@ fn dispatched(actions: &[Action]) -> HashMap<u64, Vec<u64>> {
 
 #[test]
 fn a_task_that_cannot_be_placed_does_not_block_the_others() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     core.submit(vec![NewGroup {
         spec: spec(&[("gpu", 1)], 10, 3),
         count: 1,
@@ -96,7 +96,7 @@ fn a_task_that_cannot_be_placed_does_not_block_the_others() {
 
 #[test]
 fn capability_amounts_are_consumed_while_running() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     core.submit(vec![group(4, &[("memory", 6)])]).unwrap();
     let w = core.worker_joined(0, worker(8, &[("memory", 16)])).0;
     core.schedule();
@@ -109,7 +109,7 @@ fn capability_amounts_are_consumed_while_running() {
 
 #[test]
 fn higher_priority_runs_first() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     core.submit(vec![group(2, &[])]).unwrap();
     core.submit(vec![NewGroup {
         spec: spec(&[], 5, 3),
@@ -124,9 +124,9 @@ fn higher_priority_runs_first() {
 
 #[test]
 fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
-    let mut core = Core::new(CoreConfig {
+    let mut core = Tasks::new(Config {
         heartbeat_timeout_ms: 100,
-        ..CoreConfig::default()
+        ..Config::default()
     });
     core.submit(vec![NewGroup {
         spec: spec(&[], 0, 1),
@@ -159,7 +159,7 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
 
 #[test]
 fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     core.submit(vec![group(3, &[])]).unwrap();
     let w = core.worker_joined(0, worker(1, &[])).0;
     core.schedule();
@@ -190,7 +190,7 @@ fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
 
 #[test]
 fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     core.submit(vec![group(2, &[("gpu", 1)])]).unwrap(); // tasks 1, 2: need a gpu
     core.submit(vec![group(1, &[])]).unwrap(); // task 3: runs anywhere
     let mut envs = group(1, &[]);
@@ -229,7 +229,7 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
 
 #[test]
 fn a_component_no_held_task_uses_is_released() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     let hash = [7; 32];
     core.add_component(hash);
     let mut wasm = group(2, &[]);
@@ -274,7 +274,7 @@ fn a_component_no_held_task_uses_is_released() {
 /// replay to the same state (the task final, never run again; the job forgotten).
 #[test]
 fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
-    let mut core = Core::new(CoreConfig {
+    let mut core = Tasks::new(Config {
         heartbeat_timeout_ms: 100,
         forget_after_ms: Some(0),
         fence_ms: 0,
@@ -308,7 +308,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
     }
     assert_eq!(forgets, [1]);
     // Replay: the submission, the finals, then the forget.
-    let mut replayed = Core::new(CoreConfig::default());
+    let mut replayed = Tasks::new(Config::default());
     replayed.restore(vec![new]).unwrap();
     for (task, (state, outcome, attempts)) in finals {
         assert_eq!(state, TaskState::Failed);
@@ -324,7 +324,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
 
 #[test]
 fn bad_submissions_are_refused_whole() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     assert_eq!(core.submit(vec![]), Err(SubmitError::Empty));
     let mut no_argv = group(1, &[]);
     no_argv.spec.kind = TaskKind::Command {
@@ -411,7 +411,7 @@ proptest! {
     fn no_task_lost_none_finished_twice_capacity_never_exceeded(events in prop::collection::vec(event(), 1..120)) {
         // Finished jobs are also forgotten by age, so forgetting races everything else.
         // Lost workers' tasks are fenced, and lost workers come back claiming what they ran.
-        let mut core = Core::new(CoreConfig { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200 });
+        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200 });
         let mut stale: Vec<(u64, Vec<u64>)> = Vec::new();
         let mut jobs: Vec<u64> = Vec::new(); // task count per job
         let mut now = 0u64;
@@ -422,7 +422,7 @@ proptest! {
         let mut submitted = 0u64;
         let mut lost: Vec<u64> = Vec::new();
 
-        let mut apply = |core: &mut Core, running: &mut HashMap<u64, Vec<u64>>, live: &mut Vec<u64>| {
+        let mut apply = |core: &mut Tasks, running: &mut HashMap<u64, Vec<u64>>, live: &mut Vec<u64>| {
             core.schedule();
             for action in core.take_actions() {
                 match action {
@@ -536,7 +536,7 @@ proptest! {
             }
         }
         // What a compacted journal holds rebuilds the same state: ids, results, forgotten jobs.
-        let mut rebuilt = Core::new(CoreConfig::default());
+        let mut rebuilt = Tasks::new(Config::default());
         let (first_job, first_task) = core.first_ids();
         prop_assert!(rebuilt.start_ids_at(first_job, first_task));
         for held in core.held_jobs() {
@@ -571,7 +571,7 @@ proptest! {
 
 #[test]
 fn explain_never_contradicts_itself_while_verdicts_are_pending() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     core.register_environment("big");
     let plain = core.worker_joined(0, worker(1, &[])).0;
     let mut own = worker(1, &[]);
@@ -619,7 +619,7 @@ fn explain_never_contradicts_itself_while_verdicts_are_pending() {
 
 #[test]
 fn per_task_inputs_come_back_as_given_from_one_buffer() {
-    let mut core = Core::new(CoreConfig::default());
+    let mut core = Tasks::new(Config::default());
     let given: Vec<Vec<u8>> = vec![b"a".to_vec(), Vec::new(), b"ccc".to_vec()];
     let (_, first, n) = core
         .submit(vec![NewGroup {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use weir::core::managers::{Context, Managers};
 use weir::core::scaling::validate_decisions;
-use weir::core::tasks::{Action, Core, CoreConfig, Loss};
+use weir::core::tasks::{Action, Config, Loss, Tasks};
 use weir::manager::plan;
 use weir::proto::{ManagerState, NewGroup, Outcome, TaskKind, TaskSpec, WorkerId, WorkerInfo};
 use weir_waterfall::{Flavor, Policy};
@@ -103,7 +103,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn submit(core: &mut Core, count: u32) {
+fn submit(core: &mut Tasks, count: u32) {
     let spec = TaskSpec {
         kind: TaskKind::Command {
             argv: vec!["true".into()],
@@ -133,7 +133,7 @@ proptest! {
         caps in (1..5u32, 1..9u32),
         slots in (1..3u32, 1..3u32),
     ) {
-        let mut core = Core::new(CoreConfig::default());
+        let mut core = Tasks::new(Config::default());
         let mut managers = Managers::new(u64::MAX);
         let policy = Policy::parse(Flavor::WorkerType, "1, t\n").expect("content");
         let mut pools = [
@@ -143,14 +143,14 @@ proptest! {
         let mut running: Vec<(WorkerId, u64)> = Vec::new();
         let mut now = 0u64;
         let tiers = policy.tiers();
-        let context = |core: &Core, now: u64| Context {
+        let context = |core: &Tasks, now: u64| Context {
             now,
             workers: core.worker_views(now),
             tiers: &tiers,
             registered: core.registered_environments(),
         };
         // The manager reports; the scheduler drops the workers it no longer lists.
-        fn heartbeat(core: &mut Core, managers: &mut Managers, pool: &mut Pool, now: u64) {
+        fn heartbeat(core: &mut Tasks, managers: &mut Managers, pool: &mut Pool, now: u64) {
             let gone = managers.heartbeat(now, pool.state(), &core.worker_views(now));
             for (worker, planned) in gone {
                 core.worker_lost(now, worker, "its manager no longer lists it", if planned { Loss::Stopped } else { Loss::Exited });

@@ -1,0 +1,115 @@
+//! Why a task waits, in words (`weir explain`).
+
+use super::*;
+
+impl Tasks {
+    /// Why a task is in its state: for a queued task, what each live worker lacks.
+    pub fn explain(&self, id: TaskId) -> Option<Vec<String>> {
+        let task = self.task(id)?;
+        let group = &self.groups[&task.group];
+        let class = &self.classes[group.class];
+        let mut lines = vec![format!(
+            "task {id} (job {}) is {:?}, {} attempt(s)",
+            group.job, task.state, task.attempts
+        )];
+        let needs: Vec<String> = class
+            .capabilities
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        lines.push(format!(
+            "needs: {} slot, capabilities [{}], environments [{}]",
+            1,
+            needs.join(", "),
+            class.environments.join(", ")
+        ));
+        match task.state {
+            TaskState::Running => {
+                let worker = task
+                    .worker
+                    .and_then(|w| self.workers.get(&w).map(|x| (w, x.info.name.clone())));
+                if let Some((w, name)) = worker {
+                    lines.push(format!("running on worker {w} ({name})"));
+                }
+            }
+            TaskState::Queued => {
+                for name in &class.environments {
+                    if !self.environments.contains_key(name) {
+                        lines.push(format!("environment `{name}` is not registered (it was removed): no worker can qualify"));
+                    }
+                }
+                if self.workers.is_empty() {
+                    lines.push("no live worker: it runs when one that qualifies joins".into());
+                }
+                let mut could_run = false;
+                for (wid, worker) in &self.workers {
+                    let mut missing = Vec::new();
+                    for (name, need) in &class.capabilities {
+                        let total = amount(&worker.info.capabilities, name);
+                        if total < *need {
+                            missing.push(format!("has {name}={total}, needs {need}"));
+                        } else if amount(&worker.free, name) < *need {
+                            missing.push(format!(
+                                "{name} in use ({} of {total} free, needs {need})",
+                                amount(&worker.free, name)
+                            ));
+                        }
+                    }
+                    for name in &class.environments {
+                        match worker.verdicts.get(name) {
+                            Some(EnvVerdict::Match) => {}
+                            Some(EnvVerdict::NoMatch) => {
+                                missing.push(format!("environment `{name}`: no-match"))
+                            }
+                            Some(EnvVerdict::Error(reason)) => {
+                                missing.push(format!("environment `{name}`: error({reason})"))
+                            }
+                            None if worker.evaluates(name, &self.environments) => {
+                                missing.push(format!("environment `{name}`: not evaluated yet"))
+                            }
+                            None => missing.push(format!(
+                                "environment `{name}`: not evaluated here (other workers' own condition)"
+                            )),
+                        }
+                    }
+                    if worker.free_slots == 0 {
+                        missing.push(format!("all {} slots busy", worker.info.slots));
+                    }
+                    if missing.is_empty() {
+                        could_run = true;
+                        lines.push(format!("worker {wid} ({}): qualifies; it is placed at the next scheduling round", worker.info.name));
+                    } else {
+                        lines.push(format!(
+                            "worker {wid} ({}): {}",
+                            worker.info.name,
+                            missing.join("; ")
+                        ));
+                    }
+                }
+                if !could_run && !self.workers.is_empty() {
+                    let ever: Vec<&Worker> = self
+                        .workers
+                        .values()
+                        .filter(|w| could_ever_run(w, class, &self.environments))
+                        .collect();
+                    let decided = ever.iter().any(|w| {
+                        class
+                            .environments
+                            .iter()
+                            .all(|e| w.verdicts.contains_key(e))
+                    });
+                    lines.push(if decided {
+                        "waiting for a qualifying worker to free a slot".into()
+                    } else if !ever.is_empty() {
+                        "waiting for workers to evaluate its environments".into()
+                    } else {
+                        "no live worker can ever run it: it waits for one that qualifies to join"
+                            .into()
+                    });
+                }
+            }
+            _ => {}
+        }
+        Some(lines)
+    }
+}

@@ -1,0 +1,297 @@
+//! The scheduler's task core: jobs, groups, tasks, workers and the matching of the two.
+//!
+//! Pure and synchronous: every method takes `now` (milliseconds) where time matters and records
+//! what the shell must do as [`Action`]s, drained with [`Tasks::take_actions`]. The shell turns
+//! frames into method calls and actions into frames.
+//!
+//! Rules:
+//! - Queued tasks wait in one FIFO queue per (priority, requirement class); scheduling walks the
+//!   queues by priority and skips a class no worker can take, so a task that cannot be placed
+//!   never delays one that can (no head-of-line blocking).
+//! - A running task holds one slot and its capability amounts on its worker until the worker
+//!   reports it finished, or is lost; capacity is never exceeded.
+//! - A lost worker's running tasks are requeued at the front of their queue while attempts
+//!   remain (`retries + 1` runs in all), otherwise they fail.
+//! - A report for a task that is not running on the reporting worker (late, duplicate, or from a
+//!   worker already declared lost) is ignored: every task is finished exactly once.
+
+mod environments;
+mod explain;
+mod replay;
+mod retention;
+mod schedule;
+mod status;
+mod submit;
+mod workers;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use super::dense::Dense;
+
+use crate::proto::{
+    ComponentHash, ComponentLoad, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId,
+    JobSummary, NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState,
+    WorkerId, WorkerInfo, WorkerStatus,
+};
+
+pub use environments::EnvSource;
+use schedule::could_ever_run;
+pub use submit::{Group, Inputs, SubmitError};
+pub use workers::WorkerView;
+use workers::{Worker, amount};
+
+/// Most tasks one submission may create.
+pub const MAX_TASKS_PER_SUBMIT: u64 = 10_000_000;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// A worker silent for longer than this is lost.
+    pub heartbeat_timeout_ms: u64,
+    /// Forget a job this long after its last task finished (`None`: keep it until
+    /// [`Tasks::forget`]).
+    pub forget_after_ms: Option<u64>,
+    /// The tasks of a worker lost without a word (silent, or its connection broken), and the
+    /// tasks found unfinished in the journal at start, wait this long before they run again:
+    /// until the worker's lease has surely run out and its runs are stopped. A worker that
+    /// comes back meanwhile claims them (see [`Tasks::worker_joined`]).
+    pub fence_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            heartbeat_timeout_ms: 10_000,
+            forget_after_ms: None,
+            fence_ms: 0,
+        }
+    }
+}
+
+/// What the shell must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send these tasks to the worker (its group specs and components first, if it lacks them).
+    Dispatch {
+        worker: WorkerId,
+        tasks: Vec<TaskId>,
+    },
+    /// Tell the worker to stop these tasks.
+    Cancel {
+        worker: WorkerId,
+        tasks: Vec<TaskId>,
+    },
+    /// Close the worker's connection: it is considered lost.
+    Disconnect { worker: WorkerId, reason: String },
+    /// The task reached a final state (for waiting clients).
+    Finished { job: JobId, task: TaskId },
+    /// A finished job was forgotten after `forget_after_ms` (the shell journals it).
+    Forgot { job: JobId },
+    /// A forgotten job was dropped: its groups are gone, and so are the wasm components no held
+    /// task uses any more (the shell frees their bytes and tells the workers that have them).
+    Dropped {
+        groups: Vec<GroupId>,
+        components: Vec<ComponentHash>,
+    },
+}
+
+/// How a worker was lost, which decides when its running tasks may run again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// It stopped on purpose and stopped its tasks first: they run again at once, and the run
+    /// is not counted against their retries.
+    Stopped,
+    /// Its process is known to be dead (its manager saw it exit; its guard killed its tasks):
+    /// they run again at once.
+    Exited,
+    /// It went silent or its connection broke: its tasks may still be running there until its
+    /// lease runs out, so they wait `fence_ms` (unless it comes back and claims them).
+    Silent,
+}
+
+struct Task {
+    group: GroupId,
+    state: TaskState,
+    /// Runs started.
+    attempts: u32,
+    /// The worker holding its resources (running, or canceled but not yet confirmed).
+    worker: Option<WorkerId>,
+    /// Boxed: a queued task pays 8 bytes for it, not the size of an outcome.
+    outcome: Option<Box<Outcome>>,
+}
+
+struct Job {
+    counts: JobCounts,
+    /// (first task, count) per group, in task order.
+    tasks: Vec<(TaskId, u64)>,
+    /// Its results and inputs are gone; its skeleton stays until every older job is forgotten.
+    forgotten: bool,
+}
+
+impl Job {
+    fn done(&self) -> bool {
+        self.counts.queued == 0 && self.counts.running == 0
+    }
+
+    fn task_ids(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.tasks.iter().flat_map(|&(first, n)| first..first + n)
+    }
+}
+
+/// A held job as the journal records it ([`Tasks::held_jobs`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeldJob {
+    pub job: JobId,
+    pub groups: Vec<NewGroup>,
+    /// (task, final state, outcome, attempts) of its finished tasks.
+    pub finals: Vec<(TaskId, TaskState, Outcome, u32)>,
+    /// (task, attempts) of its unfinished tasks that were handed to a worker.
+    pub started: Vec<(TaskId, u32)>,
+    pub forgotten: bool,
+}
+
+/// Why a job cannot be looked up or forgotten.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    #[error("no job {0}")]
+    Unknown(JobId),
+    #[error("job {0} was forgotten: its results are gone")]
+    Forgotten(JobId),
+    #[error("job {job} is not finished ({unfinished} tasks queued or running); cancel it first")]
+    NotFinished { job: JobId, unfinished: u64 },
+}
+
+/// Requirements shared by tasks: what a worker must have free to take one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Class {
+    capabilities: Vec<(String, u64)>,
+    environments: Vec<String>,
+}
+
+/// What the journal records as the outcome of a task whose job was forgotten.
+fn forgotten_outcome() -> Outcome {
+    Outcome::Error {
+        message: "forgotten".into(),
+    }
+}
+
+#[derive(Default)]
+pub struct Tasks {
+    config: Config,
+    /// Ids are dense and never reused; forgotten jobs' tasks are dropped from the front.
+    tasks: Dense<Task>,
+    groups: HashMap<GroupId, Arc<Group>>,
+    next_group: GroupId,
+    jobs: Dense<Job>,
+    /// Jobs whose last task finished since the last tick (for `forget_after_ms`).
+    done: Vec<JobId>,
+    /// (when it was seen done, job), oldest first: forgotten after `forget_after_ms`.
+    retention: VecDeque<(u64, JobId)>,
+    /// Classes with queued tasks nothing can run, and since when (`fail_unschedulable`).
+    unschedulable_since: HashMap<usize, u64>,
+    classes: Vec<Class>,
+    /// Queued tasks per class (index as `classes`), so `demand` is O(classes).
+    queued_by_class: Vec<u64>,
+    /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
+    queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
+    /// Queued tasks that may not run before a time (`fence_ms`): by that time, oldest first.
+    /// Claimed or canceled ones are skipped lazily when they are released.
+    fenced: BTreeMap<u64, Vec<TaskId>>,
+    workers: BTreeMap<WorkerId, Worker>,
+    /// Known wasm task components, with how many held groups use each: a component no held
+    /// group uses any more is forgotten too (`Action::Dropped`).
+    components: HashMap<ComponentHash, usize>,
+    /// Known environment names: registered at run time, or evaluated by some worker on its own.
+    environments: BTreeMap<String, EnvSource>,
+    counts: JobCounts,
+    next_worker: WorkerId,
+    actions: Vec<Action>,
+    /// Tasks forgotten since the journal was last compacted ([`Tasks::compacted`]).
+    forgotten_since_compaction: u64,
+}
+
+impl Tasks {
+    pub fn new(config: Config) -> Tasks {
+        Tasks {
+            config,
+            ..Tasks::default()
+        }
+    }
+
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// A wasm task component is known (the shell keeps its bytes).
+    pub fn add_component(&mut self, hash: ComponentHash) {
+        self.components.entry(hash).or_insert(0);
+    }
+
+    pub fn group(&self, id: GroupId) -> Option<&Arc<Group>> {
+        self.groups.get(&id)
+    }
+
+    /// The group and index of a task.
+    pub fn task_group(&self, task: TaskId) -> Option<(&Arc<Group>, u32)> {
+        let t = self.task(task)?;
+        let group = self.groups.get(&t.group)?;
+        Some((group, (task - group.first_task) as u32))
+    }
+
+    fn task(&self, id: TaskId) -> Option<&Task> {
+        self.tasks.get(id)
+    }
+
+    fn task_mut(&mut self, id: TaskId) -> Option<&mut Task> {
+        self.tasks.get_mut(id)
+    }
+
+    fn job(&self, job: JobId) -> Result<&Job, JobError> {
+        match self.jobs.get(job) {
+            Some(j) => Ok(j),
+            None if job >= 1 && job < self.jobs.first_id() => Err(JobError::Forgotten(job)),
+            None => Err(JobError::Unknown(job)),
+        }
+    }
+
+    fn set_state(&mut self, id: TaskId, state: TaskState) {
+        let Some(task) = self.tasks.get_mut(id) else {
+            return;
+        };
+        let old = std::mem::replace(&mut task.state, state);
+        let group = &self.groups[&task.group];
+        for counts in [&mut self.counts, &mut self.jobs[group.job].counts] {
+            *slot(counts, old) -= 1;
+            *slot(counts, state) += 1;
+        }
+        if old == TaskState::Queued {
+            self.queued_by_class[group.class] -= 1;
+        }
+        if state == TaskState::Queued {
+            self.queued_by_class[group.class] += 1;
+        }
+    }
+
+    fn finish(&mut self, id: TaskId, state: TaskState, outcome: Outcome) {
+        self.set_state(id, state);
+        let Some(task) = self.tasks.get_mut(id) else {
+            return;
+        };
+        task.outcome = Some(Box::new(outcome));
+        let job = self.groups[&task.group].job;
+        self.actions.push(Action::Finished { job, task: id });
+        if self.config.forget_after_ms.is_some() && self.jobs[job].done() {
+            self.done.push(job);
+        }
+    }
+}
+
+fn slot(counts: &mut JobCounts, state: TaskState) -> &mut u64 {
+    match state {
+        TaskState::Queued => &mut counts.queued,
+        TaskState::Running => &mut counts.running,
+        TaskState::Succeeded => &mut counts.succeeded,
+        TaskState::Failed => &mut counts.failed,
+        TaskState::Canceled => &mut counts.canceled,
+    }
+}

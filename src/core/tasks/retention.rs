@@ -1,0 +1,143 @@
+//! Jobs over their life: counts, results, listing, and forgetting them.
+
+use super::*;
+
+impl Tasks {
+    /// A job's counts (a forgotten job's too, until it is dropped).
+    pub fn job_counts(&self, job: JobId) -> Result<&JobCounts, JobError> {
+        self.job(job).map(|j| &j.counts)
+    }
+
+    /// Results of a job's final tasks, in task order.
+    pub fn results(&self, job: JobId) -> Result<Vec<TaskResult>, JobError> {
+        let j = self.job(job)?;
+        if j.forgotten {
+            return Err(JobError::Forgotten(job));
+        }
+        let mut results = Vec::new();
+        for id in j.task_ids() {
+            let Some(task) = self.task(id) else { continue };
+            if let (true, Some(outcome)) = (task.state.is_final(), &task.outcome) {
+                results.push(TaskResult {
+                    task: id,
+                    state: task.state,
+                    outcome: (**outcome).clone(),
+                    attempts: task.attempts,
+                    worker: None,
+                });
+            }
+        }
+        Ok(results)
+    }
+
+    /// The newest `limit` held jobs, newest first.
+    pub fn jobs(&self, limit: usize) -> Vec<JobSummary> {
+        self.jobs
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|(job, j)| JobSummary {
+                job,
+                counts: j.counts.clone(),
+                forgotten: j.forgotten,
+            })
+            .collect()
+    }
+
+    /// Forget a finished job: its results and inputs are freed now, and it is dropped
+    /// altogether (ids and all) once every older job is forgotten too. Returns its task count;
+    /// forgetting a forgotten job does nothing.
+    pub fn forget(&mut self, job: JobId) -> Result<u64, JobError> {
+        let j = match self.job(job) {
+            Ok(j) if !j.forgotten => j,
+            Ok(_) | Err(JobError::Forgotten(_)) => return Ok(0),
+            Err(error) => return Err(error),
+        };
+        if !j.done() {
+            return Err(JobError::NotFinished {
+                job,
+                unfinished: j.counts.queued + j.counts.running,
+            });
+        }
+        let ids: Vec<TaskId> = j.task_ids().collect();
+        self.forgotten_since_compaction += ids.len() as u64;
+        let mut groups = Vec::new();
+        for &id in &ids {
+            if let Some(task) = self.tasks.get_mut(id) {
+                task.outcome = None;
+                if groups.last() != Some(&task.group) {
+                    groups.push(task.group);
+                }
+            }
+        }
+        // Keep what matching and the counts need (spec, class); drop the inputs.
+        for gid in groups {
+            if let Some(group) = self.groups.get_mut(&gid) {
+                *group = Arc::new(Group {
+                    id: group.id,
+                    job: group.job,
+                    spec: group.spec.clone(),
+                    inputs: Inputs::default(),
+                    first_task: group.first_task,
+                    class: group.class,
+                });
+            }
+        }
+        self.jobs[job].forgotten = true;
+        self.drop_forgotten();
+        Ok(ids.len() as u64)
+    }
+
+    /// Forget every finished job not forgotten yet. Returns them and their task count.
+    pub fn forget_finished(&mut self) -> (Vec<JobId>, u64) {
+        let finished: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.done() && !j.forgotten)
+            .map(|(id, _)| id)
+            .collect();
+        let mut tasks = 0;
+        for &job in &finished {
+            tasks += self.forget(job).unwrap_or(0);
+        }
+        (finished, tasks)
+    }
+
+    /// Drop forgotten jobs from the front, with their tasks and groups, while none of their
+    /// tasks is still held by a worker (canceled, not yet confirmed).
+    pub(super) fn drop_forgotten(&mut self) {
+        while let Some(job) = self.jobs.front() {
+            let held = job
+                .task_ids()
+                .any(|id| self.tasks.get(id).is_some_and(|t| t.worker.is_some()));
+            if !job.forgotten || held {
+                return;
+            }
+            let Some(job) = self.jobs.pop_front() else {
+                return;
+            };
+            let end = job.tasks.last().map_or(0, |&(first, n)| first + n);
+            let (mut groups, mut components) = (Vec::new(), Vec::new());
+            while self.tasks.first_id() < end {
+                let Some(task) = self.tasks.pop_front() else {
+                    break;
+                };
+                *slot(&mut self.counts, task.state) -= 1;
+                let Some(group) = self.groups.remove(&task.group) else {
+                    continue;
+                };
+                groups.push(group.id);
+                if let TaskKind::Wasm { component } = &group.spec.kind
+                    && let Some(users) = self.components.get_mut(component)
+                {
+                    *users = users.saturating_sub(1);
+                    if *users == 0 {
+                        self.components.remove(component);
+                        components.push(*component);
+                    }
+                }
+            }
+            self.actions.push(Action::Dropped { groups, components });
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Matching queued tasks to free workers, finishing them, fences, and what the policy is told.
+
+use super::*;
+
+/// Whether `worker` could ever run tasks of `class` (once its slots and amounts are free): it has
+/// the capabilities, and every environment matches there, or its verdict is still pending.
+pub(super) fn could_ever_run(
+    worker: &Worker,
+    class: &Class,
+    known: &BTreeMap<String, EnvSource>,
+) -> bool {
+    class
+        .capabilities
+        .iter()
+        .all(|(name, need)| amount(&worker.info.capabilities, name) >= *need)
+        && class
+            .environments
+            .iter()
+            .all(|env| match worker.verdicts.get(env) {
+                Some(verdict) => *verdict == EnvVerdict::Match && known.contains_key(env),
+                None => worker.evaluates(env, known),
+            })
+}
+
+impl Tasks {
+    /// Place queued tasks on workers with room.
+    pub fn schedule(&mut self) {
+        if !self.workers.values().any(|w| w.free_slots > 0) {
+            return;
+        }
+        let mut dispatch: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
+        let mut emptied = Vec::new();
+        for (key, queue) in self.queues.iter_mut() {
+            let class = &self.classes[key.1];
+            for (worker_id, worker) in self.workers.iter_mut() {
+                while worker.fits(class) {
+                    let Some(id) = queue.pop_front() else { break };
+                    let Some(task) = self.tasks.get_mut(id) else {
+                        continue; // canceled while queued, and its job forgotten since
+                    };
+                    if task.state != TaskState::Queued {
+                        continue; // canceled while queued
+                    }
+                    task.state = TaskState::Running;
+                    task.attempts += 1;
+                    task.worker = Some(*worker_id);
+                    worker.take(class);
+                    worker.running.insert(id);
+                    worker.idle_since = None;
+                    self.queued_by_class[key.1] -= 1;
+                    let job = &mut self.jobs[self.groups[&task.group].job].counts;
+                    job.queued -= 1;
+                    job.running += 1;
+                    self.counts.queued -= 1;
+                    self.counts.running += 1;
+                    dispatch.entry(*worker_id).or_default().push(id);
+                }
+                if queue.is_empty() {
+                    break;
+                }
+            }
+            // Drop canceled tasks at the front so an all-canceled queue goes away.
+            while queue.front().is_some_and(|&id| {
+                self.tasks
+                    .get(id)
+                    .is_none_or(|t| t.state != TaskState::Queued)
+            }) {
+                queue.pop_front();
+            }
+            if queue.is_empty() {
+                emptied.push(*key);
+            }
+        }
+        for key in emptied {
+            self.queues.remove(&key);
+        }
+        for (worker, tasks) in dispatch {
+            self.actions.push(Action::Dispatch { worker, tasks });
+        }
+    }
+
+    /// A worker reports a finished run. Returns false (and changes nothing) when the task is not
+    /// running on that worker: a duplicate or late report.
+    pub fn finished(&mut self, now: u64, worker: WorkerId, task: TaskId, outcome: Outcome) -> bool {
+        let Some(t) = self.task(task) else {
+            return false;
+        };
+        if t.worker != Some(worker) || !self.workers.contains_key(&worker) {
+            return false;
+        }
+        let (state, class) = (t.state, self.groups[&t.group].class);
+        let class = self.classes[class].clone();
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.running.remove(&task);
+            w.give_back(&class);
+            w.last_seen = now;
+            if w.running.is_empty() {
+                w.idle_since = Some(now);
+            }
+        }
+        if let Some(t) = self.task_mut(task) {
+            t.worker = None;
+        }
+        if state == TaskState::Running {
+            let final_state = if outcome.succeeded() {
+                TaskState::Succeeded
+            } else {
+                TaskState::Failed
+            };
+            self.finish(task, final_state, outcome);
+        } else {
+            // A canceled task confirmed: its job may have been waiting for it to be dropped.
+            self.drop_forgotten();
+        }
+        true
+    }
+
+    /// Take a waiting task out of its queue or fence (rare: a claimed task).
+    pub(super) fn unqueue(&mut self, id: TaskId) {
+        let Some(group) = self.task(id).and_then(|t| self.groups.get(&t.group)) else {
+            return;
+        };
+        let key = (std::cmp::Reverse(group.spec.priority), group.class);
+        if let Some(queue) = self.queues.get_mut(&key) {
+            queue.retain(|t| *t != id);
+        }
+        self.fenced.retain(|_, tasks| {
+            tasks.retain(|t| *t != id);
+            !tasks.is_empty()
+        });
+    }
+
+    /// Fenced tasks whose time has come go back to the front of their queues.
+    pub(super) fn release_fenced(&mut self, now: u64) {
+        while let Some(entry) = self.fenced.first_entry() {
+            if *entry.key() > now {
+                break;
+            }
+            let tasks = entry.remove();
+            for id in tasks.into_iter().rev() {
+                let Some(task) = self.task(id) else { continue };
+                if task.state != TaskState::Queued {
+                    continue; // claimed by its worker, or canceled, meanwhile
+                }
+                let group = &self.groups[&task.group];
+                let key = (std::cmp::Reverse(group.spec.priority), group.class);
+                self.queues.entry(key).or_default().push_front(id);
+            }
+        }
+    }
+
+    /// Forget jobs whose `forget_after_ms` ran out, then declare silent workers lost. (In that
+    /// order: a job that finishes in this tick is forgotten in a later one, after the shell has
+    /// journaled its tasks' final records.)
+    pub fn tick(&mut self, now: u64) {
+        if let Some(after) = self.config.forget_after_ms {
+            for job in self.done.drain(..) {
+                self.retention.push_back((now, job));
+            }
+            while let Some(&(since, job)) = self.retention.front() {
+                if now.saturating_sub(since) < after {
+                    break;
+                }
+                self.retention.pop_front();
+                if let Ok(tasks) = self.forget(job)
+                    && tasks > 0
+                {
+                    self.actions.push(Action::Forgot { job });
+                }
+            }
+        }
+        let timeout = self.config.heartbeat_timeout_ms;
+        let silent: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| now.saturating_sub(w.last_seen) > timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        self.release_fenced(now);
+        for worker in silent {
+            let reason = format!("no heartbeat for {timeout} ms");
+            self.worker_lost(now, worker, &reason, Loss::Silent);
+            self.actions.push(Action::Disconnect { worker, reason });
+        }
+        // A forgotten job waits for confirmations of its canceled tasks before it is dropped.
+        self.drop_forgotten();
+    }
+
+    /// `--unschedulable-timeout`: fail the queued tasks nothing can ever run. Queued tasks of a
+    /// class are unschedulable while no live worker has the capabilities and a `match` (or a
+    /// verdict still pending) on every environment they name, and `managers_could_serve` says
+    /// no worker manager could start one either. Once that has held for `timeout_ms` they fail,
+    /// saying why. Returns how many failed.
+    pub fn fail_unschedulable(
+        &mut self,
+        now: u64,
+        timeout_ms: u64,
+        managers_could_serve: impl Fn(&[(String, u64)], &[String]) -> bool,
+    ) -> u64 {
+        let waiting: HashSet<usize> = self
+            .queued_by_class
+            .iter()
+            .enumerate()
+            .filter(|(_, queued)| **queued > 0)
+            .map(|(class, _)| class)
+            .collect();
+        self.unschedulable_since
+            .retain(|class, _| waiting.contains(class));
+        let mut failed = 0;
+        for class_id in waiting {
+            let class = &self.classes[class_id];
+            let workers_could = self
+                .workers
+                .values()
+                .any(|w| could_ever_run(w, class, &self.environments));
+            if workers_could || managers_could_serve(&class.capabilities, &class.environments) {
+                self.unschedulable_since.remove(&class_id);
+                continue;
+            }
+            let since = *self.unschedulable_since.entry(class_id).or_insert(now);
+            if now.saturating_sub(since) < timeout_ms {
+                continue;
+            }
+            let needs: Vec<String> = class
+                .capabilities
+                .iter()
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect();
+            let message = format!(
+                "unschedulable: for {:.1} s no live worker or worker manager could run it \
+                 (it needs capabilities [{}], environments [{}])",
+                timeout_ms as f64 / 1000.0,
+                needs.join(", "),
+                class.environments.join(", ")
+            );
+            let ids: Vec<TaskId> = self
+                .queues
+                .iter()
+                .filter(|((_, c), _)| *c == class_id)
+                .flat_map(|(_, queue)| queue.iter().copied())
+                .filter(|id| {
+                    self.tasks
+                        .get(*id)
+                        .is_some_and(|t| t.state == TaskState::Queued)
+                })
+                .collect();
+            for id in ids {
+                let outcome = Outcome::Error {
+                    message: message.clone(),
+                };
+                self.finish(id, TaskState::Failed, outcome);
+                failed += 1;
+            }
+            self.queues.retain(|(_, c), _| *c != class_id);
+            self.unschedulable_since.remove(&class_id);
+        }
+        failed
+    }
+
+    /// Queued and running tasks grouped by what they need, for the scaling policy.
+    pub fn demand(&self) -> Vec<crate::core::scaling::Demand> {
+        let queued: BTreeMap<usize, u64> = self
+            .queued_by_class
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(class, n)| (class, *n))
+            .collect();
+        let mut running: BTreeMap<usize, u64> = BTreeMap::new();
+        for worker in self.workers.values() {
+            for task in &worker.running {
+                let class = self.groups[&self.tasks[*task].group].class;
+                *running.entry(class).or_default() += 1;
+            }
+        }
+        let classes: HashSet<usize> = queued.keys().chain(running.keys()).copied().collect();
+        let mut classes: Vec<usize> = classes.into_iter().collect();
+        classes.sort_unstable();
+        classes
+            .into_iter()
+            .map(|c| crate::core::scaling::Demand {
+                capabilities: self.classes[c].capabilities.clone(),
+                environments: self.classes[c].environments.clone(),
+                queued: u32::try_from(queued.get(&c).copied().unwrap_or(0)).unwrap_or(u32::MAX),
+                running: u32::try_from(running.get(&c).copied().unwrap_or(0)).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+}

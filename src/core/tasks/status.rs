@@ -1,0 +1,143 @@
+//! The status report and the invariant check the tests run after every step.
+
+use super::*;
+
+impl Tasks {
+    pub fn status(&self) -> StatusReport {
+        StatusReport {
+            workers: self
+                .workers
+                .iter()
+                .map(|(id, w)| WorkerStatus {
+                    id: *id,
+                    manager: w.info.manager.clone(),
+                    name: w.info.name.clone(),
+                    worker_type: w.info.worker_type.clone(),
+                    slots: w.info.slots,
+                    running: w.running.len() as u32,
+                    capabilities: w.info.capabilities.clone(),
+                })
+                .collect(),
+            tasks: self.counts.clone(),
+            jobs: self.jobs.len() as u64,
+            managers: Vec::new(),
+            policy_error: None,
+        }
+    }
+
+    /// Check every invariant; the tests call this after each step. Returns the first violation.
+    pub fn sanity_check(&self) -> Result<(), String> {
+        let mut counted = JobCounts::default();
+        for (id, task) in self.tasks.iter() {
+            *slot(&mut counted, task.state) += 1;
+            match (task.state, task.worker) {
+                (TaskState::Running, None) => {
+                    return Err(format!("task {id} running on no worker"));
+                }
+                (TaskState::Queued | TaskState::Succeeded | TaskState::Failed, Some(w)) => {
+                    return Err(format!(
+                        "task {id} is {:?} but held by worker {w}",
+                        task.state
+                    ));
+                }
+                (_, Some(w)) => match self.workers.get(&w) {
+                    Some(worker) if worker.running.contains(&id) => {}
+                    _ => {
+                        return Err(format!(
+                            "task {id} held by worker {w}, which does not list it"
+                        ));
+                    }
+                },
+                _ => {}
+            }
+            let forgotten = self
+                .groups
+                .get(&task.group)
+                .and_then(|g| self.jobs.get(g.job))
+                .ok_or_else(|| format!("task {id}: its group or job is gone"))?
+                .forgotten;
+            if (task.state.is_final() && !forgotten) != task.outcome.is_some() {
+                return Err(format!(
+                    "task {id}: state {:?} but outcome {:?} (job forgotten: {forgotten})",
+                    task.state, task.outcome
+                ));
+            }
+        }
+        for (id, worker) in &self.workers {
+            for task in &worker.running {
+                if self.task(*task).and_then(|t| t.worker) != Some(*id) {
+                    return Err(format!(
+                        "worker {id} lists task {task}, which it does not hold"
+                    ));
+                }
+            }
+        }
+        // No task lost: every queued task waits in a queue or behind a fence.
+        let waiting: HashSet<TaskId> = self
+            .queues
+            .values()
+            .flatten()
+            .chain(self.fenced.values().flatten())
+            .copied()
+            .collect();
+        for (id, task) in self.tasks.iter() {
+            if task.state == TaskState::Queued && !waiting.contains(&id) {
+                return Err(format!("task {id} is queued but waits nowhere"));
+            }
+        }
+        if counted != self.counts {
+            return Err(format!(
+                "counts {:?} but tasks say {counted:?}",
+                self.counts
+            ));
+        }
+        let mut by_class = vec![0u64; self.classes.len()];
+        for (_, task) in self.tasks.iter() {
+            if task.state == TaskState::Queued {
+                by_class[self.groups[&task.group].class] += 1;
+            }
+        }
+        if by_class != self.queued_by_class {
+            return Err(format!(
+                "queued per class {:?} but tasks say {by_class:?}",
+                self.queued_by_class
+            ));
+        }
+        for (id, worker) in &self.workers {
+            if worker.free_slots as usize + worker.running.len() != worker.info.slots as usize {
+                return Err(format!(
+                    "worker {id}: {} free + {} running != {} slots",
+                    worker.free_slots,
+                    worker.running.len(),
+                    worker.info.slots
+                ));
+            }
+            for (name, total) in &worker.info.capabilities {
+                let used: u64 = worker
+                    .running
+                    .iter()
+                    .map(|t| {
+                        amount(
+                            &self.classes[self.groups[&self.tasks[*t].group].class].capabilities,
+                            name,
+                        )
+                    })
+                    .sum();
+                if used + amount(&worker.free, name) != *total || used > *total {
+                    return Err(format!(
+                        "worker {id}: capability {name}: {used} used + {} free != {total}",
+                        amount(&worker.free, name)
+                    ));
+                }
+            }
+            for task in &worker.running {
+                if self.tasks[*task].worker != Some(*id) {
+                    return Err(format!(
+                        "worker {id} lists task {task}, which is not held by it"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

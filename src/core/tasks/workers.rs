@@ -1,0 +1,337 @@
+//! Workers: joining (with the tasks they claim), heartbeats, loss, verdicts and draining.
+
+use super::*;
+
+pub(super) struct Worker {
+    pub(super) info: WorkerInfo,
+    pub(super) free_slots: u32,
+    pub(super) free: Vec<(String, u64)>,
+    pub(super) running: HashSet<TaskId>,
+    /// Environments it matches (derived from `verdicts`, kept for fast matching).
+    pub(super) environments: HashSet<String>,
+    pub(super) verdicts: BTreeMap<String, EnvVerdict>,
+    /// How it loaded each environment's condition component (reported, not used for matching).
+    pub(super) loads: BTreeMap<String, ComponentLoad>,
+    pub(super) last_seen: u64,
+    /// Since when it has run nothing (`None` while busy).
+    pub(super) idle_since: Option<u64>,
+    /// Being stopped by its manager: takes no new task.
+    pub(super) draining: bool,
+}
+
+impl Worker {
+    /// Whether it evaluates `environment`: its own definition, or a run-time registration
+    /// (sent to every worker). A name only other workers define is never evaluated here.
+    pub(super) fn evaluates(&self, environment: &str, known: &BTreeMap<String, EnvSource>) -> bool {
+        self.info
+            .local_environments
+            .iter()
+            .any(|e| e == environment)
+            || known.get(environment) == Some(&EnvSource::Registered)
+    }
+
+    pub(super) fn fits(&self, class: &Class) -> bool {
+        !self.draining
+            && self.free_slots > 0
+            && class
+                .capabilities
+                .iter()
+                .all(|(name, need)| *need == 0 || amount(&self.free, name) >= *need)
+            && class
+                .environments
+                .iter()
+                .all(|e| self.environments.contains(e))
+    }
+
+    pub(super) fn take(&mut self, class: &Class) {
+        self.free_slots -= 1;
+        for (name, need) in &class.capabilities {
+            if let Some((_, have)) = self.free.iter_mut().find(|(n, _)| n == name) {
+                *have -= need;
+            }
+        }
+    }
+
+    pub(super) fn give_back(&mut self, class: &Class) {
+        self.free_slots += 1;
+        for (name, need) in &class.capabilities {
+            if let Some((_, have)) = self.free.iter_mut().find(|(n, _)| n == name) {
+                *have += need;
+            }
+        }
+    }
+}
+
+pub(super) fn amount(list: &[(String, u64)], name: &str) -> u64 {
+    list.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v)
+}
+
+/// The scaling view of a live worker.
+#[derive(Clone, Debug)]
+pub struct WorkerView {
+    pub id: WorkerId,
+    pub name: String,
+    pub manager: Option<String>,
+    pub slots: u32,
+    pub busy: u32,
+    pub idle_ms: u64,
+    pub draining: bool,
+    pub verdicts: Vec<(String, EnvVerdict)>,
+}
+
+impl Tasks {
+    /// A worker registered. It may claim tasks it runs from before (it reconnected, or this
+    /// scheduler restarted): each claimed task that is waiting (queued or fenced) is adopted —
+    /// running there, its slot and amounts taken, no new attempt counted. A live worker of the
+    /// same name that holds claimed tasks is an earlier connection of the same worker: it is
+    /// replaced, its claimed tasks move over and the rest are requeued. Returns the new id and the claimed tasks the worker
+    /// must stop (finished, canceled, or running elsewhere by now).
+    pub fn worker_joined(&mut self, now: u64, info: WorkerInfo) -> (WorkerId, Vec<TaskId>) {
+        let earlier: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.info.name == info.name && w.info.manager == info.manager)
+            .filter(|(_, w)| info.running.iter().any(|t| w.running.contains(t)))
+            .map(|(id, _)| *id)
+            .collect();
+        for old in earlier {
+            // Only runs still wanted move over (a canceled one is stopped on the worker).
+            let claimed: Vec<TaskId> = self.workers[&old]
+                .running
+                .iter()
+                .filter(|t| info.running.contains(t))
+                .filter(|t| {
+                    self.task(**t)
+                        .is_some_and(|t| t.state == TaskState::Running)
+                })
+                .copied()
+                .collect();
+            // Claimed ones are requeued unfenced here and adopted below at once.
+            for task in &claimed {
+                if let Some(w) = self.workers.get_mut(&old) {
+                    w.running.remove(task);
+                }
+                let class = self.task(*task).map(|t| self.groups[&t.group].class);
+                if let (Some(class), Some(w)) = (class, self.workers.get_mut(&old)) {
+                    let class = self.classes[class].clone();
+                    w.give_back(&class);
+                }
+                if let Some(t) = self.task_mut(*task) {
+                    t.worker = None;
+                }
+                self.set_state(*task, TaskState::Queued);
+            }
+            self.worker_lost(now, old, "replaced by its own reconnection", Loss::Exited);
+            self.actions.push(Action::Disconnect {
+                worker: old,
+                reason: "replaced by its own reconnection".into(),
+            });
+        }
+        self.next_worker += 1;
+        let id = self.next_worker;
+        for name in &info.local_environments {
+            self.environments
+                .entry(name.clone())
+                .or_insert(EnvSource::Worker);
+        }
+        let claims = info.running.clone();
+        let worker = Worker {
+            free_slots: info.slots,
+            free: info.capabilities.clone(),
+            info,
+            running: HashSet::new(),
+            environments: HashSet::new(),
+            verdicts: BTreeMap::new(),
+            loads: BTreeMap::new(),
+            last_seen: now,
+            idle_since: Some(now),
+            draining: false,
+        };
+        self.workers.insert(id, worker);
+        let mut refused = Vec::new();
+        for task in claims {
+            let Some(class) = self
+                .task(task)
+                .filter(|t| t.state == TaskState::Queued)
+                .map(|t| self.classes[self.groups[&t.group].class].clone())
+            else {
+                refused.push(task);
+                continue;
+            };
+            // Room for what it claims (its slots and amounts ran it; a claim beyond them is not
+            // believed). Environments are not asked: its verdicts come after registering.
+            let room = self.workers.get(&id).is_some_and(|w| {
+                w.free_slots > 0
+                    && class
+                        .capabilities
+                        .iter()
+                        .all(|(name, need)| amount(&w.free, name) >= *need)
+            });
+            if !room {
+                refused.push(task);
+                continue;
+            }
+            // Out of where it waits, now: a stale entry would queue it twice should it come back.
+            self.unqueue(task);
+            self.set_state(task, TaskState::Running);
+            if let Some(t) = self.task_mut(task) {
+                t.worker = Some(id);
+                t.attempts = t.attempts.max(1);
+            }
+            if let Some(w) = self.workers.get_mut(&id) {
+                w.take(&class);
+                w.running.insert(task);
+                w.idle_since = None;
+            }
+        }
+        (id, refused)
+    }
+
+    pub fn heartbeat(&mut self, now: u64, worker: WorkerId) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.last_seen = now;
+        }
+    }
+
+    /// The worker is gone: requeue or fail its running tasks, when they may run again as
+    /// `loss` says.
+    pub fn worker_lost(&mut self, now: u64, worker: WorkerId, reason: &str, loss: Loss) {
+        let Some(w) = self.workers.remove(&worker) else {
+            return;
+        };
+        let fence = (loss == Loss::Silent && self.config.fence_ms > 0)
+            .then(|| now.saturating_add(self.config.fence_ms));
+        let mut running: Vec<TaskId> = w.running.into_iter().collect();
+        running.sort_unstable();
+        // Requeue in reverse so the front of the queue keeps the original order.
+        for &id in running.iter().rev() {
+            let Some(task) = self.task_mut(id) else {
+                continue;
+            };
+            task.worker = None;
+            if task.state != TaskState::Running {
+                continue; // canceled while running: already final
+            }
+            if loss == Loss::Stopped {
+                task.attempts = task.attempts.saturating_sub(1);
+            }
+            let (gid, attempts) = (task.group, task.attempts);
+            let group = self.groups[&gid].clone();
+            if attempts > group.spec.retries {
+                let message =
+                    format!("worker {worker} lost ({reason}); gave up after {attempts} attempts");
+                self.finish(id, TaskState::Failed, Outcome::Error { message });
+            } else {
+                self.set_state(id, TaskState::Queued);
+                match fence {
+                    Some(until) => self.fenced.entry(until).or_default().push(id),
+                    None => {
+                        let key = (std::cmp::Reverse(group.spec.priority), group.class);
+                        self.queues.entry(key).or_default().push_front(id);
+                    }
+                }
+            }
+        }
+        self.drop_forgotten();
+    }
+
+    /// A worker's verdicts changed.
+    pub fn set_verdicts(
+        &mut self,
+        now: u64,
+        worker: WorkerId,
+        verdicts: Vec<(String, EnvVerdict)>,
+    ) {
+        let Some(w) = self.workers.get_mut(&worker) else {
+            return;
+        };
+        w.last_seen = now;
+        for (name, verdict) in verdicts {
+            if !self.environments.contains_key(&name) {
+                if !w.info.local_environments.contains(&name) {
+                    continue; // removed meanwhile
+                }
+                self.environments.insert(name.clone(), EnvSource::Worker);
+            }
+            if verdict == EnvVerdict::Match {
+                w.environments.insert(name.clone());
+            } else {
+                w.environments.remove(&name);
+            }
+            w.verdicts.insert(name, verdict);
+        }
+    }
+
+    /// How a worker loaded the condition components of some environments.
+    pub fn set_loads(&mut self, worker: WorkerId, loads: Vec<(String, ComponentLoad)>) {
+        let Some(w) = self.workers.get_mut(&worker) else {
+            return;
+        };
+        for (name, load) in loads {
+            if self.environments.contains_key(&name) || w.info.local_environments.contains(&name) {
+                w.loads.insert(name, load);
+            }
+        }
+    }
+
+    /// Whether `worker` has answered about `name`.
+    pub fn has_verdict(&self, worker: WorkerId, name: &str) -> bool {
+        self.workers
+            .get(&worker)
+            .is_some_and(|w| w.verdicts.contains_key(name))
+    }
+
+    /// Live workers that take tasks (not being stopped), and of those, how many match
+    /// `environment` when one is given (for `weir workers wait`).
+    pub fn ready_workers(&self, environment: Option<&str>) -> u32 {
+        self.workers
+            .values()
+            .filter(|w| !w.draining)
+            .filter(|w| environment.is_none_or(|e| w.environments.contains(e)))
+            .count() as u32
+    }
+
+    pub fn has_worker(&self, worker: WorkerId) -> bool {
+        self.workers.contains_key(&worker)
+    }
+
+    pub fn worker_ids(&self) -> Vec<WorkerId> {
+        self.workers.keys().copied().collect()
+    }
+
+    /// Every live worker as the scaling loop sees it.
+    pub fn worker_views(&self, now: u64) -> Vec<WorkerView> {
+        self.workers
+            .iter()
+            .map(|(id, w)| WorkerView {
+                id: *id,
+                name: w.info.name.clone(),
+                manager: w.info.manager.clone(),
+                slots: w.info.slots,
+                busy: w.running.len() as u32,
+                idle_ms: w.idle_since.map_or(0, |since| now.saturating_sub(since)),
+                draining: w.draining,
+                verdicts: w
+                    .verdicts
+                    .iter()
+                    .map(|(n, v)| (n.clone(), v.clone()))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Stop giving these workers tasks (their manager is about to stop them). Only idle
+    /// workers are drained; returns the names of those that were.
+    pub fn drain(&mut self, ids: &[WorkerId]) -> Vec<String> {
+        let mut drained = Vec::new();
+        for id in ids {
+            if let Some(worker) = self.workers.get_mut(id)
+                && worker.running.is_empty()
+            {
+                worker.draining = true;
+                drained.push(worker.info.name.clone());
+            }
+        }
+        drained
+    }
+}

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::core::managers::{Context, Managers};
 use crate::core::scaling::{Decision, Snapshot, Tier};
-use crate::core::tasks::{Action, Core, CoreConfig};
+use crate::core::tasks::{Action, Config as CoreConfig, Tasks as Core};
 use crate::core::tasks::{EnvSource, Loss};
 use crate::net::{self, AccessFile, NetError};
 use crate::plugin::{PluginHost, PolicyPlugin};

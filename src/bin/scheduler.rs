@@ -148,7 +148,10 @@ fn run(args: Args) -> Result<()> {
         unschedulable_timeout: args.unschedulable_timeout,
         worker_lease: args.worker_lease,
     };
-    let scaling = weir::scheduler::Scaling { policy, tiers };
+    let scaling = weir::scheduler::Scaling {
+        policy: Box::new(policy),
+        tiers,
+    };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(weir::scheduler::run(settings, Some(scaling), |running| {
         // The first line of stdout (and the second, with --metrics), in one write: scripts and

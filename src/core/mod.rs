@@ -3,5 +3,7 @@
 
 pub mod dense;
 pub mod managers;
+pub mod record;
 pub mod scaling;
+pub mod scheduler;
 pub mod tasks;

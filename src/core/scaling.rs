@@ -10,17 +10,25 @@ use std::collections::{HashMap, HashSet};
 pub use weir_waterfall::model::UNLIMITED;
 pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
 
-/// Something that decides how many workers each manager should run. The scheduler uses the
-/// WASM adapter (`plugin::PolicyPlugin`); tests use native implementations.
-pub trait ScalingPolicy {
-    type Error: std::error::Error;
-    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, Self::Error>;
+/// Why a policy gave no decision (its own words: a trap, a deadline, an error it returned).
+pub type PolicyFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Something that decides how many workers each manager should run: the WASM adapter
+/// (`plugin::PolicyPlugin`) or a native one. The scheduler holds it as
+/// `Box<dyn ScalingPolicy>` and checks every decision with [`validate_decisions`] whatever it is.
+pub trait ScalingPolicy: Send {
+    /// Its name, in errors about its decisions.
+    fn name(&self) -> &str;
+    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PolicyFailure>;
 }
 
 /// The native reference: the waterfall algorithm compiled into the host.
 impl ScalingPolicy for weir_waterfall::Policy {
-    type Error = std::convert::Infallible;
-    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, Self::Error> {
+    fn name(&self) -> &str {
+        "native waterfall"
+    }
+
+    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PolicyFailure> {
         Ok(weir_waterfall::Policy::decide(self, snapshot))
     }
 }

@@ -11,7 +11,7 @@ use super::bindings::policy::{Policy, PolicyPre, exports::weir::plugin::scaling 
 use super::sandbox::{Sandboxed, State};
 use super::{Limits, PluginError};
 use crate::core::scaling::{
-    Decision, Demand, ScalingPolicy, Snapshot, Tier, Verdict, validate_decisions,
+    Decision, Demand, PolicyFailure, ScalingPolicy, Snapshot, Tier, Verdict, validate_decisions,
 };
 
 struct Live {
@@ -93,10 +93,12 @@ impl PolicyPlugin {
 }
 
 impl ScalingPolicy for PolicyPlugin {
-    type Error = PluginError;
+    fn name(&self) -> &str {
+        PolicyPlugin::name(self)
+    }
 
-    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PluginError> {
-        PolicyPlugin::decide(self, snapshot)
+    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PolicyFailure> {
+        Ok(PolicyPlugin::decide(self, snapshot)?)
     }
 }
 

@@ -7,6 +7,7 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Event;
+use crate::core::scheduler::MAX_ENVIRONMENTS;
 use crate::net::{AccessFile, NetError};
 use crate::plugin::{PluginHost, World};
 use crate::proto::{
@@ -172,10 +173,10 @@ async fn worker_session(
                 return Ok(());
             }
         };
-    if info.local_environments.len() > super::MAX_ENVIRONMENTS || info.slots == 0 {
+    if info.local_environments.len() > MAX_ENVIRONMENTS || info.slots == 0 {
         let reason = format!(
             "a worker needs at least one slot and at most {} environments of its own",
-            super::MAX_ENVIRONMENTS
+            MAX_ENVIRONMENTS
         );
         connection.close(1u32.into(), reason.as_bytes());
         return Ok(());
@@ -406,13 +407,13 @@ async fn check_component(
     host: &Arc<PluginHost>,
     bytes: Vec<u8>,
     world: World,
-) -> Result<(ComponentHash, Arc<Vec<u8>>), String> {
+) -> Result<(ComponentHash, Arc<[u8]>), String> {
     let host = host.clone();
     tokio::task::spawn_blocking(move || {
         let sha256 = host
             .validate("submitted component", &bytes, world)
             .map_err(|e| e.to_string())?;
-        Ok((sha256, Arc::new(bytes)))
+        Ok((sha256, Arc::from(bytes)))
     })
     .await
     .map_err(|e| e.to_string())?

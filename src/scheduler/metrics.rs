@@ -97,11 +97,11 @@ pub async fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(address).await
 }
 
-impl super::Actor {
+impl super::actor::Actor {
     /// The Prometheus text of `/metrics`.
     pub(super) fn render_metrics(&self) -> String {
         use std::fmt::Write as _;
-        let status = self.core.status();
+        let status = self.core.status(self.now());
         let mut out = String::new();
         let t = &status.tasks;
         let _ = writeln!(
@@ -154,12 +154,12 @@ impl super::Actor {
                 "weir_slots{{manager=\"{manager}\",busy=\"true\"}} {busy}"
             );
         }
-        let managers = self.managers.status(&self.context());
+        let managers = &status.managers;
         let _ = writeln!(
             out,
             "# HELP weir_manager_workers Workers per manager.\n# TYPE weir_manager_workers gauge"
         );
-        for m in &managers {
+        for m in managers {
             let id = escape(&m.id);
             for (kind, n) in [
                 ("desired", m.desired.unwrap_or(0)),
@@ -176,7 +176,7 @@ impl super::Actor {
             out,
             "# HELP weir_manager_online Whether a manager heartbeats.\n# TYPE weir_manager_online gauge"
         );
-        for m in &managers {
+        for m in managers {
             let _ = writeln!(
                 out,
                 "weir_manager_online{{manager=\"{}\"}} {}",
@@ -188,7 +188,7 @@ impl super::Actor {
             out,
             "# HELP weir_manager_fixed_workers Workers a fixed pool keeps (--fixed N).\n# TYPE weir_manager_fixed_workers gauge"
         );
-        for m in &managers {
+        for m in managers {
             if let Some(n) = m.fixed {
                 let _ = writeln!(
                     out,
@@ -206,7 +206,11 @@ impl super::Actor {
             out,
             "# HELP weir_policy_errors_total Policy calls that failed.\n# TYPE weir_policy_errors_total counter"
         );
-        let _ = writeln!(out, "weir_policy_errors_total {}", self.policy_errors);
+        let _ = writeln!(
+            out,
+            "weir_policy_errors_total {}",
+            self.core.policy_errors()
+        );
         let _ = writeln!(
             out,
             "# HELP weir_environment_workers Workers per environment verdict.\n# TYPE weir_environment_workers gauge"

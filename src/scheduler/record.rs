@@ -2,10 +2,6 @@
 //! checksums (see `journal.rs` for what is written when). Pure: bytes in, records out, so the
 //! decoder is fuzzed on its own (`fuzz/fuzz_targets/journal_decode.rs`).
 
-use serde::{Deserialize, Serialize};
-
-use crate::proto::{ComponentHash, EnvironmentDef, JobId, NewGroup, Outcome, TaskId, TaskState};
-
 /// The first bytes of every journal.
 pub const MAGIC: &[u8; 8] = b"WEIRJRNL";
 /// This build's format (1 had no header and no checksums).
@@ -15,40 +11,7 @@ pub const HEADER: usize = 12;
 /// file), the CRC-32C of those 12 bytes, and the CRC-32C of the payload (all little endian).
 pub const RECORD_HEADER: usize = 20;
 
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Record {
-    /// Components first time seen, then the groups of one job.
-    Submit {
-        components: Vec<(ComponentHash, Vec<u8>)>,
-        groups: Vec<NewGroup>,
-    },
-    /// Tasks that reached a final state: (task, state, outcome, attempts).
-    Final(Vec<(TaskId, TaskState, Outcome, u32)>),
-    EnvRegister {
-        def: EnvironmentDef,
-        component: Vec<u8>,
-    },
-    EnvRemove {
-        name: String,
-    },
-    /// A finished job was forgotten (`weir forget`, `--forget-after`).
-    Forget {
-        job: JobId,
-    },
-    /// First in a compacted journal: the first job and task ids it holds (all lower ones were
-    /// forgotten), so ids continue where they were.
-    Base {
-        first_job: JobId,
-        first_task: TaskId,
-    },
-    /// Last in a compacted journal: the forgets before it are already compacted away.
-    Compacted,
-    /// Tasks handed to workers, with their attempts so far: a restarted scheduler fences only
-    /// these (the others never ran), and their attempts count against their retries. Written
-    /// without a sync of its own (it rides along the next one): a crash may lose the last few,
-    /// which then count one attempt less.
-    Started(Vec<(TaskId, u32)>),
-}
+pub use crate::core::record::Record;
 
 /// The records of a journal's bytes, and how many bytes are intact (the rest is a torn tail:
 /// a record cut short by a crash, or zeros where unsynced blocks were). Any other damage is an

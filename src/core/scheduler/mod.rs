@@ -1,0 +1,516 @@
+//! The scheduler's core, in the sans-IO style of quinn-proto: one entry point,
+//! [`Scheduler::handle`]`(now, Input)`, and what the shell must do next as [`Action`]s
+//! ([`Scheduler::poll_action`]), with the next time it wants to be woken
+//! ([`Scheduler::poll_timeout`]).
+//!
+//! It owns every fact the scheduler holds: tasks and workers ([`Tasks`]), managers
+//! ([`Managers`]), run-time environments (names and definitions), components (bytes, shared),
+//! what each worker was sent, the clients waiting for answers, and the scaling policy's state.
+//! The shell (`crate::scheduler`) owns only sockets, the journal file and the policy thread:
+//! it turns frames and timers into inputs, and actions into frames, journal writes and replies.
+//!
+//! A round: the shell feeds every waiting input, then [`Input::EndOfBatch`] (which schedules),
+//! performs the actions in order — journal records are appended before the frames that depend
+//! on them — syncs the journal and feeds [`Input::Synced`] (which acknowledges outcomes to the
+//! workers). Replies marked `durable` are held by the shell until that sync.
+
+mod environments;
+mod policy;
+mod replay;
+mod requests;
+mod workers;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::managers::{Context, Managers};
+use super::record::Record;
+use super::scaling::{Decision, Snapshot, Tier};
+use super::tasks::{self, Tasks};
+use crate::proto::{
+    ComponentHash, ComponentLoad, EnvVerdict, EnvironmentDef, EnvironmentStatus, JobId,
+    ManagerState, Outcome, Request, Response, StatusReport, TaskId, ToManager, ToWorker, WorkerId,
+    WorkerInfo,
+};
+
+pub use environments::{MAX_ENVIRONMENTS, check_env_name};
+
+/// Names a client's request stream: the shell keeps the reply channel, the core the waits.
+pub type ClientId = u64;
+/// Names a worker connection before it has a worker id ([`Action::Registered`] binds the two).
+pub type ConnectionId = u64;
+
+/// The core's settings (from the scheduler's flags).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub tasks: tasks::Config,
+    /// A manager silent this long is offline.
+    pub manager_timeout_ms: u64,
+    /// The lease granted to workers (sent when they register).
+    pub lease_ms: u64,
+    /// Fences released, forgotten jobs dropped and unschedulable tasks failed this often.
+    pub tick_ms: u64,
+    /// The policy decides this often; `None`: no policy, no scaling.
+    pub scaling_ms: Option<u64>,
+    /// A worker idle for less than this is not stopped.
+    pub scale_down_delay_ms: u64,
+    /// Fail queued tasks nothing could run for this long (`None`: they wait).
+    pub unschedulable_timeout_ms: Option<u64>,
+    /// The policy's name (in the errors about its decisions).
+    pub policy: String,
+    /// The policy's tiers (for the snapshot and `weir status`).
+    pub tiers: Vec<Tier>,
+    /// Whether there is a journal: without one, no record is made (and none is cloned).
+    pub journal: bool,
+}
+
+/// Something that happened, for the core to take in.
+#[derive(Debug)]
+pub enum Input {
+    /// A worker connection registered. The core answers with [`Action::Registered`].
+    WorkerJoined {
+        connection: ConnectionId,
+        info: WorkerInfo,
+    },
+    Heartbeat {
+        worker: WorkerId,
+    },
+    Finished {
+        worker: WorkerId,
+        results: Vec<(TaskId, Outcome)>,
+    },
+    Verdicts {
+        worker: WorkerId,
+        verdicts: Vec<(String, EnvVerdict)>,
+    },
+    Loads {
+        worker: WorkerId,
+        loads: Vec<(String, ComponentLoad)>,
+    },
+    /// Its connection ended; `planned`: it closed it on purpose (stopped by its manager or a
+    /// signal, its tasks stopped first).
+    WorkerGone {
+        worker: WorkerId,
+        reason: String,
+        planned: bool,
+    },
+    /// A client's request, with the components that came with it.
+    Request {
+        client: ClientId,
+        request: Request,
+        components: Vec<(ComponentHash, Arc<[u8]>)>,
+    },
+    /// A client's reply channel is closed: forget what it waits for.
+    ClientGone {
+        client: ClientId,
+    },
+    ManagerHeartbeat {
+        state: ManagerState,
+    },
+    /// Its connection broke (it stays known, offline, until it comes back or a minute passes).
+    ManagerGone {
+        id: String,
+    },
+    /// It is stopping on purpose: forget it.
+    ManagerGoodbye {
+        id: String,
+    },
+    /// The policy's answer to the last [`Action::Decide`].
+    Decided {
+        result: Result<Vec<Decision>, String>,
+    },
+    /// The time [`Scheduler::poll_timeout`] named has come.
+    Timeout,
+    /// Every waiting input was fed: match tasks to workers and settle waits.
+    EndOfBatch,
+    /// Everything journaled so far is on disk: outcomes may be acknowledged.
+    Synced,
+    /// The journal was rewritten from [`Scheduler::journal_image`].
+    Compacted,
+    /// Starting from a journal: one of its records, in order.
+    Replay(Record),
+    /// The last record was replayed.
+    Replayed,
+}
+
+/// What the shell must do, in this order.
+#[derive(Debug)]
+pub enum Action {
+    /// The connection is worker `worker` from now on (frames to it follow).
+    Registered {
+        connection: ConnectionId,
+        worker: WorkerId,
+    },
+    ToWorker {
+        worker: WorkerId,
+        message: ToWorker,
+    },
+    /// Close the worker's connection (it is considered lost).
+    CloseWorker {
+        worker: WorkerId,
+    },
+    ToManager {
+        manager: String,
+        message: ToManager,
+    },
+    /// Answer a client; `last`: its final answer (the shell drops the channel); `durable`: hold
+    /// it until the journal is synced (a journal error turns it into an error).
+    Reply {
+        client: ClientId,
+        response: Response,
+        last: bool,
+        durable: bool,
+    },
+    /// Append to the journal; `write_through`: hand it to the OS now (before the frames that
+    /// follow are sent), not only at the round's sync.
+    Journal {
+        record: Record,
+        write_through: bool,
+    },
+    /// Enough was forgotten that compacting the journal pays (if it is big enough): rewrite
+    /// it from [`Scheduler::journal_image`], then feed [`Input::Compacted`].
+    Compact,
+    /// Ask the policy to decide on this snapshot (answer with [`Input::Decided`]).
+    Decide(Snapshot),
+}
+
+/// What the core keeps of a worker's connection: what it was sent, and its outcome count.
+#[derive(Default)]
+struct Link {
+    /// Outcomes it reported, and how many of them were acknowledged (once durable).
+    received: u64,
+    acknowledged: u64,
+    groups: std::collections::HashSet<crate::proto::GroupId>,
+    components: std::collections::HashSet<ComponentHash>,
+    /// Condition components already sent.
+    conditions: std::collections::HashSet<ComponentHash>,
+}
+
+/// A `weir workers wait` waiting for enough live workers.
+struct WorkerWait {
+    client: ClientId,
+    count: u32,
+    environment: Option<String>,
+    /// The count last sent (progress is sent when it changes).
+    last: Option<u32>,
+}
+
+/// A `weir env register --wait` waiting for every live worker's verdict.
+struct EnvWait {
+    client: ClientId,
+    name: String,
+    workers: std::collections::HashSet<WorkerId>,
+}
+
+/// The scaling policy's side: whether it is deciding, and how it last did.
+#[derive(Default)]
+struct PolicyState {
+    busy: bool,
+    /// The snapshot it is deciding on: its decisions are checked against it.
+    deciding: Option<Snapshot>,
+    error: Option<String>,
+    errors: u64,
+}
+
+pub struct Scheduler {
+    config: Config,
+    tasks: Tasks,
+    managers: Managers,
+    /// Managers with an open connection (decisions go only to them).
+    connected: std::collections::HashSet<String>,
+    /// Run-time environments, sent whole to every worker.
+    environments: BTreeMap<String, EnvironmentDef>,
+    /// Component bytes, task and condition components alike, shared by every frame that sends
+    /// them.
+    components: HashMap<ComponentHash, Arc<[u8]>>,
+    links: HashMap<WorkerId, Link>,
+    waiters: HashMap<JobId, Vec<ClientId>>,
+    env_waits: Vec<EnvWait>,
+    worker_waits: Vec<WorkerWait>,
+    policy: PolicyState,
+    /// Jobs forgotten since the journal was last compacted (what compacting would drop).
+    forgets_since_compaction: u64,
+    next_tick: u64,
+    next_scale: u64,
+    actions: VecDeque<Action>,
+}
+
+impl Scheduler {
+    pub fn new(config: Config) -> Scheduler {
+        Scheduler {
+            tasks: Tasks::new(config.tasks.clone()),
+            managers: Managers::new(config.manager_timeout_ms),
+            connected: Default::default(),
+            environments: BTreeMap::new(),
+            components: HashMap::new(),
+            links: HashMap::new(),
+            waiters: HashMap::new(),
+            env_waits: Vec::new(),
+            worker_waits: Vec::new(),
+            policy: PolicyState::default(),
+            forgets_since_compaction: 0,
+            next_tick: config.tick_ms,
+            next_scale: config.scaling_ms.unwrap_or(u64::MAX),
+            actions: VecDeque::new(),
+            config,
+        }
+    }
+
+    /// Take in one input.
+    pub fn handle(&mut self, now: u64, input: Input) {
+        match input {
+            Input::WorkerJoined { connection, info } => self.worker_joined(now, connection, info),
+            Input::Heartbeat { worker } => self.tasks.heartbeat(now, worker),
+            Input::Finished { worker, results } => self.finished(now, worker, results),
+            Input::Loads { worker, loads } => self.tasks.set_loads(worker, loads),
+            Input::Verdicts { worker, verdicts } => {
+                self.tasks.set_verdicts(now, worker, verdicts);
+                self.settle_env_waits();
+            }
+            Input::WorkerGone {
+                worker,
+                reason,
+                planned,
+            } => {
+                let loss = match planned {
+                    true => tasks::Loss::Stopped,
+                    false => tasks::Loss::Silent,
+                };
+                self.worker_gone(now, worker, &reason, loss, true);
+            }
+            Input::Request {
+                client,
+                request,
+                components,
+            } => self.request(now, client, request, components),
+            Input::ClientGone { client } => self.client_gone(client),
+            Input::ManagerHeartbeat { state } => self.manager_heartbeat(now, state),
+            Input::ManagerGone { id } => {
+                tracing::warn!(manager = %id, "worker manager disconnected");
+                self.connected.remove(&id);
+            }
+            Input::ManagerGoodbye { id } => {
+                tracing::info!(manager = %id, "worker manager stopped");
+                self.connected.remove(&id);
+                self.managers.remove(&id);
+            }
+            Input::Decided { result } => self.decided(now, result),
+            Input::Timeout => self.timeout(now),
+            Input::EndOfBatch => {
+                self.tasks.schedule();
+                self.flush();
+                self.settle_worker_waits();
+            }
+            Input::Synced => self.acknowledge_outcomes(),
+            Input::Compacted => {
+                self.forgets_since_compaction = 0;
+                self.tasks.compacted();
+            }
+            Input::Replay(record) => self.replay(record),
+            Input::Replayed => self.replayed(now),
+        }
+    }
+
+    /// The next thing to do, in order.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Everything to do now, in order.
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        self.actions.drain(..).collect()
+    }
+
+    /// When the shell must feed [`Input::Timeout`] next (milliseconds on the `now` clock).
+    pub fn poll_timeout(&self) -> u64 {
+        self.next_tick.min(self.next_scale)
+    }
+
+    /// The task core, to read (the metrics page, tests).
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+
+    /// `weir status`: tasks, workers, managers and the policy's last error.
+    pub fn status(&self, now: u64) -> StatusReport {
+        let mut report = self.tasks.status();
+        report.managers = self.managers.status(&self.context(now));
+        report.policy_error = self.policy.error.clone();
+        report
+    }
+
+    /// Policy calls that failed (or decided nonsense) so far.
+    pub fn policy_errors(&self) -> u64 {
+        self.policy.errors
+    }
+
+    /// The environments (one or all), with the managers that declared each name.
+    pub fn environment_report(&self, only: Option<&str>) -> Vec<EnvironmentStatus> {
+        let mut report = self.tasks.environment_report(only);
+        for status in &mut report {
+            status.managers = self.managers.declaring(&status.name);
+        }
+        report
+    }
+
+    /// What the manager controller needs to know of the rest of the scheduler.
+    fn context(&self, now: u64) -> Context<'_> {
+        Context {
+            now,
+            workers: self.tasks.worker_views(now),
+            tiers: &self.config.tiers,
+            registered: self.tasks.registered_environments(),
+        }
+    }
+
+    fn timeout(&mut self, now: u64) {
+        if now >= self.next_tick {
+            self.next_tick = now + self.config.tick_ms;
+            self.tick(now);
+        }
+        if now >= self.next_scale
+            && let Some(interval) = self.config.scaling_ms
+        {
+            self.next_scale = now + interval;
+            self.scale(now);
+        }
+    }
+
+    fn tick(&mut self, now: u64) {
+        self.tasks.tick(now);
+        // A manager gone without a goodbye leaves the status after a minute.
+        self.managers.drop_offline(now, 60_000);
+        // The journal stays bounded by what is held, like memory: compacted while running once
+        // at least as many tasks were forgotten since the last compaction as are still held
+        // (half of it, or more, is gone). The shell compacts only a journal big enough to pay.
+        if self.config.journal
+            && self.forgets_since_compaction > 0
+            && self.tasks.forgotten_tasks_since_compaction() >= self.tasks.held_tasks()
+        {
+            self.flush();
+            self.actions.push_back(Action::Compact);
+        }
+        self.fail_unschedulable(now);
+    }
+
+    fn reply(&mut self, client: ClientId, response: Response, last: bool) {
+        self.actions.push_back(Action::Reply {
+            client,
+            response,
+            last,
+            durable: false,
+        });
+    }
+
+    /// A final answer that the request could not be done.
+    fn refuse(&mut self, client: ClientId, message: String) {
+        self.reply(client, Response::Error { message }, true);
+    }
+
+    /// A final answer to a change: held until the journal has it on disk, when there is one.
+    fn reply_durable(&mut self, client: ClientId, response: Response) {
+        self.actions.push_back(Action::Reply {
+            client,
+            response,
+            last: true,
+            durable: self.config.journal,
+        });
+    }
+
+    fn journal(&mut self, record: Record) {
+        if !self.config.journal {
+            return;
+        }
+        if matches!(record, Record::Forget { .. }) {
+            self.forgets_since_compaction += 1;
+        }
+        self.actions.push_back(Action::Journal {
+            record,
+            write_through: false,
+        });
+    }
+
+    fn client_gone(&mut self, client: ClientId) {
+        for waiters in self.waiters.values_mut() {
+            waiters.retain(|c| *c != client);
+        }
+        self.waiters.retain(|_, waiters| !waiters.is_empty());
+        self.env_waits.retain(|w| w.client != client);
+        self.worker_waits.retain(|w| w.client != client);
+    }
+
+    /// Turn the task core's actions into frames, journal records and progress answers.
+    fn flush(&mut self) {
+        let mut touched = std::collections::BTreeSet::new();
+        let mut finals = Vec::new();
+        let mut dispatches = Vec::new();
+        for action in self.tasks.take_actions() {
+            match action {
+                // Sent below, once the journal has them.
+                tasks::Action::Dispatch { worker, tasks } => dispatches.push((worker, tasks)),
+                tasks::Action::Cancel { worker, tasks } => {
+                    self.send_worker(worker, ToWorker::Cancel(tasks))
+                }
+                tasks::Action::Disconnect { worker, reason } => {
+                    tracing::warn!(worker, %reason, "worker lost");
+                    self.close_worker(worker);
+                }
+                tasks::Action::Dropped { groups, components } => self.dropped(&groups, &components),
+                tasks::Action::Forgot { job } => {
+                    tracing::info!(job, "job forgotten (--forget-after)");
+                    self.journal(Record::Forget { job });
+                }
+                tasks::Action::Finished { job, task } => {
+                    touched.insert(job);
+                    if self.config.journal
+                        && let Some((state, outcome, attempts)) = self.tasks.final_record(task)
+                    {
+                        finals.push((task, state, outcome, attempts));
+                    }
+                }
+            }
+        }
+        // What is handed to workers is written (not synced: a process killed at any point
+        // keeps it; a machine that loses power may lose the last ones) before it is sent, so a
+        // restarted scheduler fences exactly the tasks that may still run somewhere.
+        if self.config.journal && !dispatches.is_empty() {
+            let started = dispatches
+                .iter()
+                .flat_map(|(_, tasks): &(WorkerId, Vec<TaskId>)| tasks.iter())
+                .map(|&t| (t, self.tasks.attempts(t)))
+                .collect();
+            self.actions.push_back(Action::Journal {
+                record: Record::Started(started),
+                write_through: true,
+            });
+        }
+        for (worker, tasks) in dispatches {
+            self.dispatch(worker, tasks);
+        }
+        if !finals.is_empty() {
+            self.journal(Record::Final(finals));
+        }
+        for job in touched {
+            self.progress(job);
+        }
+    }
+
+    /// Tell the clients waiting for `job` how far it is (and that it is done, once it is).
+    fn progress(&mut self, job: JobId) {
+        let Ok(counts) = self.tasks.job_counts(job).cloned() else {
+            return;
+        };
+        let done = counts.finished() == counts.total();
+        let waiters = match done {
+            true => self.waiters.remove(&job).unwrap_or_default(),
+            false => self.waiters.get(&job).cloned().unwrap_or_default(),
+        };
+        for client in waiters {
+            let response = match done {
+                true => Response::Done(counts.clone()),
+                false => Response::Progress(counts.clone()),
+            };
+            self.reply(client, response, done);
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Workers as the scheduler sees them: joining, reports, loss, and the frames each one is sent
+//! (a group's spec and component once per worker, then assignments).
+
+use super::{Action, ConnectionId, Link, Scheduler};
+use crate::core::tasks::Loss;
+use crate::proto::{
+    Assignment, ComponentHash, EnvironmentDef, GroupId, Outcome, TaskId, TaskKind, ToWorker,
+    WorkerId, WorkerInfo,
+};
+
+impl Scheduler {
+    pub(super) fn worker_joined(&mut self, now: u64, connection: ConnectionId, info: WorkerInfo) {
+        tracing::info!(name = %info.name, slots = info.slots, "worker joined");
+        let claimed = info.running.len();
+        let (worker, refused) = self.tasks.worker_joined(now, info);
+        if claimed > 0 {
+            tracing::info!(
+                worker,
+                claimed,
+                refused = refused.len(),
+                "worker re-registered with tasks it runs"
+            );
+        }
+        self.actions
+            .push_back(Action::Registered { connection, worker });
+        self.links.insert(worker, Link::default());
+        self.send_worker(
+            worker,
+            ToWorker::Registered {
+                id: worker,
+                lease_ms: self.config.lease_ms,
+            },
+        );
+        if !refused.is_empty() {
+            self.send_worker(worker, ToWorker::Cancel(refused));
+        }
+        self.send_environments(worker);
+    }
+
+    pub(super) fn finished(&mut self, now: u64, worker: WorkerId, results: Vec<(TaskId, Outcome)>) {
+        if let Some(link) = self.links.get_mut(&worker) {
+            link.received += results.len() as u64;
+        }
+        for (task, outcome) in results {
+            if !self.tasks.finished(now, worker, task, outcome) {
+                tracing::debug!(
+                    worker,
+                    task,
+                    "ignored a report for a task not running there"
+                );
+            }
+        }
+    }
+
+    /// A worker is gone: closed its connection, fell silent, or its manager saw it exit. Its
+    /// tasks are requeued (a planned stop spends no retry).
+    /// `close`: close its connection; a worker its manager is stopping keeps it, and closes it
+    /// itself as it stops.
+    pub(super) fn worker_gone(
+        &mut self,
+        now: u64,
+        worker: WorkerId,
+        reason: &str,
+        loss: Loss,
+        close: bool,
+    ) {
+        if close {
+            self.close_worker(worker);
+        }
+        if !self.tasks.has_worker(worker) {
+            return;
+        }
+        match loss {
+            Loss::Stopped => tracing::info!(worker, %reason, "worker stopped"),
+            Loss::Exited => tracing::warn!(worker, %reason, "worker lost; requeueing its tasks"),
+            Loss::Silent => tracing::warn!(
+                worker,
+                %reason,
+                "worker lost; its tasks run again once its lease has surely run out, unless it comes back first"
+            ),
+        }
+        self.tasks.worker_lost(now, worker, reason, loss);
+        self.settle_env_waits();
+    }
+
+    pub(super) fn close_worker(&mut self, worker: WorkerId) {
+        if self.links.remove(&worker).is_some() {
+            self.actions.push_back(Action::CloseWorker { worker });
+        }
+    }
+
+    pub(super) fn send_worker(&mut self, worker: WorkerId, message: ToWorker) {
+        if self.links.contains_key(&worker) {
+            self.actions.push_back(Action::ToWorker { worker, message });
+        }
+    }
+
+    /// Outcomes are durable now: workers may forget them.
+    pub(super) fn acknowledge_outcomes(&mut self) {
+        for (&worker, link) in &mut self.links {
+            if link.received > link.acknowledged {
+                link.acknowledged = link.received;
+                self.actions.push_back(Action::ToWorker {
+                    worker,
+                    message: ToWorker::Received {
+                        count: link.received,
+                    },
+                });
+            }
+        }
+    }
+
+    /// Send `worker` its tasks, preceded by the specs and components it lacks.
+    pub(super) fn dispatch(&mut self, worker: WorkerId, tasks: Vec<TaskId>) {
+        let Some(link) = self.links.get_mut(&worker) else {
+            return;
+        };
+        let mut frames = Vec::new();
+        let mut assignments = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let Some((group, index)) = self.tasks.task_group(task) else {
+                continue;
+            };
+            if link.groups.insert(group.id) {
+                if let TaskKind::Wasm { component } = &group.spec.kind
+                    && link.components.insert(*component)
+                    && let Some(bytes) = self.components.get(component)
+                {
+                    frames.push(ToWorker::Component {
+                        hash: *component,
+                        bytes: bytes.to_vec(),
+                    });
+                }
+                frames.push(ToWorker::Group {
+                    id: group.id,
+                    job: group.job,
+                    spec: group.spec.clone(),
+                });
+            }
+            assignments.push(Assignment {
+                task,
+                group: group.id,
+                index,
+                input: group.input(index).map(<[u8]>::to_vec),
+            });
+        }
+        frames.push(ToWorker::Run(assignments));
+        for message in frames {
+            self.actions.push_back(Action::ToWorker { worker, message });
+        }
+    }
+
+    /// Forgotten jobs were dropped: free the components no one uses any more and tell the
+    /// workers that have them.
+    pub(super) fn dropped(&mut self, groups: &[GroupId], components: &[ComponentHash]) {
+        for hash in components {
+            // Environments share the map: keep what a registered condition uses.
+            if !self.environments.values().any(|d| d.component == *hash) {
+                self.components.remove(hash);
+            }
+        }
+        for (&worker, link) in &mut self.links {
+            let groups: Vec<GroupId> = groups
+                .iter()
+                .copied()
+                .filter(|g| link.groups.remove(g))
+                .collect();
+            let components: Vec<ComponentHash> = components
+                .iter()
+                .copied()
+                .filter(|c| link.components.remove(c))
+                .collect();
+            if !groups.is_empty() || !components.is_empty() {
+                self.actions.push_back(Action::ToWorker {
+                    worker,
+                    message: ToWorker::Forget { groups, components },
+                });
+            }
+        }
+    }
+
+    /// Send `worker` the whole environment set, with the condition components it lacks.
+    pub(super) fn send_environments(&mut self, worker: WorkerId) {
+        let Some(link) = self.links.get_mut(&worker) else {
+            return;
+        };
+        let defs: Vec<EnvironmentDef> = self.environments.values().cloned().collect();
+        let mut components = Vec::new();
+        for def in &defs {
+            if link.conditions.insert(def.component)
+                && let Some(bytes) = self.components.get(&def.component)
+            {
+                components.push((def.component, bytes.to_vec()));
+            }
+        }
+        self.actions.push_back(Action::ToWorker {
+            worker,
+            message: ToWorker::Environments { defs, components },
+        });
+    }
+
+    /// Every live worker is sent the environment set anew.
+    pub(super) fn send_environments_to_all(&mut self) {
+        for worker in self.tasks.worker_ids() {
+            self.send_environments(worker);
+        }
+    }
+}

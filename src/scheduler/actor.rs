@@ -1,0 +1,392 @@
+//! The actor: the one task that owns the core ([`Scheduler`]). It turns connection events and
+//! timers into [`Input`]s and the core's [`Action`]s into frames, journal writes and replies.
+//! It holds no rule of its own: only channels, the journal file and the policy thread.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{journal, metrics};
+use crate::core::scaling::{ScalingPolicy, Snapshot};
+use crate::core::scheduler::{Action, ClientId, ConnectionId, Input, Scheduler};
+use crate::proto::{
+    ComponentHash, ComponentLoad, EnvVerdict, ManagerState, Outcome, Request, Response, TaskId,
+    ToManager, ToWorker, WorkerId, WorkerInfo,
+};
+
+/// A journal smaller than this is never compacted while running (at start it is).
+const JOURNAL_MIN_SIZE: u64 = 1 << 20;
+
+/// Messages from connection tasks (and the policy thread, and `/metrics`) to the actor.
+pub(crate) enum Event {
+    WorkerJoined {
+        info: WorkerInfo,
+        frames: mpsc::UnboundedSender<ToWorker>,
+        reply: oneshot::Sender<WorkerId>,
+    },
+    Heartbeat {
+        worker: WorkerId,
+    },
+    Finished {
+        worker: WorkerId,
+        results: Vec<(TaskId, Outcome)>,
+    },
+    Verdicts {
+        worker: WorkerId,
+        verdicts: Vec<(String, EnvVerdict)>,
+    },
+    Loads {
+        worker: WorkerId,
+        loads: Vec<(String, ComponentLoad)>,
+    },
+    WorkerGone {
+        worker: WorkerId,
+        reason: String,
+        /// It closed its connection on purpose (stopped by its manager or a signal).
+        planned: bool,
+    },
+    Request {
+        request: Request,
+        components: Vec<(ComponentHash, Arc<[u8]>)>,
+        reply: mpsc::UnboundedSender<Response>,
+    },
+    ManagerHeartbeat {
+        state: ManagerState,
+        link: mpsc::UnboundedSender<ToManager>,
+    },
+    ManagerGone {
+        id: String,
+    },
+    /// The manager is stopping on purpose: forget it.
+    ManagerGoodbye {
+        id: String,
+    },
+    Decided {
+        result: Result<Vec<crate::core::scaling::Decision>, String>,
+        elapsed: Duration,
+    },
+    Metrics {
+        reply: oneshot::Sender<String>,
+    },
+}
+
+pub(super) struct Actor {
+    pub core: Scheduler,
+    pub started: Instant,
+    /// Worker connections waiting for their id.
+    joining: HashMap<ConnectionId, (mpsc::UnboundedSender<ToWorker>, oneshot::Sender<WorkerId>)>,
+    workers: HashMap<WorkerId, mpsc::UnboundedSender<ToWorker>>,
+    clients: HashMap<ClientId, mpsc::UnboundedSender<Response>>,
+    managers: HashMap<String, mpsc::UnboundedSender<ToManager>>,
+    next_id: u64,
+    /// Snapshots to the policy thread; `None` without a policy.
+    policy: Option<std::sync::mpsc::Sender<Snapshot>>,
+    record: Option<std::fs::File>,
+    pub journal: Option<journal::Journal>,
+    /// Replies held until this round's journal records are on disk.
+    deferred: Vec<(ClientId, Response)>,
+    /// The first journal write error of this round: its replies become errors.
+    journal_error: Option<String>,
+    pub policy_latency: metrics::Histogram,
+}
+
+impl Actor {
+    pub fn new(
+        core: Scheduler,
+        policy: Option<std::sync::mpsc::Sender<Snapshot>>,
+        record: Option<std::fs::File>,
+        journal: Option<journal::Journal>,
+    ) -> Actor {
+        Actor {
+            core,
+            started: Instant::now(),
+            joining: HashMap::new(),
+            workers: HashMap::new(),
+            clients: HashMap::new(),
+            managers: HashMap::new(),
+            next_id: 0,
+            policy,
+            record,
+            journal,
+            deferred: Vec::new(),
+            journal_error: None,
+            policy_latency: metrics::Histogram::default(),
+        }
+    }
+
+    pub fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Feed the journal's records to the core; compact it if it held forgotten jobs.
+    pub fn replay(&mut self, records: Vec<journal::Record>) {
+        let now = self.now();
+        for record in records {
+            self.core.handle(now, Input::Replay(record));
+        }
+        self.core.handle(now, Input::Replayed);
+        if self.core.forgets_since_compaction() > 0 {
+            self.compact_journal();
+        }
+    }
+
+    fn compact_journal(&mut self) {
+        let records = self.core.journal_image();
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        match journal.rewrite(&records) {
+            Ok((before, after)) => {
+                self.core.handle(self.now(), Input::Compacted);
+                tracing::info!(before, after, "journal compacted (forgotten jobs dropped)")
+            }
+            Err(error) => tracing::error!(%error, "journal not compacted"),
+        }
+    }
+
+    /// The event loop. Returns only when the journal cannot be written (with why): fail-stop,
+    /// as a database does when its log cannot be synced. What it had synced stays, a torn last
+    /// record is cut at the next start, and nothing that was acknowledged is lost.
+    pub async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>) -> Option<String> {
+        loop {
+            let wake = self.started + Duration::from_millis(self.core.poll_timeout());
+            tokio::select! {
+                event = inbox.recv() => {
+                    self.event(event?);
+                    // Take everything already waiting before scheduling once.
+                    for _ in 0..10_000 {
+                        match inbox.try_recv() {
+                            Ok(event) => self.event(event),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(wake.into()) => {
+                    let now = self.now();
+                    self.core.handle(now, Input::Timeout);
+                }
+            }
+            let now = self.now();
+            self.core.handle(now, Input::EndOfBatch);
+            self.perform();
+            if let Some(journal) = &mut self.journal
+                && let Err(error) = journal.sync()
+            {
+                self.journal_error.get_or_insert(error.to_string());
+            }
+            // Nothing is acknowledged that is not on disk: with a journal error this round,
+            // the answers say so instead.
+            let failed = self.journal_error.take();
+            for (client, response) in std::mem::take(&mut self.deferred) {
+                let response = match &failed {
+                    None => response,
+                    Some(error) => Response::Error {
+                        message: format!(
+                            "not done: it could not be written to the journal, so it would not survive a restart, and the scheduler stops ({error})"
+                        ),
+                    },
+                };
+                self.reply(client, response, true);
+            }
+            if let Some(error) = failed {
+                tracing::error!(%error, "the journal cannot be written: stopping; start the scheduler again once the disk is fixed (nothing acknowledged is lost)");
+                return Some(format!("the journal cannot be written: {error}"));
+            }
+            self.core.handle(now, Input::Synced);
+            self.perform();
+        }
+    }
+
+    fn event(&mut self, event: Event) {
+        let now = self.now();
+        let input = match event {
+            Event::WorkerJoined {
+                info,
+                frames,
+                reply,
+            } => {
+                let connection = self.next_id();
+                self.joining.insert(connection, (frames, reply));
+                Input::WorkerJoined { connection, info }
+            }
+            Event::Heartbeat { worker } => Input::Heartbeat { worker },
+            Event::Finished { worker, results } => Input::Finished { worker, results },
+            Event::Verdicts { worker, verdicts } => Input::Verdicts { worker, verdicts },
+            Event::Loads { worker, loads } => Input::Loads { worker, loads },
+            Event::WorkerGone {
+                worker,
+                reason,
+                planned,
+            } => Input::WorkerGone {
+                worker,
+                reason,
+                planned,
+            },
+            Event::Request {
+                request,
+                components,
+                reply,
+            } => {
+                let client = self.next_id();
+                self.clients.insert(client, reply);
+                Input::Request {
+                    client,
+                    request,
+                    components,
+                }
+            }
+            Event::ManagerHeartbeat { state, link } => {
+                self.managers.insert(state.id.clone(), link);
+                Input::ManagerHeartbeat { state }
+            }
+            Event::ManagerGone { id } => {
+                self.managers.remove(&id);
+                Input::ManagerGone { id }
+            }
+            Event::ManagerGoodbye { id } => {
+                self.managers.remove(&id);
+                Input::ManagerGoodbye { id }
+            }
+            Event::Decided { result, elapsed } => {
+                self.policy_latency.observe(elapsed);
+                Input::Decided { result }
+            }
+            Event::Metrics { reply } => {
+                let _ = reply.send(self.render_metrics());
+                return;
+            }
+        };
+        self.core.handle(now, input);
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Carry out the core's actions, in order.
+    fn perform(&mut self) {
+        while let Some(action) = self.core.poll_action() {
+            match action {
+                Action::Registered { connection, worker } => {
+                    if let Some((frames, reply)) = self.joining.remove(&connection) {
+                        self.workers.insert(worker, frames);
+                        let _ = reply.send(worker);
+                    }
+                }
+                Action::ToWorker { worker, message } => {
+                    // Nothing is sent that the journal could not take (the scheduler stops).
+                    if self.journal_error.is_none()
+                        && let Some(frames) = self.workers.get(&worker)
+                    {
+                        let _ = frames.send(message);
+                    }
+                }
+                // Dropping the sender ends the connection's writer, which closes it.
+                Action::CloseWorker { worker } => drop(self.workers.remove(&worker)),
+                Action::ToManager { manager, message } => {
+                    if let Some(link) = self.managers.get(&manager) {
+                        let _ = link.send(message);
+                    }
+                }
+                Action::Reply {
+                    client,
+                    response,
+                    last,
+                    durable,
+                } => match durable {
+                    true => self.deferred.push((client, response)),
+                    false => self.reply(client, response, last),
+                },
+                Action::Journal {
+                    record,
+                    write_through,
+                } => self.append(&record, write_through),
+                Action::Compact => {
+                    if self
+                        .journal
+                        .as_ref()
+                        .is_some_and(|j| j.size() >= JOURNAL_MIN_SIZE)
+                    {
+                        self.compact_journal();
+                    }
+                }
+                Action::Decide(snapshot) => self.decide(snapshot),
+            }
+        }
+    }
+
+    fn append(&mut self, record: &journal::Record, write_through: bool) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        let written = match write_through {
+            true => journal
+                .append_lazily(record)
+                .and_then(|()| journal.write_through()),
+            false => journal.append(record),
+        };
+        if let Err(error) = written {
+            self.journal_error.get_or_insert(error.to_string());
+        }
+    }
+
+    fn reply(&mut self, client: ClientId, response: Response, last: bool) {
+        let Some(channel) = self.clients.get(&client) else {
+            return;
+        };
+        let sent = channel.send(response).is_ok();
+        if last || !sent {
+            self.clients.remove(&client);
+        }
+        if !sent {
+            let now = self.now();
+            self.core.handle(now, Input::ClientGone { client });
+        }
+    }
+
+    fn decide(&mut self, snapshot: Snapshot) {
+        if let Some(file) = &mut self.record {
+            use std::io::Write;
+            if let Ok(line) = serde_json::to_string(&snapshot) {
+                let _ = writeln!(file, "{line}");
+            }
+        }
+        let sent = self
+            .policy
+            .as_ref()
+            .is_some_and(|p| p.send(snapshot).is_ok());
+        if !sent {
+            let now = self.now();
+            let result = Err("the policy thread is gone".into());
+            self.core.handle(now, Input::Decided { result });
+        }
+    }
+}
+
+/// The policy runs on its own thread: a slow or looping policy (stopped by its deadline) never
+/// holds up the actor. Snapshots in, `Event::Decided` out.
+pub(super) fn policy_thread(
+    mut policy: Box<dyn ScalingPolicy>,
+    events: mpsc::UnboundedSender<Event>,
+) -> std::sync::mpsc::Sender<Snapshot> {
+    let (snapshots, inbox) = std::sync::mpsc::channel::<Snapshot>();
+    let spawned = std::thread::Builder::new()
+        .name("weir-policy".into())
+        .spawn(move || {
+            while let Ok(snapshot) = inbox.recv() {
+                let started = std::time::Instant::now();
+                let result = policy.decide(&snapshot).map_err(|e| e.to_string());
+                let elapsed = started.elapsed();
+                if events.send(Event::Decided { result, elapsed }).is_err() {
+                    return;
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start the policy thread: no scaling");
+    }
+    snapshots
+}

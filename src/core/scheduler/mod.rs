@@ -15,6 +15,7 @@
 //! workers). Replies marked `durable` are held by the shell until that sync.
 
 mod environments;
+mod interface;
 mod policy;
 mod replay;
 mod requests;
@@ -25,154 +26,19 @@ use std::sync::Arc;
 
 use super::managers::{Context, Managers};
 use super::record::Record;
-use super::scaling::{Decision, Snapshot, Tier};
+use super::scaling::Snapshot;
 use super::tasks::{self, Tasks};
 use crate::proto::{
-    ComponentHash, ComponentLoad, EnvVerdict, EnvironmentDef, EnvironmentStatus, JobId,
-    ManagerState, Outcome, Request, Response, StatusReport, TaskId, ToManager, ToWorker, WorkerId,
-    WorkerInfo,
+    ComponentHash, EnvironmentDef, EnvironmentStatus, JobId, Response, StatusReport, WorkerId,
 };
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
+pub use interface::{Action, Config, Input};
 
 /// Names a client's request stream: the shell keeps the reply channel, the core the waits.
 pub type ClientId = u64;
 /// Names a worker connection before it has a worker id ([`Action::Registered`] binds the two).
 pub type ConnectionId = u64;
-
-/// The core's settings (from the scheduler's flags).
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub tasks: tasks::Config,
-    /// A manager silent this long is offline.
-    pub manager_timeout_ms: u64,
-    /// The lease granted to workers (sent when they register).
-    pub lease_ms: u64,
-    /// Fences released, forgotten jobs dropped and unschedulable tasks failed this often.
-    pub tick_ms: u64,
-    /// The policy decides this often; `None`: no policy, no scaling.
-    pub scaling_ms: Option<u64>,
-    /// A worker idle for less than this is not stopped.
-    pub scale_down_delay_ms: u64,
-    /// Fail queued tasks nothing could run for this long (`None`: they wait).
-    pub unschedulable_timeout_ms: Option<u64>,
-    /// The policy's name (in the errors about its decisions).
-    pub policy: String,
-    /// The policy's tiers (for the snapshot and `weir status`).
-    pub tiers: Vec<Tier>,
-    /// Whether there is a journal: without one, no record is made (and none is cloned).
-    pub journal: bool,
-}
-
-/// Something that happened, for the core to take in.
-#[derive(Debug)]
-pub enum Input {
-    /// A worker connection registered. The core answers with [`Action::Registered`].
-    WorkerJoined {
-        connection: ConnectionId,
-        info: WorkerInfo,
-    },
-    Heartbeat {
-        worker: WorkerId,
-    },
-    Finished {
-        worker: WorkerId,
-        results: Vec<(TaskId, Outcome)>,
-    },
-    Verdicts {
-        worker: WorkerId,
-        verdicts: Vec<(String, EnvVerdict)>,
-    },
-    Loads {
-        worker: WorkerId,
-        loads: Vec<(String, ComponentLoad)>,
-    },
-    /// Its connection ended; `planned`: it closed it on purpose (stopped by its manager or a
-    /// signal, its tasks stopped first).
-    WorkerGone {
-        worker: WorkerId,
-        reason: String,
-        planned: bool,
-    },
-    /// A client's request, with the components that came with it.
-    Request {
-        client: ClientId,
-        request: Request,
-        components: Vec<(ComponentHash, Arc<[u8]>)>,
-    },
-    /// A client's reply channel is closed: forget what it waits for.
-    ClientGone {
-        client: ClientId,
-    },
-    ManagerHeartbeat {
-        state: ManagerState,
-    },
-    /// Its connection broke (it stays known, offline, until it comes back or a minute passes).
-    ManagerGone {
-        id: String,
-    },
-    /// It is stopping on purpose: forget it.
-    ManagerGoodbye {
-        id: String,
-    },
-    /// The policy's answer to the last [`Action::Decide`].
-    Decided {
-        result: Result<Vec<Decision>, String>,
-    },
-    /// The time [`Scheduler::poll_timeout`] named has come.
-    Timeout,
-    /// Every waiting input was fed: match tasks to workers and settle waits.
-    EndOfBatch,
-    /// Everything journaled so far is on disk: outcomes may be acknowledged.
-    Synced,
-    /// The journal was rewritten from [`Scheduler::journal_image`].
-    Compacted,
-    /// Starting from a journal: one of its records, in order.
-    Replay(Record),
-    /// The last record was replayed.
-    Replayed,
-}
-
-/// What the shell must do, in this order.
-#[derive(Debug)]
-pub enum Action {
-    /// The connection is worker `worker` from now on (frames to it follow).
-    Registered {
-        connection: ConnectionId,
-        worker: WorkerId,
-    },
-    ToWorker {
-        worker: WorkerId,
-        message: ToWorker,
-    },
-    /// Close the worker's connection (it is considered lost).
-    CloseWorker {
-        worker: WorkerId,
-    },
-    ToManager {
-        manager: String,
-        message: ToManager,
-    },
-    /// Answer a client; `last`: its final answer (the shell drops the channel); `durable`: hold
-    /// it until the journal is synced (a journal error turns it into an error).
-    Reply {
-        client: ClientId,
-        response: Response,
-        last: bool,
-        durable: bool,
-    },
-    /// Append to the journal; `write_through`: hand it to the OS now (before the frames that
-    /// follow are sent), not only at the round's sync.
-    Journal {
-        record: Record,
-        write_through: bool,
-    },
-    /// Enough was forgotten that compacting the journal pays (if it is big enough): rewrite
-    /// it from [`Scheduler::journal_image`], then feed [`Input::Compacted`].
-    Compact,
-    /// Ask the policy to decide on this snapshot (answer with [`Input::Decided`]).
-    Decide(Snapshot),
-}
 
 /// What the core keeps of a worker's connection: what it was sent, and its outcome count.
 #[derive(Default)]
@@ -437,80 +303,5 @@ impl Scheduler {
         self.waiters.retain(|_, waiters| !waiters.is_empty());
         self.env_waits.retain(|w| w.client != client);
         self.worker_waits.retain(|w| w.client != client);
-    }
-
-    /// Turn the task core's actions into frames, journal records and progress answers.
-    fn flush(&mut self) {
-        let mut touched = std::collections::BTreeSet::new();
-        let mut finals = Vec::new();
-        let mut dispatches = Vec::new();
-        for action in self.tasks.take_actions() {
-            match action {
-                // Sent below, once the journal has them.
-                tasks::Action::Dispatch { worker, tasks } => dispatches.push((worker, tasks)),
-                tasks::Action::Cancel { worker, tasks } => {
-                    self.send_worker(worker, ToWorker::Cancel(tasks))
-                }
-                tasks::Action::Disconnect { worker, reason } => {
-                    tracing::warn!(worker, %reason, "worker lost");
-                    self.close_worker(worker);
-                }
-                tasks::Action::Dropped { groups, components } => self.dropped(&groups, &components),
-                tasks::Action::Forgot { job } => {
-                    tracing::info!(job, "job forgotten (--forget-after)");
-                    self.journal(Record::Forget { job });
-                }
-                tasks::Action::Finished { job, task } => {
-                    touched.insert(job);
-                    if self.config.journal
-                        && let Some((state, outcome, attempts)) = self.tasks.final_record(task)
-                    {
-                        finals.push((task, state, outcome, attempts));
-                    }
-                }
-            }
-        }
-        // What is handed to workers is written (not synced: a process killed at any point
-        // keeps it; a machine that loses power may lose the last ones) before it is sent, so a
-        // restarted scheduler fences exactly the tasks that may still run somewhere.
-        if self.config.journal && !dispatches.is_empty() {
-            let started = dispatches
-                .iter()
-                .flat_map(|(_, tasks): &(WorkerId, Vec<TaskId>)| tasks.iter())
-                .map(|&t| (t, self.tasks.attempts(t)))
-                .collect();
-            self.actions.push_back(Action::Journal {
-                record: Record::Started(started),
-                write_through: true,
-            });
-        }
-        for (worker, tasks) in dispatches {
-            self.dispatch(worker, tasks);
-        }
-        if !finals.is_empty() {
-            self.journal(Record::Final(finals));
-        }
-        for job in touched {
-            self.progress(job);
-        }
-    }
-
-    /// Tell the clients waiting for `job` how far it is (and that it is done, once it is).
-    fn progress(&mut self, job: JobId) {
-        let Ok(counts) = self.tasks.job_counts(job).cloned() else {
-            return;
-        };
-        let done = counts.finished() == counts.total();
-        let waiters = match done {
-            true => self.waiters.remove(&job).unwrap_or_default(),
-            false => self.waiters.get(&job).cloned().unwrap_or_default(),
-        };
-        for client in waiters {
-            let response = match done {
-                true => Response::Done(counts.clone()),
-                false => Response::Progress(counts.clone()),
-            };
-            self.reply(client, response, done);
-        }
     }
 }

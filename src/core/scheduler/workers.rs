@@ -1,11 +1,11 @@
 //! Workers as the scheduler sees them: joining, reports, loss, and the frames each one is sent
 //! (a group's spec and component once per worker, then assignments).
 
-use super::{Action, ConnectionId, Link, Scheduler};
-use crate::core::tasks::Loss;
+use super::{Action, ConnectionId, Link, Record, Scheduler};
+use crate::core::tasks::{self, Loss};
 use crate::proto::{
-    Assignment, ComponentHash, EnvironmentDef, GroupId, Outcome, TaskId, TaskKind, ToWorker,
-    WorkerId, WorkerInfo,
+    Assignment, ComponentHash, EnvironmentDef, GroupId, JobId, Outcome, Response, TaskId, TaskKind,
+    ToWorker, WorkerId, WorkerInfo,
 };
 
 impl Scheduler {
@@ -203,6 +203,81 @@ impl Scheduler {
     pub(super) fn send_environments_to_all(&mut self) {
         for worker in self.tasks.worker_ids() {
             self.send_environments(worker);
+        }
+    }
+
+    /// Turn the task core's actions into frames, journal records and progress answers.
+    pub(super) fn flush(&mut self) {
+        let mut touched = std::collections::BTreeSet::new();
+        let mut finals = Vec::new();
+        let mut dispatches = Vec::new();
+        for action in self.tasks.take_actions() {
+            match action {
+                // Sent below, once the journal has them.
+                tasks::Action::Dispatch { worker, tasks } => dispatches.push((worker, tasks)),
+                tasks::Action::Cancel { worker, tasks } => {
+                    self.send_worker(worker, ToWorker::Cancel(tasks))
+                }
+                tasks::Action::Disconnect { worker, reason } => {
+                    tracing::warn!(worker, %reason, "worker lost");
+                    self.close_worker(worker);
+                }
+                tasks::Action::Dropped { groups, components } => self.dropped(&groups, &components),
+                tasks::Action::Forgot { job } => {
+                    tracing::info!(job, "job forgotten (--forget-after)");
+                    self.journal(Record::Forget { job });
+                }
+                tasks::Action::Finished { job, task } => {
+                    touched.insert(job);
+                    if self.config.journal
+                        && let Some((state, outcome, attempts)) = self.tasks.final_record(task)
+                    {
+                        finals.push((task, state, outcome, attempts));
+                    }
+                }
+            }
+        }
+        // What is handed to workers is written (not synced: a process killed at any point
+        // keeps it; a machine that loses power may lose the last ones) before it is sent, so a
+        // restarted scheduler fences exactly the tasks that may still run somewhere.
+        if self.config.journal && !dispatches.is_empty() {
+            let started = dispatches
+                .iter()
+                .flat_map(|(_, tasks): &(WorkerId, Vec<TaskId>)| tasks.iter())
+                .map(|&t| (t, self.tasks.attempts(t)))
+                .collect();
+            self.actions.push_back(Action::Journal {
+                record: Record::Started(started),
+                write_through: true,
+            });
+        }
+        for (worker, tasks) in dispatches {
+            self.dispatch(worker, tasks);
+        }
+        if !finals.is_empty() {
+            self.journal(Record::Final(finals));
+        }
+        for job in touched {
+            self.progress(job);
+        }
+    }
+
+    /// Tell the clients waiting for `job` how far it is (and that it is done, once it is).
+    pub(super) fn progress(&mut self, job: JobId) {
+        let Ok(counts) = self.tasks.job_counts(job).cloned() else {
+            return;
+        };
+        let done = counts.finished() == counts.total();
+        let waiters = match done {
+            true => self.waiters.remove(&job).unwrap_or_default(),
+            false => self.waiters.get(&job).cloned().unwrap_or_default(),
+        };
+        for client in waiters {
+            let response = match done {
+                true => Response::Done(counts.clone()),
+                false => Response::Progress(counts.clone()),
+            };
+            self.reply(client, response, done);
         }
     }
 }

@@ -1,0 +1,146 @@
+//! The core's interface with its shell: its settings, what goes in ([`Input`]) and what comes
+//! out ([`Action`]).
+
+use std::sync::Arc;
+
+use super::{ClientId, ConnectionId, Record};
+use crate::core::scaling::{Decision, Snapshot, Tier};
+use crate::core::tasks;
+use crate::proto::{
+    ComponentHash, ComponentLoad, EnvVerdict, ManagerState, Outcome, Request, Response, TaskId,
+    ToManager, ToWorker, WorkerId, WorkerInfo,
+};
+
+/// The core's settings (from the scheduler's flags).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub tasks: tasks::Config,
+    /// A manager silent this long is offline.
+    pub manager_timeout_ms: u64,
+    /// The lease granted to workers (sent when they register).
+    pub lease_ms: u64,
+    /// Fences released, forgotten jobs dropped and unschedulable tasks failed this often.
+    pub tick_ms: u64,
+    /// The policy decides this often; `None`: no policy, no scaling.
+    pub scaling_ms: Option<u64>,
+    /// A worker idle for less than this is not stopped.
+    pub scale_down_delay_ms: u64,
+    /// Fail queued tasks nothing could run for this long (`None`: they wait).
+    pub unschedulable_timeout_ms: Option<u64>,
+    /// The policy's name (in the errors about its decisions).
+    pub policy: String,
+    /// The policy's tiers (for the snapshot and `weir status`).
+    pub tiers: Vec<Tier>,
+    /// Whether there is a journal: without one, no record is made (and none is cloned).
+    pub journal: bool,
+}
+
+/// Something that happened, for the core to take in.
+#[derive(Debug)]
+pub enum Input {
+    /// A worker connection registered. The core answers with [`Action::Registered`].
+    WorkerJoined {
+        connection: ConnectionId,
+        info: WorkerInfo,
+    },
+    Heartbeat {
+        worker: WorkerId,
+    },
+    Finished {
+        worker: WorkerId,
+        results: Vec<(TaskId, Outcome)>,
+    },
+    Verdicts {
+        worker: WorkerId,
+        verdicts: Vec<(String, EnvVerdict)>,
+    },
+    Loads {
+        worker: WorkerId,
+        loads: Vec<(String, ComponentLoad)>,
+    },
+    /// Its connection ended; `planned`: it closed it on purpose (stopped by its manager or a
+    /// signal, its tasks stopped first).
+    WorkerGone {
+        worker: WorkerId,
+        reason: String,
+        planned: bool,
+    },
+    /// A client's request, with the components that came with it.
+    Request {
+        client: ClientId,
+        request: Request,
+        components: Vec<(ComponentHash, Arc<[u8]>)>,
+    },
+    /// A client's reply channel is closed: forget what it waits for.
+    ClientGone {
+        client: ClientId,
+    },
+    ManagerHeartbeat {
+        state: ManagerState,
+    },
+    /// Its connection broke (it stays known, offline, until it comes back or a minute passes).
+    ManagerGone {
+        id: String,
+    },
+    /// It is stopping on purpose: forget it.
+    ManagerGoodbye {
+        id: String,
+    },
+    /// The policy's answer to the last [`Action::Decide`].
+    Decided {
+        result: Result<Vec<Decision>, String>,
+    },
+    /// The time [`Scheduler::poll_timeout`] named has come.
+    Timeout,
+    /// Every waiting input was fed: match tasks to workers and settle waits.
+    EndOfBatch,
+    /// Everything journaled so far is on disk: outcomes may be acknowledged.
+    Synced,
+    /// The journal was rewritten from [`Scheduler::journal_image`].
+    Compacted,
+    /// Starting from a journal: one of its records, in order.
+    Replay(Record),
+    /// The last record was replayed.
+    Replayed,
+}
+
+/// What the shell must do, in this order.
+#[derive(Debug)]
+pub enum Action {
+    /// The connection is worker `worker` from now on (frames to it follow).
+    Registered {
+        connection: ConnectionId,
+        worker: WorkerId,
+    },
+    ToWorker {
+        worker: WorkerId,
+        message: ToWorker,
+    },
+    /// Close the worker's connection (it is considered lost).
+    CloseWorker {
+        worker: WorkerId,
+    },
+    ToManager {
+        manager: String,
+        message: ToManager,
+    },
+    /// Answer a client; `last`: its final answer (the shell drops the channel); `durable`: hold
+    /// it until the journal is synced (a journal error turns it into an error).
+    Reply {
+        client: ClientId,
+        response: Response,
+        last: bool,
+        durable: bool,
+    },
+    /// Append to the journal; `write_through`: hand it to the OS now (before the frames that
+    /// follow are sent), not only at the round's sync.
+    Journal {
+        record: Record,
+        write_through: bool,
+    },
+    /// Enough was forgotten that compacting the journal pays (if it is big enough): rewrite
+    /// it from [`Scheduler::journal_image`], then feed [`Input::Compacted`].
+    Compact,
+    /// Ask the policy to decide on this snapshot (answer with [`Input::Decided`]).
+    Decide(Snapshot),
+}

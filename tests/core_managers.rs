@@ -1,0 +1,173 @@
+//! The manager controller (`core::managers::Managers`) on its own: which registered workers a
+//! heartbeat reveals gone, when a manager is offline and forgotten, what the snapshot holds
+//! (fixed pools left out, verdicts learned and forgotten).
+
+use std::collections::BTreeSet;
+
+use weir::core::managers::{Context, Managers};
+use weir::core::scaling::{Demand, Tier, Verdict};
+use weir::core::tasks::WorkerView;
+use weir::proto::{EnvVerdict, ManagerState};
+
+fn state(id: &str, workers: &[&str]) -> ManagerState {
+    ManagerState {
+        id: id.into(),
+        worker_type: "cpu".into(),
+        max_task_concurrency: 8,
+        worker_slots: 2,
+        capabilities: vec![],
+        workers: workers.iter().map(|w| w.to_string()).collect(),
+        environments: vec![],
+        fixed: None,
+        exited: vec![],
+    }
+}
+
+fn view(id: u64, name: &str, manager: &str) -> WorkerView {
+    WorkerView {
+        id,
+        name: name.into(),
+        manager: Some(manager.into()),
+        slots: 2,
+        busy: 0,
+        idle_ms: 0,
+        draining: false,
+        verdicts: vec![],
+    }
+}
+
+fn context(now: u64, workers: Vec<WorkerView>, tiers: &[Tier]) -> Context<'_> {
+    Context {
+        now,
+        workers,
+        tiers,
+        registered: BTreeSet::new(),
+    }
+}
+
+fn wanting(environment: &str) -> Vec<Demand> {
+    vec![Demand {
+        capabilities: vec![],
+        environments: vec![environment.into()],
+        queued: 1,
+        running: 0,
+    }]
+}
+
+#[test]
+fn a_worker_listed_then_missing_or_reported_exited_is_gone_at_once() {
+    let mut managers = Managers::new(5_000);
+    let workers = vec![view(1, "a", "m"), view(2, "b", "m"), view(3, "c", "m")];
+    // "c" registered before the manager ever listed it: absence alone proves nothing.
+    assert!(
+        managers
+            .heartbeat(0, state("m", &["a", "b"]), &workers)
+            .is_empty()
+    );
+    let mut next = state("m", &["b"]);
+    next.exited = vec!["c".into()];
+    let mut gone = managers.heartbeat(1_000, next, &workers);
+    gone.sort();
+    assert_eq!(gone, vec![(1, false), (3, false)], "a: missing, c: exited");
+}
+
+#[test]
+fn a_drained_worker_that_is_gone_was_stopped_on_purpose() {
+    let mut managers = Managers::new(5_000);
+    let mut draining = view(1, "a", "m");
+    draining.draining = true;
+    let gone = managers.heartbeat(0, state("m", &[]), &[draining, view(2, "b", "other")]);
+    assert_eq!(
+        gone,
+        vec![(1, true)],
+        "another manager's worker is not its business"
+    );
+}
+
+#[test]
+fn a_silent_manager_is_offline_then_forgotten() {
+    let mut managers = Managers::new(5_000);
+    managers.heartbeat(0, state("m", &[]), &[]);
+    let tiers = [Tier {
+        priority: 0,
+        members: vec!["m".into()],
+    }];
+    let online = |managers: &Managers, now| {
+        let snapshot = managers.snapshot(&context(now, vec![], &tiers), 0, vec![]);
+        snapshot
+            .managers
+            .iter()
+            .map(|m| m.online)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(online(&managers, 5_000), vec![true]);
+    assert_eq!(online(&managers, 5_001), vec![false]);
+    managers.drop_offline(60_000, 60_000);
+    assert_eq!(managers.status(&context(60_000, vec![], &tiers)).len(), 1);
+    managers.drop_offline(60_001, 60_000);
+    assert!(managers.status(&context(60_001, vec![], &tiers)).is_empty());
+}
+
+#[test]
+fn fixed_pools_are_not_for_the_policy() {
+    let mut managers = Managers::new(5_000);
+    let mut fixed = state("f", &[]);
+    fixed.fixed = Some(3);
+    managers.heartbeat(0, fixed, &[]);
+    assert!(!managers.any_scalable());
+    let snapshot = managers.snapshot(&context(0, vec![], &[]), 0, vec![]);
+    assert!(snapshot.managers.is_empty());
+    managers.heartbeat(0, state("m", &[]), &[]);
+    assert!(managers.any_scalable());
+    let snapshot = managers.snapshot(&context(0, vec![], &[]), 0, vec![]);
+    let ids: Vec<&str> = snapshot.managers.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["m"]);
+}
+
+#[test]
+fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
+    let mut managers = Managers::new(5_000);
+    let mut registered = BTreeSet::new();
+    registered.insert("big".to_string());
+    let snapshot_verdict = |managers: &Managers, workers: Vec<WorkerView>| {
+        let context = Context {
+            now: 0,
+            workers,
+            tiers: &[],
+            registered: registered.clone(),
+        };
+        let snapshot = managers.snapshot(&context, 0, wanting("big"));
+        snapshot.managers[0].environments.clone()
+    };
+    managers.heartbeat(0, state("m", &["a"]), &[]);
+    // Registered at run time: its workers will evaluate it, so the policy may start one.
+    assert_eq!(
+        snapshot_verdict(&managers, vec![]),
+        vec![("big".to_string(), Verdict::Unknown)]
+    );
+    let mut asked = view(1, "a", "m");
+    asked.verdicts = vec![("big".into(), EnvVerdict::NoMatch)];
+    managers.heartbeat(10, state("m", &["a"]), std::slice::from_ref(&asked));
+    // The worker is gone; what it answered stays.
+    managers.heartbeat(20, state("m", &[]), &[asked]);
+    assert_eq!(
+        snapshot_verdict(&managers, vec![]),
+        vec![("big".to_string(), Verdict::NoMatch)]
+    );
+    managers.forget_verdicts("big");
+    assert_eq!(
+        snapshot_verdict(&managers, vec![]),
+        vec![("big".to_string(), Verdict::Unknown)]
+    );
+}
+
+#[test]
+fn a_name_nobody_there_evaluates_never_matches() {
+    let mut managers = Managers::new(5_000);
+    managers.heartbeat(0, state("m", &[]), &[]);
+    let snapshot = managers.snapshot(&context(0, vec![], &[]), 0, wanting("gpu-box"));
+    assert_eq!(
+        snapshot.managers[0].environments,
+        vec![("gpu-box".to_string(), Verdict::NoMatch)]
+    );
+}

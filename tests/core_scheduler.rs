@@ -1,0 +1,429 @@
+//! The scheduler core through its one entry point, `handle(now, Input)`, with no network, no
+//! journal file and no policy thread: the order of what it asks the shell to do, the checks it
+//! makes of a policy's decisions, and a replay of the records it journaled.
+
+use weir::core::record::Record;
+use weir::core::scaling::{Decision, Tier};
+use weir::core::scheduler::{Action, Config, Input, Scheduler};
+use weir::core::tasks;
+use weir::proto::{
+    JobCounts, ManagerState, NewGroup, Outcome, Request, Response, TaskKind, TaskSpec, ToManager,
+    ToWorker, WorkerInfo,
+};
+
+fn config(journal: bool) -> Config {
+    Config {
+        tasks: tasks::Config::default(),
+        manager_timeout_ms: 10_000,
+        lease_ms: 10_000,
+        tick_ms: 500,
+        scaling_ms: Some(1_000),
+        scale_down_delay_ms: 0,
+        unschedulable_timeout_ms: None,
+        policy: "test-policy".into(),
+        tiers: vec![Tier {
+            priority: 0,
+            members: vec!["m1".into()],
+        }],
+        journal,
+    }
+}
+
+fn submit(count: u32) -> Request {
+    Request::Submit {
+        groups: vec![NewGroup {
+            spec: TaskSpec {
+                kind: TaskKind::Command {
+                    argv: vec!["true".into()],
+                    env: vec![],
+                },
+                capabilities: vec![],
+                environments: vec![],
+                priority: 0,
+                timeout_ms: 0,
+                retries: 1,
+                input: vec![],
+            },
+            count,
+            inputs: vec![],
+        }],
+        components: vec![],
+    }
+}
+
+fn worker(name: &str, slots: u32) -> WorkerInfo {
+    WorkerInfo {
+        name: name.into(),
+        slots,
+        capabilities: vec![],
+        worker_type: String::new(),
+        manager: None,
+        local_environments: vec![],
+        running: vec![],
+    }
+}
+
+fn manager(id: &str) -> ManagerState {
+    ManagerState {
+        id: id.into(),
+        worker_type: "t".into(),
+        max_task_concurrency: 4,
+        worker_slots: 1,
+        capabilities: vec![],
+        workers: vec![],
+        environments: vec![],
+        fixed: None,
+        exited: vec![],
+    }
+}
+
+fn ok() -> Outcome {
+    Outcome::Exited {
+        code: Some(0),
+        stdout: b"done".to_vec(),
+        stderr: vec![],
+    }
+}
+
+/// Feed inputs, end the batch, and return what the core asks for.
+fn round(core: &mut Scheduler, now: u64, inputs: Vec<Input>) -> Vec<Action> {
+    for input in inputs {
+        core.handle(now, input);
+    }
+    core.handle(now, Input::EndOfBatch);
+    core.take_actions()
+}
+
+fn position(actions: &[Action], what: impl Fn(&Action) -> bool) -> usize {
+    actions
+        .iter()
+        .position(what)
+        .unwrap_or_else(|| panic!("not found in {actions:#?}"))
+}
+
+fn runs(actions: &[Action]) -> Vec<u64> {
+    let mut tasks = Vec::new();
+    for action in actions {
+        if let Action::ToWorker {
+            message: ToWorker::Run(assignments),
+            ..
+        } = action
+        {
+            tasks.extend(assignments.iter().map(|a| a.task));
+        }
+    }
+    tasks
+}
+
+fn replies(actions: &[Action], to: u64) -> Vec<(&Response, bool)> {
+    let mut found = Vec::new();
+    for action in actions {
+        if let Action::Reply {
+            client,
+            response,
+            last,
+            ..
+        } = action
+            && *client == to
+        {
+            found.push((response, *last));
+        }
+    }
+    found
+}
+
+fn journaled(actions: &[Action]) -> Vec<Record> {
+    let mut records = Vec::new();
+    for action in actions {
+        if let Action::Journal { record, .. } = action {
+            // Records are not Clone: round-trip them as the journal does.
+            let bytes = postcard::to_stdvec(record).expect("encodes");
+            records.push(postcard::from_bytes(&bytes).expect("decodes"));
+        }
+    }
+    records
+}
+
+#[test]
+fn a_change_is_answered_after_its_record_and_tasks_are_journaled_before_they_are_sent() {
+    let mut core = Scheduler::new(config(true));
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            Input::WorkerJoined {
+                connection: 1,
+                info: worker("w1", 2),
+            },
+            Input::Request {
+                client: 7,
+                request: submit(3),
+                components: vec![],
+            },
+        ],
+    );
+    let registered = position(&actions, |a| {
+        matches!(a, Action::Registered { connection: 1, .. })
+    });
+    let first_frame = position(&actions, |a| matches!(a, Action::ToWorker { .. }));
+    assert!(
+        registered < first_frame,
+        "the id is bound before frames go to it"
+    );
+    let submit_record = position(&actions, |a| {
+        matches!(
+            a,
+            Action::Journal {
+                record: Record::Submit { .. },
+                ..
+            }
+        )
+    });
+    let answer = position(&actions, |a| {
+        matches!(
+            a,
+            Action::Reply {
+                client: 7,
+                durable: true,
+                last: true,
+                response: Response::Submitted { tasks: 3, .. }
+            }
+        )
+    });
+    assert!(submit_record < answer);
+    let started = position(&actions, |a| {
+        matches!(
+            a,
+            Action::Journal {
+                record: Record::Started(_),
+                write_through: true
+            }
+        )
+    });
+    let run = position(&actions, |a| {
+        matches!(
+            a,
+            Action::ToWorker {
+                message: ToWorker::Run(_),
+                ..
+            }
+        )
+    });
+    assert!(
+        started < run,
+        "a task is journaled as started before it is sent"
+    );
+    assert_eq!(runs(&actions).len(), 2, "two slots");
+}
+
+#[test]
+fn without_a_journal_nothing_is_journaled_or_held() {
+    let mut core = Scheduler::new(config(false));
+    let actions = round(
+        &mut core,
+        0,
+        vec![Input::Request {
+            client: 1,
+            request: submit(2),
+            components: vec![],
+        }],
+    );
+    assert!(journaled(&actions).is_empty());
+    assert!(
+        actions
+            .iter()
+            .all(|a| !matches!(a, Action::Reply { durable: true, .. }))
+    );
+}
+
+#[test]
+fn the_core_refuses_a_policys_nonsense_whatever_the_policy() {
+    let mut core = Scheduler::new(config(false));
+    round(
+        &mut core,
+        0,
+        vec![
+            Input::ManagerHeartbeat {
+                state: manager("m1"),
+            },
+            Input::Request {
+                client: 1,
+                request: submit(10),
+                components: vec![],
+            },
+        ],
+    );
+    assert_eq!(core.poll_timeout(), 500, "the tick comes first");
+    core.handle(500, Input::Timeout);
+    core.handle(1_000, Input::Timeout);
+    let asked = core.take_actions();
+    assert!(
+        asked.iter().any(|a| matches!(a, Action::Decide(_))),
+        "{asked:#?}"
+    );
+    // Above the manager's cap (4 tasks of 1 slot): refused, counted, nothing sent.
+    let too_many = Decision {
+        manager_id: "m1".into(),
+        desired_workers: 9,
+        stop: vec![],
+        reason: "greedy".into(),
+    };
+    let actions = round(
+        &mut core,
+        1_001,
+        vec![Input::Decided {
+            result: Ok(vec![too_many]),
+        }],
+    );
+    assert!(
+        actions
+            .iter()
+            .all(|a| !matches!(a, Action::ToManager { .. }))
+    );
+    assert_eq!(core.policy_errors(), 1);
+    let error = core.status(1_001).policy_error.expect("an error is shown");
+    assert!(error.contains("test-policy: nonsense decision"), "{error}");
+    // A decision nobody asked for is refused too.
+    core.handle(1_002, Input::Decided { result: Ok(vec![]) });
+    assert_eq!(core.policy_errors(), 2);
+    // The next snapshot, a sensible answer: sent, and the error cleared.
+    core.handle(2_000, Input::Timeout);
+    assert!(
+        core.take_actions()
+            .iter()
+            .any(|a| matches!(a, Action::Decide(_)))
+    );
+    let fine = Decision {
+        manager_id: "m1".into(),
+        desired_workers: 4,
+        stop: vec![],
+        reason: "demand".into(),
+    };
+    let actions = round(
+        &mut core,
+        2_001,
+        vec![Input::Decided {
+            result: Ok(vec![fine]),
+        }],
+    );
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::ToManager {
+            message: ToManager::Desired { desired: 4, .. },
+            ..
+        }
+    )));
+    assert_eq!(core.status(2_001).policy_error, None);
+}
+
+#[test]
+fn replaying_what_it_journaled_through_handle_gives_the_same_state() {
+    let mut core = Scheduler::new(config(true));
+    let mut records = Vec::new();
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            Input::WorkerJoined {
+                connection: 1,
+                info: worker("w1", 4),
+            },
+            Input::Request {
+                client: 1,
+                request: submit(6),
+                components: vec![],
+            },
+        ],
+    );
+    records.extend(journaled(&actions));
+    let sent = runs(&actions);
+    assert_eq!(sent.len(), 4);
+    let results = sent[..3].iter().map(|&t| (t, ok())).collect();
+    let actions = round(&mut core, 10, vec![Input::Finished { worker: 1, results }]);
+    records.extend(journaled(&actions));
+
+    let mut replayed = Scheduler::new(config(true));
+    for record in records {
+        replayed.handle(20, Input::Replay(record));
+    }
+    replayed.handle(20, Input::Replayed);
+    assert!(
+        replayed.take_actions().is_empty(),
+        "a replay sends and journals nothing"
+    );
+    let (before, after) = (core.tasks().status(), replayed.tasks().status());
+    assert_eq!(after.jobs, before.jobs);
+    // The task running at the crash and the queued ones are unfinished; three succeeded.
+    assert_eq!(after.tasks.succeeded, 3);
+    assert_eq!(after.tasks.total(), 6);
+    let answer = round(
+        &mut replayed,
+        30,
+        vec![Input::Request {
+            client: 9,
+            request: Request::Results { job: 1 },
+            components: vec![],
+        }],
+    );
+    let got = replies(&answer, 9);
+    let Some((Response::Results(results), false)) = got.first() else {
+        panic!("{got:#?}");
+    };
+    assert_eq!(results.len(), 3);
+    assert!(matches!(
+        got.last(),
+        Some((Response::ResultsEnd { count: 3 }, true))
+    ));
+}
+
+#[test]
+fn a_client_gone_is_not_answered_any_more() {
+    let mut core = Scheduler::new(config(false));
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            Input::WorkerJoined {
+                connection: 1,
+                info: worker("w1", 1),
+            },
+            Input::Request {
+                client: 1,
+                request: submit(1),
+                components: vec![],
+            },
+            Input::Request {
+                client: 2,
+                request: Request::Wait { job: 1 },
+                components: vec![],
+            },
+            Input::Request {
+                client: 3,
+                request: Request::Wait { job: 1 },
+                components: vec![],
+            },
+        ],
+    );
+    assert!(matches!(
+        replies(&actions, 2)[..],
+        [(Response::Progress(_), false)]
+    ));
+    let task = runs(&actions)[0];
+    let actions = round(
+        &mut core,
+        5,
+        vec![
+            Input::ClientGone { client: 2 },
+            Input::Finished {
+                worker: 1,
+                results: vec![(task, ok())],
+            },
+        ],
+    );
+    assert!(replies(&actions, 2).is_empty());
+    let done = JobCounts {
+        succeeded: 1,
+        ..JobCounts::default()
+    };
+    assert_eq!(replies(&actions, 3), vec![(&Response::Done(done), true)]);
+}

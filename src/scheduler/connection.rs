@@ -9,14 +9,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::Event;
 use crate::core::scheduler::MAX_ENVIRONMENTS;
 use crate::net::{AccessFile, NetError};
-use crate::plugin::{PluginHost, World};
+use crate::plugin::PluginHost;
 use crate::proto::{
-    self, ComponentHash, FromManager, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Request,
-    Response, Role, ToManager, ToWorker, frame,
+    self, FromManager, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Role, ToManager, ToWorker,
+    frame,
 };
-
-/// A client's request must arrive within this time.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A peer must say hello (and a worker register) within this time.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -130,7 +127,7 @@ pub(super) async fn serve(
         Role::Client => {
             frame::write(&mut send, &HelloReply::Welcome).await?;
             let _ = send.finish();
-            client_session(connection, events, host).await
+            super::requests::client_session(connection, events, host).await
         }
     }
 }
@@ -298,123 +295,4 @@ async fn manager_session(
 fn append(buffer: &mut Vec<u8>, message: &ToWorker) -> Result<(), NetError> {
     buffer.extend_from_slice(&proto::encode(message)?);
     Ok(())
-}
-
-/// `Results` answers held in memory at once (each a copy of a job's results, sent as the client
-/// reads): per connection, and over all connections. A request beyond waits for one to end, so
-/// clients that never read cannot make the scheduler hold more than this many copies.
-const RESULTS_PER_CONNECTION: usize = 2;
-const RESULTS_IN_TOTAL: usize = 16;
-
-fn results_in_total() -> &'static Arc<tokio::sync::Semaphore> {
-    static TOTAL: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
-    TOTAL.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(RESULTS_IN_TOTAL)))
-}
-
-async fn client_session(
-    connection: Connection,
-    events: mpsc::UnboundedSender<Event>,
-    host: Arc<PluginHost>,
-) -> Result<(), NetError> {
-    let results = Arc::new(tokio::sync::Semaphore::new(RESULTS_PER_CONNECTION));
-    loop {
-        let (send, recv) = match connection.accept_bi().await {
-            Ok(streams) => streams,
-            Err(_) => return Ok(()), // the client went away
-        };
-        let events = events.clone();
-        let host = host.clone();
-        let results = results.clone();
-        tokio::spawn(async move {
-            if let Err(error) = request(send, recv, events, host, results).await {
-                tracing::debug!(%error, "client request failed");
-            }
-        });
-    }
-}
-
-async fn request(
-    mut send: SendStream,
-    mut recv: RecvStream,
-    events: mpsc::UnboundedSender<Event>,
-    host: Arc<PluginHost>,
-    results: Arc<tokio::sync::Semaphore>,
-) -> Result<(), NetError> {
-    // A request arrives within a minute (a 48 MiB one takes well under a second on a LAN), so a
-    // client that opens streams and sends nothing holds nothing for long.
-    let read = tokio::time::timeout(REQUEST_TIMEOUT, frame::read(&mut recv)).await;
-    let mut request: Request = match read.unwrap_or(Err(proto::FrameError::Closed)) {
-        Ok(request) => request,
-        Err(error) => {
-            let message = format!("bad request: {error}");
-            frame::write(&mut send, &Response::Error { message }).await?;
-            let _ = send.finish();
-            return Ok(());
-        }
-    };
-    let mut components = Vec::new();
-    let submitted = match &mut request {
-        Request::Submit {
-            components: bytes, ..
-        } => Some((std::mem::take(bytes), World::Task)),
-        Request::EnvRegister { component, .. } => {
-            Some((vec![std::mem::take(component)], World::Environment))
-        }
-        _ => None,
-    };
-    if let Some((submitted, world)) = submitted {
-        for bytes in submitted {
-            match check_component(&host, bytes, world).await {
-                Ok(component) => components.push(component),
-                Err(message) => {
-                    frame::write(&mut send, &Response::Error { message }).await?;
-                    let _ = send.finish();
-                    return Ok(());
-                }
-            }
-        }
-    }
-    // Held until the answer is sent (see RESULTS_PER_CONNECTION).
-    let _permits = match request {
-        Request::Results { .. } => Some((
-            results.acquire_owned().await.ok(),
-            results_in_total().clone().acquire_owned().await.ok(),
-        )),
-        _ => None,
-    };
-    let (reply, mut responses) = mpsc::unbounded_channel();
-    if events
-        .send(Event::Request {
-            request,
-            components,
-            reply,
-        })
-        .is_err()
-    {
-        return Ok(());
-    }
-    while let Some(response) = responses.recv().await {
-        frame::write(&mut send, &response).await?;
-    }
-    let _ = send.finish();
-    let _ = send.stopped().await;
-    Ok(())
-}
-
-/// A submitted component must be a valid component of the expected world. The scheduler only
-/// validates it (no compiling: workers compile it, each machine once, from its cache after that).
-async fn check_component(
-    host: &Arc<PluginHost>,
-    bytes: Vec<u8>,
-    world: World,
-) -> Result<(ComponentHash, Arc<[u8]>), String> {
-    let host = host.clone();
-    tokio::task::spawn_blocking(move || {
-        let sha256 = host
-            .validate("submitted component", &bytes, world)
-            .map_err(|e| e.to_string())?;
-        Ok((sha256, Arc::from(bytes)))
-    })
-    .await
-    .map_err(|e| e.to_string())?
 }

@@ -12,6 +12,7 @@ pub mod journal;
 pub mod lock;
 mod metrics;
 pub mod record;
+mod requests;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,0 +1,99 @@
+//! Why a task waits, from the managers' side: which could start a worker for it, and why the
+//! others cannot (`weir explain`, `--unschedulable-timeout`).
+
+use super::*;
+
+impl Managers {
+    /// For `weir explain`: which managers could start a worker for a task needing `capabilities`
+    /// and `environments`, and why the others cannot.
+    pub fn explain(
+        &self,
+        context: &Context<'_>,
+        capabilities: &[(String, u64)],
+        environments: &[String],
+    ) -> Vec<String> {
+        let mut lines = Vec::new();
+        for entry in self.entries.values() {
+            let state = &entry.state;
+            let missing = self.obstacles(entry, context, capabilities, environments);
+            let last = self.last.get(&state.id).map(|d| {
+                format!(
+                    "; last decision: {} worker(s), {}",
+                    d.desired_workers, d.reason
+                )
+            });
+            lines.push(match missing.is_empty() {
+                true => format!(
+                    "manager {} ({}): could start workers for it{}",
+                    state.id,
+                    state.worker_type,
+                    last.unwrap_or_default()
+                ),
+                false => format!(
+                    "manager {} ({}): cannot: {}",
+                    state.id,
+                    state.worker_type,
+                    missing.join("; ")
+                ),
+            });
+        }
+        lines
+    }
+
+    /// Whether some manager could start a worker for a task needing `capabilities` and
+    /// `environments` (for `--unschedulable-timeout`).
+    pub fn could_serve(
+        &self,
+        context: &Context<'_>,
+        capabilities: &[(String, u64)],
+        environments: &[String],
+    ) -> bool {
+        self.entries.values().any(|entry| {
+            self.obstacles(entry, context, capabilities, environments)
+                .is_empty()
+        })
+    }
+
+    /// Why `entry` cannot start a worker for such a task (empty: it can).
+    pub(super) fn obstacles(
+        &self,
+        entry: &Entry,
+        context: &Context<'_>,
+        capabilities: &[(String, u64)],
+        environments: &[String],
+    ) -> Vec<String> {
+        let state = &entry.state;
+        let mine: Vec<&WorkerView> = context.workers_of(&state.id).collect();
+        let mut missing = Vec::new();
+        if let Some(n) = state.fixed {
+            missing.push(format!("a fixed pool of {n} workers (not scaled)"));
+        }
+        if !self.online(entry, context.now) {
+            missing.push("offline".to_string());
+        }
+        if state.fixed.is_none() && !context.listed(state) {
+            missing.push("not listed in the scaling policy".to_string());
+        }
+        for (name, need) in capabilities {
+            let have = state
+                .capabilities
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, v)| *v);
+            if have < *need {
+                missing.push(format!(
+                    "its workers have {name}={have}, the task needs {need}"
+                ));
+            }
+        }
+        for env in environments {
+            if verdict(entry, &mine, env, context) == Verdict::NoMatch {
+                missing.push(match entry.declares(env) || context.is_registered(env) {
+                    true => format!("its workers do not match `{env}`"),
+                    false => format!("its workers do not evaluate `{env}`"),
+                });
+            }
+        }
+        missing
+    }
+}

@@ -11,7 +11,7 @@ use super::bindings::policy::{Policy, PolicyPre, exports::weir::plugin::scaling 
 use super::sandbox::{Sandboxed, State};
 use super::{Limits, PluginError};
 use crate::core::scaling::{
-    Decision, Demand, PolicyFailure, ScalingPolicy, Snapshot, Tier, Verdict, validate_decisions,
+    Decision, PolicyFailure, ScalingPolicy, Snapshot, Tier, validate_decisions,
 };
 
 struct Live {
@@ -57,33 +57,19 @@ impl PolicyPlugin {
                 .engine()
                 .call_tiers(store, live.engine)
         })?;
-        Ok(tiers
-            .into_iter()
-            .map(|t| Tier {
-                priority: t.priority,
-                members: t.members,
-            })
-            .collect())
+        Ok(tiers.into_iter().map(convert::tier_from_wit).collect())
     }
 
     /// Run `decide` and check the result can be applied to `snapshot`.
     pub fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PluginError> {
-        let input = to_wit(snapshot);
+        let input = convert::snapshot_to_wit(snapshot);
         let output = self.sandbox.call("decide", |store, live| {
             live.bindings
                 .weir_plugin_scaling()
                 .engine()
                 .call_decide(store, live.engine, &input)
         })?;
-        let decisions: Vec<Decision> = output
-            .into_iter()
-            .map(|d| Decision {
-                manager_id: d.manager_id,
-                desired_workers: d.desired_workers,
-                stop: d.stop,
-                reason: d.reason,
-            })
-            .collect();
+        let decisions: Vec<Decision> = output.into_iter().map(convert::decision_from_wit).collect();
         validate_decisions(snapshot, &decisions).map_err(|detail| PluginError::Nonsense {
             plugin: self.name().to_string(),
             detail,
@@ -102,54 +88,8 @@ impl ScalingPolicy for PolicyPlugin {
     }
 }
 
-fn to_wit(s: &Snapshot) -> wit::Snapshot {
-    wit::Snapshot {
-        now_ms: s.now_ms,
-        scale_down_delay_ms: s.scale_down_delay_ms,
-        managers: s
-            .managers
-            .iter()
-            .map(|m| wit::Manager {
-                id: m.id.clone(),
-                worker_type: m.worker_type.clone(),
-                max_task_concurrency: m.max_task_concurrency,
-                worker_slots: m.worker_slots,
-                online: m.online,
-                workers: m
-                    .workers
-                    .iter()
-                    .map(|w| wit::Worker {
-                        id: w.id,
-                        slots: w.slots,
-                        busy: w.busy,
-                        idle_ms: w.idle_ms,
-                    })
-                    .collect(),
-                starting: m.starting,
-                capabilities: m.capabilities.clone(),
-                environments: m
-                    .environments
-                    .iter()
-                    .map(|(name, v)| {
-                        let v = match v {
-                            Verdict::Match => wit::Verdict::Match,
-                            Verdict::NoMatch => wit::Verdict::NoMatch,
-                            Verdict::Unknown => wit::Verdict::Unknown,
-                        };
-                        (name.clone(), v)
-                    })
-                    .collect(),
-            })
-            .collect(),
-        demand: s.demand.iter().map(demand_to_wit).collect(),
-    }
-}
-
-fn demand_to_wit(d: &Demand) -> wit::Demand {
-    wit::Demand {
-        capabilities: d.capabilities.clone(),
-        environments: d.environments.clone(),
-        queued: d.queued,
-        running: d.running,
-    }
+/// The conversions `weir-waterfall` writes once for host and guests.
+mod convert {
+    use super::wit;
+    weir_waterfall::wit_conversions!(wit);
 }

@@ -8,10 +8,12 @@
 //! - [`content`]: the policy content parser (`priority, worker_manager_id[, cap]` or
 //!   `priority, worker_type` rows) with line-numbered errors.
 //! - [`decide`]: the fill, share and scale-down rules.
+//! - [`wit_conversions!`]: to and from the `weir:plugin/scaling` bindings, for host and guests.
 
 pub mod content;
 pub mod decide;
 pub mod model;
+mod wit;
 
 pub use content::{ContentError, Flavor, Policy, Rule};
 pub use model::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};

@@ -39,71 +39,17 @@ impl<F: Flavored> wit::GuestEngine for Engine<F> {
     }
 
     fn tiers(&self) -> Vec<wit::Tier> {
-        self.policy
-            .tiers()
-            .into_iter()
-            .map(|t| wit::Tier { priority: t.priority, members: t.members })
-            .collect()
+        self.policy.tiers().into_iter().map(convert::tier_to_wit).collect()
     }
 
     fn decide(&self, snapshot: wit::Snapshot) -> Vec<wit::Decision> {
-        self.policy
-            .decide(&from_wit(snapshot))
-            .into_iter()
-            .map(|d| wit::Decision {
-                manager_id: d.manager_id,
-                desired_workers: d.desired_workers,
-                stop: d.stop,
-                reason: d.reason,
-            })
-            .collect()
+        let snapshot = convert::snapshot_from_wit(snapshot);
+        self.policy.decide(&snapshot).into_iter().map(convert::decision_to_wit).collect()
     }
 }
 
-fn from_wit(s: wit::Snapshot) -> weir_waterfall::Snapshot {
-    use weir_waterfall as w;
-    w::Snapshot {
-        now_ms: s.now_ms,
-        scale_down_delay_ms: s.scale_down_delay_ms,
-        managers: s
-            .managers
-            .into_iter()
-            .map(|m| w::Manager {
-                id: m.id,
-                worker_type: m.worker_type,
-                max_task_concurrency: m.max_task_concurrency,
-                worker_slots: m.worker_slots,
-                online: m.online,
-                workers: m
-                    .workers
-                    .into_iter()
-                    .map(|x| w::Worker { id: x.id, slots: x.slots, busy: x.busy, idle_ms: x.idle_ms })
-                    .collect(),
-                starting: m.starting,
-                capabilities: m.capabilities,
-                environments: m
-                    .environments
-                    .into_iter()
-                    .map(|(name, v)| {
-                        let v = match v {
-                            wit::Verdict::Match => w::Verdict::Match,
-                            wit::Verdict::NoMatch => w::Verdict::NoMatch,
-                            wit::Verdict::Unknown => w::Verdict::Unknown,
-                        };
-                        (name, v)
-                    })
-                    .collect(),
-            })
-            .collect(),
-        demand: s
-            .demand
-            .into_iter()
-            .map(|d| w::Demand {
-                capabilities: d.capabilities,
-                environments: d.environments,
-                queued: d.queued,
-                running: d.running,
-            })
-            .collect(),
-    }
+/// The conversions `weir-waterfall` writes once for host and guests.
+mod convert {
+    use super::wit;
+    weir_waterfall::wit_conversions!(wit);
 }

@@ -171,3 +171,35 @@ fn a_name_nobody_there_evaluates_never_matches() {
         vec![("gpu-box".to_string(), Verdict::NoMatch)]
     );
 }
+
+#[test]
+fn a_worker_still_evaluating_a_wanted_environment_is_starting_not_idle() {
+    let mut managers = Managers::new(5_000);
+    let mut registered = BTreeSet::new();
+    registered.insert("big".to_string());
+    managers.heartbeat(0, state("m", &["a", "b"]), &[]);
+    let mut answered = view(2, "b", "m");
+    answered.verdicts = vec![("big".into(), EnvVerdict::Match)];
+    answered.idle_ms = 9_000;
+    let mut pending = view(1, "a", "m");
+    pending.idle_ms = 9_000;
+    let context = Context {
+        now: 0,
+        workers: vec![pending, answered],
+        tiers: &[],
+        registered,
+    };
+    let snapshot = managers.snapshot(&context, 1_000, wanting("big"));
+    let m = &snapshot.managers[0];
+    let ids: Vec<u64> = m.workers.iter().map(|w| w.id).collect();
+    assert_eq!(
+        ids,
+        [2],
+        "only the worker that answered may be stopped as idle"
+    );
+    assert_eq!(m.starting, 1);
+    // Demand for nothing it evaluates: both are plain workers.
+    let snapshot = managers.snapshot(&context, 1_000, vec![]);
+    assert_eq!(snapshot.managers[0].workers.len(), 2);
+    assert_eq!(snapshot.managers[0].starting, 0);
+}

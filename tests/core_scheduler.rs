@@ -427,3 +427,61 @@ fn a_client_gone_is_not_answered_any_more() {
     };
     assert_eq!(replies(&actions, 3), vec![(&Response::Done(done), true)]);
 }
+
+#[test]
+fn what_a_managers_worker_answered_outlives_it_without_a_heartbeat_in_between() {
+    let mut core = Scheduler::new(config(false));
+    let mut declaring = manager("m1");
+    declaring.environments = vec![weir::proto::EnvironmentDef {
+        name: "big".into(),
+        component: [7; 32],
+        config: vec![],
+    }];
+    let mut info = worker("m1-1", 1);
+    info.manager = Some("m1".into());
+    info.local_environments = vec!["big".into()];
+    let mut wanting_big = submit(2);
+    if let Request::Submit { groups, .. } = &mut wanting_big {
+        groups[0].spec.environments = vec!["big".into()];
+    }
+    round(
+        &mut core,
+        0,
+        vec![
+            Input::ManagerHeartbeat { state: declaring },
+            Input::WorkerJoined {
+                connection: 1,
+                info,
+            },
+            Input::Request {
+                client: 1,
+                request: wanting_big,
+                components: vec![],
+            },
+            Input::Verdicts {
+                worker: 1,
+                verdicts: vec![("big".into(), weir::proto::EnvVerdict::NoMatch)],
+            },
+            // Stopped before its manager's next heartbeat could list it with its answer.
+            Input::WorkerGone {
+                worker: 1,
+                reason: "it stopped".into(),
+                planned: true,
+            },
+        ],
+    );
+    core.handle(1_000, Input::Timeout);
+    let snapshot = core
+        .take_actions()
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Decide(snapshot) => Some(snapshot),
+            _ => None,
+        })
+        .expect("a snapshot for the policy");
+    assert_eq!(
+        snapshot.managers[0].environments,
+        vec![("big".to_string(), weir::core::scaling::Verdict::NoMatch)],
+        "not `unknown`: no worker is started to ask again"
+    );
+}

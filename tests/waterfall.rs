@@ -475,6 +475,35 @@ fn unknown_verdict_gets_one_worker_to_learn() {
 }
 
 #[test]
+fn the_worker_learning_a_verdict_is_kept_until_it_answers() {
+    let content = "1, fresh\n";
+    let demand = Demand {
+        environments: vec!["big".into()],
+        ..queued(3)
+    };
+    // Still starting (or registered and still evaluating, which the scheduler reports as
+    // starting): not cancelled, or the next decision would start another to ask again.
+    let mut fresh = manager("fresh", "fresh", 2, 1);
+    fresh.starting = 1;
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![fresh.clone()], vec![demand.clone()]),
+    );
+    assert_eq!(desired(&got), vec![("fresh", 1)]);
+    // It answered `no-match`: nothing holds it, and once idle past the delay it is stopped.
+    fresh.starting = 0;
+    fresh.workers = vec![idle(7, 1, 60_000)];
+    fresh.environments = vec![("big".into(), Verdict::NoMatch)];
+    let got = decide(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![fresh], vec![demand]),
+    );
+    assert_eq!(got, vec![("fresh".to_string(), 0, vec![7])]);
+}
+
+#[test]
 fn capability_amounts_decide_who_can_serve_and_how_densely() {
     let content = "1, cpu\n1, gpu\n";
     let mut cpu = manager("cpu", "cpu", 100, 8);

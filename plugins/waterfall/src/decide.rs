@@ -12,8 +12,8 @@
 //!    environments), most constrained group first (fewest managers able to serve it). A group
 //!    fills tier 1, spills to tier 2, and so on. A manager can serve a group when the capability
 //!    amounts of its workers cover the group's and no required environment is `no-match`; when a
-//!    verdict is `unknown` it gets one worker's worth to learn, and nothing while it has a worker that
-//!    has not answered yet. Managers of one tier share
+//!    verdict is `unknown` it gets one worker's worth to learn, and nothing more while it has a
+//!    worker that has not answered yet; that worker is kept until it answers. Managers of one tier share
 //!    what the tier takes in proportion to their free capacity (largest remainder, ties to the
 //!    earlier row), never "first row wins". Demand spills past a tier only once that tier is up:
 //!    while one of its managers able to serve the group is still starting workers (or is being
@@ -112,6 +112,17 @@ impl Plan<'_> {
     /// Still coming up: workers starting, or more asked for than are live.
     fn filling(&self) -> bool {
         self.manager.starting > 0 || self.used_workers > self.manager.workers.len() as u64
+    }
+
+    /// It has a worker, not yet answered, learning a verdict queued tasks wait for: that worker
+    /// is kept (not cancelled while it starts, nor stopped while it evaluates), or the next
+    /// decision would start another to ask again.
+    fn learning(&self, active: &[&Demand]) -> bool {
+        self.manager.current_workers() > 0
+            && active.iter().filter(|g| g.queued > 0 && self.density(g) > 0).any(|g| {
+                let verdicts = || g.environments.iter().map(|env| self.manager.verdict(env));
+                verdicts().any(|v| v == crate::Verdict::Unknown) && verdicts().all(|v| v != crate::Verdict::NoMatch)
+            })
     }
 
     /// Queued tasks of `group` this manager can still take.
@@ -220,7 +231,7 @@ impl Policy {
                         .iter()
                         .zip(&served_below)
                         .any(|(group, below)| *below && plan.serves(group));
-                    conclude(plan, snapshot.scale_down_delay_ms, !held)
+                    conclude(plan, snapshot.scale_down_delay_ms, !held, plan.learning(&active))
                 })
                 .collect();
             for (group, below) in active.iter().zip(served_below.iter_mut()) {
@@ -388,10 +399,10 @@ fn fill_tier(tier: &mut [Plan<'_>], group: &Demand, wanted: u64) -> u64 {
     take as u64
 }
 
-fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64, may_shrink: bool) -> Decision {
+fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64, may_shrink: bool, learning: bool) -> Decision {
     let manager = plan.manager;
     let current = manager.current_workers();
-    let target = plan.used_workers;
+    let target = plan.used_workers.max(u64::from(learning));
     let mut stop = Vec::new();
     let mut idle: Vec<_> = manager.workers.iter().filter(|w| w.busy == 0).collect();
     idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then_with(|| a.id.cmp(&b.id)));

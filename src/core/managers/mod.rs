@@ -129,6 +129,19 @@ impl Managers {
         gone
     }
 
+    /// Its workers answered (or one of them is about to be gone): remember what they say now,
+    /// so it is known after they are gone whether or not a heartbeat came in between.
+    pub fn learn(&mut self, manager: &str, workers: &[WorkerView]) {
+        let Some(entry) = self.entries.get_mut(manager) else {
+            return;
+        };
+        let mine: Vec<&WorkerView> = workers
+            .iter()
+            .filter(|w| w.manager.as_deref() == Some(manager))
+            .collect();
+        entry.learned.extend(answered(&mine));
+    }
+
     /// A run-time environment was registered again or removed: what managers learned of it is
     /// asked again.
     pub fn forget_verdicts(&mut self, environment: &str) {
@@ -203,6 +216,16 @@ impl Managers {
                     .filter(|n| !registered.contains(n))
                     .count();
                 let stopping = mine.iter().filter(|w| w.draining).count();
+                // Registered but still evaluating a wanted environment: still starting as far as
+                // the demand goes, so not stopped as idle before it could answer (and another
+                // started to ask again).
+                let answering = |w: &WorkerView| {
+                    wanted.iter().any(|name| {
+                        (entry.declares(name) || context.is_registered(name))
+                            && !w.verdicts.iter().any(|(n, _)| n == name)
+                    })
+                };
+                let evaluating = mine.iter().filter(|w| !w.draining && answering(w)).count();
                 Manager {
                     id: state.id.clone(),
                     worker_type: state.worker_type.clone(),
@@ -211,7 +234,7 @@ impl Managers {
                     online: self.online(entry, context.now),
                     workers: mine
                         .iter()
-                        .filter(|w| !w.draining)
+                        .filter(|w| !w.draining && !answering(w))
                         .map(|w| Worker {
                             id: w.id,
                             slots: w.slots,
@@ -219,7 +242,7 @@ impl Managers {
                             idle_ms: w.idle_ms,
                         })
                         .collect(),
-                    starting: (unregistered + stopping) as u32,
+                    starting: (unregistered + stopping + evaluating) as u32,
                     capabilities: state.capabilities.clone(),
                     environments: wanted
                         .iter()

@@ -131,6 +131,7 @@ impl Scheduler {
             Input::Loads { worker, loads } => self.tasks.set_loads(worker, loads),
             Input::Verdicts { worker, verdicts } => {
                 self.tasks.set_verdicts(now, worker, verdicts);
+                self.learn_verdicts(now, worker);
                 self.settle_env_waits();
             }
             Input::WorkerGone {

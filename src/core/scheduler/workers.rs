@@ -79,8 +79,21 @@ impl Scheduler {
                 "worker lost; its tasks run again once its lease has surely run out, unless it comes back first"
             ),
         }
+        self.learn_verdicts(now, worker);
         self.tasks.worker_lost(now, worker, reason, loss);
         self.settle_env_waits();
+    }
+
+    /// Its manager remembers what its workers answered, before the worker can be gone.
+    pub(super) fn learn_verdicts(&mut self, now: u64, worker: WorkerId) {
+        let views = self.tasks.worker_views(now);
+        let manager = views
+            .iter()
+            .find(|w| w.id == worker)
+            .and_then(|w| w.manager.clone());
+        if let Some(manager) = manager {
+            self.managers.learn(&manager, &views);
+        }
     }
 
     pub(super) fn close_worker(&mut self, worker: WorkerId) {

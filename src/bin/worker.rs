@@ -126,7 +126,7 @@ fn run(args: Args) -> Result<()> {
     if slots == 0 {
         bail!("--slots must be at least 1");
     }
-    let hostname = weir::plugin::condition::hostname();
+    let hostname = weir::plugin::facts::hostname();
     let settings = Settings {
         info: WorkerInfo {
             name: args

@@ -12,7 +12,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::environment::weir::plugin::log;
-use super::condition::HostFacts;
+use super::facts::HostFacts;
 use super::{EPOCH_TICK, Limits, PluginError};
 
 /// Per-store data.

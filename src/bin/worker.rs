@@ -165,8 +165,8 @@ fn run(args: Args) -> Result<()> {
     ));
     // Stopped, or the scheduler stayed away: no task of this worker outlives it.
     runtime.block_on(async { worker.lock().await.shutdown().await });
-    let reason = reason?;
-    tracing::info!(%reason, "worker stopped");
+    let signal = reason?;
+    tracing::info!(reason = %format_args!("stopped by {signal}"), "worker stopped");
     Ok(())
 }
 

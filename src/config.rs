@@ -34,6 +34,39 @@ pub enum ConfigError {
     Plugin(#[from] PluginError),
 }
 
+/// A flag's value that does not parse (clap prints it after the flag's name).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("`{arg}`: expected [NAME=]FILE.wasm[,key=value...]")]
+    EnvPluginForm { arg: String },
+    #[error("`{arg}`: environment name `{name}` must be letters, digits, `_` or `-`")]
+    EnvName { arg: String, name: String },
+    #[error("`{arg}`: `{file}` is neither a .wasm file nor a bundled condition")]
+    EnvSource { arg: String, file: String },
+    #[error("`{arg}`: `{pair}` is not key=value")]
+    ConfigPair { arg: String, pair: String },
+    #[error("`{0}` is not name=amount")]
+    CapabilityPair(String),
+    #[error("capability name `{0}` must be letters, digits, `_` or `-`")]
+    CapabilityName(String),
+    #[error("`{0}` is not an amount (e.g. 4, 16GB, 512MiB)")]
+    Amount(String),
+    #[error("capability `{0}` given twice")]
+    CapabilityTwice(String),
+    #[error("`{0}` is not zero or a positive number of seconds")]
+    Seconds(String),
+    #[error("`{0}`: must be more than zero seconds")]
+    ZeroSeconds(String),
+}
+
+/// Letters, digits, `_` and `-`, at least one: environment and capability names.
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// A policy engine: bundled in the executable, or a component file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Engine {
@@ -169,7 +202,7 @@ pub struct EnvPluginSpec {
 }
 
 impl EnvPluginSpec {
-    pub fn parse(arg: &str) -> Result<EnvPluginSpec, String> {
+    pub fn parse(arg: &str) -> Result<EnvPluginSpec, ValueError> {
         let mut parts = arg.split(',');
         let head = parts.next().unwrap_or_default().trim();
         let (name, file) = match head.split_once('=') {
@@ -182,25 +215,22 @@ impl EnvPluginSpec {
                 (stem.to_string(), head)
             }
         };
+        let arg = || arg.to_string();
         if file.is_empty() {
-            return Err(format!("`{arg}`: expected [NAME=]FILE.wasm[,key=value...]"));
+            return Err(ValueError::EnvPluginForm { arg: arg() });
         }
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(format!(
-                "`{arg}`: environment name `{name}` must be letters, digits, `_` or `-`"
-            ));
+        if !is_name(&name) {
+            return Err(ValueError::EnvName { arg: arg(), name });
         }
-        let source = Engine::parse(file).map_err(|_| {
-            format!("`{arg}`: `{file}` is neither a .wasm file nor a bundled condition")
+        let source = Engine::parse(file).map_err(|_| ValueError::EnvSource {
+            arg: arg(),
+            file: file.to_string(),
         })?;
         let mut config = Vec::new();
         for pair in parts {
             let Some((key, value)) = pair.split_once('=') else {
-                return Err(format!("`{arg}`: `{pair}` is not key=value"));
+                let pair = pair.to_string();
+                return Err(ValueError::ConfigPair { arg: arg(), pair });
             };
             config.push((key.trim().to_string(), value.trim().to_string()));
         }
@@ -232,26 +262,20 @@ impl EnvPluginSpec {
 
 /// `cpu=4,memory=16GB,gpu=1`: capability amounts. Amounts are whole numbers, optionally with a
 /// decimal (`k`, `M`, `G`, `T`, `KB`, `MB`, `GB`, `TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`) suffix.
-pub fn parse_capabilities(text: &str) -> Result<Vec<(String, u64)>, String> {
+pub fn parse_capabilities(text: &str) -> Result<Vec<(String, u64)>, ValueError> {
     let mut out: Vec<(String, u64)> = Vec::new();
     for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let Some((name, value)) = pair.split_once('=') else {
-            return Err(format!("`{pair}` is not name=amount"));
+            return Err(ValueError::CapabilityPair(pair.to_string()));
         };
         let name = name.trim();
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(format!(
-                "capability name `{name}` must be letters, digits, `_` or `-`"
-            ));
+        if !is_name(name) {
+            return Err(ValueError::CapabilityName(name.to_string()));
         }
-        let amount = parse_amount(value.trim())
-            .ok_or_else(|| format!("`{value}` is not an amount (e.g. 4, 16GB, 512MiB)"))?;
+        let amount =
+            parse_amount(value.trim()).ok_or_else(|| ValueError::Amount(value.to_string()))?;
         if out.iter().any(|(n, _)| n == name) {
-            return Err(format!("capability `{name}` given twice"));
+            return Err(ValueError::CapabilityTwice(name.to_string()));
         }
         out.push((name.to_string(), amount));
     }
@@ -280,21 +304,19 @@ pub fn parse_amount(text: &str) -> Option<u64> {
 
 /// A `--flag SECONDS` value for clap (`value_parser = seconds`): zero or more seconds, fractions
 /// allowed (`0.5`), as a [`std::time::Duration`].
-pub fn seconds(text: &str) -> Result<std::time::Duration, String> {
+pub fn seconds(text: &str) -> Result<std::time::Duration, ValueError> {
     match text.trim().parse::<f64>() {
         Ok(value) if value >= 0.0 && value.is_finite() && value < 1e12 => {
             Ok(std::time::Duration::from_secs_f64(value))
         }
-        _ => Err(format!(
-            "`{text}` is not zero or a positive number of seconds"
-        )),
+        _ => Err(ValueError::Seconds(text.to_string())),
     }
 }
 
 /// As [`seconds`], but more than zero.
-pub fn positive_seconds(text: &str) -> Result<std::time::Duration, String> {
+pub fn positive_seconds(text: &str) -> Result<std::time::Duration, ValueError> {
     match seconds(text)? {
-        zero if zero.is_zero() => Err(format!("`{text}`: must be more than zero seconds")),
+        zero if zero.is_zero() => Err(ValueError::ZeroSeconds(text.to_string())),
         duration => Ok(duration),
     }
 }

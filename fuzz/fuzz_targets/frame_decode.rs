@@ -6,7 +6,7 @@
 #[path = "../../src/proto/frame.rs"]
 mod frame;
 #[allow(dead_code)]
-#[path = "../../src/proto/messages.rs"]
+#[path = "../../src/proto/messages/mod.rs"]
 mod messages;
 
 use frame::decode;

@@ -5,7 +5,7 @@
 
 // The journal format and the messages it holds, compiled without the rest of weir.
 #[allow(dead_code)]
-#[path = "../../src/proto/messages.rs"]
+#[path = "../../src/proto/messages/mod.rs"]
 mod messages;
 #[allow(dead_code)]
 #[path = "../../src/scheduler/record.rs"]

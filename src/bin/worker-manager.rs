@@ -162,12 +162,13 @@ fn run(args: Args) -> Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     if args.fixed.is_some() && args.unit.is_some() {
         // Inside a command-backend unit: the manager that started the unit reports its workers.
-        return runtime
-            .block_on(weir::manager::run_unit(weir::manager::Pool::new(settings)))
-            .map_err(|e| anyhow::anyhow!(e));
+        let signal =
+            runtime.block_on(weir::manager::run_unit(weir::manager::Pool::new(settings)))?;
+        tracing::info!(reason = %format_args!("stopped by {signal}"), "worker manager stopped");
+        return Ok(());
     }
     let reconnect = args.reconnect_timeout;
-    let reason = runtime.block_on(async {
+    let signal = runtime.block_on(async {
         let backend = match args.backend {
             BackendKind::Process => {
                 weir::manager::Backend::Process(weir::manager::Pool::new(settings))
@@ -195,6 +196,6 @@ fn run(args: Args) -> Result<()> {
             .await
             .map_err(anyhow::Error::from)
     })?;
-    tracing::info!(%reason, "worker manager stopped");
+    tracing::info!(reason = %format_args!("stopped by {signal}"), "worker manager stopped");
     Ok(())
 }

@@ -126,7 +126,7 @@ fn run(args: Args) -> Result<()> {
     if slots == 0 {
         bail!("--slots must be at least 1");
     }
-    let hostname = weir::plugin::condition::hostname();
+    let hostname = weir::plugin::facts::hostname();
     let settings = Settings {
         info: WorkerInfo {
             name: args
@@ -165,8 +165,8 @@ fn run(args: Args) -> Result<()> {
     ));
     // Stopped, or the scheduler stayed away: no task of this worker outlives it.
     runtime.block_on(async { worker.lock().await.shutdown().await });
-    let reason = reason?;
-    tracing::info!(%reason, "worker stopped");
+    let signal = reason?;
+    tracing::info!(reason = %format_args!("stopped by {signal}"), "worker stopped");
     Ok(())
 }
 

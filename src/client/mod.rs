@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint, RecvStream};
+use quinn::{Connection, Endpoint};
 
-use crate::net::{self, AccessFile, NetError};
+use crate::net::{self, AccessFile, Link, LinkEnd, NetError};
 use crate::proto::{
-    self, EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, NewGroup, Request, Response,
-    Role, StatusReport, TaskId, TaskResult,
+    EnvironmentStatus, JobCounts, JobId, JobSummary, NewGroup, Request, Response, Role,
+    StatusReport, TaskId, TaskResult,
 };
 
 pub struct Client {
@@ -17,16 +17,19 @@ pub struct Client {
 
 /// The responses to one request, in order; `None` after the last.
 pub struct Responses {
-    recv: RecvStream,
+    link: Link<Response>,
 }
 
 impl Responses {
+    /// Cancel-safe: responses are read ahead by the link.
     pub async fn next(&mut self) -> Result<Option<Response>, NetError> {
-        match proto::frame::read::<_, Response>(&mut self.recv).await {
+        match self.link.next().await {
             Ok(Response::Error { message }) => Err(NetError::Request(message)),
             Ok(response) => Ok(Some(response)),
-            Err(FrameError::Closed) => Ok(None),
-            Err(error) => Err(error.into()),
+            Err(end) if end.is_closed() => Ok(None),
+            Err(LinkEnd::Read(error) | LinkEnd::Write(error)) => Err(error.into()),
+            // A request link has no writer task: its request was written before it was made.
+            Err(end) => Err(NetError::Link(end)),
         }
     }
 }
@@ -50,10 +53,9 @@ impl Client {
     }
 
     pub async fn call(&self, request: &Request) -> Result<Responses, NetError> {
-        let (mut send, recv) = self.connection.open_bi().await?;
-        proto::frame::write(&mut send, request).await?;
-        let _ = send.finish();
-        Ok(Responses { recv })
+        let (send, recv) = self.connection.open_bi().await?;
+        let link = Link::request(send, recv, request).await?;
+        Ok(Responses { link })
     }
 
     /// Submit one job. Returns (job, first task id, number of tasks).

@@ -8,11 +8,30 @@
 //! failure the manager backs off (1 s, doubling to 60 s) and reports no capacity meanwhile, so
 //! the waterfall skips its tier until it recovers.
 
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use crate::proto::ManagerState;
 
 use super::Settings;
+
+/// A failure of the backend: it counts, and the manager backs off.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("cannot run `{command}`: {error}")]
+    Spawn {
+        command: String,
+        error: std::io::Error,
+    },
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Failed {
+        command: String,
+        status: ExitStatus,
+        stderr: String,
+    },
+    #[error("unit {unit} did not register within {timeout:?}")]
+    Late { unit: String, timeout: Duration },
+}
 
 #[derive(Clone, Debug)]
 pub struct CommandBackend {
@@ -73,23 +92,25 @@ impl Units {
             .replace("{unit}", unit)
     }
 
-    async fn run(&self, template: &str, unit: &str) -> Result<(), String> {
+    async fn run(&self, template: &str, unit: &str) -> Result<(), CommandError> {
         let command = self.expand(template, unit);
         tracing::info!(%command, "running the backend command");
-        let output = tokio::process::Command::new("sh")
+        let output = match tokio::process::Command::new("sh")
             .args(["-c", &command])
             .output()
             .await
-            .map_err(|e| format!("cannot run `{command}`: {e}"))?;
+        {
+            Ok(output) => output,
+            Err(error) => return Err(CommandError::Spawn { command, error }),
+        };
         if output.status.success() {
             Ok(())
         } else {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            Err(format!(
-                "`{command}` failed ({}): {}",
-                output.status,
-                stderr.trim()
-            ))
+            Err(CommandError::Failed {
+                command,
+                status: output.status,
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            })
         }
     }
 
@@ -98,7 +119,7 @@ impl Units {
             .is_some_and(|until| Instant::now() < until)
     }
 
-    fn failed(&mut self, error: &str) {
+    fn failed(&mut self, error: &CommandError) {
         self.failures += 1;
         let delay = Duration::from_secs(1 << self.failures.min(6).saturating_sub(1))
             .min(Duration::from_secs(60));
@@ -126,13 +147,9 @@ impl Units {
         }
     }
 
-    /// Move toward `desired` workers, in whole units.
-    pub async fn apply(
-        &mut self,
-        desired: u32,
-        stop: &[String],
-        registered: &[String],
-    ) -> Result<(), String> {
+    /// Move toward `desired` workers, in whole units. A failed command is not an error of the
+    /// manager: it backs off (see [`CommandError`]).
+    pub async fn apply(&mut self, desired: u32, stop: &[String], registered: &[String]) {
         for unit in &mut self.units {
             let names = (1..=self.backend.unit_size)
                 .map(|n| format!("{}-{}-{n}", self.settings.id, unit.id));
@@ -151,7 +168,7 @@ impl Units {
             .collect();
         for unit in late {
             self.stop_unit(&unit).await;
-            self.failed(&format!("unit {unit} did not register within {timeout:?}"));
+            self.failed(&CommandError::Late { unit, timeout });
         }
         // Units whose registered workers were all drained by the scheduler: stop them.
         let drained: Vec<String> = self
@@ -196,7 +213,6 @@ impl Units {
                 }
             }
         }
-        Ok(())
     }
 
     async fn stop_unit(&mut self, unit: &str) {

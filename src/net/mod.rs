@@ -1,17 +1,24 @@
-//! QUIC plumbing: TLS with a pinned self-signed certificate, the access file, endpoints, and the
-//! hello exchange every connection starts with.
+//! QUIC plumbing: TLS with a pinned self-signed certificate, the access file, endpoints, the
+//! hello exchange every connection starts with ([`connect`]), typed links over a stream pair
+//! ([`Link`]), and the sessions of workers and managers with the scheduler ([`reconnecting`]).
 
 pub mod access;
+mod connect;
+pub mod link;
+pub mod session;
 pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint, RecvStream, SendStream};
+use quinn::{Connection, Endpoint};
 
-use crate::proto::{self, FrameError, Hello, HelloReply, PROTOCOL_VERSION, Role};
+use crate::proto::FrameError;
 pub use access::AccessFile;
+pub use connect::connect;
+pub use link::{Link, LinkEnd, Outbox, frames};
+pub use session::{SessionEnd, Signal, Signals, reconnecting};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
@@ -32,17 +39,66 @@ pub enum NetError {
     Unanswered(String),
     #[error(transparent)]
     Frame(#[from] FrameError),
+    // The variants below name their error in their text: built by `From` (not `#[from]`, which
+    // would also make it the source, and `{:#}` would print it twice).
     #[error("connection: {0}")]
-    Connection(#[from] quinn::ConnectionError),
+    Connection(quinn::ConnectionError),
     #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The scheduler cannot listen where it was told.
     #[error("cannot listen on {address}: {error}")]
     Listen { address: String, error: String },
     #[error("write: {0}")]
-    Write(#[from] quinn::WriteError),
+    Write(quinn::WriteError),
     #[error("{0}")]
     Access(String),
+    /// A link to the scheduler ended before the session began (during registration).
+    #[error(transparent)]
+    Link(#[from] LinkEnd),
+    /// The scheduler stayed away longer than the reconnect timeout.
+    #[error("gave up reaching the scheduler after {after:?}: {error}")]
+    GaveUp { after: Duration, error: String },
+}
+
+impl From<quinn::ConnectionError> for NetError {
+    fn from(error: quinn::ConnectionError) -> NetError {
+        NetError::Connection(error)
+    }
+}
+
+impl From<std::io::Error> for NetError {
+    fn from(error: std::io::Error) -> NetError {
+        NetError::Io(error)
+    }
+}
+
+impl From<quinn::WriteError> for NetError {
+    fn from(error: quinn::WriteError) -> NetError {
+        NetError::Write(error)
+    }
+}
+
+impl NetError {
+    /// `cannot listen on ADDRESS: ERROR`, for any listener the scheduler binds.
+    pub fn listen(address: impl std::fmt::Display, error: impl std::fmt::Display) -> NetError {
+        NetError::Listen {
+            address: address.to_string(),
+            error: error.to_string(),
+        }
+    }
+
+    /// Whether the connection to the scheduler is gone (it may be restarting), as opposed to a
+    /// request it refused or an answer that makes no sense: a caller may reconnect and ask again.
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            NetError::Connection(_) | NetError::Write(_) | NetError::Unanswered(_) => true,
+            NetError::Frame(error)
+            | NetError::Link(LinkEnd::Read(error) | LinkEnd::Write(error)) => {
+                matches!(error, FrameError::Io(_) | FrameError::Closed)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The application close code of a peer that stops on purpose (a worker or manager told to
@@ -64,27 +120,6 @@ pub fn peer_stopped(connection: &Connection) -> bool {
 pub async fn close_stopping(endpoint: &Endpoint, connection: &Connection, reason: &str) {
     connection.close(CLOSE_STOPPING, reason.as_bytes());
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
-}
-
-/// The frames of `recv`, read by a task of their own. A `select!` over the receiver is
-/// cancel-safe; one over `frame::read` is not: a read dropped mid-frame (another branch fired)
-/// loses the bytes it had read and misaligns the stream. The channel is bounded, so a slow
-/// consumer still holds back the peer. The stream's error (or its end) comes last.
-pub fn frames<T>(mut recv: RecvStream) -> tokio::sync::mpsc::Receiver<Result<T, FrameError>>
-where
-    T: serde::de::DeserializeOwned + Send + 'static,
-{
-    let (sender, receiver) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        loop {
-            let frame = proto::frame::read::<_, T>(&mut recv).await;
-            let end = frame.is_err();
-            if sender.send(frame).await.is_err() || end {
-                return;
-            }
-        }
-    });
-    receiver
 }
 
 /// Liveness: keep-alives every second; a peer silent for `idle_timeout` is gone.
@@ -115,124 +150,3 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a connection attempt waits for the scheduler's handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Connect to the scheduler in `access` as `role`, and say hello on the first stream.
-pub async fn connect(
-    access: &AccessFile,
-    role: Role,
-    idle_timeout: Duration,
-) -> Result<(Endpoint, Connection, SendStream, RecvStream), NetError> {
-    let address = parse_address(&access.address)?;
-    let bind: SocketAddr = if address.is_ipv6() {
-        "[::]:0"
-    } else {
-        "0.0.0.0:0"
-    }
-    .parse()
-    .map_err(|_| NetError::Address(access.address.clone()))?;
-    let mut endpoint = Endpoint::client(bind)?;
-    let mut config = tls::client_config(&access.certificate_der()?)?;
-    config.transport_config(transport(idle_timeout));
-    endpoint.set_default_client_config(config);
-    let connecting =
-        endpoint
-            .connect(address, tls::SERVER_NAME)
-            .map_err(|e| NetError::Connect {
-                address: access.address.clone(),
-                error: e.to_string(),
-            })?;
-    // A scheduler that is down answers nothing (QUIC ignores ICMP): give up on the handshake
-    // well before the idle timeout, so callers can retry or say so.
-    let connection = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
-        Ok(connected) => connected.map_err(|e| NetError::Connect {
-            address: access.address.clone(),
-            error: e.to_string(),
-        })?,
-        Err(_) => {
-            return Err(NetError::Connect {
-                address: access.address.clone(),
-                error: format!("no answer within {CONNECT_TIMEOUT:?}"),
-            });
-        }
-    };
-    let (mut send, mut recv) = connection.open_bi().await?;
-    let token = match role {
-        Role::Client => access.client_token.clone(),
-        Role::Worker | Role::Manager => access.worker_token.clone(),
-    };
-    proto::frame::write(
-        &mut send,
-        &Hello {
-            version: PROTOCOL_VERSION,
-            role,
-            token,
-        },
-    )
-    .await?;
-    match proto::frame::read::<_, HelloReply>(&mut recv).await {
-        Ok(HelloReply::Welcome) => Ok((endpoint, connection, send, recv)),
-        Ok(HelloReply::Refused { reason }) => Err(NetError::Refused(reason)),
-        Err(FrameError::Closed) => Err(NetError::Refused("connection closed during hello".into())),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Run sessions with the scheduler, reconnecting after it goes away: back off from 0.2 s to 5 s,
-/// re-read the access file each time (a restarted scheduler may have a new address), and give up
-/// `timeout` after the last working session. A session that ends with a reason starting with
-/// "stopped by" (a signal) ends the loop.
-pub async fn reconnecting<F, Fut>(
-    access_file: &std::path::Path,
-    timeout: Duration,
-    who: &str,
-    mut session: F,
-) -> Result<String, NetError>
-where
-    F: FnMut(AccessFile) -> Fut,
-    Fut: std::future::Future<Output = Result<String, NetError>>,
-{
-    use tokio::signal::unix::{SignalKind, signal};
-    // Once a process listens for SIGTERM the default action is gone for good: keep listening
-    // between sessions too, or a stop request while reconnecting would be lost.
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut last_ok = std::time::Instant::now();
-    let mut backoff = Duration::from_millis(200);
-    let mut connected_once = false;
-    // Waiting is said once, then every 30 s: never silently.
-    let mut said: Option<std::time::Instant> = None;
-    loop {
-        let outcome = match AccessFile::read(access_file) {
-            // The session handles SIGTERM itself (closing its connection cleanly); one that
-            // arrives while connecting is kept by `sigterm` and seen below.
-            Ok(access) => session(access).await,
-            Err(error) => Err(error),
-        };
-        match outcome {
-            Ok(reason) if reason.starts_with("stopped by") => return Ok(reason),
-            Ok(reason) => {
-                tracing::warn!(%reason, "{who}: lost the scheduler; reconnecting");
-                connected_once = true;
-                said = Some(std::time::Instant::now());
-                last_ok = std::time::Instant::now();
-                backoff = Duration::from_millis(200);
-            }
-            Err(error) if !connected_once && timeout.is_zero() => return Err(error),
-            Err(error) => {
-                if last_ok.elapsed() > timeout {
-                    return Err(NetError::Refused(format!(
-                        "gave up reaching the scheduler after {timeout:?}: {error}"
-                    )));
-                }
-                if said.is_none_or(|at| at.elapsed() > Duration::from_secs(30)) {
-                    tracing::warn!(%error, "{who}: waiting for the scheduler (up to {timeout:?})");
-                    said = Some(std::time::Instant::now());
-                }
-            }
-        }
-        tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
-            _ = sigterm.recv() => return Ok("stopped by SIGTERM".to_string()),
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
-}

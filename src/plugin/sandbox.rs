@@ -12,7 +12,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::environment::weir::plugin::log;
-use super::condition::HostFacts;
+use super::facts::HostFacts;
 use super::{EPOCH_TICK, Limits, PluginError};
 
 /// Per-store data.
@@ -171,8 +171,12 @@ impl log::Host for State {
 
 impl super::bindings::environment::weir::plugin::types::Host for State {}
 
-/// Instantiates a component and prepares its bindings; the inner `Err` is the guest's own refusal.
-type Make<B> = Box<dyn Fn(&mut Store<State>) -> wasmtime::Result<Result<B, String>> + Send>;
+/// A guest's own refusal: the message of a WIT `result<_, string>` (it becomes
+/// [`PluginError::Refused`]).
+pub type Refusal = String;
+
+/// Instantiates a component and prepares its bindings; the inner `Err` is the guest's refusal.
+type Make<B> = Box<dyn Fn(&mut Store<State>) -> wasmtime::Result<Result<B, Refusal>> + Send>;
 
 /// One live instance of a component, created on first use and after every trap.
 pub struct Sandboxed<B> {
@@ -190,7 +194,7 @@ impl<B> Sandboxed<B> {
         plugin: Arc<str>,
         limits: Limits,
         engine: Engine,
-        make: impl Fn(&mut Store<State>) -> wasmtime::Result<Result<B, String>> + Send + 'static,
+        make: impl Fn(&mut Store<State>) -> wasmtime::Result<Result<B, Refusal>> + Send + 'static,
     ) -> Sandboxed<B> {
         Sandboxed {
             plugin,

@@ -19,8 +19,16 @@ pub enum FrameError {
     Encode(postcard::Error),
     #[error("connection closed")]
     Closed,
+    /// Built by `From`, not `#[from]`: that would also make the error its source, and `{:#}`
+    /// would print it twice.
     #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for FrameError {
+    fn from(error: std::io::Error) -> FrameError {
+        FrameError::Io(error)
+    }
 }
 
 /// The frame bytes (length prefix included) of `message`.

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
-use crate::plugin::{ConditionPlugin, HostFacts, Limits, Loaded, Origin, PluginHost, World};
+use crate::plugin::{
+    ConditionPlugin, HostFacts, Limits, Loaded, Origin, PluginError, PluginHost, World,
+};
 
 use crate::proto::{ComponentHash, ComponentLoad, EnvVerdict, EnvironmentDef, LoadOrigin};
 
@@ -23,10 +25,19 @@ pub struct LocalEnv {
     pub config: Values,
 }
 
+/// Why an environment's condition cannot be evaluated here (its verdict is this error).
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error("the condition component never arrived")]
+    NeverArrived,
+}
+
 struct Active {
     component: ComponentHash,
     config: Values,
-    plugin: Result<ConditionPlugin, String>,
+    plugin: Result<ConditionPlugin, Unusable>,
     /// Its last evaluation ran into the deadline: it keeps its error and is not run again on
     /// rechecks (a looping condition costs its deadline once, not on every recheck, and cannot
     /// hold the others up); registering it again, or a new worker, tries it afresh.
@@ -163,8 +174,8 @@ impl Environments {
                             loads.push((name.clone(), load));
                         })
                         .and_then(|loaded| self.host.condition(&loaded, self.limits.clone()))
-                        .map_err(|e| e.to_string()),
-                    None => Err("the condition component never arrived".to_string()),
+                        .map_err(Unusable::from),
+                    None => Err(Unusable::NeverArrived),
                 };
                 self.active.insert(
                     name.clone(),
@@ -184,11 +195,9 @@ impl Environments {
             if active.timed_out {
                 continue; // its error stands (see `Active::timed_out`)
             }
-            let timed_out = |error: &crate::plugin::PluginError| {
-                matches!(error, crate::plugin::PluginError::Timeout { .. })
-            };
+            let timed_out = |error: &PluginError| matches!(error, PluginError::Timeout { .. });
             let (verdict, values) = match &mut active.plugin {
-                Err(error) => (EnvVerdict::Error(error.clone()), None),
+                Err(error) => (EnvVerdict::Error(error.to_string()), None),
                 Ok(plugin) => match plugin.evaluate(&facts, &config) {
                     Ok(true) => match plugin.setup(&facts, &config) {
                         Ok(values) => (EnvVerdict::Match, Some(values)),

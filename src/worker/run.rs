@@ -9,7 +9,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::RwLock;
 
 use super::Group;
-use crate::plugin::{Limits, Loaded, PluginHost, TaskPlugin, World};
+use crate::plugin::{Limits, Loaded, PluginError, PluginHost, TaskPlugin, World};
 use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
 
 /// A running task's stop request (`weir cancel`, the worker stopping): a command's process group
@@ -46,6 +46,16 @@ enum Ended {
     Canceled,
 }
 
+/// Why a task component the scheduler sent cannot run here: every task of it fails with this.
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// Loading it panicked.
+    #[error(transparent)]
+    Loading(#[from] tokio::task::JoinError),
+}
+
 /// A task component and the deadline its instances were made with.
 type PoolKey = (ComponentHash, Option<Duration>);
 
@@ -55,7 +65,7 @@ pub(super) struct Runner {
     info: WorkerInfo,
     /// `setup` values of the environments this worker matches.
     values: super::env::SharedValues,
-    components: RwLock<HashMap<ComponentHash, Result<Loaded, String>>>,
+    components: RwLock<HashMap<ComponentHash, Result<Loaded, Unusable>>>,
     /// Idle task instances per component and deadline (an instance's limits are fixed when it
     /// is made: a task must not inherit another one's timeout), reused across tasks.
     pools: Mutex<HashMap<PoolKey, Vec<TaskPlugin>>>,
@@ -98,10 +108,10 @@ impl Runner {
                 &bytes,
                 Some(World::Task),
             )
-            .map_err(|e| e.to_string())
+            .map_err(Unusable::from)
         })
         .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+        .unwrap_or_else(|panicked| Err(panicked.into()));
         if let Err(error) = &loaded {
             tracing::warn!(%error, "cannot load a task component");
         }
@@ -262,7 +272,7 @@ impl Runner {
             Some(Ok(loaded)) => loaded.clone(),
             Some(Err(error)) => {
                 return Outcome::Error {
-                    message: error.clone(),
+                    message: error.to_string(),
                 };
             }
             None => {

@@ -1,0 +1,49 @@
+//! How a manager gets workers: processes of its own ([`Pool`]), or units through the operator's
+//! commands ([`command::Units`]).
+
+use super::{ManagerError, Pool, Settings, command};
+use crate::proto::ManagerState;
+
+/// How a dynamic manager gets workers: processes of its own, or units through commands.
+pub enum Backend {
+    Process(Pool),
+    Command(command::Units),
+}
+
+impl Backend {
+    pub(super) fn settings(&self) -> &Settings {
+        match self {
+            Backend::Process(pool) => &pool.settings,
+            Backend::Command(units) => &units.settings,
+        }
+    }
+
+    pub(super) fn state(&self) -> ManagerState {
+        match self {
+            Backend::Process(pool) => pool.state(),
+            Backend::Command(units) => units.state(),
+        }
+    }
+
+    pub(super) async fn apply(
+        &mut self,
+        desired: u32,
+        stop: &[String],
+        registered: &[String],
+    ) -> Result<(), ManagerError> {
+        match self {
+            Backend::Process(pool) => pool.converge(desired, stop, registered),
+            Backend::Command(units) => {
+                units.apply(desired, stop, registered).await;
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) async fn stop_all(&mut self) {
+        match self {
+            Backend::Process(pool) => pool.stop_all().await,
+            Backend::Command(units) => units.stop_all().await,
+        }
+    }
+}

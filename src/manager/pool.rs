@@ -1,0 +1,226 @@
+//! The process backend: the manager's own worker processes, started, stopped, reaped and
+//! replaced (with a backoff when they keep dying young).
+
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+use super::{ManagerError, Settings, plan};
+use crate::proto::ManagerState;
+
+/// A worker that exits sooner than this after its start counts as a failed start.
+const YOUNG: Duration = Duration::from_secs(10);
+/// Longest wait before starting again after failed starts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The manager's worker processes; kept across reconnections to the scheduler.
+pub struct Pool {
+    pub(super) settings: Settings,
+    /// Alive worker processes, oldest first: (name, process, when it started).
+    children: Vec<(String, Child, Instant)>,
+    next: u64,
+    /// Workers the scheduler has ever said are registered (in any session): they are stopped
+    /// only when it names them (drained), never as "not registered yet" — after a scheduler
+    /// restart they are busy with tasks they have not claimed yet.
+    ever_registered: std::collections::HashSet<String>,
+    /// The last workers that exited or were stopped, newest last (reported to the scheduler).
+    exited: std::collections::VecDeque<String>,
+    /// Workers that died young in a row, and when starting is allowed again.
+    failures: u32,
+    not_before: Instant,
+}
+
+impl Pool {
+    pub fn new(settings: Settings) -> Pool {
+        Pool {
+            settings,
+            children: Vec::new(),
+            next: 0,
+            ever_registered: std::collections::HashSet::new(),
+            exited: std::collections::VecDeque::new(),
+            failures: 0,
+            not_before: Instant::now(),
+        }
+    }
+
+    fn start(&mut self) -> Result<String, ManagerError> {
+        self.next += 1;
+        let s = &self.settings;
+        let name = match &s.unit {
+            Some(unit) => format!("{}-{unit}-{}", s.id, self.next),
+            None => format!("{}-{}", s.id, self.next),
+        };
+        let mut command = Command::new(&s.worker_command);
+        command
+            .arg("--access-file")
+            .arg(&s.access_file)
+            .args([
+                "--slots",
+                &s.slots.to_string(),
+                "--worker-type",
+                &s.worker_type,
+                "--manager",
+                &s.id,
+                "--name",
+                &name,
+            ])
+            .kill_on_drop(true);
+        if !s.worker_capabilities_flag.is_empty() {
+            command.args(["--capabilities", &s.worker_capabilities_flag]);
+        }
+        for env in &s.env_plugin_flags {
+            command.args(["--env-plugin", env]);
+        }
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the worker when
+        // this manager dies, so no worker outlives its manager.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|error| ManagerError::StartWorker {
+            command: s.worker_command.clone(),
+            error,
+        })?;
+        tracing::info!(worker = %name, "worker started");
+        self.children.push((name.clone(), child, Instant::now()));
+        Ok(name)
+    }
+
+    /// SIGTERM: the worker closes its connection (so the scheduler knows at once) and exits;
+    /// it is reaped in the background.
+    fn stop(&mut self, name: &str) {
+        if let Some(mut child) = self.signal_stop(name) {
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+            });
+        }
+    }
+
+    /// Send a worker SIGTERM and hand back its process.
+    fn signal_stop(&mut self, name: &str) -> Option<Child> {
+        let index = self.children.iter().position(|(n, _, _)| n == name)?;
+        let (_, mut child, _) = self.children.remove(index);
+        self.remember_exited(name);
+        tracing::info!(worker = %name, "stopping worker");
+        match child.id() {
+            // SAFETY: plain kill(2) on our own child's pid.
+            Some(pid) => unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGTERM);
+            },
+            None => {
+                let _ = child.start_kill();
+            }
+        }
+        Some(child)
+    }
+
+    /// Forget workers that exited; back off when they die young.
+    fn reap(&mut self) {
+        let now = Instant::now();
+        let mut exited = Vec::new();
+        self.children
+            .retain_mut(|(name, child, started)| match child.try_wait() {
+                Ok(Some(status)) => {
+                    exited.push((name.clone(), status, now.duration_since(*started)));
+                    false
+                }
+                _ => true,
+            });
+        for (name, status, lived) in exited {
+            self.remember_exited(&name);
+            if lived < YOUNG {
+                self.failures += 1;
+                let backoff = (Duration::from_millis(250) * 2u32.saturating_pow(self.failures))
+                    .min(MAX_BACKOFF);
+                self.not_before = now + backoff;
+                tracing::warn!(worker = %name, %status, ?lived, ?backoff, "worker exited young; replacing it after a backoff");
+            } else {
+                self.failures = 0;
+                tracing::warn!(worker = %name, %status, "worker exited; replacing it");
+            }
+        }
+    }
+
+    fn remember_exited(&mut self, name: &str) {
+        if self.exited.len() == crate::proto::EXITED_KEPT {
+            self.exited.pop_front();
+        }
+        self.exited.push_back(name.to_string());
+    }
+
+    pub(super) fn state(&self) -> ManagerState {
+        let s = &self.settings;
+        ManagerState {
+            id: s.id.clone(),
+            worker_type: s.worker_type.clone(),
+            max_task_concurrency: s.max_task_concurrency,
+            worker_slots: s.slots,
+            capabilities: s.capabilities.clone(),
+            workers: self.names(),
+            environments: s.environments.clone(),
+            fixed: s.fixed,
+            exited: self.exited.iter().cloned().collect(),
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.children.iter().map(|(n, _, _)| n.clone()).collect()
+    }
+
+    /// Move toward `desired` workers (a fixed pool: toward its N), never above the cap.
+    pub(super) fn converge(
+        &mut self,
+        desired: u32,
+        stop: &[String],
+        registered: &[String],
+    ) -> Result<(), ManagerError> {
+        self.reap();
+        let desired = match self.settings.fixed {
+            Some(n) => n,
+            None => desired.min(self.settings.max_workers()),
+        };
+        self.ever_registered.extend(registered.iter().cloned());
+        let alive = self.names();
+        self.ever_registered.retain(|name| alive.contains(name));
+        let known: Vec<String> = self.ever_registered.iter().cloned().collect();
+        let plan = plan(
+            &alive,
+            desired,
+            stop,
+            &known,
+            Instant::now() >= self.not_before,
+        );
+        for name in &plan.stop {
+            self.stop(name);
+        }
+        for _ in 0..plan.start {
+            self.start()?;
+        }
+        Ok(())
+    }
+
+    /// Stop every worker and wait (up to 10 s) for them to exit, so each closes its connection
+    /// before this process ends (which would kill the rest).
+    pub(super) async fn stop_all(&mut self) {
+        let mut stopping = Vec::new();
+        for name in self.names() {
+            stopping.extend(self.signal_stop(&name));
+        }
+        let all = async {
+            for child in &mut stopping {
+                let _ = child.wait().await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(10), all)
+            .await
+            .is_err()
+        {
+            tracing::warn!("workers did not stop within 10 s; killing them");
+        }
+    }
+}

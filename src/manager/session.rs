@@ -1,0 +1,110 @@
+//! A manager's sessions with the scheduler (heartbeats out, desired counts in), the loop that
+//! reconnects between them, and fixed mode inside a unit of the command backend (no scheduler).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{Backend, ManagerError, Pool};
+use crate::net::{self, AccessFile, Link, NetError, SessionEnd, Signal, Signals};
+use crate::proto::{FromManager, Role, ToManager};
+
+/// Run a manager until a signal stops it (which is returned), or the scheduler stays away for
+/// longer than `reconnect`: sessions with the scheduler, reconnecting between them. A fixed pool
+/// starts its workers at once, before the scheduler answers. Its workers are stopped when it ends.
+pub async fn run(
+    access_file: &Path,
+    reconnect: Duration,
+    mut backend: Backend,
+) -> Result<Signal, ManagerError> {
+    if let Some(n) = backend.settings().fixed {
+        backend.apply(n, &[], &[]).await?;
+    }
+    let pool = std::sync::Arc::new(tokio::sync::Mutex::new(backend));
+    let ended = net::reconnecting(access_file, reconnect, "worker manager", |access| {
+        let pool = pool.clone();
+        async move { run_dynamic(&access, &mut *pool.lock().await).await }
+    })
+    .await;
+    pool.lock().await.stop_all().await;
+    ended
+}
+
+/// One session with the scheduler, until it goes away or a signal stops the manager. Returns
+/// why it ended; on a signal the manager says goodbye and stops its workers, otherwise they keep
+/// running (and reconnect by themselves) while the caller reconnects. A fixed pool takes the
+/// same path: it reports, heals, and ignores desired counts.
+pub async fn run_dynamic(
+    access: &AccessFile,
+    pool: &mut Backend,
+) -> Result<SessionEnd<ManagerError>, ManagerError> {
+    let (endpoint, connection, send, recv) =
+        net::connect(access, Role::Manager, Duration::from_secs(5)).await?;
+    let interval = pool.settings().heartbeat_interval;
+    let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
+    let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
+    let mut ticker = tokio::time::interval(interval);
+    let mut signals = Signals::term_and_int().map_err(NetError::from)?;
+    // Nothing is started or stopped before the scheduler has said what it wants in this
+    // session (a fixed pool knows already): a scheduler that just restarted has not seen the
+    // workers yet, and they are busy with tasks they will claim.
+    let mut desired: Option<u32> = pool.settings().fixed;
+    let mut registered: Vec<String> = Vec::new();
+    let end = loop {
+        tokio::select! {
+            message = link.next() => match message {
+                Ok(ToManager::Desired { desired: wanted, stop, registered: known, reason }) => {
+                    if Some(wanted) != desired || !stop.is_empty() {
+                        tracing::info!(desired = wanted, stop = stop.len(), %reason, "scaling");
+                    }
+                    desired = Some(wanted);
+                    registered = known;
+                    if let Err(error) = pool.apply(wanted, &stop, &registered).await {
+                        break SessionEnd::Failed(error);
+                    }
+                    let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
+                }
+                Err(end) => break SessionEnd::Link(end),
+            },
+            signal = signals.recv() => break SessionEnd::Stopped(signal),
+            _ = ticker.tick() => {
+                // Replace workers that died (or units that never came up); report.
+                if let Some(desired) = desired
+                    && let Err(error) = pool.apply(desired, &[], &registered).await
+                {
+                    break SessionEnd::Failed(error);
+                }
+                // A writer that ended refuses this; `link.next()` says why it ended.
+                let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
+            }
+        }
+    };
+    if let SessionEnd::Stopped(_) = end {
+        // Goodbye first, so the scheduler forgets this manager at once; it closes the
+        // connection when it has read it.
+        let _ = outgoing.send(FromManager::Goodbye);
+        drop(outgoing);
+        let _ = tokio::time::timeout(Duration::from_secs(2), link.finished()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+        pool.stop_all().await;
+        net::close_stopping(&endpoint, &connection, "manager stopping").await;
+    } else {
+        drop(link);
+        connection.close(0u32.into(), b"manager stopping");
+    }
+    Ok(end)
+}
+
+/// Fixed mode inside a unit of the command backend: keep the workers alive until a signal
+/// (the dynamic manager that started the unit reports them to the scheduler).
+pub async fn run_unit(mut pool: Pool) -> Result<Signal, ManagerError> {
+    let mut signals = Signals::term_and_int().map_err(NetError::from)?;
+    let mut ticker = tokio::time::interval(pool.settings.heartbeat_interval);
+    let signal = loop {
+        tokio::select! {
+            _ = ticker.tick() => pool.converge(0, &[], &[])?,
+            signal = signals.recv() => break signal,
+        }
+    };
+    pool.stop_all().await;
+    Ok(signal)
+}

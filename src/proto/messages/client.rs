@@ -1,0 +1,105 @@
+//! Client <-> scheduler: one request per stream, one or more responses.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Components first (the scheduler keeps them by hash), then the groups of one job.
+    Submit {
+        components: Vec<Vec<u8>>,
+        groups: Vec<NewGroup>,
+    },
+    /// Progress until every task of the job is final, then `Done`.
+    Wait {
+        job: JobId,
+    },
+    /// Results of a job's final tasks.
+    Results {
+        job: JobId,
+    },
+    Cancel {
+        job: JobId,
+    },
+    /// Free a finished job's results and inputs (answered with `Forgotten`).
+    Forget {
+        job: JobId,
+    },
+    /// Forget every finished job (answered with `ForgottenFinished`).
+    ForgetFinished,
+    /// The newest `limit` held jobs (answered with `Jobs`).
+    Jobs {
+        limit: u32,
+    },
+    Status,
+    /// Register (or replace) an environment; with `wait`, answer once every live worker has
+    /// reported its verdict.
+    EnvRegister {
+        name: String,
+        component: Vec<u8>,
+        config: Vec<(String, String)>,
+        wait: bool,
+    },
+    EnvList,
+    EnvRemove {
+        name: String,
+    },
+    /// Why a task is where it is.
+    Explain {
+        task: TaskId,
+    },
+    /// Answer `WorkersReady` once at least `count` live workers (matching `environment`, when
+    /// given) are registered; `WorkersReady` with the current count first, and on every change.
+    WaitWorkers {
+        count: u32,
+        environment: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Submitted {
+        job: JobId,
+        first_task: TaskId,
+        tasks: u64,
+    },
+    Progress(JobCounts),
+    Done(JobCounts),
+    Results(Vec<TaskResult>),
+    Canceled {
+        tasks: u64,
+    },
+    /// `tasks` is 0 when the job was forgotten already.
+    Forgotten {
+        job: JobId,
+        tasks: u64,
+    },
+    ForgottenFinished {
+        jobs: Vec<JobId>,
+        tasks: u64,
+    },
+    /// Newest first.
+    Jobs(Vec<JobSummary>),
+    Status(StatusReport),
+    Error {
+        message: String,
+    },
+    Environments(Vec<EnvironmentStatus>),
+    EnvRemoved {
+        name: String,
+    },
+    Explanation {
+        lines: Vec<String>,
+    },
+    /// Live workers (matching the environment asked for): `ready` of the `wanted`.
+    WorkersReady {
+        ready: u32,
+        wanted: u32,
+    },
+    /// The last answer to `Results`: `count` results were sent. A stream that ends without it
+    /// was cut short.
+    ResultsEnd {
+        count: u64,
+    },
+}

@@ -1,0 +1,52 @@
+//! Worker manager <-> scheduler: the manager's state on every heartbeat, the desired count.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// What a worker manager reports on every heartbeat.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagerState {
+    pub id: String,
+    pub worker_type: String,
+    /// Most tasks at once over all its workers (u32::MAX: no limit).
+    pub max_task_concurrency: u32,
+    /// Slots of each worker it starts.
+    pub worker_slots: u32,
+    /// Amounts each of its workers has.
+    pub capabilities: Vec<(String, u64)>,
+    /// Names of its worker processes that are alive (registered or still starting). A
+    /// registered worker its manager listed once and lists no more is gone: the scheduler
+    /// requeues its tasks at once instead of waiting for its connection to time out.
+    pub workers: Vec<String>,
+    /// The conditions its workers evaluate (its `--env-plugin` flags): the scheduler knows these
+    /// names from the manager's registration on, before it has any worker.
+    pub environments: Vec<EnvironmentDef>,
+    /// `Some(n)`: a fixed pool (`--fixed n`) that keeps n workers alive and is not scaled.
+    pub fixed: Option<u32>,
+    /// The last workers it saw exit or stopped (at most [`EXITED_KEPT`]): one that registered
+    /// after the manager's last report is known gone all the same.
+    pub exited: Vec<String>,
+}
+
+/// How many exited worker names a manager keeps reporting.
+pub const EXITED_KEPT: usize = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromManager {
+    Heartbeat(ManagerState),
+    /// The manager is stopping on purpose (its workers with it): forget it now.
+    Goodbye,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToManager {
+    /// Converge to `desired` workers: stop the named (idle, already drained) ones first; if
+    /// still above, stop workers that have not registered yet (`registered` lists those that have).
+    Desired {
+        desired: u32,
+        stop: Vec<String>,
+        registered: Vec<String>,
+        reason: String,
+    },
+}

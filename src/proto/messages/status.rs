@@ -1,0 +1,119 @@
+//! What the scheduler reports to clients: status, jobs, environments, component loads.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// How a worker obtained a condition component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentLoad {
+    /// `compiled`, `disk cache` (compiled earlier on this machine) or `memory` (already loaded).
+    pub origin: LoadOrigin,
+    /// Time spent compiling or loading it, in microseconds.
+    pub micros: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadOrigin {
+    Compiled,
+    DiskCache,
+    Memory,
+}
+
+impl std::fmt::Display for ComponentLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.origin {
+            LoadOrigin::Compiled => "compiled",
+            LoadOrigin::DiskCache => "from the disk cache",
+            LoadOrigin::Memory => "already in memory",
+        };
+        write!(f, "{:.1} ms {how}", self.micros as f64 / 1e3)
+    }
+}
+
+/// Who matches an environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentStatus {
+    pub name: String,
+    /// `registered` (weir env register), `worker` (a worker's --env-plugin) or `manager` (a
+    /// worker manager's --env-plugin, passed on to its workers).
+    pub source: String,
+    pub matching: Vec<String>,
+    pub not_matching: Vec<String>,
+    /// (worker, reason)
+    pub erroring: Vec<(String, String)>,
+    /// Live workers that have not answered yet.
+    pub pending: Vec<String>,
+    /// (worker, how it loaded the condition component), for the workers that reported it.
+    pub loads: Vec<(String, ComponentLoad)>,
+    /// Live workers that evaluate their own definition of this name (`--env-plugin`), which
+    /// wins over a run-time registration on them; their verdicts above are on that definition.
+    pub own_definition: Vec<String>,
+    /// Worker managers that declared the name (their workers evaluate their definition).
+    pub managers: Vec<String>,
+}
+
+/// One job for `weir jobs`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub job: JobId,
+    pub counts: JobCounts,
+    /// Its results are gone (`weir forget`, `--forget-after`).
+    pub forgotten: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCounts {
+    pub queued: u64,
+    pub running: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub canceled: u64,
+}
+
+impl JobCounts {
+    pub fn total(&self) -> u64 {
+        self.queued + self.running + self.succeeded + self.failed + self.canceled
+    }
+    pub fn finished(&self) -> u64 {
+        self.succeeded + self.failed + self.canceled
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagerStatus {
+    pub id: String,
+    pub worker_type: String,
+    pub online: bool,
+    /// `Some(n)`: a fixed pool of n workers (not scaled by the policy).
+    pub fixed: Option<u32>,
+    /// Priority of its tier in the policy; `None`: the policy does not list it (not scaled).
+    pub tier: Option<u32>,
+    pub max_task_concurrency: u32,
+    pub desired: Option<u32>,
+    pub live: u32,
+    pub starting: u32,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    pub id: WorkerId,
+    pub manager: Option<String>,
+    pub name: String,
+    pub worker_type: String,
+    pub slots: u32,
+    pub running: u32,
+    pub capabilities: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub workers: Vec<WorkerStatus>,
+    pub tasks: JobCounts,
+    pub jobs: u64,
+    pub managers: Vec<ManagerStatus>,
+    /// The scaling policy's last error (its last good decision is held meanwhile).
+    pub policy_error: Option<String>,
+}

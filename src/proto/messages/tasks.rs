@@ -1,0 +1,95 @@
+//! Tasks: what a task runs, the spec its group shares, and how a run ended.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// What a task runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskKind {
+    /// A process: argv, extra environment variables; its stdin is the task's input.
+    Command {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    /// A component of the `task` world, run on the input bytes.
+    Wasm { component: ComponentHash },
+}
+
+/// The specification shared by the tasks of a group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    pub kind: TaskKind,
+    /// Amounts consumed while a task runs, e.g. `[("gpu", 1)]`.
+    pub capabilities: Vec<(String, u64)>,
+    /// Environments every task of the group needs (names; resolved when a worker is chosen).
+    pub environments: Vec<String>,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Wall-clock limit of one run, in milliseconds (0: none).
+    pub timeout_ms: u64,
+    /// How many times a task is run again after its worker was lost.
+    pub retries: u32,
+    /// Input of every task without its own (`inputs`).
+    pub input: Vec<u8>,
+}
+
+/// A group as submitted: `count` tasks, or one per entry of `inputs` when it is not empty.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewGroup {
+    pub spec: TaskSpec,
+    pub count: u32,
+    pub inputs: Vec<Vec<u8>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaskState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl TaskState {
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Canceled
+        )
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// A command exited (`code` is `None` when a signal ended it).
+    Exited {
+        code: Option<i32>,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    },
+    /// A wasm task returned.
+    Returned { output: Vec<u8> },
+    /// It could not run or did not finish: spawn failure, timeout, trap, lost worker, cancel.
+    Error { message: String },
+}
+
+impl Outcome {
+    pub fn succeeded(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Exited { code: Some(0), .. } | Outcome::Returned { .. }
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskResult {
+    pub task: TaskId,
+    pub state: TaskState,
+    pub outcome: Outcome,
+    /// Runs started (more than 1 after a lost worker).
+    pub attempts: u32,
+    pub worker: Option<WorkerId>,
+}

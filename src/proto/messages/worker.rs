@@ -1,0 +1,101 @@
+//! Worker <-> scheduler: registration, assignments, outcomes, environments and verdicts.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub name: String,
+    pub slots: u32,
+    pub capabilities: Vec<(String, u64)>,
+    pub worker_type: String,
+    pub manager: Option<String>,
+    /// Names of the environments it evaluates from its own --env-plugin flags.
+    pub local_environments: Vec<String>,
+    /// Tasks it runs (or finished and has not reported yet) from before this registration: a
+    /// worker that reconnects, or a scheduler that restarted, re-adopts them instead of running
+    /// them again elsewhere.
+    pub running: Vec<TaskId>,
+}
+
+/// One task for a worker to run; the group's spec was sent before (`ToWorker::Group`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub task: TaskId,
+    pub group: GroupId,
+    /// Index within the job (`WEIR_TASK_INDEX`).
+    pub index: u32,
+    /// The task's own input, when it has one (otherwise the group's).
+    pub input: Option<Vec<u8>>,
+}
+
+/// A worker's answer about one environment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EnvVerdict {
+    Match,
+    NoMatch,
+    /// The condition failed: its own error, a trap, a timeout, a component that does not load.
+    Error(String),
+}
+
+/// An environment: a condition component (by hash) and its config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentDef {
+    pub name: String,
+    pub component: ComponentHash,
+    pub config: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromWorker {
+    Register(WorkerInfo),
+    Heartbeat,
+    /// Finished runs: (task, outcome).
+    Finished(Vec<(TaskId, Outcome)>),
+    /// Verdicts that changed (and every verdict for a newly received environment set).
+    Verdicts(Vec<(String, EnvVerdict)>),
+    /// How the condition components of new or changed environments were loaded (sent before
+    /// their verdicts), for `weir env list`: a slow registration says where its time went.
+    Loads(Vec<(String, ComponentLoad)>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToWorker {
+    Registered {
+        id: WorkerId,
+        /// The lease on this worker's tasks, in milliseconds: renewed while its connection
+        /// lives; once it runs out without one, the worker stops its tasks (the scheduler gives
+        /// them to others only after it). 0: none.
+        lease_ms: u64,
+    },
+    Group {
+        id: GroupId,
+        job: JobId,
+        spec: TaskSpec,
+    },
+    Component {
+        hash: ComponentHash,
+        bytes: Vec<u8>,
+    },
+    Run(Vec<Assignment>),
+    Cancel(Vec<TaskId>),
+    /// Groups and task components of forgotten jobs: drop them (a later task brings its
+    /// component again).
+    Forget {
+        groups: Vec<GroupId>,
+        components: Vec<ComponentHash>,
+    },
+    /// The whole set of run-time environments (replaces the previous set), with the bytes of
+    /// the condition components this worker has not been sent yet.
+    Environments {
+        defs: Vec<EnvironmentDef>,
+        components: Vec<(ComponentHash, Vec<u8>)>,
+    },
+    /// The first `count` outcomes this worker reported since it registered are durable (in the
+    /// journal, if there is one): it may forget them. Outcomes not acknowledged when the
+    /// connection is lost are claimed and reported again on the next registration.
+    Received {
+        count: u64,
+    },
+}

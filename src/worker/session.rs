@@ -1,0 +1,258 @@
+//! One session of a worker with the scheduler: register (claiming what runs here), then run what
+//! it assigns, report outcomes in batches and verdicts as they change, until it goes away or a
+//! signal stops the worker.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::{Group, Worker, WorkerError, env, run};
+use crate::net::{self, AccessFile, Link, NetError, Outbox, SessionEnd, Signals};
+use crate::proto::{FromWorker, Outcome, Role, TaskId, ToWorker};
+
+impl Worker {
+    /// One session: register (claiming the tasks still running here and the outcomes not yet
+    /// sent), then run what the scheduler assigns until it goes away or a signal stops the
+    /// worker. Returns why it ended. Tasks go on across sessions; a signal stops them.
+    pub async fn session(&mut self, access: &AccessFile) -> Result<SessionEnd, WorkerError> {
+        let (endpoint, connection, send, recv) =
+            net::connect(access, Role::Worker, self.settings.idle_timeout).await?;
+        self.abandon_if_expired();
+        // Reported before and never acknowledged (the scheduler may have died before it kept
+        // them): reported again, after the ones not sent at all.
+        let mut unsent: Vec<(TaskId, Outcome)> = self.unacknowledged.drain(..).collect();
+        self.reported = 0;
+        self.acknowledged = 0;
+        while let Ok((task, outcome)) = self.finished.try_recv() {
+            self.running.remove(&task);
+            if !self.abandoned.remove(&task) {
+                unsent.push((task, outcome));
+            }
+        }
+        let mut info = self.settings.info.clone();
+        info.local_environments = self
+            .settings
+            .local_environments
+            .iter()
+            .map(|e| e.name.clone())
+            .collect();
+        info.running = self
+            .running
+            .keys()
+            .copied()
+            .chain(unsent.iter().map(|(task, _)| *task))
+            .collect();
+        let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
+        let _ = outgoing.send(FromWorker::Register(info));
+        let (id, lease_ms) = match link.next().await.map_err(NetError::from)? {
+            ToWorker::Registered { id, lease_ms } => (id, lease_ms),
+            other => {
+                let refused = format!("expected Registered, got {other:?}");
+                return Err(NetError::Refused(refused).into());
+            }
+        };
+        self.lease =
+            (lease_ms > 0).then(|| (Duration::from_millis(lease_ms), std::time::Instant::now()));
+        self.renew();
+        tracing::info!(worker = id, address = %access.address, claimed = self.running.len() + unsent.len(), "registered");
+
+        // What this worker already knows, for the scheduler that just registered it.
+        let verdicts = self
+            .environments
+            .lock()
+            .map(|e| e.current())
+            .unwrap_or_default();
+        if !verdicts.is_empty() {
+            let _ = outgoing.send(FromWorker::Verdicts(verdicts));
+        }
+        if !unsent.is_empty() {
+            self.report(&outgoing, unsent);
+        }
+        let (env_updates, env_inbox) = mpsc::unbounded_channel();
+        let env_task = tokio::spawn(evaluate_environments(
+            self.environments.clone(),
+            env_inbox,
+            outgoing.clone(),
+            self.settings.env_recheck,
+        ));
+        let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
+        // The lease is renewed four times within its length, whatever the heartbeat interval.
+        let lease_length = self
+            .lease
+            .map_or(Duration::from_secs(3600), |(length, _)| length);
+        let mut renewal = tokio::time::interval((lease_length / 4).max(Duration::from_millis(10)));
+        let mut signals = Signals::term().map_err(NetError::from)?;
+        let end = loop {
+            tokio::select! {
+                signal = signals.recv() => break SessionEnd::Stopped(signal),
+                _ = renewal.tick() => {
+                    if connection.close_reason().is_none() {
+                        self.renew();
+                    }
+                }
+                // A writer that ended refuses this; `link.next()` says why it ended.
+                _ = heartbeat.tick() => { let _ = outgoing.send(FromWorker::Heartbeat); }
+                Some(first) = self.finished.recv() => {
+                    let mut batch = Vec::new();
+                    let mut next = Some(first);
+                    while let Some((task, outcome)) = next {
+                        self.running.remove(&task);
+                        if !self.abandoned.remove(&task) {
+                            batch.push((task, outcome));
+                        }
+                        next = if batch.len() < 4096 { self.finished.try_recv().ok() } else { None };
+                    }
+                    if !batch.is_empty() {
+                        self.report(&outgoing, batch);
+                    }
+                }
+                message = link.next() => match message {
+                    Ok(message) => {
+                        if let Some(end) = self.handle(message, &env_updates).await {
+                            break end;
+                        }
+                    }
+                    Err(end) => break SessionEnd::Link(end),
+                },
+            }
+        };
+        env_task.abort();
+        // Stop reporting (the link's reader and writer end with it).
+        drop(link);
+        if let SessionEnd::Stopped(_) = end {
+            // Stop every task (a command's group is killed and reaped, a wasm instance
+            // interrupted), then close with the stopping code: the scheduler requeues them,
+            // spending no retry, once they are dead.
+            self.shutdown().await;
+            net::close_stopping(&endpoint, &connection, "worker stopping").await;
+        } else {
+            // Lost the scheduler: the tasks go on, to be claimed when this worker registers
+            // again, within the lease (the guard process stops them if it runs out).
+            connection.close(0u32.into(), b"worker reconnecting");
+        }
+        Ok(end)
+    }
+
+    /// One message from the scheduler; `Some(end)` ends the session.
+    async fn handle(
+        &mut self,
+        message: ToWorker,
+        env_updates: &mpsc::UnboundedSender<EnvUpdate>,
+    ) -> Option<SessionEnd> {
+        match message {
+            ToWorker::Group { id, job, spec } => {
+                self.groups.insert(id, Arc::new(Group { job, spec }));
+            }
+            ToWorker::Component { hash, bytes } => self.runner.add_component(hash, bytes).await,
+            ToWorker::Forget { groups, components } => {
+                for id in groups {
+                    self.groups.remove(&id);
+                }
+                self.runner.forget_components(&components).await;
+            }
+            ToWorker::Run(assignments) if self.settings.no_execute => {
+                for assignment in assignments {
+                    let _ = self
+                        .done
+                        .send((assignment.task, Outcome::Returned { output: Vec::new() }));
+                }
+            }
+            ToWorker::Run(assignments) => {
+                for assignment in assignments {
+                    let task = assignment.task;
+                    let Some(group) = self.groups.get(&assignment.group).cloned() else {
+                        let message = format!("unknown group {}", assignment.group);
+                        let _ = self.done.send((task, Outcome::Error { message }));
+                        continue;
+                    };
+                    let runner = self.runner.clone();
+                    let done = self.done.clone();
+                    let cancel = Arc::new(run::Cancel::default());
+                    let stop = cancel.clone();
+                    let span = tracing::debug_span!("task", task, group = assignment.group);
+                    let handle = tokio::spawn(tracing::Instrument::instrument(
+                        async move {
+                            let outcome = runner.run(&group, assignment, &stop).await;
+                            let _ = done.send((task, outcome));
+                        },
+                        span,
+                    ));
+                    self.running.insert(task, (handle.abort_handle(), cancel));
+                }
+            }
+            ToWorker::Cancel(tasks) => {
+                // The task reports `canceled` once it has really stopped.
+                for task in tasks {
+                    if let Some((_, cancel)) = self.running.get(&task) {
+                        cancel.cancel();
+                    }
+                }
+            }
+            ToWorker::Environments { defs, components } => {
+                let _ = env_updates.send((defs, components));
+            }
+            ToWorker::Received { count } => {
+                let durable = count.min(self.reported).saturating_sub(self.acknowledged);
+                for _ in 0..durable {
+                    self.unacknowledged.pop_front();
+                }
+                self.acknowledged += durable;
+            }
+            ToWorker::Registered { .. } => return Some(SessionEnd::Protocol("registered twice")),
+        }
+        None
+    }
+}
+
+type EnvUpdate = (
+    Vec<crate::proto::EnvironmentDef>,
+    Vec<(crate::proto::ComponentHash, Vec<u8>)>,
+);
+
+/// Evaluate at start, on every new set from the scheduler, and every `recheck`; report changes.
+async fn evaluate_environments(
+    environments: Arc<Mutex<env::Environments>>,
+    mut updates: mpsc::UnboundedReceiver<EnvUpdate>,
+    outgoing: Outbox<FromWorker>,
+    recheck: Duration,
+) {
+    let mut ticker = tokio::time::interval(recheck);
+    ticker.tick().await; // the first tick is immediate: the evaluation below covers it
+    let mut pending: Option<EnvUpdate> = None;
+    let mut full = false;
+    loop {
+        let environments = environments.clone();
+        let update = pending.take();
+        let evaluated = tokio::task::spawn_blocking(move || {
+            let Ok(mut environments) = environments.lock() else {
+                return env::Evaluated::default();
+            };
+            if let Some((defs, components)) = update {
+                environments.set_remote(defs, components);
+            }
+            environments.evaluate(full)
+        })
+        .await
+        .unwrap_or_default();
+        // Loads first: a `register --wait` is answered as soon as the verdicts are in.
+        if !evaluated.loads.is_empty() && outgoing.send(FromWorker::Loads(evaluated.loads)).is_err()
+        {
+            return;
+        }
+        if !evaluated.changes.is_empty()
+            && outgoing
+                .send(FromWorker::Verdicts(evaluated.changes))
+                .is_err()
+        {
+            return;
+        }
+        tokio::select! {
+            update = updates.recv() => match update {
+                Some(update) => { pending = Some(update); full = false; }
+                None => return,
+            },
+            _ = ticker.tick() => full = true,
+        }
+    }
+}

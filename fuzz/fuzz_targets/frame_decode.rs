@@ -5,7 +5,7 @@
 #[allow(dead_code)]
 #[path = "../../src/proto/frame.rs"]
 mod frame;
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../../src/proto/messages/mod.rs"]
 mod messages;
 

@@ -4,12 +4,19 @@
 #![no_main]
 
 // The journal format and the messages it holds, compiled without the rest of weir.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../../src/proto/messages/mod.rs"]
 mod messages;
 #[allow(dead_code)]
 #[path = "../../src/scheduler/record.rs"]
 mod record;
+/// The records themselves live in the core (`record.rs` re-exports them).
+#[allow(dead_code)]
+#[path = "../../src/core/record.rs"]
+pub mod core_record;
+mod core {
+    pub use super::core_record as record;
+}
 /// `record.rs` names the messages as `crate::proto`.
 mod proto {
     pub use super::messages::*;

@@ -8,11 +8,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Event;
 use crate::core::scheduler::MAX_ENVIRONMENTS;
-use crate::net::{AccessFile, NetError};
+use crate::net::{AccessFile, Link, LinkEnd, NetError};
 use crate::plugin::PluginHost;
 use crate::proto::{
-    self, FromManager, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Role, ToManager, ToWorker,
-    frame,
+    FromManager, FromWorker, Hello, HelloReply, PROTOCOL_VERSION, Role, ToManager, ToWorker, frame,
 };
 
 /// A peer must say hello (and a worker register) within this time.
@@ -158,18 +157,18 @@ async fn refuse(
 
 async fn worker_session(
     connection: Connection,
-    mut send: SendStream,
-    mut recv: RecvStream,
+    send: SendStream,
+    recv: RecvStream,
     events: mpsc::UnboundedSender<Event>,
 ) -> Result<(), NetError> {
-    let info =
-        match tokio::time::timeout(HELLO_TIMEOUT, frame::read::<_, FromWorker>(&mut recv)).await {
-            Ok(Ok(FromWorker::Register(info))) => info,
-            _ => {
-                connection.close(1u32.into(), b"expected Register");
-                return Ok(());
-            }
-        };
+    let (mut link, outbox) = Link::<FromWorker>::open::<ToWorker, _>(send, recv);
+    let info = match tokio::time::timeout(HELLO_TIMEOUT, link.next()).await {
+        Ok(Ok(FromWorker::Register(info))) => info,
+        _ => {
+            connection.close(1u32.into(), b"expected Register");
+            return Ok(());
+        }
+    };
     if info.local_environments.len() > MAX_ENVIRONMENTS || info.slots == 0 {
         let reason = format!(
             "a worker needs at least one slot and at most {} environments of its own",
@@ -178,12 +177,11 @@ async fn worker_session(
         connection.close(1u32.into(), reason.as_bytes());
         return Ok(());
     }
-    let (frames, mut outbox) = mpsc::unbounded_channel::<ToWorker>();
     let (reply, joined) = oneshot::channel();
     if events
         .send(Event::WorkerJoined {
             info,
-            frames,
+            frames: outbox.into(),
             reply,
         })
         .is_err()
@@ -193,43 +191,27 @@ async fn worker_session(
     let Ok(worker) = joined.await else {
         return Ok(());
     };
-
-    // Writer: coalesce whatever is queued into one write.
-    let mut writer = tokio::spawn(async move {
-        let mut buffer = Vec::new();
-        while let Some(message) = outbox.recv().await {
-            buffer.clear();
-            append(&mut buffer, &message)?;
-            while buffer.len() < (1 << 20) {
-                match outbox.try_recv() {
-                    Ok(message) => append(&mut buffer, &message)?,
-                    Err(_) => break,
-                }
+    let (reason, from_peer) = loop {
+        match link.next().await {
+            Ok(FromWorker::Heartbeat) => {
+                let _ = events.send(Event::Heartbeat { worker });
             }
-            send.write_all(&buffer).await?;
-        }
-        Ok::<_, NetError>(())
-    });
-
-    let reason = loop {
-        tokio::select! {
-            message = frame::read::<_, FromWorker>(&mut recv) => match message {
-                Ok(FromWorker::Heartbeat) => { let _ = events.send(Event::Heartbeat { worker }); }
-                Ok(FromWorker::Finished(results)) => { let _ = events.send(Event::Finished { worker, results }); }
-                Ok(FromWorker::Verdicts(verdicts)) => { let _ = events.send(Event::Verdicts { worker, verdicts }); }
-                Ok(FromWorker::Loads(loads)) => { let _ = events.send(Event::Loads { worker, loads }); }
-                Ok(FromWorker::Register(_)) => break ("registered twice".to_string(), false),
-                Err(error) => break (error.to_string(), true),
-            },
-            ended = &mut writer => break match ended {
-                Ok(Ok(())) => ("dropped by the scheduler".to_string(), false),
-                Ok(Err(error)) => (error.to_string(), true),
-                Err(error) => (error.to_string(), false),
-            },
+            Ok(FromWorker::Finished(results)) => {
+                let _ = events.send(Event::Finished { worker, results });
+            }
+            Ok(FromWorker::Verdicts(verdicts)) => {
+                let _ = events.send(Event::Verdicts { worker, verdicts });
+            }
+            Ok(FromWorker::Loads(loads)) => {
+                let _ = events.send(Event::Loads { worker, loads });
+            }
+            Ok(FromWorker::Register(_)) => break ("registered twice".to_string(), false),
+            Err(LinkEnd::Finished) => break ("dropped by the scheduler".to_string(), false),
+            Err(end @ LinkEnd::Writer(_)) => break (end.to_string(), false),
+            Err(end) => break (end.to_string(), true),
         }
     };
-    let (reason, from_peer) = reason;
-    writer.abort();
+    drop(link);
     // A worker that stops closes its connection right after its stream ends: give the close
     // a moment to arrive, so a planned stop is not taken for a loss.
     if from_peer && connection.close_reason().is_none() {
@@ -251,48 +233,38 @@ async fn worker_session(
 
 async fn manager_session(
     connection: Connection,
-    mut send: SendStream,
-    mut recv: RecvStream,
+    send: SendStream,
+    recv: RecvStream,
     events: mpsc::UnboundedSender<Event>,
 ) -> Result<(), NetError> {
-    let (link, mut outbox) = mpsc::unbounded_channel::<ToManager>();
-    let mut writer = tokio::spawn(async move {
-        while let Some(message) = outbox.recv().await {
-            frame::write(&mut send, &message).await?;
-        }
-        Ok::<_, NetError>(())
-    });
+    let (mut link, outbox) = Link::<FromManager>::open::<ToManager, _>(send, recv);
     let mut id: Option<String> = None;
     let reason = loop {
-        tokio::select! {
-            message = frame::read::<_, FromManager>(&mut recv) => match message {
-                Ok(FromManager::Heartbeat(state)) => {
-                    if id.as_ref().is_some_and(|known| *known != state.id) {
-                        break "a manager changed its id".to_string();
-                    }
-                    id = Some(state.id.clone());
-                    let _ = events.send(Event::ManagerHeartbeat { state, link: link.clone() });
+        match link.next().await {
+            Ok(FromManager::Heartbeat(state)) => {
+                if id.as_ref().is_some_and(|known| *known != state.id) {
+                    break "a manager changed its id".to_string();
                 }
-                Ok(FromManager::Goodbye) => {
-                    if let Some(id) = id.take() {
-                        let _ = events.send(Event::ManagerGoodbye { id });
-                    }
-                    break "said goodbye".to_string();
+                id = Some(state.id.clone());
+                let link = outbox.clone().into();
+                let _ = events.send(Event::ManagerHeartbeat { state, link });
+            }
+            Ok(FromManager::Goodbye) => {
+                if let Some(id) = id.take() {
+                    let _ = events.send(Event::ManagerGoodbye { id });
                 }
-                Err(error) => break error.to_string(),
-            },
-            _ = &mut writer => break "writer ended".to_string(),
+                break "said goodbye".to_string();
+            }
+            Err(LinkEnd::Finished | LinkEnd::Write(_) | LinkEnd::Writer(_)) => {
+                break "writer ended".to_string();
+            }
+            Err(end) => break end.to_string(),
         }
     };
-    writer.abort();
+    drop(link);
     if let Some(id) = id {
         let _ = events.send(Event::ManagerGone { id });
     }
     connection.close(0u32.into(), reason.as_bytes());
-    Ok(())
-}
-
-fn append(buffer: &mut Vec<u8>, message: &ToWorker) -> Result<(), NetError> {
-    buffer.extend_from_slice(&proto::encode(message)?);
     Ok(())
 }

@@ -141,7 +141,11 @@ pub async fn run(
     access.write(&settings.access_file)?;
     tracing::info!(address = %access.address, access_file = %settings.access_file.display(), "scheduler listening");
     let metrics_listener = match settings.metrics {
-        Some(address) => Some(metrics::bind(address).await?),
+        Some(address) => Some(
+            metrics::bind(address)
+                .await
+                .map_err(|e| NetError::listen(address, e))?,
+        ),
         None => None,
     };
     let metrics_address = match &metrics_listener {

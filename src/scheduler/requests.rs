@@ -8,9 +8,9 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::mpsc;
 
 use super::Event;
-use crate::net::NetError;
+use crate::net::{Link, LinkEnd, NetError, Outbox};
 use crate::plugin::{PluginHost, World};
-use crate::proto::{self, ComponentHash, Request, Response, frame};
+use crate::proto::{ComponentHash, FrameError, Request, Response};
 
 /// A client's request must arrive within this time.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -49,23 +49,19 @@ pub(super) async fn client_session(
 }
 
 async fn request(
-    mut send: SendStream,
-    mut recv: RecvStream,
+    send: SendStream,
+    recv: RecvStream,
     events: mpsc::UnboundedSender<Event>,
     host: Arc<PluginHost>,
     results: Arc<tokio::sync::Semaphore>,
 ) -> Result<(), NetError> {
+    let (mut link, answers) = Link::<Request>::open::<Response, _>(send, recv);
     // A request arrives within a minute (a 48 MiB one takes well under a second on a LAN), so a
     // client that opens streams and sends nothing holds nothing for long.
-    let read = tokio::time::timeout(REQUEST_TIMEOUT, frame::read(&mut recv)).await;
-    let mut request: Request = match read.unwrap_or(Err(proto::FrameError::Closed)) {
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, link.next()).await;
+    let mut request = match read.unwrap_or(Err(LinkEnd::Read(FrameError::Closed))) {
         Ok(request) => request,
-        Err(error) => {
-            let message = format!("bad request: {error}");
-            frame::write(&mut send, &Response::Error { message }).await?;
-            let _ = send.finish();
-            return Ok(());
-        }
+        Err(error) => return refuse(link, answers, format!("bad request: {error}")).await,
     };
     let mut components = Vec::new();
     let submitted = match &mut request {
@@ -81,11 +77,7 @@ async fn request(
         for bytes in submitted {
             match check_component(&host, bytes, world).await {
                 Ok(component) => components.push(component),
-                Err(message) => {
-                    frame::write(&mut send, &Response::Error { message }).await?;
-                    let _ = send.finish();
-                    return Ok(());
-                }
+                Err(message) => return refuse(link, answers, message).await,
             }
         }
     }
@@ -97,22 +89,30 @@ async fn request(
         )),
         _ => None,
     };
-    let (reply, mut responses) = mpsc::unbounded_channel();
     if events
         .send(Event::Request {
             request,
             components,
-            reply,
+            reply: answers.into(),
         })
         .is_err()
     {
         return Ok(());
     }
-    while let Some(response) = responses.recv().await {
-        frame::write(&mut send, &response).await?;
-    }
-    let _ = send.finish();
+    let send = link.finished().await?;
     let _ = send.stopped().await;
+    Ok(())
+}
+
+/// Answer a request with an error and end its stream.
+async fn refuse(
+    mut link: Link<Request>,
+    answers: Outbox<Response>,
+    message: String,
+) -> Result<(), NetError> {
+    let _ = answers.send(Response::Error { message });
+    drop(answers);
+    link.finished().await?;
     Ok(())
 }
 

@@ -485,3 +485,49 @@ fn what_a_managers_worker_answered_outlives_it_without_a_heartbeat_in_between() 
         "not `unknown`: no worker is started to ask again"
     );
 }
+
+#[test]
+fn refusals_carry_a_code_to_act_on() {
+    use weir::proto::ErrorCode;
+    let mut core = Scheduler::new(config(false));
+    let ask = |core: &mut Scheduler, client, request| {
+        let actions = round(
+            core,
+            0,
+            vec![Input::Request {
+                client,
+                request,
+                components: vec![],
+            }],
+        );
+        match replies(&actions, client)[..] {
+            [(Response::Error { code, .. }, true)] => *code,
+            ref other => panic!("{other:#?}"),
+        }
+    };
+    assert_eq!(
+        ask(&mut core, 1, Request::Wait { job: 9 }),
+        ErrorCode::NotFound
+    );
+    assert_eq!(ask(&mut core, 2, submit(0)), ErrorCode::Invalid);
+    assert_eq!(
+        ask(&mut core, 3, Request::Explain { task: 4 }),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        ask(&mut core, 4, Request::EnvRemove { name: "x".into() }),
+        ErrorCode::NotFound
+    );
+    core.handle(
+        0,
+        Input::Request {
+            client: 5,
+            request: submit(1),
+            components: vec![],
+        },
+    );
+    assert_eq!(
+        ask(&mut core, 6, Request::Forget { job: 1 }),
+        ErrorCode::NotFinished
+    );
+}

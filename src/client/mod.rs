@@ -24,7 +24,7 @@ impl Responses {
     /// Cancel-safe: responses are read ahead by the link.
     pub async fn next(&mut self) -> Result<Option<Response>, NetError> {
         match self.link.next().await {
-            Ok(Response::Error { message }) => Err(NetError::Request(message)),
+            Ok(Response::Error { code, message }) => Err(NetError::Request { code, message }),
             Ok(response) => Ok(Some(response)),
             Err(end) if end.is_closed() => Ok(None),
             Err(LinkEnd::Read(error) | LinkEnd::Write(error)) => Err(error.into()),

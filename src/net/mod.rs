@@ -32,8 +32,11 @@ pub enum NetError {
     Refused(String),
     /// The scheduler answered a request with an error (`no job 2`): the request was refused,
     /// the connection is fine.
-    #[error("{0}")]
-    Request(String),
+    #[error("{message}")]
+    Request {
+        code: crate::proto::ErrorCode,
+        message: String,
+    },
     /// A request's stream ended without its answer, or with the wrong one.
     #[error("the scheduler ended the request: {0}")]
     Unanswered(String),

@@ -12,8 +12,8 @@ use super::{journal, metrics};
 use crate::core::scaling::{ScalingPolicy, Snapshot};
 use crate::core::scheduler::{Action, ClientId, ConnectionId, Input, Scheduler};
 use crate::proto::{
-    ComponentHash, ComponentLoad, EnvVerdict, ManagerState, Outcome, Request, Response, TaskId,
-    ToManager, ToWorker, WorkerId, WorkerInfo,
+    ComponentHash, ComponentLoad, EnvVerdict, ErrorCode, ManagerState, Outcome, Request, Response,
+    TaskId, ToManager, ToWorker, WorkerId, WorkerInfo,
 };
 
 /// A journal smaller than this is never compacted while running (at start it is).
@@ -183,6 +183,7 @@ impl Actor {
                 let response = match &failed {
                     None => response,
                     Some(error) => Response::Error {
+                        code: ErrorCode::NotDurable,
                         message: format!(
                             "not done: it could not be written to the journal, so it would not survive a restart, and the scheduler stops ({error})"
                         ),

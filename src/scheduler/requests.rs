@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::Event;
 use crate::net::{Link, LinkEnd, NetError, Outbox};
 use crate::plugin::{PluginHost, World};
-use crate::proto::{ComponentHash, FrameError, Request, Response};
+use crate::proto::{ComponentHash, ErrorCode, FrameError, Request, Response};
 
 /// A client's request must arrive within this time.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -110,7 +110,10 @@ async fn refuse(
     answers: Outbox<Response>,
     message: String,
 ) -> Result<(), NetError> {
-    let _ = answers.send(Response::Error { message });
+    let _ = answers.send(Response::Error {
+        code: ErrorCode::Invalid,
+        message,
+    });
     drop(answers);
     link.finished().await?;
     Ok(())

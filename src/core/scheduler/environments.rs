@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{ClientId, EnvWait, Record, Scheduler, WorkerWait};
 use crate::core::tasks::EnvSource;
-use crate::proto::{ComponentHash, EnvironmentDef, Response, WorkerId};
+use crate::proto::{ComponentHash, EnvironmentDef, ErrorCode, Response, WorkerId};
 
 /// Most run-time environments at once (each is evaluated by every worker).
 pub const MAX_ENVIRONMENTS: usize = 256;
@@ -37,14 +37,15 @@ impl Scheduler {
         components: Vec<(ComponentHash, Arc<[u8]>)>,
     ) {
         let Some((hash, bytes)) = components.into_iter().next() else {
-            return self.refuse(client, "no condition component".into());
+            return self.refuse(client, ErrorCode::Invalid, "no condition component".into());
         };
         if let Err(message) = check_env_name(&name) {
-            return self.refuse(client, message);
+            return self.refuse(client, ErrorCode::Invalid, message);
         }
         if !self.environments.contains_key(&name) && self.environments.len() >= MAX_ENVIRONMENTS {
             return self.refuse(
                 client,
+                ErrorCode::Limit,
                 format!("at most {MAX_ENVIRONMENTS} run-time environments; remove one first"),
             );
         }
@@ -90,7 +91,7 @@ impl Scheduler {
             let message = format!(
                 "no run-time environment `{name}` (a worker's own --env-plugin cannot be removed here)"
             );
-            return self.refuse(client, message);
+            return self.refuse(client, ErrorCode::NotFound, message);
         }
         self.environments.remove(&name);
         self.managers.forget_verdicts(&name);

@@ -29,7 +29,8 @@ use super::record::Record;
 use super::scaling::Snapshot;
 use super::tasks::{self, Tasks};
 use crate::proto::{
-    ComponentHash, EnvironmentDef, EnvironmentStatus, JobId, Response, StatusReport, WorkerId,
+    ComponentHash, EnvironmentDef, EnvironmentStatus, ErrorCode, JobId, Response, StatusReport,
+    WorkerId,
 };
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
@@ -270,8 +271,8 @@ impl Scheduler {
     }
 
     /// A final answer that the request could not be done.
-    fn refuse(&mut self, client: ClientId, message: String) {
-        self.reply(client, Response::Error { message }, true);
+    fn refuse(&mut self, client: ClientId, code: ErrorCode, message: String) {
+        self.reply(client, Response::Error { code, message }, true);
     }
 
     /// A final answer to a change: held until the journal has it on disk, when there is one.

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use super::{ClientId, Record, Scheduler};
-use crate::proto::{ComponentHash, JobId, NewGroup, Outcome, Request, Response, TaskResult};
+use crate::proto::{
+    ComponentHash, ErrorCode, JobId, NewGroup, Outcome, Request, Response, TaskResult,
+};
 
 /// Most bytes of results in one `Results` frame (well under `MAX_FRAME`: a task's output is
 /// capped by the worker's `--output-limit`, 1 MiB per stream by default).
@@ -21,11 +23,11 @@ impl Scheduler {
             Request::Submit { groups, .. } => self.submit(client, groups, components),
             Request::Wait { job } => self.wait(client, job),
             Request::Results { job } => match self.tasks.results(job) {
-                Err(error) => self.refuse(client, error.to_string()),
+                Err(error) => self.refuse(client, error.code(), error.to_string()),
                 Ok(results) => self.send_results(client, results),
             },
             Request::Cancel { job } => match self.tasks.job_counts(job) {
-                Err(error) => self.refuse(client, error.to_string()),
+                Err(error) => self.refuse(client, error.code(), error.to_string()),
                 Ok(_) => {
                     let tasks = self.tasks.cancel_job(job);
                     self.reply_durable(client, Response::Canceled { tasks });
@@ -47,7 +49,7 @@ impl Scheduler {
             Request::Forget { job } => {
                 self.flush(); // as for ForgetFinished
                 match self.tasks.forget(job) {
-                    Err(error) => self.refuse(client, error.to_string()),
+                    Err(error) => self.refuse(client, error.code(), error.to_string()),
                     Ok(tasks) => {
                         if tasks > 0 {
                             self.journal(Record::Forget { job });
@@ -86,7 +88,7 @@ impl Scheduler {
                     }
                     self.reply(client, Response::Explanation { lines }, true);
                 }
-                None => self.refuse(client, format!("no task {task}")),
+                None => self.refuse(client, ErrorCode::NotFound, format!("no task {task}")),
             },
         }
     }
@@ -123,14 +125,14 @@ impl Scheduler {
                 };
                 self.reply_durable(client, response);
             }
-            Err(error) => self.refuse(client, error.to_string()),
+            Err(error) => self.refuse(client, error.code(), error.to_string()),
         }
     }
 
     /// `weir wait`: progress now, then as it changes, until done.
     fn wait(&mut self, client: ClientId, job: JobId) {
         match self.tasks.job_counts(job) {
-            Err(error) => self.refuse(client, error.to_string()),
+            Err(error) => self.refuse(client, error.code(), error.to_string()),
             Ok(counts) if counts.finished() == counts.total() => {
                 let done = Response::Done(counts.clone());
                 self.reply(client, done, true);

@@ -161,6 +161,16 @@ pub enum JobError {
     NotFinished { job: JobId, unfinished: u64 },
 }
 
+impl JobError {
+    pub fn code(&self) -> crate::proto::ErrorCode {
+        match self {
+            JobError::Unknown(_) => crate::proto::ErrorCode::NotFound,
+            JobError::Forgotten(_) => crate::proto::ErrorCode::Forgotten,
+            JobError::NotFinished { .. } => crate::proto::ErrorCode::NotFinished,
+        }
+    }
+}
+
 /// Requirements shared by tasks: what a worker must have free to take one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Class {

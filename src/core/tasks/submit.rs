@@ -22,6 +22,13 @@ pub enum SubmitError {
     UnknownEnvironment { group: usize, name: String },
 }
 
+impl SubmitError {
+    /// Every way a submission fails is the submission's own.
+    pub fn code(&self) -> crate::proto::ErrorCode {
+        crate::proto::ErrorCode::Invalid
+    }
+}
+
 pub struct Group {
     pub id: GroupId,
     pub job: JobId,

@@ -82,7 +82,9 @@ pub enum Response {
     /// Newest first.
     Jobs(Vec<JobSummary>),
     Status(StatusReport),
+    /// The request was not done: why, as a code to act on and words to show.
     Error {
+        code: ErrorCode,
         message: String,
     },
     Environments(Vec<EnvironmentStatus>),
@@ -102,4 +104,37 @@ pub enum Response {
     ResultsEnd {
         count: u64,
     },
+}
+
+/// Why a request was not done, for a client to decide on (its exit status, a retry) without
+/// reading the words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorCode {
+    /// The request itself is wrong: a bad frame, submission, component or name.
+    Invalid,
+    /// No such job, task or environment.
+    NotFound,
+    /// The job was forgotten: its results are gone.
+    Forgotten,
+    /// The job still has tasks queued or running.
+    NotFinished,
+    /// A limit was reached (environments, connections).
+    Limit,
+    /// The journal could not take it: not done, and the scheduler stops.
+    NotDurable,
+}
+
+impl ErrorCode {
+    /// As in JSON output: `not-found`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Invalid => "invalid",
+            ErrorCode::NotFound => "not-found",
+            ErrorCode::Forgotten => "forgotten",
+            ErrorCode::NotFinished => "not-finished",
+            ErrorCode::Limit => "limit",
+            ErrorCode::NotDurable => "not-durable",
+        }
+    }
 }

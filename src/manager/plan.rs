@@ -39,3 +39,38 @@ pub fn plan(
     }
     plan
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn named_workers_go_first_then_the_newest_unregistered() {
+        let alive = names(&["a", "b", "c", "d"]);
+        let step = plan(&alive, 1, &names(&["b"]), &names(&["a", "c"]), true);
+        assert_eq!(
+            step.stop,
+            names(&["b", "d"]),
+            "c is registered: never stopped unnamed"
+        );
+        assert_eq!(step.start, 0);
+    }
+
+    #[test]
+    fn a_registered_worker_is_never_stopped_unless_named() {
+        let alive = names(&["a", "b"]);
+        let step = plan(&alive, 0, &[], &alive, true);
+        assert_eq!(step, Plan::default());
+    }
+
+    #[test]
+    fn below_desired_it_starts_unless_backing_off() {
+        let alive = names(&["a"]);
+        assert_eq!(plan(&alive, 3, &[], &[], true).start, 2);
+        assert_eq!(plan(&alive, 3, &[], &[], false), Plan::default());
+    }
+}

@@ -12,40 +12,22 @@ use super::{journal, metrics};
 use crate::core::scaling::{ScalingPolicy, Snapshot};
 use crate::core::scheduler::{Action, ClientId, ConnectionId, Input, Scheduler};
 use crate::proto::{
-    ComponentHash, ComponentLoad, EnvVerdict, ErrorCode, ManagerState, Outcome, Request, Response,
-    TaskId, ToManager, ToWorker, WorkerId, WorkerInfo,
+    ComponentHash, ErrorCode, ManagerState, Request, Response, ToManager, ToWorker, WorkerId,
+    WorkerInfo,
 };
 
 /// A journal smaller than this is never compacted while running (at start it is).
 const JOURNAL_MIN_SIZE: u64 = 1 << 20;
 
-/// Messages from connection tasks (and the policy thread, and `/metrics`) to the actor.
+/// Messages from connection tasks (and the policy thread, and `/metrics`) to the actor: the
+/// core's own inputs, and those that bring a channel the actor keeps.
 pub(crate) enum Event {
+    /// Fed to the core as it is (heartbeats, reports, a worker or manager gone).
+    Core(Input),
     WorkerJoined {
         info: WorkerInfo,
         frames: mpsc::UnboundedSender<ToWorker>,
         reply: oneshot::Sender<WorkerId>,
-    },
-    Heartbeat {
-        worker: WorkerId,
-    },
-    Finished {
-        worker: WorkerId,
-        results: Vec<(TaskId, Outcome)>,
-    },
-    Verdicts {
-        worker: WorkerId,
-        verdicts: Vec<(String, EnvVerdict)>,
-    },
-    Loads {
-        worker: WorkerId,
-        loads: Vec<(String, ComponentLoad)>,
-    },
-    WorkerGone {
-        worker: WorkerId,
-        reason: String,
-        /// It closed its connection on purpose (stopped by its manager or a signal).
-        planned: bool,
     },
     Request {
         request: Request,
@@ -55,13 +37,6 @@ pub(crate) enum Event {
     ManagerHeartbeat {
         state: ManagerState,
         link: mpsc::UnboundedSender<ToManager>,
-    },
-    ManagerGone {
-        id: String,
-    },
-    /// The manager is stopping on purpose: forget it.
-    ManagerGoodbye {
-        id: String,
     },
     Decided {
         result: Result<Vec<crate::core::scaling::Decision>, String>,
@@ -212,19 +187,12 @@ impl Actor {
                 self.joining.insert(connection, (frames, reply));
                 Input::WorkerJoined { connection, info }
             }
-            Event::Heartbeat { worker } => Input::Heartbeat { worker },
-            Event::Finished { worker, results } => Input::Finished { worker, results },
-            Event::Verdicts { worker, verdicts } => Input::Verdicts { worker, verdicts },
-            Event::Loads { worker, loads } => Input::Loads { worker, loads },
-            Event::WorkerGone {
-                worker,
-                reason,
-                planned,
-            } => Input::WorkerGone {
-                worker,
-                reason,
-                planned,
-            },
+            Event::Core(input) => {
+                if let Input::ManagerGone { id } | Input::ManagerGoodbye { id } = &input {
+                    self.managers.remove(id);
+                }
+                input
+            }
             Event::Request {
                 request,
                 components,
@@ -241,14 +209,6 @@ impl Actor {
             Event::ManagerHeartbeat { state, link } => {
                 self.managers.insert(state.id.clone(), link);
                 Input::ManagerHeartbeat { state }
-            }
-            Event::ManagerGone { id } => {
-                self.managers.remove(&id);
-                Input::ManagerGone { id }
-            }
-            Event::ManagerGoodbye { id } => {
-                self.managers.remove(&id);
-                Input::ManagerGoodbye { id }
             }
             Event::Decided { result, elapsed } => {
                 self.policy_latency.observe(elapsed);

@@ -7,6 +7,7 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Event;
+use crate::core::scheduler::Input;
 use crate::core::scheduler::MAX_ENVIRONMENTS;
 use crate::net::{AccessFile, Link, LinkEnd, NetError};
 use crate::plugin::PluginHost;
@@ -194,16 +195,16 @@ async fn worker_session(
     let (reason, from_peer) = loop {
         match link.next().await {
             Ok(FromWorker::Heartbeat) => {
-                let _ = events.send(Event::Heartbeat { worker });
+                let _ = events.send(Event::Core(Input::Heartbeat { worker }));
             }
             Ok(FromWorker::Finished(results)) => {
-                let _ = events.send(Event::Finished { worker, results });
+                let _ = events.send(Event::Core(Input::Finished { worker, results }));
             }
             Ok(FromWorker::Verdicts(verdicts)) => {
-                let _ = events.send(Event::Verdicts { worker, verdicts });
+                let _ = events.send(Event::Core(Input::Verdicts { worker, verdicts }));
             }
             Ok(FromWorker::Loads(loads)) => {
-                let _ = events.send(Event::Loads { worker, loads });
+                let _ = events.send(Event::Core(Input::Loads { worker, loads }));
             }
             Ok(FromWorker::Register(_)) => break ("registered twice".to_string(), false),
             Err(LinkEnd::Finished) => break ("dropped by the scheduler".to_string(), false),
@@ -218,7 +219,7 @@ async fn worker_session(
         let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
     }
     let planned = crate::net::peer_stopped(&connection);
-    let _ = events.send(Event::WorkerGone {
+    let _ = events.send(Event::Core(Input::WorkerGone {
         worker,
         reason: if planned {
             "it stopped".to_string()
@@ -226,7 +227,7 @@ async fn worker_session(
             reason.clone()
         },
         planned,
-    });
+    }));
     connection.close(0u32.into(), reason.as_bytes());
     Ok(())
 }
@@ -251,7 +252,7 @@ async fn manager_session(
             }
             Ok(FromManager::Goodbye) => {
                 if let Some(id) = id.take() {
-                    let _ = events.send(Event::ManagerGoodbye { id });
+                    let _ = events.send(Event::Core(Input::ManagerGoodbye { id }));
                 }
                 break "said goodbye".to_string();
             }
@@ -263,7 +264,7 @@ async fn manager_session(
     };
     drop(link);
     if let Some(id) = id {
-        let _ = events.send(Event::ManagerGone { id });
+        let _ = events.send(Event::Core(Input::ManagerGone { id }));
     }
     connection.close(0u32.into(), reason.as_bytes());
     Ok(())

@@ -115,7 +115,7 @@ fn run(args: Args) -> Result<()> {
         host.load(&spec.name, &bytes, Some(World::Environment))?;
         local_environments.push(LocalEnv {
             name: spec.name.clone(),
-            bytes: Arc::new(bytes),
+            bytes: Arc::from(bytes),
             config: spec.config.clone(),
         });
     }

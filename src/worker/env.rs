@@ -21,7 +21,7 @@ pub type SharedValues = Arc<RwLock<HashMap<String, Values>>>;
 #[derive(Clone, Debug)]
 pub struct LocalEnv {
     pub name: String,
-    pub bytes: Arc<Vec<u8>>,
+    pub bytes: Arc<[u8]>,
     pub config: Values,
 }
 
@@ -50,7 +50,7 @@ pub struct Environments {
     facts: FactsSource,
     local: Vec<LocalEnv>,
     remote: Vec<EnvironmentDef>,
-    components: HashMap<ComponentHash, Arc<Vec<u8>>>,
+    components: HashMap<ComponentHash, Arc<[u8]>>,
     active: BTreeMap<String, Active>,
     verdicts: BTreeMap<String, EnvVerdict>,
     pub values: SharedValues,
@@ -100,10 +100,10 @@ impl Environments {
     pub fn set_remote(
         &mut self,
         defs: Vec<EnvironmentDef>,
-        components: Vec<(ComponentHash, Vec<u8>)>,
+        components: Vec<(ComponentHash, Arc<[u8]>)>,
     ) {
         for (hash, bytes) in components {
-            self.components.insert(hash, Arc::new(bytes));
+            self.components.insert(hash, bytes);
         }
         self.remote = defs;
     }
@@ -112,7 +112,7 @@ impl Environments {
     pub fn evaluate(&mut self, recheck: bool) -> Evaluated {
         let facts = self.facts.probe();
         // name -> (component, config, its bytes if this worker has them)
-        type Wanted = (ComponentHash, Values, Option<Arc<Vec<u8>>>);
+        type Wanted = (ComponentHash, Values, Option<Arc<[u8]>>);
         let mut wanted: BTreeMap<String, Wanted> = BTreeMap::new();
         for local in &self.local {
             let hash = crate::plugin::cache::content_hash(&local.bytes);

@@ -100,7 +100,7 @@ impl Runner {
     }
 
     /// Compile (or take from the cache) a component the scheduler sent.
-    pub async fn add_component(&self, hash: ComponentHash, bytes: Vec<u8>) {
+    pub async fn add_component(&self, hash: ComponentHash, bytes: std::sync::Arc<[u8]>) {
         let host = self.host.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             host.load(

@@ -207,7 +207,7 @@ impl Worker {
 
 type EnvUpdate = (
     Vec<crate::proto::EnvironmentDef>,
-    Vec<(crate::proto::ComponentHash, Vec<u8>)>,
+    Vec<(crate::proto::ComponentHash, Arc<[u8]>)>,
 );
 
 /// Evaluate at start, on every new set from the scheduler, and every `recheck`; report changes.

@@ -141,7 +141,7 @@ impl Scheduler {
                 {
                     frames.push(ToWorker::Component {
                         hash: *component,
-                        bytes: bytes.to_vec(),
+                        bytes: bytes.clone(),
                     });
                 }
                 frames.push(ToWorker::Group {
@@ -203,7 +203,7 @@ impl Scheduler {
             if link.conditions.insert(def.component)
                 && let Some(bytes) = self.components.get(&def.component)
             {
-                components.push((def.component, bytes.to_vec()));
+                components.push((def.component, bytes.clone()));
             }
         }
         self.actions.push_back(Action::ToWorker {

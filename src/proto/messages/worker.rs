@@ -74,9 +74,10 @@ pub enum ToWorker {
         job: JobId,
         spec: TaskSpec,
     },
+    /// Shared with every frame that sends it (the scheduler holds one copy of its bytes).
     Component {
         hash: ComponentHash,
-        bytes: Vec<u8>,
+        bytes: std::sync::Arc<[u8]>,
     },
     Run(Vec<Assignment>),
     Cancel(Vec<TaskId>),
@@ -90,7 +91,7 @@ pub enum ToWorker {
     /// the condition components this worker has not been sent yet.
     Environments {
         defs: Vec<EnvironmentDef>,
-        components: Vec<(ComponentHash, Vec<u8>)>,
+        components: Vec<(ComponentHash, std::sync::Arc<[u8]>)>,
     },
     /// The first `count` outcomes this worker reported since it registered are durable (in the
     /// journal, if there is one): it may forget them. Outcomes not acknowledged when the

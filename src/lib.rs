@@ -4,8 +4,10 @@
 //! - [`core`]: pure state machines and rules (no I/O, no clock).
 //! - [`plugin`]: the wasmtime host for the components defined in `wit/weir.wit`.
 //! - [`config`]: policy selection from flags and the reference TOML form.
+//! - [`cluster`]: a scheduler, workers and worker managers as child processes on loopback.
 
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod core;
 pub mod manager;

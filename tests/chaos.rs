@@ -8,7 +8,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, children_of, processes_with, try_signal};
@@ -104,21 +103,7 @@ fn chaos_loses_nothing_and_never_runs_a_task_twice_at_once() {
                 cluster.workers[index].kill().unwrap();
                 cluster.workers[index].wait().unwrap();
                 let name = ["solo-a", "solo-b"][index];
-                let child = Command::new(env!("CARGO_BIN_EXE_worker"))
-                    .arg("--access-file")
-                    .arg(cluster.access_file())
-                    .args([
-                        "--name",
-                        name,
-                        "--heartbeat-interval",
-                        "0.2",
-                        "--slots",
-                        "2",
-                    ])
-                    .env("WEIR_CACHE_DIR", cluster.dir.path().join("cache"))
-                    .env("RUST_LOG", "error")
-                    .spawn()
-                    .unwrap();
+                let child = cluster.worker_process(name, &["--slots", "2"]);
                 cluster.workers[index] = child;
                 format!("kill -9 worker {name}, start it again")
             }

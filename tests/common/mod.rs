@@ -2,19 +2,36 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::Value;
+use weir::cluster::Launcher;
 
+/// The library's [`weir::cluster::Cluster`] in a temporary directory (the access file, the
+/// compile cache), with `RUST_LOG=error`, workers and managers that heartbeat every 0.2 s, and
+/// `weir` helpers. Its `scheduler`, `workers` and `metrics` are the library cluster's.
 pub struct Cluster {
+    // Declared first: the processes die before their directory is removed.
+    processes: weir::cluster::Cluster,
     pub dir: tempfile::TempDir,
-    pub scheduler: Child,
-    pub workers: Vec<Child>,
-    /// `http://…/metrics`, when started with `--metrics`.
-    pub metrics: Option<String>,
 }
+
+impl Deref for Cluster {
+    type Target = weir::cluster::Cluster;
+    fn deref(&self) -> &Self::Target {
+        &self.processes
+    }
+}
+
+impl DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.processes
+    }
+}
+
+const HEARTBEAT: [&str; 2] = ["--heartbeat-interval", "0.2"];
 
 impl Cluster {
     pub fn start(heartbeat_timeout: &str) -> Cluster {
@@ -23,69 +40,62 @@ impl Cluster {
 
     pub fn start_with(args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let (scheduler, metrics) = spawn_scheduler(dir.path(), args);
-        Cluster {
-            dir,
-            scheduler,
-            workers: Vec::new(),
-            metrics,
-        }
+        let bin = Path::new(env!("CARGO_BIN_EXE_scheduler")).parent().unwrap();
+        let processes = Launcher::new(bin, dir.path())
+            .env("WEIR_CACHE_DIR", dir.path().join("cache"))
+            .env("RUST_LOG", "error")
+            .start(args)
+            .expect("scheduler starts");
+        assert!(
+            processes.address.starts_with("quic://127.0.0.1:"),
+            "{}",
+            processes.address
+        );
+        Cluster { processes, dir }
     }
 
     /// `kill -9` the scheduler and start a new one with the same access file.
     pub fn restart_scheduler(&mut self, args: &[&str]) {
-        self.kill_scheduler();
-        self.start_scheduler(args);
+        self.processes
+            .restart_scheduler(args)
+            .expect("scheduler starts");
     }
 
-    /// `kill -9` the scheduler (its access file stays).
-    pub fn kill_scheduler(&mut self) {
-        self.scheduler.kill().unwrap();
-        self.scheduler.wait().unwrap();
-    }
-
-    /// A new scheduler with the same access file, after [`Cluster::kill_scheduler`].
+    /// A new scheduler with the same access file, after `kill_scheduler`.
     pub fn start_scheduler(&mut self, args: &[&str]) {
-        (self.scheduler, self.metrics) = spawn_scheduler(self.dir.path(), args);
-    }
-
-    pub fn access_file(&self) -> PathBuf {
-        self.dir.path().join("access.json")
+        self.processes
+            .start_scheduler(args)
+            .expect("scheduler starts");
     }
 
     pub fn worker(&mut self, name: &str, args: &[&str]) -> usize {
-        let cache = self.dir.path().join("cache");
-        self.worker_with_cache(name, args, &cache)
+        let child = self.worker_process(name, args);
+        self.keep(child)
+    }
+
+    /// A worker process not kept by the cluster (to put in place of one killed).
+    pub fn worker_process(&self, name: &str, args: &[&str]) -> Child {
+        self.spawn_worker(name, &[&HEARTBEAT[..], args].concat())
+            .expect("worker starts")
     }
 
     /// A worker with its own compile cache, as on a machine of its own.
     pub fn worker_with_cache(&mut self, name: &str, args: &[&str], cache: &Path) -> usize {
-        let child = Command::new(env!("CARGO_BIN_EXE_worker"))
-            .arg("--access-file")
-            .arg(self.access_file())
-            .args(["--name", name, "--heartbeat-interval", "0.2"])
+        let mut command = self.launcher().command("worker").unwrap();
+        command
+            .args(["--name", name])
+            .args(HEARTBEAT)
             .args(args)
-            .env("WEIR_CACHE_DIR", cache)
-            .env("RUST_LOG", "error")
-            .spawn()
-            .expect("worker starts");
-        self.workers.push(child);
-        self.workers.len() - 1
+            .env("WEIR_CACHE_DIR", cache);
+        let child = command.spawn().expect("worker starts");
+        self.keep(child)
     }
 
     /// A worker manager; it starts the `worker` executable beside it.
     pub fn manager(&mut self, args: &[&str]) -> usize {
-        let child = Command::new(env!("CARGO_BIN_EXE_worker-manager"))
-            .arg("--access-file")
-            .arg(self.access_file())
-            .args(["--heartbeat-interval", "0.2"])
-            .args(args)
-            .env("WEIR_CACHE_DIR", self.dir.path().join("cache"))
-            .env("RUST_LOG", "error")
-            .spawn()
-            .expect("worker-manager starts");
-        self.workers.push(child);
-        self.workers.len() - 1
+        self.processes
+            .manager(&[&HEARTBEAT[..], args].concat())
+            .expect("worker-manager starts")
     }
 
     pub fn weir(&self, args: &[&str]) -> Output {
@@ -150,17 +160,6 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for worker in &mut self.workers {
-            let _ = worker.kill();
-            let _ = worker.wait();
-        }
-        let _ = self.scheduler.kill();
-        let _ = self.scheduler.wait();
-    }
-}
-
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -189,34 +188,6 @@ pub fn workers(status: &Value) -> usize {
 /// 2-core machine. Correctness never depends on its length.
 pub fn pause() {
     std::thread::sleep(std::time::Duration::from_millis(20));
-}
-
-fn spawn_scheduler(dir: &Path, args: &[&str]) -> (Child, Option<String>) {
-    let mut scheduler = Command::new(env!("CARGO_BIN_EXE_scheduler"))
-        .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
-        .arg(dir.join("access.json"))
-        .args(args)
-        .env("WEIR_CACHE_DIR", dir.join("cache"))
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("scheduler starts");
-    let mut stdout = BufReader::new(scheduler.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert!(
-        line.starts_with("scheduler listening on quic://127.0.0.1:"),
-        "{line}"
-    );
-    let metrics = args.contains(&"--metrics").then(|| {
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        line.trim()
-            .strip_prefix("metrics on ")
-            .expect("the metrics line")
-            .to_string()
-    });
-    (scheduler, metrics)
 }
 
 /// GET a URL on loopback (plain HTTP/1.0), returning the body.

@@ -11,6 +11,7 @@
 //! 5. Journal: its size and the scheduler's restart time (kill -9, start, first answer) after
 //!    N finished no-op tasks, then again once they are forgotten (compacted while running).
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +23,8 @@ use weir::plugin::{HostFacts, Limits, PluginHost, World, bundled, cache::content
 use weir::proto::{NewGroup, TaskKind, TaskSpec};
 use weir_waterfall::{Flavor, Policy};
 
-use crate::local::{LocalCluster, sibling};
+use crate::local::launch;
+use weir::cluster::{Cluster, Launcher};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -295,25 +297,27 @@ async fn throughput(
     report: &mut Report,
     args: &BenchArgs,
     label: &str,
-    worker_args: &[String],
+    worker_args: &[&str],
     tasks: u32,
     components: Vec<Vec<u8>>,
     spec: TaskSpec,
 ) -> Result<()> {
     let sub = dir.join(format!("{label}-{tasks}"));
     std::fs::create_dir_all(&sub)?;
-    let mut cluster = LocalCluster::start(&sub, &[]).await?;
+    let mut cluster = launch(&sub, &[])?;
     for i in 0..args.workers {
-        let mut all = vec!["--slots".to_string(), args.slots.to_string()];
-        all.extend_from_slice(worker_args);
-        cluster.worker(&format!("bench-{i}"), &all)?;
+        let slots = args.slots.to_string();
+        cluster.worker(
+            &format!("bench-{i}"),
+            &[&["--slots", &slots], worker_args].concat(),
+        )?;
     }
     let client = cluster.client().await?;
     // Wait until the workers are in, so the run measures scheduling, not start-up.
     while client.status().await?.workers.len() < args.workers as usize {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let pid = cluster.scheduler.id().context("scheduler pid")?;
+    let pid = cluster.scheduler.id();
     let (cpu_before, _) = usage(pid);
     let started = Instant::now();
     let (job, _, _) = client
@@ -343,12 +347,11 @@ async fn throughput(
         f64::from(tasks) / elapsed,
         peak as f64 / (1u64 << 20) as f64
     ));
-    cluster.stop().await;
     Ok(())
 }
 
 async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Result<()> {
-    sibling("scheduler")?;
+    Launcher::beside_current_exe(dir)?.command("scheduler")?;
     report.row("| tasks | N | workers x slots | seconds | tasks/s | scheduler CPU µs/task | scheduler peak MiB |".into());
     report.row("|---|---:|---|---:|---:|---:|---:|".into());
     let noop = spec(
@@ -364,7 +367,7 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
             report,
             args,
             "no-execute",
-            &["--no-execute".into()],
+            &["--no-execute"],
             n,
             vec![],
             noop.clone(),
@@ -404,9 +407,9 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
     // Memory per queued task: no workers, so everything stays queued.
     let sub = dir.join("queued");
     std::fs::create_dir_all(&sub)?;
-    let cluster = LocalCluster::start(&sub, &[]).await?;
+    let cluster = launch(&sub, &[])?;
     let client = cluster.client().await?;
-    let pid = cluster.scheduler.id().context("scheduler pid")?;
+    let pid = cluster.scheduler.id();
     client.status().await?;
     let before = resident(pid);
     client
@@ -427,26 +430,20 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
         after.saturating_sub(before) as f64 / (1u64 << 20) as f64,
         after.saturating_sub(before) as f64 / f64::from(args.queued)
     ));
-    cluster.stop().await;
+    drop(cluster);
 
     // Reaction: a dynamic manager, default policy and scaling interval.
     let sub = dir.join("reaction");
     std::fs::create_dir_all(&sub)?;
-    let cluster = LocalCluster::start(&sub, &[]).await?;
-    let mut manager = tokio::process::Command::new(sibling("worker-manager")?)
-        .arg("--access-file")
-        .arg(&cluster.access_file)
-        .args([
-            "--id",
-            "bench",
-            "--worker-type",
-            "default",
-            "--max-task-concurrency",
-            "4",
-        ])
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start a worker manager")?;
+    let mut cluster = launch(&sub, &[])?;
+    cluster.manager(&[
+        "--id",
+        "bench",
+        "--worker-type",
+        "default",
+        "--max-task-concurrency",
+        "4",
+    ])?;
     let client = cluster.client().await?;
     while client.status().await?.managers.is_empty() {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -469,8 +466,7 @@ async fn cluster_benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> R
         "reaction: burst of 100 queued tasks -> first worker registered: {:.0} ms (scaling interval 1 s)",
         started.elapsed().as_secs_f64() * 1e3
     ));
-    let _ = manager.kill().await;
-    cluster.stop().await;
+    drop(cluster);
     if args.journal_tasks > 0 {
         report.row(String::new());
         journal_bench(args, dir, report, noop_spec()).await?;
@@ -490,21 +486,13 @@ fn noop_spec() -> TaskSpec {
 
 /// A scheduler on `journal` (killed with -9 first if one runs): the time from its start to its
 /// first answer, which comes once the journal is replayed.
-async fn restart(
-    dir: &Path,
-    journal: &Path,
-    previous: Option<LocalCluster>,
-) -> Result<(LocalCluster, f64)> {
+async fn restart(dir: &Path, journal: &Path, previous: Option<Cluster>) -> Result<(Cluster, f64)> {
     if let Some(mut previous) = previous {
-        let _ = previous.scheduler.kill().await;
-        let _ = previous.scheduler.wait().await;
-        for worker in &mut previous.workers {
-            let _ = worker.kill().await;
-        }
+        previous.kill_scheduler();
+        drop(previous); // and its workers
     }
     let started = Instant::now();
-    let cluster =
-        LocalCluster::start(dir, &["--journal".into(), journal.display().to_string()]).await?;
+    let cluster = launch(dir, &[OsStr::new("--journal"), journal.as_os_str()])?;
     cluster.client().await?.status().await?;
     Ok((cluster, started.elapsed().as_secs_f64()))
 }
@@ -521,10 +509,7 @@ async fn journal_bench(
     let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
     let (mut cluster, _) = restart(&sub, &journal, None).await?;
     for i in 0..args.workers {
-        cluster.worker(
-            &format!("journal-{i}"),
-            &["--slots".into(), "64".into(), "--no-execute".into()],
-        )?;
+        cluster.worker(&format!("journal-{i}"), &["--slots", "64", "--no-execute"])?;
     }
     let client = cluster.client().await?;
     let mut left = args.journal_tasks;
@@ -553,7 +538,7 @@ async fn journal_bench(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let forgotten = std::fs::metadata(&journal)?.len();
-    let (mut cluster, forgotten_restart) = restart(&sub, &journal, Some(cluster)).await?;
+    let (cluster, forgotten_restart) = restart(&sub, &journal, Some(cluster)).await?;
     report.row(format!(
         "journal: {} finished tasks: {:.1} MiB, restart (kill -9, replay, first answer) {:.2} s; \
          forgotten (compacted while running): {:.3} MiB, restart {:.2} s",
@@ -563,6 +548,6 @@ async fn journal_bench(
         mib(forgotten),
         forgotten_restart
     ));
-    let _ = cluster.scheduler.kill().await;
+    drop(cluster);
     Ok(())
 }

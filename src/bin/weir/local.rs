@@ -2,17 +2,14 @@
 //! loopback — running a batch of command tasks and a batch of sandboxed wasm tasks, checking
 //! every result, then shutting down.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::ffi::OsStr;
+use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-use weir::client::Client;
-use weir::net::AccessFile;
+use weir::cluster::{Cluster, Launcher};
 use weir::plugin::{bundled, cache::content_hash};
 use weir::proto::{NewGroup, Outcome, TaskKind, TaskSpec, TaskState};
 
@@ -31,16 +28,13 @@ pub struct LocalArgs {
     tasks: u32,
 }
 
-pub fn sibling(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot find this executable")?;
-    let path = exe.with_file_name(name);
-    if !path.exists() {
-        bail!(
-            "{} not found: build every executable first (`cargo build --bins`)",
-            path.display()
-        );
-    }
-    Ok(path)
+/// Start a scheduler (with `scheduler_args`) from the executables beside this one, its access
+/// file in `dir`.
+pub fn launch(dir: &Path, scheduler_args: &[&OsStr]) -> Result<Cluster> {
+    // The launcher waits for the scheduler's first line: blocking, but only this task.
+    let cluster =
+        tokio::task::block_in_place(|| Launcher::beside_current_exe(dir)?.start(scheduler_args))?;
+    Ok(cluster)
 }
 
 fn spec(kind: TaskKind) -> TaskSpec {
@@ -62,81 +56,17 @@ pub async fn run(args: &LocalArgs, output: Output) -> Result<()> {
     result
 }
 
-/// A scheduler and workers started as processes of this machine; killed when dropped.
-pub struct LocalCluster {
-    pub scheduler: Child,
-    pub workers: Vec<Child>,
-    pub access_file: PathBuf,
-    pub address: String,
-}
-
-impl LocalCluster {
-    pub async fn start(dir: &Path, scheduler_args: &[String]) -> Result<LocalCluster> {
-        let access_file = dir.join("access.json");
-        let mut scheduler = Command::new(sibling("scheduler")?)
-            .args(["--listen", "quic://127.0.0.1:0", "--access-file"])
-            .arg(&access_file)
-            .args(scheduler_args)
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .context("cannot start the scheduler")?;
-        let stdout = scheduler.stdout.take().context("no scheduler stdout")?;
-        let first = BufReader::new(stdout)
-            .lines()
-            .next_line()
-            .await?
-            .unwrap_or_default();
-        let Some(address) = first.strip_prefix("scheduler listening on ") else {
-            bail!("the scheduler did not start (it said {first:?})");
-        };
-        Ok(LocalCluster {
-            scheduler,
-            workers: Vec::new(),
-            access_file,
-            address: address.to_string(),
-        })
-    }
-
-    pub fn worker(&mut self, name: &str, args: &[String]) -> Result<()> {
-        let child = Command::new(sibling("worker")?)
-            .arg("--access-file")
-            .arg(&self.access_file)
-            .args(["--name", name])
-            .args(args)
-            .kill_on_drop(true)
-            .spawn()
-            .context("cannot start a worker")?;
-        self.workers.push(child);
-        Ok(())
-    }
-
-    pub async fn client(&self) -> Result<Client> {
-        Ok(Client::connect(&AccessFile::read(&self.access_file)?).await?)
-    }
-
-    pub async fn stop(mut self) {
-        for worker in &mut self.workers {
-            let _ = worker.kill().await;
-        }
-        let _ = self.scheduler.kill().await;
-    }
-}
-
 async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
     let say = |line: String| {
         if output == Output::Cli {
             println!("{line}");
         }
     };
-    let journal = dir.join("journal").display().to_string();
-    let mut local = LocalCluster::start(dir, &["--journal".into(), journal]).await?;
+    let journal = dir.join("journal");
+    let mut local = launch(dir, &[OsStr::new("--journal"), journal.as_os_str()])?;
     say(format!("scheduler on {}", local.address));
     for i in 0..args.workers {
-        local.worker(
-            &format!("local-{i}"),
-            &["--slots".into(), args.slots.to_string()],
-        )?;
+        local.worker(&format!("local-{i}"), &["--slots", &args.slots.to_string()])?;
     }
     say(format!("{} workers x {} slots", args.workers, args.slots));
 
@@ -219,6 +149,6 @@ async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
     if output == Output::Json {
         println!("{}", json!({ "jobs": summary, "seconds": elapsed }));
     }
-    local.stop().await;
+    drop(local);
     Ok(())
 }

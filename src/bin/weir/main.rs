@@ -1,20 +1,24 @@
-//! `weir`: the client CLI.
+//! `weir`: the client CLI. This file holds the command line and sends each command to its
+//! module in `commands/`; `output/` prints what they produce, `connect.rs` reaches the scheduler.
 
-mod bench;
-mod demo;
-mod local;
-mod tasks;
-mod top;
+mod commands;
+mod connect;
+mod output;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde_json::json;
-use weir::config::{PolicySpec, positive_seconds, seconds};
-use weir::core::scaling::{Decision, Snapshot};
-use weir::plugin::{Limits, PluginHost};
+use clap::{Parser, Subcommand};
+use weir::client::Client;
+use weir::config::{positive_seconds, seconds};
+use weir::plugin::PluginHost;
+
+use commands::{bench, demo, env, explain, jobs, local, plugin, policy, results, status, submit};
+use commands::{top, wait, workers};
+use connect::Reach;
+use output::{Mode, Output};
 
 #[derive(Parser)]
 #[command(
@@ -26,8 +30,8 @@ struct Cli {
     /// How results are printed: `cli` for people, `json` for programs (exactly one JSON value;
     /// errors as {"error": ...}), `quiet` for scripts (nothing but errors and, from `submit`, the job
     /// id; the exit code says the rest).
-    #[arg(long, global = true, value_enum, default_value_t = Output::Cli)]
-    output: Output,
+    #[arg(long, global = true, value_enum, default_value_t = Mode::Cli)]
+    output: Mode,
     /// The access file the scheduler wrote.
     #[arg(
         long,
@@ -46,22 +50,15 @@ struct Cli {
         value_parser = seconds,
         value_name = "SECONDS"
     )]
-    reconnect_timeout: std::time::Duration,
+    reconnect_timeout: Duration,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    Cli,
-    Json,
-    Quiet,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Submit tasks: a command (after --) or a wasm component, N times or once per input line.
-    Submit(tasks::SubmitArgs),
+    Submit(submit::SubmitArgs),
     /// Wait for a job to finish, showing progress.
     Wait { job: u64 },
     /// Print the results of a job's finished tasks.
@@ -90,14 +87,14 @@ enum Command {
     Workers(WorkersCommand),
     /// Environments: conditions workers evaluate; tasks ask for them with `submit --env NAME`.
     #[command(subcommand)]
-    Env(tasks::EnvCommand),
+    Env(env::EnvCommand),
     /// Why a task is queued, running or finished: what each worker lacks for it.
     Explain { task: u64 },
     /// A live view of managers, workers, tasks and environments (`q` quits).
     Top {
         /// Seconds between refreshes (at least 0.05).
         #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
-        refresh: std::time::Duration,
+        refresh: Duration,
     },
     /// Start a scheduler and workers on this machine, run a batch of command tasks and a batch of
     /// wasm tasks, check every result, and shut down. Needs no flags and no files.
@@ -128,7 +125,7 @@ enum WorkersCommand {
         env: Option<String>,
         /// Give up after this many seconds.
         #[arg(long, default_value = "60", value_parser = positive_seconds, value_name = "SECONDS")]
-        timeout: std::time::Duration,
+        timeout: Duration,
     },
 }
 
@@ -144,59 +141,17 @@ enum PluginCommand {
 #[derive(Subcommand)]
 enum PolicyCommand {
     /// Parse policy content with the real engine and print its tiers, or the line-numbered error.
-    Check(PolicyArgs),
+    Check(policy::PolicyArgs),
     /// Replay a JSON array of snapshots through a policy and print each decision.
     Simulate {
         #[command(flatten)]
-        policy: PolicyArgs,
+        policy: policy::PolicyArgs,
         /// JSON file: an array of snapshots (the `weir:plugin/scaling` snapshot record), or JSON
         /// lines as `scheduler --record-snapshots` writes them.
         #[arg(long)]
         trace: PathBuf,
     },
 }
-
-#[derive(Args)]
-struct PolicyArgs {
-    /// Policy engine: `waterfall_v1`, `waterfall_v2` (bundled) or a .wasm component.
-    #[arg(
-        long,
-        value_name = "ENGINE|FILE.wasm",
-        required_unless_present = "config",
-        conflicts_with = "config"
-    )]
-    policy: Option<String>,
-    /// Policy content: the rows themselves, or @FILE to read them from a file.
-    #[arg(long, value_name = "TEXT|@FILE", requires = "policy")]
-    content: Option<String>,
-    /// A TOML file with `policy_engine_type` and `policy_content` (the reference form).
-    #[arg(long, value_name = "FILE.toml")]
-    config: Option<PathBuf>,
-}
-
-impl PolicyArgs {
-    fn spec(&self) -> Result<PolicySpec> {
-        let spec = PolicySpec::from_flags(
-            self.config.as_deref(),
-            self.policy.as_deref(),
-            self.content.as_deref(),
-            "--content",
-        )?;
-        spec.context("give --policy ENGINE --content ROWS, or --config FILE.toml")
-    }
-}
-
-/// An error already printed as part of the command's output (JSON mode): exit 1, print nothing more.
-#[derive(Debug)]
-pub struct Reported(pub String);
-
-impl std::fmt::Display for Reported {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Reported {}
 
 fn main() -> ExitCode {
     // Like other command-line tools: `weir results 1 | head` ends quietly when the pipe closes.
@@ -211,20 +166,17 @@ fn main() -> ExitCode {
         Err(error) if json_asked() && error.use_stderr() => {
             let text = error.to_string();
             let first = text.lines().next().unwrap_or_default();
-            let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
-            println!("{}", json!({ "error": message }));
+            let message = first.strip_prefix("error: ").unwrap_or(first);
+            output::print_json_error(message);
             return ExitCode::from(2);
         }
         Err(error) => error.exit(),
     };
-    match run(&cli) {
+    let output = cli.output.output();
+    match run(&cli, output.as_ref()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) if error.is::<Reported>() => ExitCode::FAILURE,
         Err(error) => {
-            match cli.output {
-                Output::Json => println!("{}", json!({ "error": format!("{error:#}") })),
-                Output::Cli | Output::Quiet => eprintln!("error: {error:#}"),
-            }
+            output.error(&error);
             ExitCode::FAILURE
         }
     }
@@ -238,74 +190,85 @@ fn json_asked() -> bool {
         || args.iter().any(|a| a == "--output=json")
 }
 
-fn run(cli: &Cli) -> Result<()> {
-    let output = cli.output;
+fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
+    let reach = Reach {
+        access_file: cli.access_file.clone(),
+        timeout: cli.reconnect_timeout,
+    };
     match &cli.command {
-        Command::Plugin(PluginCommand::Inspect { file }) => inspect(&host()?, file, output),
-        Command::Policy(PolicyCommand::Check(args)) => check(&host()?, args, output),
+        Command::Plugin(PluginCommand::Inspect { file }) => plugin::inspect(&host()?, file, output),
+        Command::Policy(PolicyCommand::Check(args)) => policy::check(&host()?, args, output),
         Command::Policy(PolicyCommand::Simulate { policy, trace }) => {
-            simulate(&host()?, policy, trace, output)
+            policy::simulate(&host()?, policy, trace, output)
         }
         Command::Demo => demo::run(&host()?, output),
         Command::Local(args) => block_on(local::run(args, output)),
         Command::Bench(args) => block_on(bench::run(args)),
-        Command::Submit(args) => {
-            block_on(async { tasks::submit(&connect(cli).await?, args, output, &reach(cli)).await })
-        }
-        Command::Wait { job } => {
-            block_on(async { tasks::wait(&connect(cli).await?, *job, output, &reach(cli)).await })
-        }
-        Command::Results { job } => {
-            block_on(async { tasks::results(&connect(cli).await?, *job, output).await })
-        }
-        Command::Cancel { job } => {
-            block_on(async { tasks::cancel(&connect(cli).await?, *job, output).await })
-        }
-        Command::Forget { jobs, finished } => block_on(async {
-            let client = connect(cli).await?;
-            match finished {
-                true => tasks::forget_finished(&client, output).await,
-                false => tasks::forget(&client, jobs, output).await,
-            }
+        Command::Submit(args) => connected(&reach, output, async |client| {
+            submit::run(client, args, output, &reach).await
         }),
-        Command::Jobs { last } => {
-            block_on(async { tasks::jobs(&connect(cli).await?, *last, output).await })
-        }
-        Command::Status => block_on(async { tasks::status(&connect(cli).await?, output).await }),
+        Command::Wait { job } => connected(&reach, output, async |client| {
+            wait::run(client, *job, output, &reach).await
+        }),
+        Command::Results { job } => connected(&reach, output, async |client| {
+            results::run(client, *job, output).await
+        }),
+        Command::Cancel { job } => connected(&reach, output, async |client| {
+            jobs::cancel(client, *job, output).await
+        }),
+        Command::Forget {
+            jobs: ids,
+            finished,
+        } => match finished {
+            true => connected(&reach, output, async |client| {
+                jobs::forget_finished(client, output).await
+            }),
+            false => connected(&reach, output, async |client| {
+                jobs::forget(client, ids, output).await
+            }),
+        },
+        Command::Jobs { last } => connected(&reach, output, async |client| {
+            jobs::list(client, *last, output).await
+        }),
+        Command::Status => connected(&reach, output, async |client| {
+            status::run(client, output).await
+        }),
         Command::Workers(WorkersCommand::Wait {
             count,
             env,
             timeout,
-        }) => block_on(async {
-            // Started with the cluster, before the scheduler has written its access file: wait
-            // for it too, within the same timeout.
-            let started = std::time::Instant::now();
-            while !cli.access_file.exists() && started.elapsed() < *timeout {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            let left = timeout.saturating_sub(started.elapsed());
-            let client = tokio::time::timeout(left, connect(cli))
-                .await
-                .map_err(|_| {
-                    anyhow::anyhow!("no scheduler answered within {timeout:?} (--timeout)")
-                })??;
-            let left = timeout.saturating_sub(started.elapsed());
-            tasks::workers_wait(&client, *count, env.as_deref(), left, output).await
-        }),
-        Command::Top { refresh } => block_on(async {
-            let refresh = (*refresh).clamp(
-                std::time::Duration::from_millis(50),
-                std::time::Duration::from_secs(3600),
-            );
-            top::run(&connect(cli).await?, refresh).await
-        }),
-        Command::Env(command) => {
-            block_on(async { tasks::env(&connect(cli).await?, command, output).await })
+        }) => block_on(workers::wait(
+            &reach,
+            *count,
+            env.as_deref(),
+            *timeout,
+            output,
+        )),
+        Command::Top { refresh } => {
+            let refresh = (*refresh).clamp(Duration::from_millis(50), Duration::from_secs(3600));
+            connected(&reach, output, async |client| {
+                top::run(client, refresh).await
+            })
         }
-        Command::Explain { task } => {
-            block_on(async { tasks::explain(&connect(cli).await?, *task, output).await })
-        }
+        Command::Env(command) => connected(&reach, output, async |client| {
+            env::run(client, command, output).await
+        }),
+        Command::Explain { task } => connected(&reach, output, async |client| {
+            explain::run(client, *task, output).await
+        }),
     }
+}
+
+/// Connect to the scheduler, then run `command` with the client.
+fn connected(
+    reach: &Reach,
+    output: &dyn Output,
+    command: impl AsyncFnOnce(&Client) -> Result<()>,
+) -> Result<()> {
+    block_on(async {
+        let client = reach.connect(output).await?;
+        command(&client).await
+    })
 }
 
 fn host() -> Result<PluginHost> {
@@ -316,159 +279,4 @@ fn block_on(future: impl std::future::Future<Output = Result<()>>) -> Result<()>
     tokio::runtime::Runtime::new()
         .context("cannot start the async runtime")?
         .block_on(future)
-}
-
-fn reach(cli: &Cli) -> tasks::Reach<'_> {
-    tasks::Reach {
-        access_file: &cli.access_file,
-        timeout: cli.reconnect_timeout,
-    }
-}
-
-/// Connect to the scheduler. No access file: fail at once (no scheduler was ever started here).
-/// No answer: retry for `--reconnect-timeout`, saying so.
-async fn connect(cli: &Cli) -> Result<weir::client::Client> {
-    let reach = reach(cli);
-    let access = weir::net::AccessFile::read(&cli.access_file)?;
-    match weir::client::Client::connect(&access).await {
-        Err(error @ weir::net::NetError::Connect { .. }) if !reach.timeout.is_zero() => {
-            if cli.output == Output::Cli {
-                eprintln!(
-                    "{error}; retrying for up to {:.0?} (it may be restarting)",
-                    reach.timeout
-                );
-            }
-            tasks::reconnect(&reach).await
-        }
-        connected => Ok(connected?),
-    }
-}
-
-fn inspect(host: &PluginHost, file: &std::path::Path, output: Output) -> Result<()> {
-    let loaded = host.load_file(file, None)?;
-    let info = host.inspect(&loaded);
-    let how = info.origin.describe();
-    if output == Output::Quiet {
-        return Ok(());
-    }
-    if output == Output::Json {
-        println!(
-            "{}",
-            json!({
-                "file": file.display().to_string(),
-                "world": info.world,
-                "imports": info.imports,
-                "exports": info.exports,
-                "size_bytes": info.size_bytes,
-                "sha256": info.sha256,
-                "load": how,
-                "load_ms": info.load_time.as_secs_f64() * 1e3,
-            })
-        );
-        return Ok(());
-    }
-    let world = match info.world {
-        Some(world) => format!("{world} (exports {})", world.export_name()),
-        None => "none: exports no weir:plugin@0.1.0 interface".to_string(),
-    };
-    println!("{}", file.display());
-    println!("  world:   {world}");
-    println!("  size:    {} bytes", info.size_bytes);
-    println!("  sha256:  {}", info.sha256);
-    println!(
-        "  load:    {:.1} ms ({how})",
-        info.load_time.as_secs_f64() * 1e3
-    );
-    println!("  imports: {}", info.imports.join(", "));
-    println!("  exports: {}", info.exports.join(", "));
-    Ok(())
-}
-
-fn check(host: &PluginHost, args: &PolicyArgs, output: Output) -> Result<()> {
-    let spec = args.spec()?;
-    let mut policy = spec.instantiate(host, Limits::default())?;
-    let tiers = policy.tiers()?;
-    if output == Output::Quiet {
-        return Ok(());
-    }
-    if output == Output::Json {
-        println!(
-            "{}",
-            json!({ "engine": spec.engine.name(), "tiers": tiers })
-        );
-        return Ok(());
-    }
-    println!(
-        "{}: content is valid; {} tier{}",
-        spec.engine.name(),
-        tiers.len(),
-        if tiers.len() == 1 { "" } else { "s" }
-    );
-    for tier in &tiers {
-        println!(
-            "  priority {:>3}: {}",
-            tier.priority,
-            tier.members.join(", ")
-        );
-    }
-    Ok(())
-}
-
-fn simulate(
-    host: &PluginHost,
-    args: &PolicyArgs,
-    trace: &std::path::Path,
-    output: Output,
-) -> Result<()> {
-    let spec = args.spec()?;
-    let mut policy = spec.instantiate(host, Limits::default())?;
-    let text = std::fs::read_to_string(trace)
-        .with_context(|| format!("cannot read {}", trace.display()))?;
-    // A JSON array of snapshots, or JSON lines as `scheduler --record-snapshots` writes them.
-    let snapshots: Vec<Snapshot> = match serde_json::from_str(&text) {
-        Ok(snapshots) => snapshots,
-        Err(_) => text
-            .lines()
-            .enumerate()
-            .filter(|(_, line)| !line.trim().is_empty())
-            .map(|(n, line)| {
-                serde_json::from_str(line).with_context(|| {
-                    format!(
-                        "{} line {}: not a snapshot (nor is the file a JSON array)",
-                        trace.display(),
-                        n + 1
-                    )
-                })
-            })
-            .collect::<Result<_>>()?,
-    };
-    let mut steps = Vec::new();
-    for (step, snapshot) in snapshots.iter().enumerate() {
-        let decisions = policy
-            .decide(snapshot)
-            .with_context(|| format!("snapshot {step}"))?;
-        if output == Output::Cli {
-            println!("snapshot {step} (now_ms {}):", snapshot.now_ms);
-            print_decisions(&decisions);
-        }
-        steps.push(json!({ "step": step, "now_ms": snapshot.now_ms, "decisions": decisions }));
-    }
-    if output == Output::Json {
-        println!("{}", serde_json::Value::Array(steps));
-    }
-    Ok(())
-}
-
-fn print_decisions(decisions: &[Decision]) {
-    for d in decisions {
-        let stop = if d.stop.is_empty() {
-            String::new()
-        } else {
-            format!(" stop {:?}", d.stop)
-        };
-        println!(
-            "  {:<12} desired {:>4}{stop}  ({})",
-            d.manager_id, d.desired_workers, d.reason
-        );
-    }
 }

@@ -8,12 +8,11 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use serde_json::json;
 use weir::cluster::{Cluster, Launcher};
 use weir::plugin::{bundled, cache::content_hash};
-use weir::proto::{NewGroup, Outcome, TaskKind, TaskSpec, TaskState};
+use weir::proto::{NewGroup, Outcome, TaskKind, TaskResult, TaskSpec, TaskState};
 
-use crate::Output;
+use crate::output::{LocalJob, LocalRun, LocalStep, Output};
 
 #[derive(Args)]
 pub struct LocalArgs {
@@ -28,15 +27,6 @@ pub struct LocalArgs {
     tasks: u32,
 }
 
-/// Start a scheduler (with `scheduler_args`) from the executables beside this one, its access
-/// file in `dir`.
-pub fn launch(dir: &Path, scheduler_args: &[&OsStr]) -> Result<Cluster> {
-    // The launcher waits for the scheduler's first line: blocking, but only this task.
-    let cluster =
-        tokio::task::block_in_place(|| Launcher::beside_current_exe(dir)?.start(scheduler_args))?;
-    Ok(cluster)
-}
-
 fn spec(kind: TaskKind) -> TaskSpec {
     TaskSpec {
         kind,
@@ -49,26 +39,35 @@ fn spec(kind: TaskKind) -> TaskSpec {
     }
 }
 
-pub async fn run(args: &LocalArgs, output: Output) -> Result<()> {
+pub async fn run(args: &LocalArgs, output: &dyn Output) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("weir-local-{}", std::process::id()));
     let result = cluster(args, output, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
-    let say = |line: String| {
-        if output == Output::Cli {
-            println!("{line}");
-        }
-    };
+/// Start a scheduler (with `scheduler_args`) from the executables beside this one, its access
+/// file in `dir`.
+pub fn launch(dir: &Path, scheduler_args: &[&OsStr]) -> Result<Cluster> {
+    // The launcher waits for the scheduler's first line: blocking, but only this task.
+    let cluster =
+        tokio::task::block_in_place(|| Launcher::beside_current_exe(dir)?.start(scheduler_args))?;
+    Ok(cluster)
+}
+
+async fn cluster(args: &LocalArgs, output: &dyn Output, dir: &Path) -> Result<()> {
     let journal = dir.join("journal");
     let mut local = launch(dir, &[OsStr::new("--journal"), journal.as_os_str()])?;
-    say(format!("scheduler on {}", local.address));
+    output.local_step(&LocalStep::Scheduler {
+        address: &local.address,
+    });
     for i in 0..args.workers {
         local.worker(&format!("local-{i}"), &["--slots", &args.slots.to_string()])?;
     }
-    say(format!("{} workers x {} slots", args.workers, args.slots));
+    output.local_step(&LocalStep::Workers {
+        workers: args.workers,
+        slots: args.slots,
+    });
 
     let client = local.client().await?;
     let started = Instant::now();
@@ -103,52 +102,51 @@ async fn cluster(args: &LocalArgs, output: Output, dir: &Path) -> Result<()> {
             }],
         )
         .await?;
-    say(format!(
-        "submitted {} command tasks (job {command_job}) and {} wasm tasks (job {wasm_job})",
-        args.tasks, args.tasks
-    ));
+    output.local_step(&LocalStep::Submitted {
+        tasks: args.tasks,
+        command_job,
+        wasm_job,
+    });
 
-    let mut summary = Vec::new();
+    let mut jobs = Vec::new();
     for (job, kind) in [(command_job, "command"), (wasm_job, "wasm")] {
         client.wait(job, |_| {}).await?;
         let results = client.results(job).await?;
-        let correct = results
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| {
-                let expected = ((*i as u64) * (*i as u64)).to_string();
-                r.state == TaskState::Succeeded
-                    && match &r.outcome {
-                        Outcome::Exited { stdout, .. } => {
-                            String::from_utf8_lossy(stdout).trim() == expected
-                        }
-                        Outcome::Returned { output } => String::from_utf8_lossy(output) == expected,
-                        Outcome::Error { .. } => false,
-                    }
-            })
-            .count();
-        say(format!(
-            "{kind:>7} tasks: {correct}/{} correct results",
-            results.len()
-        ));
-        summary
-            .push(json!({ "job": job, "kind": kind, "tasks": results.len(), "correct": correct }));
-        if correct != args.tasks as usize {
+        let checked = LocalJob {
+            job,
+            kind,
+            tasks: results.len(),
+            correct: results
+                .iter()
+                .enumerate()
+                .filter(|(i, r)| correct(*i, r))
+                .count(),
+        };
+        output.local_step(&LocalStep::Checked(&checked));
+        if checked.correct != args.tasks as usize {
             bail!(
-                "job {job}: only {correct} of {} {kind} tasks returned the right result",
+                "job {job}: only {} of {} {kind} tasks returned the right result",
+                checked.correct,
                 args.tasks
             );
         }
+        jobs.push(checked);
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let total = 2 * u64::from(args.tasks);
-    say(format!(
-        "all {total} tasks done in {elapsed:.2} s ({:.0} tasks/s)",
-        total as f64 / elapsed
-    ));
-    if output == Output::Json {
-        println!("{}", json!({ "jobs": summary, "seconds": elapsed }));
-    }
-    drop(local);
+    output.local_done(&LocalRun {
+        jobs,
+        seconds: started.elapsed().as_secs_f64(),
+        tasks: 2 * u64::from(args.tasks),
+    });
     Ok(())
+}
+
+/// Whether task `index` succeeded with the square of its index.
+fn correct(index: usize, result: &TaskResult) -> bool {
+    let expected = ((index as u64) * (index as u64)).to_string();
+    result.state == TaskState::Succeeded
+        && match &result.outcome {
+            Outcome::Exited { stdout, .. } => String::from_utf8_lossy(stdout).trim() == expected,
+            Outcome::Returned { output } => String::from_utf8_lossy(output) == expected,
+            Outcome::Error { .. } => false,
+        }
 }

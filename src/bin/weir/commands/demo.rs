@@ -8,10 +8,11 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use serde_json::json;
 use weir::config::{Engine, PolicySpec};
 use weir::core::scaling::{Demand, Manager, Snapshot, Worker};
 use weir::plugin::{HostFacts, Limits, PluginHost, World, bundled};
+
+use crate::output::{Demo, DemoCondition, DemoTick, DemoWorkers, Output};
 
 const CONTENT: &str = "# priority, worker_type\n1, native\n2, burst\n";
 const TASKS: u32 = 12;
@@ -34,9 +35,21 @@ struct SimWorker {
     idle_since: u64,
 }
 
-pub fn run(host: &PluginHost, output: crate::Output) -> Result<()> {
-    let json_output = output == crate::Output::Json;
-    let text_output = output == crate::Output::Cli;
+pub fn run(host: &PluginHost, output: &dyn Output) -> Result<()> {
+    let ticks = simulate(host)?;
+    let (conditions, total_memory_bytes) = conditions(host)?;
+    output.demo(&Demo {
+        tasks: TASKS,
+        task_seconds: TASK_SECONDS,
+        ticks,
+        conditions,
+        total_memory_bytes,
+    });
+    Ok(())
+}
+
+/// Every simulated second until the tasks are done and both managers drained (at most 40).
+fn simulate(host: &PluginHost) -> Result<Vec<DemoTick>> {
     let spec = PolicySpec {
         engine: Engine::Bundled("waterfall_v2"),
         content: CONTENT.to_string(),
@@ -62,15 +75,6 @@ pub fn run(host: &PluginHost, output: crate::Output) -> Result<()> {
     let mut done = 0;
     let mut next_id = 0u64;
     let mut ticks = Vec::new();
-    if text_output {
-        println!(
-            "waterfall_v2 (bundled) with tiers `1, native` / `2, burst`; {TASKS} tasks of {TASK_SECONDS} s each"
-        );
-        println!(
-            "{:>4}  {:>6} {:>7} {:>4}  {:>8} {:>7}",
-            "t(s)", "queued", "running", "done", "native_1", "burst_1"
-        );
-    }
     for second in 0..40u64 {
         let now = second * 1000;
         // Finish tasks, then hand queued tasks to idle workers, highest tier first.
@@ -121,21 +125,29 @@ pub fn run(host: &PluginHost, output: crate::Output) -> Result<()> {
                 });
             }
         }
-        let counts: Vec<usize> = managers.iter().map(|m| m.workers.len()).collect();
-        if json_output {
-            ticks.push(json!({ "second": second, "queued": queued, "running": running, "done": done,
-                               "workers": { "native_1": counts[0], "burst_1": counts[1] }, "decisions": decisions }));
-        } else if text_output {
-            println!(
-                "{second:>4}  {queued:>6} {running:>7} {done:>4}  {:>8} {:>7}",
-                counts[0], counts[1]
-            );
-        }
-        if done == TASKS && counts.iter().all(|&c| c == 0) {
+        let workers = DemoWorkers {
+            native_1: managers[0].workers.len(),
+            burst_1: managers[1].workers.len(),
+        };
+        let drained = done == TASKS && workers.native_1 + workers.burst_1 == 0;
+        ticks.push(DemoTick {
+            second,
+            queued,
+            running,
+            done,
+            workers,
+            decisions,
+        });
+        if drained {
             break;
         }
     }
 
+    Ok(ticks)
+}
+
+/// The bundled mem_gt condition on this machine, with a threshold it meets and one it cannot.
+fn conditions(host: &PluginHost) -> Result<(Vec<DemoCondition>, u64)> {
     let loaded = host.load("mem_gt", bundled::MEM_GT, Some(World::Environment))?;
     let mut condition = host.condition(&loaded, Limits::default())?;
     let facts = Arc::new(HostFacts::probe("", &[], &[]));
@@ -147,20 +159,12 @@ pub fn run(host: &PluginHost, output: crate::Output) -> Result<()> {
             Ok(false) => "no-match".to_string(),
             Err(error) => format!("error({error})"),
         };
-        verdicts.push(
-            json!({ "condition": format!("mem_gt threshold={threshold}"), "verdict": verdict }),
-        );
-        if text_output {
-            println!(
-                "mem_gt threshold={threshold:<5} on this machine ({} bytes): {verdict}",
-                facts.total_memory_bytes
-            );
-        }
+        verdicts.push(DemoCondition {
+            condition: format!("mem_gt threshold={threshold}"),
+            verdict,
+        });
     }
-    if json_output {
-        println!("{}", json!({ "ticks": ticks, "conditions": verdicts }));
-    }
-    Ok(())
+    Ok((verdicts, facts.total_memory_bytes))
 }
 
 fn snapshot_of(m: &SimManager, now: u64) -> Manager {

@@ -1,0 +1,187 @@
+//! Throughput, memory per queued task and reaction time, on clusters of real processes.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use weir::cluster::Launcher;
+use weir::plugin::{bundled, cache::content_hash};
+use weir::proto::{TaskKind, TaskSpec};
+
+use super::{BenchArgs, Report, journal, noop_spec, spec, submit};
+use crate::commands::local::launch;
+
+/// CPU seconds (user + system) and peak resident bytes of a process, from /proc.
+fn usage(pid: u32) -> (f64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let cpu = (ticks(11) + ticks(12)) as f64 / hz;
+    (cpu, memory(pid, "VmHWM:"))
+}
+
+/// Bytes of a process's memory line (`VmRSS:`, `VmHWM:`) in /proc/PID/status; 0 if none.
+fn memory(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kib.unwrap_or(0) * 1024
+}
+
+/// One throughput row: `tasks` tasks of `spec` on workers started with `worker_args`.
+struct Run<'a> {
+    label: &'a str,
+    worker_args: &'a [&'a str],
+    tasks: u32,
+    components: Vec<Vec<u8>>,
+    spec: TaskSpec,
+}
+
+async fn throughput(dir: &Path, report: &mut Report, args: &BenchArgs, run: Run<'_>) -> Result<()> {
+    let Run {
+        label,
+        worker_args,
+        tasks,
+        components,
+        spec,
+    } = run;
+    let sub = dir.join(format!("{label}-{tasks}"));
+    std::fs::create_dir_all(&sub)?;
+    let mut cluster = launch(&sub, &[])?;
+    for i in 0..args.workers {
+        let slots = args.slots.to_string();
+        cluster.worker(
+            &format!("bench-{i}"),
+            &[&["--slots", &slots], worker_args].concat(),
+        )?;
+    }
+    let client = cluster.client().await?;
+    // Wait until the workers are in, so the run measures scheduling, not start-up.
+    while client.status().await?.workers.len() < args.workers as usize {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pid = cluster.scheduler.id();
+    let (cpu_before, _) = usage(pid);
+    let started = Instant::now();
+    let job = submit(&client, components, spec, tasks).await?;
+    let counts = client.wait(job, |_| {}).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let (cpu_after, peak) = usage(pid);
+    if counts.succeeded != u64::from(tasks) {
+        bail!(
+            "{label}: only {} of {tasks} tasks succeeded",
+            counts.succeeded
+        );
+    }
+    let cpu_us = (cpu_after - cpu_before) * 1e6 / f64::from(tasks);
+    report.row(format!(
+        "| {label} | {tasks} | {} x {} | {elapsed:.2} | {:.0} | {cpu_us:.2} | {:.0} |",
+        args.workers,
+        args.slots,
+        f64::from(tasks) / elapsed,
+        peak as f64 / (1u64 << 20) as f64
+    ));
+    Ok(())
+}
+
+pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Result<()> {
+    Launcher::beside_current_exe(dir)?.command("scheduler")?;
+    report.row("| tasks | N | workers x slots | seconds | tasks/s | scheduler CPU µs/task | scheduler peak MiB |".into());
+    report.row("|---|---:|---|---:|---:|---:|---:|".into());
+    let noop = noop_spec();
+    for &n in &args.tasks {
+        let run = Run {
+            label: "no-execute",
+            worker_args: &["--no-execute"],
+            tasks: n,
+            components: vec![],
+            spec: noop.clone(),
+        };
+        throughput(dir, report, args, run).await?;
+    }
+    let square = TaskKind::Wasm {
+        component: content_hash(bundled::SQUARE),
+    };
+    let run = Run {
+        label: "wasm (square)",
+        worker_args: &[],
+        tasks: args.wasm_tasks,
+        components: vec![bundled::SQUARE.to_vec()],
+        spec: spec(square, b"7"),
+    };
+    throughput(dir, report, args, run).await?;
+    let run = Run {
+        label: "command `true`",
+        worker_args: &[],
+        tasks: args.command_tasks,
+        components: vec![],
+        spec: noop.clone(),
+    };
+    throughput(dir, report, args, run).await?;
+    report.row(String::new());
+
+    // Memory per queued task: no workers, so everything stays queued.
+    let sub = dir.join("queued");
+    std::fs::create_dir_all(&sub)?;
+    let cluster = launch(&sub, &[])?;
+    let client = cluster.client().await?;
+    let pid = cluster.scheduler.id();
+    client.status().await?;
+    let before = memory(pid, "VmRSS:");
+    submit(&client, vec![], noop.clone(), args.queued).await?;
+    client.status().await?;
+    let after = memory(pid, "VmRSS:");
+    report.row(format!(
+        "memory: {} queued tasks: scheduler resident memory +{:.1} MiB = {:.0} bytes per queued task",
+        args.queued,
+        after.saturating_sub(before) as f64 / (1u64 << 20) as f64,
+        after.saturating_sub(before) as f64 / f64::from(args.queued)
+    ));
+    drop(cluster);
+
+    // Reaction: a dynamic manager, default policy and scaling interval.
+    let sub = dir.join("reaction");
+    std::fs::create_dir_all(&sub)?;
+    let mut cluster = launch(&sub, &[])?;
+    cluster.manager(&[
+        "--id",
+        "bench",
+        "--worker-type",
+        "default",
+        "--max-task-concurrency",
+        "4",
+    ])?;
+    let client = cluster.client().await?;
+    while client.status().await?.managers.is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    submit(&client, vec![], noop.clone(), 100).await?;
+    while client.status().await?.workers.is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    report.row(format!(
+        "reaction: burst of 100 queued tasks -> first worker registered: {:.0} ms (scaling interval 1 s)",
+        started.elapsed().as_secs_f64() * 1e3
+    ));
+    drop(cluster);
+    if args.journal_tasks > 0 {
+        report.row(String::new());
+        journal::bench(args, dir, report, noop).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! `weir bench`: the numbers in BENCHMARKS.md, measured on this machine in one run.
+//!
+//! 1. Plugin cost: `decide` of the bundled waterfall engines against the native reference on
+//!    snapshots of 10/100/1000 managers and 10,000 workers; `evaluate` of mem_gt cold (compile),
+//!    cached (deserialize) and warm.
+//! 2. Throughput: N tasks through a local cluster (real processes on loopback): workers that
+//!    report without running (`--no-execute`), sandboxed wasm tasks, and `true` commands; wall
+//!    time, the scheduler's CPU time per task (/proc) and its peak memory.
+//! 3. Memory per queued task: the scheduler's resident memory growth with 1M tasks queued.
+//! 4. Reaction: from a burst of queued tasks to the first worker a manager started registering.
+//! 5. Journal: its size and the scheduler's restart time (kill -9, start, first answer) after
+//!    N finished no-op tasks, then again once they are forgotten (compacted while running).
+
+mod cluster;
+mod journal;
+mod plugins;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use weir::client::Client;
+use weir::plugin::HostFacts;
+use weir::proto::{JobId, NewGroup, TaskKind, TaskSpec};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Task counts for the no-execute throughput runs.
+    #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
+    tasks: Vec<u32>,
+    /// Sandboxed wasm tasks to run.
+    #[arg(long, default_value_t = 100_000)]
+    wasm_tasks: u32,
+    /// `true` command tasks to run.
+    #[arg(long, default_value_t = 10_000)]
+    command_tasks: u32,
+    /// Workers in the throughput runs.
+    #[arg(long, default_value_t = 2)]
+    workers: u32,
+    /// Slots per worker.
+    #[arg(long, default_value_t = 64)]
+    slots: u32,
+    /// Queued tasks for the memory measurement.
+    #[arg(long, default_value_t = 1_000_000)]
+    queued: u32,
+    /// Finished tasks for the journal measurement (0: skip it).
+    #[arg(long, default_value_t = 10_000_000)]
+    journal_tasks: u64,
+    /// Also write the results as markdown to FILE.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<std::path::PathBuf>,
+}
+
+pub struct Report {
+    lines: Vec<String>,
+}
+
+impl Report {
+    pub fn row(&mut self, line: String) {
+        println!("{line}");
+        self.lines.push(line);
+    }
+}
+
+pub async fn run(args: &BenchArgs) -> Result<()> {
+    let mut report = Report { lines: Vec::new() };
+    report.row(format!("machine: {}", machine()));
+    report.row(format!(
+        "build: {}",
+        if cfg!(debug_assertions) {
+            "debug (use --release for real numbers)"
+        } else {
+            "release"
+        }
+    ));
+    report.row(String::new());
+    plugins::costs(&mut report)?;
+    report.row(String::new());
+    let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = cluster::benches(args, &dir, &mut report).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result?;
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, report.lines.join("\n") + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let memory = HostFacts::probe("", &[], &[]).total_memory_bytes as f64 / (1u64 << 30) as f64;
+    format!(
+        "{} cores ({}), {memory:.0} GiB",
+        cores,
+        model.unwrap_or_else(|| "unknown CPU".into())
+    )
+}
+
+/// Mean microseconds per call of `f`, over at least `min` calls and 0.5 s.
+pub fn per_call(min: u32, mut f: impl FnMut()) -> f64 {
+    f(); // warm-up
+    let started = Instant::now();
+    let mut calls = 0u32;
+    while calls < min || started.elapsed() < Duration::from_millis(500) {
+        f();
+        calls += 1;
+    }
+    started.elapsed().as_secs_f64() * 1e6 / f64::from(calls)
+}
+
+/// A task of `kind` with `input`, no needs, no timeout.
+pub fn spec(kind: TaskKind, input: &[u8]) -> TaskSpec {
+    TaskSpec {
+        kind,
+        capabilities: vec![],
+        environments: vec![],
+        priority: 0,
+        timeout_ms: 0,
+        retries: 3,
+        input: input.to_vec(),
+    }
+}
+
+/// Tasks that run `true`.
+pub fn noop_spec() -> TaskSpec {
+    spec(
+        TaskKind::Command {
+            argv: vec!["true".into()],
+            env: vec![],
+        },
+        b"",
+    )
+}
+
+/// Submit `count` tasks of `spec` as one job.
+pub async fn submit(
+    client: &Client,
+    components: Vec<Vec<u8>>,
+    spec: TaskSpec,
+    count: u32,
+) -> Result<JobId> {
+    let group = NewGroup {
+        spec,
+        count,
+        inputs: vec![],
+    };
+    let (job, _, _) = client.submit(components, vec![group]).await?;
+    Ok(job)
+}

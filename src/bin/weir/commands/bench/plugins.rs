@@ -1,0 +1,134 @@
+//! Plugin cost: `decide` of the bundled waterfall engines against the native reference, and
+//! `evaluate` of mem_gt cold, cached and warm.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use weir::core::scaling::{Demand, Manager, Snapshot, Worker};
+use weir::plugin::{HostFacts, Limits, PluginHost, World, bundled};
+use weir_waterfall::{Flavor, Policy};
+
+use super::{Report, per_call};
+
+fn snapshot(managers: usize, workers: usize) -> Snapshot {
+    let per = workers / managers;
+    Snapshot {
+        now_ms: 1_000_000,
+        scale_down_delay_ms: 30_000,
+        managers: (0..managers)
+            .map(|m| Manager {
+                id: format!("m{m}"),
+                worker_type: format!("t{}", m % 4),
+                max_task_concurrency: (per * 2) as u32,
+                worker_slots: 1,
+                online: true,
+                workers: (0..per)
+                    .map(|w| Worker {
+                        id: (m * 100_000 + w) as u64,
+                        slots: 1,
+                        busy: (w % 2) as u32,
+                        idle_ms: (w as u64 * 997) % 60_000,
+                    })
+                    .collect(),
+                starting: 0,
+                capabilities: vec![("cpu".into(), 4)],
+                environments: vec![],
+            })
+            .collect(),
+        demand: vec![
+            Demand {
+                capabilities: vec![],
+                environments: vec![],
+                queued: 5000,
+                running: (workers / 2) as u32,
+            },
+            Demand {
+                capabilities: vec![("cpu".into(), 2)],
+                environments: vec![],
+                queued: 500,
+                running: 0,
+            },
+        ],
+    }
+}
+
+pub fn costs(report: &mut Report) -> Result<()> {
+    let host = PluginHost::new(None)?;
+    report.row(
+        "| decide | managers | workers | native µs/call | wasm µs/call | wasm / native |".into(),
+    );
+    report.row("|---|---:|---:|---:|---:|---:|".into());
+    for (name, flavor) in [
+        ("waterfall_v1", Flavor::ManagerId),
+        ("waterfall_v2", Flavor::WorkerType),
+    ] {
+        for managers in [10usize, 100, 1000] {
+            let snap = snapshot(managers, 10_000);
+            let content = match flavor {
+                Flavor::WorkerType => "1, t0\n1, t1\n2, t2\n3, t3\n".to_string(),
+                Flavor::ManagerId => (0..managers)
+                    .map(|m| format!("{}, m{m}\n", m % 3 + 1))
+                    .collect(),
+            };
+            let native = Policy::parse(flavor, &content)?;
+            let native_us = per_call(20, || {
+                std::hint::black_box(native.decide(&snap));
+            });
+            let loaded = host.load(
+                name,
+                bundled::by_name(name).context("bundled engine")?,
+                Some(World::Policy),
+            )?;
+            let mut wasm = host.policy(&loaded, &content, Limits::default())?;
+            let mut failure = None;
+            let wasm_us = per_call(20, || {
+                if let Err(error) = wasm.decide(&snap) {
+                    failure = Some(error);
+                }
+            });
+            if let Some(error) = failure {
+                bail!("{name} failed during the benchmark: {error}");
+            }
+            report.row(format!(
+                "| {name} | {managers} | 10000 | {native_us:.1} | {wasm_us:.1} | {:.2} |",
+                wasm_us / native_us
+            ));
+        }
+    }
+    report.row(String::new());
+
+    let cache = std::env::temp_dir().join(format!("weir-bench-cache-{}", std::process::id()));
+    let cold_host = PluginHost::new(Some(cache.clone()))?;
+    let cold = cold_host.load("mem_gt", bundled::MEM_GT, Some(World::Environment))?;
+    let cached_host = PluginHost::new(Some(cache.clone()))?;
+    let cached = cached_host.load("mem_gt", bundled::MEM_GT, Some(World::Environment))?;
+    let _ = std::fs::remove_dir_all(&cache);
+    let facts = Arc::new(HostFacts::probe("", &[], &[]));
+    let config = vec![("threshold".to_string(), "8GiB".to_string())];
+    let mut condition = cached_host.condition(&cached, Limits::default())?;
+    let warm_us = per_call(10_000, || {
+        let _ = std::hint::black_box(condition.evaluate(&facts, &config));
+    });
+    let fresh_us = per_call(1_000, || {
+        if let Ok(mut c) = cached_host.condition(&cached, Limits::default()) {
+            let _ = std::hint::black_box(c.evaluate(&facts, &config));
+        }
+    });
+    report.row("| mem_gt condition | µs |".into());
+    report.row("|---|---:|".into());
+    report.row(format!(
+        "| cold: compile ({:?}) | {:.0} |",
+        cold.origin,
+        cold.load_time.as_secs_f64() * 1e6
+    ));
+    report.row(format!(
+        "| cached: load from the disk cache ({:?}) | {:.0} |",
+        cached.origin,
+        cached.load_time.as_secs_f64() * 1e6
+    ));
+    report.row(format!(
+        "| fresh instance + first evaluate | {fresh_us:.1} |"
+    ));
+    report.row(format!("| warm evaluate (live instance) | {warm_us:.2} |"));
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! `weir policy check | simulate`: parse policy content with the real engine, and replay
+//! snapshots through it.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use weir::config::PolicySpec;
+use weir::core::scaling::Snapshot;
+use weir::plugin::{Limits, PluginHost};
+
+use crate::output::{Output, PolicyTiers, SimulatedStep};
+
+#[derive(Args)]
+pub struct PolicyArgs {
+    /// Policy engine: `waterfall_v1`, `waterfall_v2` (bundled) or a .wasm component.
+    #[arg(
+        long,
+        value_name = "ENGINE|FILE.wasm",
+        required_unless_present = "config",
+        conflicts_with = "config"
+    )]
+    policy: Option<String>,
+    /// Policy content: the rows themselves, or @FILE to read them from a file.
+    #[arg(long, value_name = "TEXT|@FILE", requires = "policy")]
+    content: Option<String>,
+    /// A TOML file with `policy_engine_type` and `policy_content` (the reference form).
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+}
+
+impl PolicyArgs {
+    fn spec(&self) -> Result<PolicySpec> {
+        let spec = PolicySpec::from_flags(
+            self.config.as_deref(),
+            self.policy.as_deref(),
+            self.content.as_deref(),
+            "--content",
+        )?;
+        spec.context("give --policy ENGINE --content ROWS, or --config FILE.toml")
+    }
+}
+
+pub fn check(host: &PluginHost, args: &PolicyArgs, output: &dyn Output) -> Result<()> {
+    let spec = args.spec()?;
+    let mut policy = spec.instantiate(host, Limits::default())?;
+    output.policy_tiers(&PolicyTiers {
+        tiers: policy.tiers()?,
+        engine: spec.engine.name().to_string(),
+    });
+    Ok(())
+}
+
+pub fn simulate(
+    host: &PluginHost,
+    args: &PolicyArgs,
+    trace: &Path,
+    output: &dyn Output,
+) -> Result<()> {
+    let spec = args.spec()?;
+    let mut policy = spec.instantiate(host, Limits::default())?;
+    let mut steps = Vec::new();
+    for (step, snapshot) in snapshots(trace)?.iter().enumerate() {
+        let decisions = policy
+            .decide(snapshot)
+            .with_context(|| format!("snapshot {step}"))?;
+        let step = SimulatedStep {
+            step,
+            now_ms: snapshot.now_ms,
+            decisions,
+        };
+        output.simulated_step(&step);
+        steps.push(step);
+    }
+    output.simulation(&steps);
+    Ok(())
+}
+
+/// A JSON array of snapshots, or JSON lines as `scheduler --record-snapshots` writes them.
+fn snapshots(trace: &Path) -> Result<Vec<Snapshot>> {
+    let text = std::fs::read_to_string(trace)
+        .with_context(|| format!("cannot read {}", trace.display()))?;
+    if let Ok(snapshots) = serde_json::from_str(&text) {
+        return Ok(snapshots);
+    }
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(n, line)| {
+            serde_json::from_str(line).with_context(|| {
+                format!(
+                    "{} line {}: not a snapshot (nor is the file a JSON array)",
+                    trace.display(),
+                    n + 1
+                )
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,51 @@
+//! `weir workers wait N [--env NAME]`: until N live workers (matching NAME) are registered, so
+//! scripts never sleep.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+
+use crate::connect::Reach;
+use crate::output::{Output, WorkersReady, workers_matching};
+
+pub async fn wait(
+    reach: &Reach,
+    count: u32,
+    environment: Option<&str>,
+    timeout: Duration,
+    output: &dyn Output,
+) -> Result<()> {
+    // Started with the cluster, before the scheduler has written its access file: wait for it
+    // too, within the same timeout.
+    let started = Instant::now();
+    while !reach.access_file.exists() && started.elapsed() < timeout {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = timeout.saturating_sub(started.elapsed());
+    let client = tokio::time::timeout(left, reach.connect(output))
+        .await
+        .map_err(|_| anyhow!("no scheduler answered within {timeout:?} (--timeout)"))??;
+    let left = timeout.saturating_sub(started.elapsed());
+
+    let what = workers_matching(environment);
+    let seen = Cell::new(0u32);
+    let waiting = client.wait_workers(count, environment.map(str::to_string), |ready| {
+        seen.set(ready);
+        output.note(&format!("{ready} of {count} {what}"));
+    });
+    let workers = match tokio::time::timeout(left, waiting).await {
+        Ok(ready) => ready?,
+        Err(_) => bail!(
+            "only {} of {count} {what} after {:?} (--timeout); `weir status` and `weir env list` show who is there",
+            seen.get(),
+            left
+        ),
+    };
+    output.workers_ready(&WorkersReady {
+        workers,
+        wanted: count,
+        environment: environment.map(str::to_string),
+    });
+    Ok(())
+}

@@ -1,0 +1,264 @@
+//! How answers are printed: one trait, [`Output`], with one implementation per `--output` mode
+//! (cli for people, json for programs, quiet for scripts). Commands produce the typed values
+//! below and hand them to the chosen output; no command looks at the mode.
+
+mod cli;
+mod json;
+mod progress;
+mod quiet;
+
+pub use json::print_error as print_json_error;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+use serde::Serialize;
+use weir::core::scaling::{Decision, Tier};
+use weir::plugin::Inspection;
+use weir::proto::{
+    EnvironmentStatus, JobCounts, JobId, JobSummary, StatusReport, TaskId, TaskResult,
+};
+
+/// The `--output` modes.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Cli,
+    Json,
+    Quiet,
+}
+
+impl Mode {
+    pub fn output(self) -> Box<dyn Output> {
+        match self {
+            Mode::Cli => Box::new(cli::Cli),
+            Mode::Json => Box::new(json::Json),
+            Mode::Quiet => Box::new(quiet::Quiet),
+        }
+    }
+}
+
+/// Prints what commands produce. JSON prints exactly one value per command (errors included);
+/// quiet prints nothing but errors and the id `submit` gives.
+pub trait Output {
+    /// A remark while a command works (retrying, reconnecting, waiting): for people only.
+    fn note(&self, line: &str);
+    /// Shows a job's counts while waiting for it.
+    fn job_progress(&self, job: JobId) -> Box<dyn Progress>;
+    /// The command failed. Exit 1 follows.
+    fn error(&self, error: &anyhow::Error);
+
+    fn submitted(&self, submitted: &Submitted);
+    fn job_done(&self, done: &JobDone);
+    fn results(&self, results: &[TaskResult]);
+    fn canceled(&self, canceled: &Canceled);
+    /// One job forgotten, as it happens (`weir forget JOB...`).
+    fn forgotten(&self, forgotten: &Forgotten);
+    /// Every job `weir forget JOB...` forgot, once all are.
+    fn all_forgotten(&self, forgotten: &[Forgotten]);
+    fn forgotten_finished(&self, forgotten: &ForgottenFinished);
+    fn jobs(&self, jobs: &[JobSummary]);
+    fn explanation(&self, explanation: &Explanation);
+
+    fn status(&self, report: &StatusReport);
+    fn workers_ready(&self, ready: &WorkersReady);
+    fn environments(&self, list: &[EnvironmentStatus]);
+    fn environment_removed(&self, name: &str);
+
+    fn plugin(&self, plugin: &PluginInfo);
+    fn policy_tiers(&self, policy: &PolicyTiers);
+    /// One snapshot replayed, as it is (`weir policy simulate`).
+    fn simulated_step(&self, step: &SimulatedStep);
+    /// Every snapshot replayed, once all are.
+    fn simulation(&self, steps: &[SimulatedStep]);
+    fn demo(&self, demo: &Demo);
+    /// A step of `weir local`, as it happens.
+    fn local_step(&self, step: &LocalStep);
+    fn local_done(&self, run: &LocalRun);
+}
+
+/// `error: ...` on stderr, for people and scripts.
+fn error_line(error: &anyhow::Error) {
+    eprintln!("error: {error:#}");
+}
+
+/// A job's counts as they change, until [`Progress::finish`].
+pub trait Progress {
+    fn update(&mut self, counts: &JobCounts);
+    fn finish(self: Box<Self>);
+}
+
+/// `weir submit`: the job and its tasks' ids.
+#[derive(Serialize)]
+pub struct Submitted {
+    pub job: JobId,
+    pub first_task: TaskId,
+    pub tasks: u64,
+}
+
+impl fmt::Display for Submitted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (job, first, tasks) = (self.job, self.first_task, self.tasks);
+        let last = first + tasks - 1;
+        write!(
+            f,
+            "job {job}: {tasks} task(s) submitted (ids {first}-{last})"
+        )
+    }
+}
+
+/// A job every task of which is final.
+#[derive(Serialize)]
+pub struct JobDone {
+    pub job: JobId,
+    pub counts: JobCounts,
+}
+
+impl JobDone {
+    /// A job with failed tasks is an error (exit 1).
+    pub fn failure(&self) -> Option<TasksFailed> {
+        (self.counts.failed > 0).then_some(TasksFailed {
+            job: self.job,
+            failed: self.counts.failed,
+        })
+    }
+}
+
+/// A job ended with failed tasks. The JSON output carries it in the job's own value.
+#[derive(Debug, thiserror::Error)]
+#[error("job {job}: {failed} task(s) failed (see `weir results {job}`)")]
+pub struct TasksFailed {
+    pub job: JobId,
+    pub failed: u64,
+}
+
+#[derive(Serialize)]
+pub struct Canceled {
+    pub job: JobId,
+    pub canceled: u64,
+}
+
+#[derive(Serialize)]
+pub struct Forgotten {
+    pub job: JobId,
+    /// Task results freed (0: forgotten already).
+    pub tasks: u64,
+}
+
+#[derive(Serialize)]
+pub struct ForgottenFinished {
+    pub jobs: Vec<JobId>,
+    pub tasks: u64,
+}
+
+#[derive(Serialize)]
+pub struct Explanation {
+    pub task: TaskId,
+    pub explanation: Vec<String>,
+}
+
+/// `weir workers wait`: how many live workers (matching `environment`) are registered.
+#[derive(Serialize)]
+pub struct WorkersReady {
+    pub workers: u32,
+    pub wanted: u32,
+    pub environment: Option<String>,
+}
+
+/// "workers", or "workers matching environment `NAME`".
+pub fn workers_matching(environment: Option<&str>) -> String {
+    match environment {
+        Some(name) => format!("workers matching environment `{name}`"),
+        None => "workers".to_string(),
+    }
+}
+
+/// `weir plugin inspect`.
+pub struct PluginInfo {
+    pub file: PathBuf,
+    pub inspection: Inspection,
+}
+
+/// `weir policy check`.
+#[derive(Serialize)]
+pub struct PolicyTiers {
+    pub engine: String,
+    pub tiers: Vec<Tier>,
+}
+
+/// A snapshot replayed through a policy by `weir policy simulate`.
+#[derive(Serialize)]
+pub struct SimulatedStep {
+    pub step: usize,
+    pub now_ms: u64,
+    pub decisions: Vec<Decision>,
+}
+
+/// `weir demo`: the simulated seconds, then the bundled condition's verdicts on this machine.
+pub struct Demo {
+    pub tasks: u32,
+    pub task_seconds: u64,
+    pub ticks: Vec<DemoTick>,
+    pub conditions: Vec<DemoCondition>,
+    pub total_memory_bytes: u64,
+}
+
+#[derive(Serialize)]
+pub struct DemoTick {
+    pub second: u64,
+    pub queued: u32,
+    pub running: u32,
+    pub done: u32,
+    pub workers: DemoWorkers,
+    pub decisions: Vec<Decision>,
+}
+
+/// Workers of the demo's two managers.
+#[derive(Serialize)]
+pub struct DemoWorkers {
+    pub native_1: usize,
+    pub burst_1: usize,
+}
+
+#[derive(Serialize)]
+pub struct DemoCondition {
+    /// `mem_gt threshold=8GiB`.
+    pub condition: String,
+    /// `match`, `no-match` or `error(...)`.
+    pub verdict: String,
+}
+
+/// What `weir local` does, step by step.
+pub enum LocalStep<'a> {
+    Scheduler {
+        address: &'a str,
+    },
+    Workers {
+        workers: u32,
+        slots: u32,
+    },
+    Submitted {
+        tasks: u32,
+        command_job: JobId,
+        wasm_job: JobId,
+    },
+    Checked(&'a LocalJob),
+}
+
+/// One of `weir local`'s jobs, its results checked.
+#[derive(Serialize)]
+pub struct LocalJob {
+    pub job: JobId,
+    pub kind: &'static str,
+    pub tasks: usize,
+    pub correct: usize,
+}
+
+#[derive(Serialize)]
+pub struct LocalRun {
+    pub jobs: Vec<LocalJob>,
+    pub seconds: f64,
+    /// Tasks in all jobs.
+    #[serde(skip)]
+    pub tasks: u64,
+}

@@ -51,16 +51,8 @@ fn stop_leftovers(dir: &Path) {
 fn a_command_backend_manager_scales_units_up_and_down_through_its_scripts() {
     let backend = tempfile::tempdir().unwrap();
     let (start, stop) = write_backend(backend.path());
-    let mut cluster = Cluster::start_with(&[
-        "--policy",
-        "waterfall_v2",
-        "--policy-content",
-        "1, pool",
-        "--scaling-interval",
-        "0.2",
-        "--scale-down-delay",
-        "0.5",
-    ]);
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, pool", &["--scale-down-delay", "0.5"]);
     cluster.manager(&[
         "--backend",
         "command",
@@ -108,14 +100,7 @@ fn a_command_backend_manager_scales_units_up_and_down_through_its_scripts() {
 
 #[test]
 fn a_failing_start_command_makes_the_waterfall_spill_to_the_next_tier() {
-    let mut cluster = Cluster::start_with(&[
-        "--policy",
-        "waterfall_v2",
-        "--policy-content",
-        "1, cloud\n2, local",
-        "--scaling-interval",
-        "0.2",
-    ]);
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, cloud\n2, local", &[]);
     cluster.manager(&[
         "--backend",
         "command",
@@ -130,14 +115,7 @@ fn a_failing_start_command_makes_the_waterfall_spill_to_the_next_tier() {
         "--stop-cmd",
         "true",
     ]);
-    cluster.manager(&[
-        "--id",
-        "local_1",
-        "--worker-type",
-        "local",
-        "--max-task-concurrency",
-        "2",
-    ]);
+    cluster.dynamic_manager("local_1", "local", 2);
     let done = cluster.json(&[
         "submit",
         "--count",

@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::{Cluster, text, workers};
 use serde_json::Value;
@@ -80,23 +79,24 @@ fn a_task_needing_a_gpu_waits_while_the_others_run_past_it() {
     assert_eq!(done["counts"]["succeeded"], 1, "{done}");
 }
 
+/// A cluster (heartbeat timeout `heartbeat_timeout`) with one 4-slot worker `name`, busy on all
+/// its slots with a job of `count` tasks of 0.1 s each that echo their index. Returns the
+/// cluster, the worker's index and the job.
+fn one_busy_worker(heartbeat_timeout: &str, name: &str, count: u32) -> (Cluster, usize, String) {
+    let mut cluster = Cluster::start(heartbeat_timeout);
+    let worker = cluster.worker(name, &["--slots", "4"]);
+    cluster.await_status(|s| workers(s) == 1);
+    let script = "sleep 0.1; echo $WEIR_TASK_INDEX";
+    let count = count.to_string();
+    let job = cluster.json(&["submit", "--count", &count, "--", "sh", "-c", script]);
+    cluster.await_status(|s| s["workers"][0]["running"] == 4);
+    (cluster, worker, job["job"].to_string())
+}
+
 #[test]
 fn kill_9_of_a_worker_mid_batch_loses_no_task_and_reports_none_twice() {
-    let mut cluster = Cluster::start("3");
-    let doomed = cluster.worker("doomed", &["--slots", "4"]);
-    cluster.await_status(|s| workers(s) == 1);
-    let job = cluster.json(&[
-        "submit",
-        "--count",
-        "60",
-        "--",
-        "sh",
-        "-c",
-        "sleep 0.1; echo $WEIR_TASK_INDEX",
-    ]);
-    let job = job["job"].to_string();
+    let (mut cluster, doomed, job) = one_busy_worker("3", "doomed", 60);
     // Kill it while all its slots are busy.
-    cluster.await_status(|s| s["workers"][0]["running"] == 4);
     cluster.workers[doomed].kill().unwrap();
     cluster.workers[doomed].wait().unwrap();
     cluster.worker("survivor", &["--slots", "4"]);
@@ -349,40 +349,15 @@ fn connections_per_token_are_capped() {
 
 #[test]
 fn a_worker_that_stops_responding_loses_no_task_and_none_finishes_twice() {
-    let mut cluster = Cluster::start("2");
-    let frozen = cluster.worker("frozen", &["--slots", "4"]);
-    cluster.await_status(|s| workers(s) == 1);
-    let job = cluster.json(&[
-        "submit",
-        "--count",
-        "40",
-        "--",
-        "sh",
-        "-c",
-        "sleep 0.1; echo $WEIR_TASK_INDEX",
-    ]);
-    let job = job["job"].to_string();
-    cluster.await_status(|s| s["workers"][0]["running"] == 4);
+    let (mut cluster, frozen, job) = one_busy_worker("2", "frozen", 40);
     // SIGSTOP: it neither reads nor writes — a slow consumer, or a network that dropped it.
-    let pid = cluster.workers[frozen].id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let pid = cluster.workers[frozen].id();
+    common::signal(pid, "-STOP");
     cluster.worker("healthy", &["--slots", "4"]);
     let done = cluster.json(&["wait", &job]);
     assert_eq!(done["counts"]["succeeded"], 40, "{done}");
     // It wakes up, finds its connection gone, reconnects as a new worker; nothing changes.
-    assert!(
-        Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    common::signal(pid, "-CONT");
     cluster.await_status(|s| workers(s) == 2);
     cluster.assert_each_task_ran_once(&job, 40);
     assert_eq!(cluster.json(&["status"])["tasks"]["succeeded"], 40);

@@ -84,15 +84,7 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
     assert_eq!(ran_on, vec!["big-worker", "small-worker"]);
 
     // Registered at run time with --wait: both workers' verdicts come back (each offers 1 GB).
-    let registered = cluster.json(&[
-        "env",
-        "register",
-        "huge",
-        "plugins/mem_gt.wasm",
-        "--config",
-        "threshold=2GB",
-        "--wait",
-    ]);
+    let registered = cluster.env_register("huge", "plugins/mem_gt.wasm", "threshold=2GB");
     assert_eq!(
         common::sorted_names(&registered[0]["not_matching"]),
         vec!["big-worker", "small-worker"],
@@ -111,13 +103,7 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
         "echo $WEIR_WORKER_NAME $WEIR_ENV_HUGE_THRESHOLD",
     ]);
     let task = job["first_task"].to_string();
-    let explanation = cluster.json(&["explain", &task]);
-    let lines: Vec<&str> = explanation["explanation"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap())
-        .collect();
+    let lines = cluster.explain(&task);
     assert!(lines[0].contains("is Queued"), "{lines:?}");
     assert!(
         lines
@@ -162,15 +148,8 @@ fn hostile_conditions_are_reported_as_errors_and_the_workers_keep_working() {
     ] {
         let name = format!("hostile-{mode}");
         let config = format!("mode={mode}");
-        let registered = cluster.json(&[
-            "env",
-            "register",
-            &name,
-            "plugins/fixtures/hostile_condition.wasm",
-            "--config",
-            &config,
-            "--wait",
-        ]);
+        let registered =
+            cluster.env_register(&name, "plugins/fixtures/hostile_condition.wasm", &config);
         let erroring = registered[0]["erroring"].as_array().unwrap();
         assert_eq!(erroring.len(), 2, "{registered}");
         for entry in erroring {
@@ -208,15 +187,7 @@ fn looping_conditions_cost_their_deadline_once_and_do_not_hold_the_others_up() {
             "mode=loop",
         ]);
     }
-    let good = cluster.json(&[
-        "env",
-        "register",
-        "good",
-        "plugins/mem_gt.wasm",
-        "--config",
-        "threshold=1",
-        "--wait",
-    ]);
+    let good = cluster.env_register("good", "plugins/mem_gt.wasm", "threshold=1");
     assert_eq!(common::sorted_names(&good[0]["matching"]), ["a"], "{good}");
     // Each looping one is answered, once, with an error that says it is not run again.
     let spins = |list: &serde_json::Value| -> Vec<String> {

@@ -2,21 +2,7 @@
 
 mod common;
 
-use common::Cluster;
-use serde_json::Value;
-
-fn manager<'a>(status: &'a Value, id: &str) -> &'a Value {
-    status["managers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["id"] == id)
-        .unwrap_or(&Value::Null)
-}
-
-fn current(m: &Value) -> u64 {
-    m["live"].as_u64().unwrap_or(0) + m["starting"].as_u64().unwrap_or(0)
-}
+use common::{Cluster, current, live};
 
 /// Tiers `native` (2 workers) then `burst` (4): six 2-second tasks; tier 1 fills first, the
 /// overflow spills to burst, and native keeps its workers while burst runs work native could
@@ -24,60 +10,37 @@ fn current(m: &Value) -> u64 {
 fn waterfall(engine: &str, content: &str) {
     let trace = tempfile::NamedTempFile::new().unwrap();
     let trace = trace.path().to_str().unwrap().to_string();
-    let mut cluster = Cluster::start_with(&[
-        "--policy",
+    let mut cluster = Cluster::with_policy(
         engine,
-        "--policy-content",
         content,
-        "--scaling-interval",
-        "0.2",
-        "--scale-down-delay",
-        "1",
-        "--record-snapshots",
-        &trace,
-    ]);
-    cluster.manager(&[
-        "--id",
-        "native_1",
-        "--worker-type",
-        "native",
-        "--max-task-concurrency",
-        "2",
-    ]);
-    cluster.manager(&[
-        "--id",
-        "burst_1",
-        "--worker-type",
-        "burst",
-        "--max-task-concurrency",
-        "4",
-    ]);
-    cluster.await_status(|s| s["managers"].as_array().is_some_and(|m| m.len() == 2));
+        &["--scale-down-delay", "1", "--record-snapshots", &trace],
+    );
+    cluster.dynamic_manager("native_1", "native", 2);
+    cluster.dynamic_manager("burst_1", "burst", 4);
+    cluster.await_managers(2);
     let job = cluster.json(&["submit", "--count", "6", "--", "sleep", "2"])["job"].to_string();
 
     let mut burst_peak = 0;
     let mut finished = false;
     loop {
         let status = cluster.json(&["status"]);
-        let (native, burst) = (manager(&status, "native_1"), manager(&status, "burst_1"));
+        let (native, burst) = (current(&status, "native_1"), current(&status, "burst_1"));
         // The waterfall, both ways: while there is work, burst has workers only while native
         // has both of its own.
         let work = status["tasks"]["queued"].as_u64().unwrap_or(0)
             + status["tasks"]["running"].as_u64().unwrap_or(0)
             > 0;
-        if work && current(burst) > 0 {
+        if work && burst > 0 {
             assert_eq!(
-                native["live"], 2,
+                live(&status, "native_1"),
+                2,
                 "burst scaled before native was full: {status}"
             );
         }
-        burst_peak = burst_peak.max(burst["live"].as_u64().unwrap_or(0));
-        assert!(
-            current(native) <= 2 && current(burst) <= 4,
-            "a cap was exceeded: {status}"
-        );
+        burst_peak = burst_peak.max(live(&status, "burst_1"));
+        assert!(native <= 2 && burst <= 4, "a cap was exceeded: {status}");
         finished |= status["tasks"]["succeeded"] == 6;
-        if finished && current(native) == 0 && current(burst) == 0 {
+        if finished && native == 0 && burst == 0 {
             break;
         }
         common::pause();
@@ -88,17 +51,12 @@ fn waterfall(engine: &str, content: &str) {
 
     // A task no manager can serve: explain says which manager lacks what.
     let gpu = cluster.json(&["submit", "--cap", "gpu=1", "--", "true"]);
-    let explanation = cluster.json(&["explain", &gpu["first_task"].to_string()]);
-    let lines: Vec<&str> = explanation["explanation"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap())
-        .collect();
+    let lines = cluster.explain(&gpu["first_task"].to_string());
     assert!(
-        lines.contains(
-            &"manager native_1 (native): cannot: its workers have gpu=0, the task needs 1"
-        ),
+        lines
+            .iter()
+            .any(|l| l
+                == "manager native_1 (native): cannot: its workers have gpu=0, the task needs 1"),
         "{lines:?}"
     );
     cluster.json(&["cancel", &gpu["job"].to_string()]);
@@ -137,24 +95,12 @@ fn waterfall_v1_does_the_same_by_manager_id() {
 
 #[test]
 fn a_looping_policy_leaves_the_cluster_running_tasks_on_its_workers() {
-    let mut cluster = Cluster::start_with(&[
-        "--policy",
+    let mut cluster = Cluster::with_policy(
         "plugins/fixtures/hostile_policy.wasm",
-        "--policy-content",
         "loop",
-        "--policy-deadline-ms",
-        "200",
-        "--scaling-interval",
-        "0.2",
-    ]);
-    cluster.manager(&[
-        "--id",
-        "m",
-        "--worker-type",
-        "t",
-        "--max-task-concurrency",
-        "4",
-    ]);
+        &["--policy-deadline-ms", "200"],
+    );
+    cluster.dynamic_manager("m", "t", 4);
     cluster.worker("standing", &["--slots", "2"]);
     let status = cluster.await_status(|s| s["policy_error"].is_string());
     assert!(
@@ -192,30 +138,9 @@ fn a_fixed_manager_starts_exactly_n_workers_of_its_type() {
 
 #[test]
 fn kill_9_of_a_manager_loses_no_task() {
-    let mut cluster = Cluster::start_with(&[
-        "--policy",
-        "waterfall_v2",
-        "--policy-content",
-        "1, pool",
-        "--scaling-interval",
-        "0.2",
-    ]);
-    let doomed = cluster.manager(&[
-        "--id",
-        "m1",
-        "--worker-type",
-        "pool",
-        "--max-task-concurrency",
-        "2",
-    ]);
-    cluster.manager(&[
-        "--id",
-        "m2",
-        "--worker-type",
-        "pool",
-        "--max-task-concurrency",
-        "2",
-    ]);
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, pool", &[]);
+    let doomed = cluster.dynamic_manager("m1", "pool", 2);
+    cluster.dynamic_manager("m2", "pool", 2);
     let job = cluster.json(&[
         "submit",
         "--count",
@@ -226,9 +151,7 @@ fn kill_9_of_a_manager_loses_no_task() {
         "sleep 0.2; echo $WEIR_TASK_INDEX",
     ])["job"]
         .to_string();
-    cluster.await_status(|s| {
-        manager(s, "m1")["live"] == 2 && s["tasks"]["running"].as_u64().unwrap_or(0) > 0
-    });
+    cluster.await_status(|s| live(s, "m1") == 2 && s["tasks"]["running"].as_u64().unwrap_or(0) > 0);
     // The manager dies; its workers go with it (and their running tasks are requeued).
     cluster.workers[doomed].kill().unwrap();
     cluster.workers[doomed].wait().unwrap();
@@ -239,35 +162,12 @@ fn kill_9_of_a_manager_loses_no_task() {
 
 #[test]
 fn metrics_expose_tasks_workers_policy_and_environments() {
-    let mut cluster = Cluster::start_with(&[
-        "--policy",
-        "waterfall_v2",
-        "--policy-content",
-        "1, pool",
-        "--scaling-interval",
-        "0.2",
-        "--metrics",
-        "127.0.0.1:0",
-    ]);
-    cluster.manager(&[
-        "--id",
-        "m",
-        "--worker-type",
-        "pool",
-        "--max-task-concurrency",
-        "2",
-    ]);
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, pool", &["--metrics", "127.0.0.1:0"]);
+    cluster.dynamic_manager("m", "pool", 2);
     let done = cluster.json(&["submit", "--count", "5", "--wait", "--", "true"]);
     assert_eq!(done["counts"]["succeeded"], 5);
-    cluster.json(&[
-        "env",
-        "register",
-        "big",
-        "mem_gt",
-        "--config",
-        "threshold=1",
-        "--wait",
-    ]);
+    cluster.env_register("big", "mem_gt", "threshold=1");
     let body = common::http_get(cluster.metrics.as_ref().unwrap());
     for series in [
         "weir_tasks{state=\"succeeded\"} 5",

@@ -7,25 +7,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, children_of, processes_with, text};
+use common::{Cluster, children_of, current, live, manager, processes_with, text};
 use serde_json::Value;
-
-fn manager<'a>(status: &'a Value, id: &str) -> Option<&'a Value> {
-    status["managers"]
-        .as_array()?
-        .iter()
-        .find(|m| m["id"] == id)
-}
-
-fn live(status: &Value, id: &str) -> u64 {
-    manager(status, id).map_or(0, |m| m["live"].as_u64().unwrap_or(0))
-}
-
-fn current(status: &Value, id: &str) -> u64 {
-    manager(status, id).map_or(0, |m| {
-        m["live"].as_u64().unwrap_or(0) + m["starting"].as_u64().unwrap_or(0)
-    })
-}
 
 /// Poll `weir status` until `ready` holds. `bound` only turns a hang into a failure that says
 /// which mechanism did not act; correctness never depends on it.
@@ -43,16 +26,11 @@ fn until(cluster: &Cluster, bound: Duration, what: &str, ready: impl Fn(&Value) 
 
 #[test]
 fn manager_conditions_scale_from_zero_onto_the_matching_manager_only() {
-    let mut cluster = Cluster::start_with(&[
-        "--policy",
+    let mut cluster = Cluster::with_policy(
         "waterfall_v1",
-        "--policy-content",
         "1, fits\n1, too_small\n",
-        "--scaling-interval",
-        "0.2",
-        "--scale-down-delay",
-        "0.5",
-    ]);
+        &["--scale-down-delay", "0.5"],
+    );
     // The literal form users type (no NAME=: the name is the file stem) on one, NAME= on the
     // other; no worker anywhere yet.
     cluster.manager(&[
@@ -71,7 +49,7 @@ fn manager_conditions_scale_from_zero_onto_the_matching_manager_only() {
         "--env-plugin",
         "mem_gt=mem_gt,threshold=1PB",
     ]);
-    cluster.await_status(|s| s["managers"].as_array().is_some_and(|m| m.len() == 2));
+    cluster.await_managers(2);
     assert_eq!(common::workers(&cluster.json(&["status"])), 0);
     // Known from the managers' registrations: the submission is accepted at once.
     let env_list = cluster.json(&["env", "list"]);
@@ -289,15 +267,7 @@ fn a_registration_that_shares_a_workers_own_name_ends_and_says_so() {
     cluster.worker("plain", &[]);
     cluster.weir(&["workers", "wait", "2"]);
     let mem_gt = concat!(env!("CARGO_MANIFEST_DIR"), "/plugins/mem_gt.wasm");
-    let registered = cluster.json(&[
-        "env",
-        "register",
-        "big",
-        mem_gt,
-        "--config",
-        "threshold=1PB",
-        "--wait",
-    ]);
+    let registered = cluster.env_register("big", mem_gt, "threshold=1PB");
     let big = &registered[0];
     assert_eq!(common::sorted_names(&big["own_definition"]), ["own"]);
     // The worker's own definition wins on it (it matches); the registered one on the other.
@@ -313,15 +283,7 @@ fn a_registration_that_shares_a_workers_own_name_ends_and_says_so() {
     assert_eq!(common::sorted_names(&list[0]["matching"]), ["own"]);
     let job = cluster.json(&["submit", "--env", "big", "--wait", "--", "true"]);
     assert_eq!(job["counts"]["succeeded"], 1, "{job}");
-    let again = cluster.json(&[
-        "env",
-        "register",
-        "big",
-        mem_gt,
-        "--config",
-        "threshold=1PB",
-        "--wait",
-    ]);
+    let again = cluster.env_register("big", mem_gt, "threshold=1PB");
     assert_eq!(common::sorted_names(&again[0]["matching"]), ["own"]);
 }
 

@@ -15,32 +15,10 @@ fn tmux(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn top_shows_managers_workers_and_environments_and_quits_on_q() {
-    let mut cluster = Cluster::start_with(&[
-        "--policy",
-        "waterfall_v2",
-        "--policy-content",
-        "1, pool",
-        "--scaling-interval",
-        "0.2",
-    ]);
-    cluster.manager(&[
-        "--id",
-        "pool_1",
-        "--worker-type",
-        "pool",
-        "--max-task-concurrency",
-        "2",
-    ]);
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, pool", &[]);
+    cluster.dynamic_manager("pool_1", "pool", 2);
     cluster.worker("standalone", &["--slots", "3", "--capabilities", "gpu=1"]);
-    cluster.json(&[
-        "env",
-        "register",
-        "big",
-        "mem_gt",
-        "--config",
-        "threshold=1",
-        "--wait",
-    ]);
+    cluster.env_register("big", "mem_gt", "threshold=1");
     cluster.json(&["submit", "--count", "4", "--wait", "--", "true"]);
 
     let session = format!("weir-top-{}", std::process::id());

@@ -38,6 +38,19 @@ impl Cluster {
         Cluster::start_with(&["--heartbeat-timeout", heartbeat_timeout])
     }
 
+    /// A scheduler scaling with `engine` and `content`, deciding every 0.2 s; `more` flags.
+    pub fn with_policy(engine: &str, content: &str, more: &[&str]) -> Cluster {
+        let policy = [
+            "--policy",
+            engine,
+            "--policy-content",
+            content,
+            "--scaling-interval",
+            "0.2",
+        ];
+        Cluster::start_with(&[&policy[..], more].concat())
+    }
+
     pub fn start_with(args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let bin = Path::new(env!("CARGO_BIN_EXE_scheduler")).parent().unwrap();
@@ -98,6 +111,18 @@ impl Cluster {
             .expect("worker-manager starts")
     }
 
+    /// A manager that scales workers of `worker_type` up to `max_tasks` running tasks.
+    pub fn dynamic_manager(&mut self, id: &str, worker_type: &str, max_tasks: u32) -> usize {
+        self.manager(&[
+            "--id",
+            id,
+            "--worker-type",
+            worker_type,
+            "--max-task-concurrency",
+            &max_tasks.to_string(),
+        ])
+    }
+
     pub fn weir(&self, args: &[&str]) -> Output {
         self.weir_with(&self.access_file(), args)
     }
@@ -148,6 +173,31 @@ impl Cluster {
         results
     }
 
+    /// `weir env register NAME FILE --config CONFIG --wait`: the environments it answers.
+    pub fn env_register(&self, name: &str, file: &str, config: &str) -> Value {
+        self.json(&["env", "register", name, file, "--config", config, "--wait"])
+    }
+
+    /// `weir explain TASK`: its lines.
+    pub fn explain(&self, task: &str) -> Vec<String> {
+        let explanation = self.json(&["explain", task]);
+        let lines = explanation["explanation"].as_array();
+        let lines = lines.unwrap_or_else(|| panic!("no explanation: {explanation}"));
+        lines
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Poll `weir status` until `managers` managers are registered.
+    pub fn await_managers(&self, managers: usize) -> Value {
+        self.await_status(|s| {
+            s["managers"]
+                .as_array()
+                .is_some_and(|m| m.len() == managers)
+        })
+    }
+
     /// Poll `weir status` until `ready` holds for it.
     pub fn await_status(&self, ready: impl Fn(&Value) -> bool) -> Value {
         loop {
@@ -182,6 +232,26 @@ pub fn sorted_names(value: &Value) -> Vec<String> {
 
 pub fn workers(status: &Value) -> usize {
     status["workers"].as_array().map_or(0, Vec::len)
+}
+
+/// The manager `id` in a status, if it is registered.
+pub fn manager<'a>(status: &'a Value, id: &str) -> Option<&'a Value> {
+    status["managers"]
+        .as_array()?
+        .iter()
+        .find(|m| m["id"] == id)
+}
+
+/// The manager's live workers (0 if it is not registered).
+pub fn live(status: &Value, id: &str) -> u64 {
+    manager(status, id).map_or(0, |m| m["live"].as_u64().unwrap_or(0))
+}
+
+/// The manager's live and starting workers (0 if it is not registered).
+pub fn current(status: &Value, id: &str) -> u64 {
+    manager(status, id).map_or(0, |m| {
+        live(status, id) + m["starting"].as_u64().unwrap_or(0)
+    })
 }
 
 /// Between two polls of a condition: keeps the poller from starving the cluster it watches on a

@@ -261,6 +261,8 @@ fn clients_get_clear_errors_for_bad_requests() {
         error["error"].as_str().unwrap().contains("no job 99"),
         "{error}"
     );
+    // Scripts decide by the code, not the words.
+    assert_eq!(error["code"], "not-found", "{error}");
     // A missing access file says what to do.
     let out = cluster.weir_with(Path::new("/nonexistent/access.json"), &["status"]);
     assert!(

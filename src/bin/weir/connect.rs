@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use weir::client::Client;
 use weir::net::{AccessFile, NetError};
-use weir::proto::FrameError;
 
 use crate::output::Output;
 
@@ -54,15 +53,4 @@ impl Reach {
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     }
-}
-
-/// Whether an error means the connection to the scheduler is gone (it may be restarting).
-pub fn connection_lost(error: &NetError) -> bool {
-    matches!(
-        error,
-        NetError::Connection(_)
-            | NetError::Write(_)
-            | NetError::Frame(FrameError::Io(_) | FrameError::Closed)
-            | NetError::Unanswered(_)
-    )
 }

@@ -5,7 +5,7 @@ use anyhow::Result;
 use weir::client::Client;
 use weir::proto::{JobCounts, JobId};
 
-use crate::connect::{Reach, connection_lost};
+use crate::connect::Reach;
 use crate::output::{JobDone, Output};
 
 pub async fn run(client: &Client, job: JobId, output: &dyn Output, reach: &Reach) -> Result<()> {
@@ -30,7 +30,7 @@ async fn wait_for(
         let current = reconnected.as_ref().unwrap_or(client);
         match current.wait(job, |counts| progress.update(counts)).await {
             Ok(counts) => break counts,
-            Err(error) if connection_lost(&error) => {
+            Err(error) if error.is_connection_lost() => {
                 output.note(&format!("lost the scheduler ({error}); reconnecting"));
                 reconnected = Some(reach.reconnect().await?);
             }

@@ -35,9 +35,19 @@ impl Output for Json {
 
     fn error(&self, error: &anyhow::Error) {
         // Failed tasks are already in the job's value (see `job_done`).
-        if !error.is::<TasksFailed>() {
-            print_error(&format!("{error:#}"));
+        if error.is::<TasksFailed>() {
+            return;
         }
+        let mut value = json!({ "error": format!("{error:#}") });
+        // The scheduler's refusals say why as a code, for scripts to act on.
+        let refusal = error.chain().find_map(|cause| match cause.downcast_ref() {
+            Some(weir::net::NetError::Request { code, .. }) => Some(*code),
+            _ => None,
+        });
+        if let Some(code) = refusal {
+            value["code"] = json!(code.as_str());
+        }
+        println!("{value}");
     }
 
     fn submitted(&self, submitted: &Submitted) {

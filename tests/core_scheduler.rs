@@ -531,3 +531,61 @@ fn refusals_carry_a_code_to_act_on() {
         ErrorCode::NotFinished
     );
 }
+
+#[test]
+fn registering_the_same_environment_again_with_wait_is_answered() {
+    let mut core = Scheduler::new(config(false));
+    let register = || Request::EnvRegister {
+        name: "big".into(),
+        component: vec![],
+        config: vec![("threshold".into(), "1GiB".into())],
+        wait: true,
+    };
+    let component: std::sync::Arc<[u8]> = std::sync::Arc::from(&b"condition"[..]);
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            Input::WorkerJoined {
+                connection: 1,
+                info: worker("w1", 1),
+            },
+            Input::Request {
+                client: 1,
+                request: register(),
+                components: vec![([3; 32], component.clone())],
+            },
+        ],
+    );
+    assert!(
+        replies(&actions, 1).is_empty(),
+        "waits for the worker's verdict"
+    );
+    let actions = round(
+        &mut core,
+        5,
+        vec![Input::Verdicts {
+            worker: 1,
+            verdicts: vec![("big".into(), weir::proto::EnvVerdict::Match)],
+        }],
+    );
+    assert!(matches!(
+        replies(&actions, 1)[..],
+        [(Response::Environments(_), true)]
+    ));
+    // The same definition again: nothing to evaluate anew, so answered at once.
+    let actions = round(
+        &mut core,
+        10,
+        vec![Input::Request {
+            client: 2,
+            request: register(),
+            components: vec![([3; 32], component)],
+        }],
+    );
+    let got = replies(&actions, 2);
+    let [(Response::Environments(report), true)] = got[..] else {
+        panic!("{got:#?}");
+    };
+    assert_eq!(report[0].matching, vec!["w1".to_string()]);
+}

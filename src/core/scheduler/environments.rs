@@ -60,18 +60,24 @@ impl Scheduler {
             component: hash,
             config,
         };
-        if self.config.journal {
-            self.journal(Record::EnvRegister {
-                def: def.clone(),
-                component: bytes.to_vec(),
-            });
+        // The same definition again changes nothing: the workers would not evaluate it anew,
+        // so forgetting their verdicts would leave `--wait` waiting for answers that never come.
+        if self.environments.get(&name) == Some(&def) {
+            tracing::info!(environment = %name, "environment registered again, unchanged");
+        } else {
+            if self.config.journal {
+                self.journal(Record::EnvRegister {
+                    def: def.clone(),
+                    component: bytes.to_vec(),
+                });
+            }
+            self.components.insert(hash, bytes);
+            self.tasks.register_environment(&name);
+            self.managers.forget_verdicts(&name);
+            self.environments.insert(name.clone(), def);
+            tracing::info!(environment = %name, "environment registered");
+            self.send_environments_to_all();
         }
-        self.components.insert(hash, bytes);
-        self.tasks.register_environment(&name);
-        self.managers.forget_verdicts(&name);
-        self.environments.insert(name.clone(), def);
-        tracing::info!(environment = %name, "environment registered");
-        self.send_environments_to_all();
         if wait {
             let workers = self.tasks.worker_ids().into_iter().collect();
             self.env_waits.push(EnvWait {

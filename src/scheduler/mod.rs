@@ -77,6 +77,32 @@ pub struct Scaling {
     pub tiers: Vec<Tier>,
 }
 
+/// Why the scheduler could not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
+    /// Its journal cannot be written any more: it stopped (nothing acknowledged is lost).
+    #[error("{0}")]
+    Stopped(String),
+    /// Another scheduler holds the access file.
+    #[error("{0}")]
+    Locked(String),
+    #[error("cannot start the plugin host: {0}")]
+    Plugin(#[from] crate::plugin::PluginError),
+    #[error("cannot open {path}: {error}")]
+    File {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{0}")]
+    Certificate(String),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
 /// A running scheduler: its address and access file.
 pub struct Running {
     pub address: String,
@@ -90,7 +116,7 @@ pub async fn run(
     settings: Settings,
     scaling: Option<Scaling>,
     ready: impl FnOnce(&Running),
-) -> Result<(), NetError> {
+) -> Result<(), SchedulerError> {
     // One scheduler per access file: a second one would overwrite the first one's address.
     let _access_lock = {
         if let Some(dir) = settings
@@ -98,20 +124,22 @@ pub async fn run(
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
         {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(|error| SchedulerError::File {
+                path: dir.to_path_buf(),
+                error,
+            })?;
         }
         // Named after the real file (a symbolic link resolved): two paths, one lock.
         let real = std::fs::canonicalize(&settings.access_file)
             .unwrap_or_else(|_| settings.access_file.clone());
         let mut name = real.file_name().unwrap_or_default().to_os_string();
         name.push(".lock");
-        lock::Lock::take(&real.with_file_name(name), "access file").map_err(NetError::Access)?
+        lock::Lock::take(&real.with_file_name(name), "access file")
+            .map_err(SchedulerError::Locked)?
     };
     // The journal is checked and locked before anything is served or written.
     let journal = match &settings.journal {
-        Some(path) => {
-            Some(journal::Journal::open(path).map_err(|e| NetError::Access(e.to_string()))?)
-        }
+        Some(path) => Some(journal::Journal::open(path)?),
         None => None,
     };
     let (cert_pem, key_pem) = certificate(&settings)?;
@@ -158,8 +186,7 @@ pub async fn run(
         metrics: metrics_address,
     });
 
-    let host =
-        Arc::new(PluginHost::with_default_cache().map_err(|e| NetError::Tls(e.to_string()))?);
+    let host = Arc::new(PluginHost::with_default_cache()?);
     let (events, inbox) = mpsc::unbounded_channel();
     let record = match &settings.record_snapshots {
         Some(path) => Some(
@@ -167,7 +194,10 @@ pub async fn run(
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|e| NetError::Access(format!("cannot open {}: {e}", path.display())))?,
+                .map_err(|error| SchedulerError::File {
+                    path: path.clone(),
+                    error,
+                })?,
         ),
         None => None,
     };
@@ -224,7 +254,7 @@ pub async fn run(
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 endpoint.close(0u32.into(), b"scheduler stopping");
                 return match ended {
-                    Ok(Some(error)) => Err(NetError::Access(error)),
+                    Ok(Some(error)) => Err(SchedulerError::Stopped(error)),
                     _ => Ok(()),
                 };
             }
@@ -244,10 +274,10 @@ pub async fn run(
 /// The certificate and key: from `--cert/--key`, else kept in `scheduler-key.pem` /
 /// `scheduler-cert.pem` beside the access file (created on first start), so restarts keep
 /// the identity peers pinned.
-fn certificate(settings: &Settings) -> Result<(String, String), NetError> {
+fn certificate(settings: &Settings) -> Result<(String, String), SchedulerError> {
     let read = |p: &PathBuf| {
         std::fs::read_to_string(p)
-            .map_err(|e| NetError::Tls(format!("cannot read {}: {e}", p.display())))
+            .map_err(|e| SchedulerError::Certificate(format!("cannot read {}: {e}", p.display())))
     };
     if let Some((cert, key)) = &settings.cert {
         return Ok((read(cert)?, read(key)?));
@@ -268,7 +298,7 @@ fn certificate(settings: &Settings) -> Result<(String, String), NetError> {
     }
     let (cert, key) = net::tls::generate()?;
     let fail = |e: std::io::Error| {
-        NetError::Tls(format!(
+        SchedulerError::Certificate(format!(
             "cannot write the certificate into {}: {e}",
             dir.display()
         ))

@@ -125,8 +125,17 @@ impl Actor {
     /// as a database does when its log cannot be synced. What it had synced stays, a torn last
     /// record is cut at the next start, and nothing that was acknowledged is lost.
     pub async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>) -> Option<String> {
+        // One timer, moved only when the core's next timeout moves (not a new one per round).
+        let mut timeout = self.core.poll_timeout();
+        let timer =
+            tokio::time::sleep_until((self.started + Duration::from_millis(timeout)).into());
+        tokio::pin!(timer);
         loop {
-            let wake = self.started + Duration::from_millis(self.core.poll_timeout());
+            if self.core.poll_timeout() != timeout {
+                timeout = self.core.poll_timeout();
+                let wake = self.started + Duration::from_millis(timeout);
+                timer.as_mut().reset(wake.into());
+            }
             tokio::select! {
                 event = inbox.recv() => {
                     self.event(event?);
@@ -138,9 +147,11 @@ impl Actor {
                         }
                     }
                 }
-                _ = tokio::time::sleep_until(wake.into()) => {
+                _ = &mut timer => {
                     let now = self.now();
                     self.core.handle(now, Input::Timeout);
+                    // A timer that fired is set again, even to the same time.
+                    timeout = u64::MAX;
                 }
             }
             let now = self.now();

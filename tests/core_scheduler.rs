@@ -26,6 +26,7 @@ fn config(journal: bool) -> Config {
             members: vec!["m1".into()],
         }],
         journal,
+        compact_min_bytes: 1 << 20,
     }
 }
 
@@ -588,4 +589,104 @@ fn registering_the_same_environment_again_with_wait_is_answered() {
         panic!("{got:#?}");
     };
     assert_eq!(report[0].matching, vec!["w1".to_string()]);
+}
+
+#[test]
+fn the_journal_is_compacted_only_once_big_enough_and_as_it_was_at_that_point() {
+    let mut core = Scheduler::new(config(true));
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            Input::WorkerJoined {
+                connection: 1,
+                info: worker("w1", 2),
+            },
+            Input::Request {
+                client: 1,
+                request: submit(2),
+                components: vec![],
+            },
+        ],
+    );
+    let results = runs(&actions).into_iter().map(|t| (t, ok())).collect();
+    round(
+        &mut core,
+        1,
+        vec![
+            Input::Finished { worker: 1, results },
+            Input::Request {
+                client: 2,
+                request: Request::Forget { job: 1 },
+                components: vec![],
+            },
+        ],
+    );
+    // Everything was forgotten, but the journal is small: not worth rewriting.
+    core.handle(
+        2,
+        Input::Synced {
+            journal_bytes: 4096,
+        },
+    );
+    core.handle(500, Input::Timeout);
+    let actions = core.take_actions();
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Compact(_))),
+        "{actions:#?}"
+    );
+    core.handle(
+        501,
+        Input::Synced {
+            journal_bytes: 2 << 20,
+        },
+    );
+    core.handle(1_000, Input::Timeout);
+    let image = core
+        .take_actions()
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Compact(records) => Some(records),
+            _ => None,
+        })
+        .expect("compacted once big enough");
+    assert!(matches!(
+        image.first(),
+        Some(Record::Base { first_job: 2, .. })
+    ));
+    assert!(matches!(image.last(), Some(Record::Compacted)));
+}
+
+#[test]
+fn an_environment_wait_ends_when_the_worker_it_waits_for_falls_silent() {
+    let mut core = Scheduler::new(config(false));
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            Input::WorkerJoined {
+                connection: 1,
+                info: worker("w1", 1),
+            },
+            Input::Request {
+                client: 1,
+                request: Request::EnvRegister {
+                    name: "big".into(),
+                    component: vec![],
+                    config: vec![],
+                    wait: true,
+                },
+                components: vec![([3; 32], std::sync::Arc::from(&b"c"[..]))],
+            },
+        ],
+    );
+    assert!(replies(&actions, 1).is_empty());
+    // No heartbeat past the timeout: lost, and the wait answers without it.
+    core.handle(20_000, Input::Timeout);
+    core.handle(20_000, Input::EndOfBatch);
+    let actions = core.take_actions();
+    assert!(matches!(
+        replies(&actions, 1)[..],
+        [(Response::Environments(_), true)]
+    ));
 }

@@ -16,9 +16,6 @@ use crate::proto::{
     WorkerInfo,
 };
 
-/// A journal smaller than this is never compacted while running (at start it is).
-const JOURNAL_MIN_SIZE: u64 = 1 << 20;
-
 /// Messages from connection tasks (and the policy thread, and `/metrics`) to the actor: the
 /// core's own inputs, and those that bring a channel the actor keeps.
 pub(crate) enum Event {
@@ -103,12 +100,11 @@ impl Actor {
         }
         self.core.handle(now, Input::Replayed);
         if self.core.forgets_since_compaction() > 0 {
-            self.compact_journal();
+            self.compact_journal(self.core.journal_image());
         }
     }
 
-    fn compact_journal(&mut self) {
-        let records = self.core.journal_image();
+    fn compact_journal(&mut self, records: Vec<journal::Record>) {
         let Some(journal) = &mut self.journal else {
             return;
         };
@@ -181,7 +177,8 @@ impl Actor {
                 tracing::error!(%error, "the journal cannot be written: stopping; start the scheduler again once the disk is fixed (nothing acknowledged is lost)");
                 return Some(format!("the journal cannot be written: {error}"));
             }
-            self.core.handle(now, Input::Synced);
+            let journal_bytes = self.journal.as_ref().map_or(0, journal::Journal::size);
+            self.core.handle(now, Input::Synced { journal_bytes });
             self.perform();
         }
     }
@@ -276,15 +273,7 @@ impl Actor {
                     record,
                     write_through,
                 } => self.append(&record, write_through),
-                Action::Compact => {
-                    if self
-                        .journal
-                        .as_ref()
-                        .is_some_and(|j| j.size() >= JOURNAL_MIN_SIZE)
-                    {
-                        self.compact_journal();
-                    }
-                }
+                Action::Compact(records) => self.compact_journal(records),
                 Action::Decide(snapshot) => self.decide(snapshot),
             }
         }

@@ -232,6 +232,8 @@ pub async fn run(
         policy: policy_name,
         tiers,
         journal: journal.is_some(),
+        // Smaller journals are not worth rewriting while running (at start they are).
+        compact_min_bytes: 1 << 20,
     });
     let mut actor = actor::Actor::new(core, policy, record, None);
     if let Some((journal, records)) = journal {

@@ -33,6 +33,8 @@ pub struct Config {
     pub tiers: Vec<Tier>,
     /// Whether there is a journal: without one, no record is made (and none is cloned).
     pub journal: bool,
+    /// A journal smaller than this is not compacted while running (at start it is).
+    pub compact_min_bytes: u64,
 }
 
 /// Something that happened, for the core to take in.
@@ -94,8 +96,11 @@ pub enum Input {
     Timeout,
     /// Every waiting input was fed: match tasks to workers and settle waits.
     EndOfBatch,
-    /// Everything journaled so far is on disk: outcomes may be acknowledged.
-    Synced,
+    /// Everything journaled so far is on disk (the journal now holds `journal_bytes`):
+    /// outcomes may be acknowledged.
+    Synced {
+        journal_bytes: u64,
+    },
     /// The journal was rewritten from [`Scheduler::journal_image`].
     Compacted,
     /// Starting from a journal: one of its records, in order.
@@ -138,9 +143,10 @@ pub enum Action {
         record: Record,
         write_through: bool,
     },
-    /// Enough was forgotten that compacting the journal pays (if it is big enough): rewrite
-    /// it from [`Scheduler::journal_image`], then feed [`Input::Compacted`].
-    Compact,
+    /// Enough was forgotten, and the journal is big enough, that compacting it pays: rewrite it
+    /// as these records (the state at this point of the actions: what follows is appended
+    /// after), then feed [`Input::Compacted`].
+    Compact(Vec<Record>),
     /// Ask the policy to decide on this snapshot (answer with [`Input::Decided`]).
     Decide(Snapshot),
 }

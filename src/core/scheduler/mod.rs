@@ -97,6 +97,8 @@ pub struct Scheduler {
     policy: PolicyState,
     /// Jobs forgotten since the journal was last compacted (what compacting would drop).
     forgets_since_compaction: u64,
+    /// The journal's size at the last sync.
+    journal_bytes: u64,
     next_tick: u64,
     next_scale: u64,
     actions: VecDeque<Action>,
@@ -116,6 +118,7 @@ impl Scheduler {
             worker_waits: Vec::new(),
             policy: PolicyState::default(),
             forgets_since_compaction: 0,
+            journal_bytes: 0,
             next_tick: config.tick_ms,
             next_scale: config.scaling_ms.unwrap_or(u64::MAX),
             actions: VecDeque::new(),
@@ -169,7 +172,10 @@ impl Scheduler {
                 self.flush();
                 self.settle_worker_waits();
             }
-            Input::Synced => self.acknowledge_outcomes(),
+            Input::Synced { journal_bytes } => {
+                self.journal_bytes = journal_bytes;
+                self.acknowledge_outcomes();
+            }
             Input::Compacted => {
                 self.forgets_since_compaction = 0;
                 self.tasks.compacted();
@@ -250,13 +256,15 @@ impl Scheduler {
         self.managers.drop_offline(now, 60_000);
         // The journal stays bounded by what is held, like memory: compacted while running once
         // at least as many tasks were forgotten since the last compaction as are still held
-        // (half of it, or more, is gone). The shell compacts only a journal big enough to pay.
+        // (half of it, or more, is gone), and it is big enough for that to pay.
         if self.config.journal
             && self.forgets_since_compaction > 0
+            && self.journal_bytes >= self.config.compact_min_bytes
             && self.tasks.forgotten_tasks_since_compaction() >= self.tasks.held_tasks()
         {
             self.flush();
-            self.actions.push_back(Action::Compact);
+            self.actions
+                .push_back(Action::Compact(self.journal_image()));
         }
         self.fail_unschedulable(now);
     }

@@ -234,6 +234,8 @@ impl Scheduler {
                 tasks::Action::Disconnect { worker, reason } => {
                     tracing::warn!(worker, %reason, "worker lost");
                     self.close_worker(worker);
+                    // An `env register --wait` no longer waits for it.
+                    self.settle_env_waits();
                 }
                 tasks::Action::Dropped { groups, components } => self.dropped(&groups, &components),
                 tasks::Action::Forgot { job } => {

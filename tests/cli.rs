@@ -331,3 +331,132 @@ fn a_command_line_that_does_not_parse_still_answers_json_when_asked() {
         "invalid value 'abc' for '<JOB>': invalid digit found in string"
     );
 }
+
+const SCENARIOS: &str = "examples/policies/scenarios/waterfall.toml";
+
+#[test]
+fn policy_test_passes_the_waterfall_scenarios_with_both_engines() {
+    for engine in ["waterfall_v1", "waterfall_v2"] {
+        let (out, _cache) = weir(&[
+            "policy",
+            "test",
+            "--policy",
+            engine,
+            "--content",
+            "1, a\n2, b\n",
+            SCENARIOS,
+        ]);
+        assert!(
+            out.status.success(),
+            "{engine}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains(&format!("{engine}: 7 passed, 0 failed")),
+            "{text}"
+        );
+        assert!(!text.contains("FAIL"), "{text}");
+    }
+}
+
+#[test]
+fn policy_test_fails_a_scenario_whose_expectation_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = dir.path().join("wrong.toml");
+    std::fs::write(
+        &wrong,
+        r#"
+[[scenario]]
+name = "right"
+snapshot = { now_ms = 0, managers = [{ id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true }], demand = [{ queued = 3 }] }
+expect = [{ manager = "a", desired = 3 }]
+
+[[scenario]]
+name = "wrong on every count"
+snapshot = { now_ms = 0, managers = [{ id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true }], demand = [{ queued = 3 }] }
+expect = [
+  { manager = "a", desired = 4, desired_max = 2, stop_contains = [99], reason_contains = "no such words" },
+  { manager = "ghost" },
+]
+"#,
+    )
+    .unwrap();
+    let path = wrong.to_str().unwrap();
+    let (out, _cache) = weir(&[
+        "policy",
+        "test",
+        "--policy",
+        "waterfall_v1",
+        "--content",
+        "1, a",
+        path,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    for line in [
+        "ok   ",
+        "FAIL ",
+        "a: desired 3, expected 4",
+        "a: desired 3, expected at most 2",
+        "a: does not stop worker 99",
+        "does not say `no such words`",
+        "ghost: no decision",
+        "waterfall_v1: 1 passed, 1 failed",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+    }
+    assert!(
+        stderr(&out).contains("1 of 2 scenarios failed"),
+        "{}",
+        stderr(&out)
+    );
+    // JSON: exactly one value, with the failures in it.
+    let (out, _cache) = weir(&[
+        "--output",
+        "json",
+        "policy",
+        "test",
+        "--policy",
+        "waterfall_v1",
+        "--content",
+        "1, a",
+        path,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
+    assert_eq!(value["failed"], 1, "{value}");
+    assert_eq!(value["scenarios"][1]["passed"], false, "{value}");
+    assert_eq!(
+        value["scenarios"][1]["failures"].as_array().map(Vec::len),
+        Some(5),
+        "{value}"
+    );
+}
+
+#[test]
+fn policy_test_names_a_bad_scenario_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[scenario]]\nname = \"x\"\nsnapshot = { now_ms = 0, managers = [] }\ndesird = 3\n",
+    )
+    .unwrap();
+    let (out, _cache) = weir(&[
+        "policy",
+        "test",
+        "--policy",
+        "waterfall_v1",
+        "--content",
+        "1, a",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let error = stderr(&out);
+    assert!(
+        error.contains("bad.toml") && error.contains("desird"),
+        "{error}"
+    );
+}

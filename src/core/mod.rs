@@ -5,5 +5,6 @@ pub mod dense;
 pub mod managers;
 pub mod record;
 pub mod scaling;
+pub mod scenarios;
 pub mod scheduler;
 pub mod tasks;

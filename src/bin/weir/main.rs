@@ -151,6 +151,18 @@ enum PolicyCommand {
         #[arg(long)]
         trace: PathBuf,
     },
+    /// Run scenario files through a policy: each scenario is a snapshot with what the decisions
+    /// must be (desired exactly or in a range, workers stopped or not, words in the reason), and
+    /// every decision must also keep the rules the scheduler enforces (caps, no busy worker
+    /// stopped, offline managers untouched). One line per scenario; exit 1 if any fails.
+    Test {
+        #[command(flatten)]
+        policy: policy::PolicyArgs,
+        /// Scenario files: TOML (`[[scenario]]` tables) or JSON (`{"scenario": [...]}`);
+        /// `examples/policies/scenarios/` has the waterfall's.
+        #[arg(required = true, value_name = "FILE")]
+        scenarios: Vec<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -200,6 +212,9 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
         Command::Policy(PolicyCommand::Check(args)) => policy::check(&host()?, args, output),
         Command::Policy(PolicyCommand::Simulate { policy, trace }) => {
             policy::simulate(&host()?, policy, trace, output)
+        }
+        Command::Policy(PolicyCommand::Test { policy, scenarios }) => {
+            policy::test(&host()?, policy, scenarios, output)
         }
         Command::Demo => demo::run(&host()?, output),
         Command::Local(args) => block_on(local::run(args, output)),

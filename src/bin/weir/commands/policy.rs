@@ -1,5 +1,5 @@
-//! `weir policy check | simulate`: parse policy content with the real engine, and replay
-//! snapshots through it.
+//! `weir policy check | simulate | test`: parse policy content with the real engine, replay
+//! snapshots through it, and run scenario files against it.
 
 use std::path::{Path, PathBuf};
 
@@ -7,9 +7,12 @@ use anyhow::{Context, Result};
 use clap::Args;
 use weir::config::PolicySpec;
 use weir::core::scaling::Snapshot;
+use weir::core::scenarios;
 use weir::plugin::{Limits, PluginHost};
 
-use crate::output::{Output, PolicyTiers, SimulatedStep};
+use crate::output::{
+    Output, PolicyTested, PolicyTiers, ScenarioRun, ScenariosFailed, SimulatedStep,
+};
 
 #[derive(Args)]
 pub struct PolicyArgs {
@@ -74,6 +77,49 @@ pub fn simulate(
     }
     output.simulation(&steps);
     Ok(())
+}
+
+/// `weir policy test`: every scenario of every file through one instance of the policy.
+pub fn test(
+    host: &PluginHost,
+    args: &PolicyArgs,
+    files: &[PathBuf],
+    output: &dyn Output,
+) -> Result<()> {
+    let spec = args.spec()?;
+    let mut policy = spec.instantiate(host, Limits::default())?;
+    let mut runs = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let json = file.extension().is_some_and(|e| e == "json");
+        let scenarios =
+            scenarios::parse(&text, json).with_context(|| format!("{}", file.display()))?;
+        for scenario in &scenarios {
+            let verdict = scenarios::run(&mut policy, scenario);
+            runs.push(ScenarioRun {
+                file: file.display().to_string(),
+                passed: verdict.passed(),
+                verdict,
+            });
+        }
+    }
+    let failed = runs.iter().filter(|r| !r.passed).count();
+    let tested = PolicyTested {
+        engine: spec.engine.name().to_string(),
+        passed: runs.len() - failed,
+        failed,
+        scenarios: runs,
+    };
+    output.policy_tested(&tested);
+    match failed {
+        0 => Ok(()),
+        _ => Err(ScenariosFailed {
+            failed,
+            total: tested.scenarios.len(),
+        }
+        .into()),
+    }
 }
 
 /// A JSON array of snapshots, or JSON lines as `scheduler --record-snapshots` writes them.

@@ -4,8 +4,8 @@ use weir::proto::{EnvironmentStatus, JobId, JobSummary, Outcome, StatusReport, T
 
 use super::{
     Canceled, Demo, Explanation, Forgotten, ForgottenFinished, JobDone, LocalRun, LocalStep,
-    Output, PluginInfo, PolicyTiers, Progress, SimulatedStep, Submitted, WorkersReady, progress,
-    workers_matching,
+    Output, PluginInfo, PolicyTested, PolicyTiers, Progress, SimulatedStep, Submitted,
+    WorkersReady, progress, workers_matching,
 };
 
 pub struct Cli;
@@ -238,6 +238,20 @@ impl Output for Cli {
     }
 
     fn simulation(&self, _: &[SimulatedStep]) {}
+
+    fn policy_tested(&self, tested: &PolicyTested) {
+        for run in &tested.scenarios {
+            let status = if run.passed { "ok  " } else { "FAIL" };
+            println!("{status} {}: {}", run.file, run.verdict.name);
+            for failure in &run.verdict.failures {
+                println!("       {failure}");
+            }
+        }
+        println!(
+            "{}: {} passed, {} failed",
+            tested.engine, tested.passed, tested.failed
+        );
+    }
 
     fn demo(&self, demo: &Demo) {
         println!(

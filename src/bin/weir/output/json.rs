@@ -7,7 +7,8 @@ use weir::proto::{EnvironmentStatus, JobId, JobSummary, Outcome, StatusReport, T
 use super::progress::Silent;
 use super::{
     Canceled, Demo, Explanation, Forgotten, ForgottenFinished, JobDone, LocalRun, LocalStep,
-    Output, PluginInfo, PolicyTiers, Progress, SimulatedStep, Submitted, TasksFailed, WorkersReady,
+    Output, PluginInfo, PolicyTested, PolicyTiers, Progress, ScenariosFailed, SimulatedStep,
+    Submitted, TasksFailed, WorkersReady,
 };
 
 pub struct Json;
@@ -35,7 +36,7 @@ impl Output for Json {
 
     fn error(&self, error: &anyhow::Error) {
         // Failed tasks are already in the job's value (see `job_done`).
-        if error.is::<TasksFailed>() {
+        if error.is::<TasksFailed>() || error.is::<ScenariosFailed>() {
             return;
         }
         let mut value = json!({ "error": format!("{error:#}") });
@@ -126,6 +127,10 @@ impl Output for Json {
 
     fn simulation(&self, steps: &[SimulatedStep]) {
         print(&steps);
+    }
+
+    fn policy_tested(&self, tested: &PolicyTested) {
+        print(tested);
     }
 
     fn demo(&self, demo: &Demo) {

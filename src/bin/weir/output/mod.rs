@@ -71,6 +71,8 @@ pub trait Output {
     fn simulated_step(&self, step: &SimulatedStep);
     /// Every snapshot replayed, once all are.
     fn simulation(&self, steps: &[SimulatedStep]);
+    /// Every scenario `weir policy test` ran.
+    fn policy_tested(&self, tested: &PolicyTested);
     fn demo(&self, demo: &Demo);
     /// A step of `weir local`, as it happens.
     fn local_step(&self, step: &LocalStep);
@@ -130,6 +132,31 @@ impl JobDone {
 pub struct TasksFailed {
     pub job: JobId,
     pub failed: u64,
+}
+
+/// `weir policy test`: how each scenario of each file went.
+#[derive(Serialize)]
+pub struct PolicyTested {
+    pub engine: String,
+    pub passed: usize,
+    pub failed: usize,
+    pub scenarios: Vec<ScenarioRun>,
+}
+
+#[derive(Serialize)]
+pub struct ScenarioRun {
+    pub file: String,
+    pub passed: bool,
+    #[serde(flatten)]
+    pub verdict: weir::core::scenarios::Verdict,
+}
+
+/// Some scenarios failed. The JSON output carries them in its value.
+#[derive(Debug, thiserror::Error)]
+#[error("{failed} of {total} scenarios failed")]
+pub struct ScenariosFailed {
+    pub failed: usize,
+    pub total: usize,
 }
 
 #[derive(Serialize)]

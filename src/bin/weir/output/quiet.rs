@@ -6,7 +6,8 @@ use weir::proto::{EnvironmentStatus, JobId, JobSummary, StatusReport, TaskResult
 use super::progress::Silent;
 use super::{
     Canceled, Demo, Explanation, Forgotten, ForgottenFinished, JobDone, LocalRun, LocalStep,
-    Output, PluginInfo, PolicyTiers, Progress, SimulatedStep, Submitted, WorkersReady,
+    Output, PluginInfo, PolicyTested, PolicyTiers, Progress, SimulatedStep, Submitted,
+    WorkersReady,
 };
 
 pub struct Quiet;
@@ -43,6 +44,7 @@ impl Output for Quiet {
     fn policy_tiers(&self, _: &PolicyTiers) {}
     fn simulated_step(&self, _: &SimulatedStep) {}
     fn simulation(&self, _: &[SimulatedStep]) {}
+    fn policy_tested(&self, _: &PolicyTested) {}
     fn demo(&self, _: &Demo) {}
     fn local_step(&self, _: &LocalStep) {}
     fn local_done(&self, _: &LocalRun) {}

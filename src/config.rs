@@ -160,6 +160,19 @@ impl PolicySpec {
 
     /// Load the component and create the engine from the content (so bad content fails here,
     /// with its line number).
+    /// The engine's component bytes (the bundled one's, or the file's).
+    pub fn component(&self) -> Result<Vec<u8>, ConfigError> {
+        match &self.engine {
+            Engine::Bundled(name) => bundled::by_name(name)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| ConfigError::UnknownEngine(name.to_string())),
+            Engine::File(path) => Ok(std::fs::read(path).map_err(|error| ConfigError::Read {
+                path: path.clone(),
+                error,
+            })?),
+        }
+    }
+
     pub fn instantiate(
         &self,
         host: &PluginHost,

@@ -4,7 +4,7 @@
 
 use weir::core::record::Record;
 use weir::core::scaling::{Decision, Tier};
-use weir::core::scheduler::{Action, Config, Input, Scheduler};
+use weir::core::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
 use weir::core::tasks;
 use weir::proto::{
     JobCounts, ManagerState, NewGroup, Outcome, Request, Response, TaskKind, TaskSpec, ToManager,
@@ -20,7 +20,10 @@ fn config(journal: bool) -> Config {
         scaling_ms: Some(1_000),
         scale_down_delay_ms: 0,
         unschedulable_timeout_ms: None,
-        policy: "test-policy".into(),
+        policy: PolicyInfo {
+            name: "test-policy".into(),
+            ..PolicyInfo::default()
+        },
         tiers: vec![Tier {
             priority: 0,
             members: vec!["m1".into()],
@@ -689,4 +692,91 @@ fn an_environment_wait_ends_when_the_worker_it_waits_for_falls_silent() {
         replies(&actions, 1)[..],
         [(Response::Environments(_), true)]
     ));
+}
+
+#[test]
+fn a_policy_set_while_running_is_journaled_and_restored() {
+    let mut core = Scheduler::new(config(true));
+    let bytes: std::sync::Arc<[u8]> = std::sync::Arc::from(&b"policy component"[..]);
+    let set = |client| Input::Request {
+        client,
+        request: Request::PolicySet {
+            name: "mine".into(),
+            component: vec![],
+            content: "1, b\n".into(),
+        },
+        components: vec![([5; 32], bytes.clone())],
+    };
+    let actions = round(&mut core, 0, vec![set(1)]);
+    let Some(Action::SwapPolicy {
+        client: Some(1),
+        policy,
+        ..
+    }) = actions
+        .into_iter()
+        .find(|a| matches!(a, Action::SwapPolicy { .. }))
+    else {
+        panic!("the shell is asked to try the new policy");
+    };
+    // It failed: refused, nothing journaled, the old one stays.
+    let actions = round(
+        &mut core,
+        1,
+        vec![Input::PolicySwapped {
+            client: Some(1),
+            policy: policy.clone(),
+            result: Err("bad row".into()),
+        }],
+    );
+    assert!(journaled(&actions).is_empty());
+    assert!(matches!(
+        replies(&actions, 1)[..],
+        [(Response::Error { .. }, true)]
+    ));
+    assert_eq!(core.status(1).policy_error, None);
+    // It works: journaled, answered once durable, and shown.
+    let tiers = vec![Tier {
+        priority: 1,
+        members: vec!["b".into()],
+    }];
+    let actions = round(
+        &mut core,
+        2,
+        vec![Input::PolicySwapped {
+            client: Some(2),
+            policy,
+            result: Ok(tiers),
+        }],
+    );
+    let records = journaled(&actions);
+    assert!(matches!(&records[..], [Record::PolicySet { name, .. }] if name == "mine"));
+    let answered = replies(&actions, 2);
+    let [(Response::Policy(report), true)] = answered[..] else {
+        panic!("{answered:#?}");
+    };
+    assert_eq!(report.content, "1, b\n");
+    assert_eq!(report.tiers, vec![(1, vec!["b".to_string()])]);
+
+    // A restart reads it back and asks the shell to create it again.
+    let mut restarted = Scheduler::new(config(true));
+    for record in records {
+        restarted.handle(10, Input::Replay(record));
+    }
+    restarted.handle(10, Input::Replayed);
+    let Some(Action::SwapPolicy {
+        client: None,
+        policy,
+        snapshot: None,
+    }) = restarted.restored_policy()
+    else {
+        panic!("the journal's policy is restored");
+    };
+    assert_eq!(policy.content, "1, b\n");
+    assert!(
+        restarted
+            .journal_image()
+            .iter()
+            .any(|r| matches!(r, Record::PolicySet { .. })),
+        "compaction keeps it"
+    );
 }

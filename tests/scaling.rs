@@ -183,3 +183,84 @@ fn metrics_expose_tasks_workers_policy_and_environments() {
         assert!(body.contains(series), "missing {series} in\n{body}");
     }
 }
+
+#[test]
+fn a_policy_set_live_changes_which_manager_scales_and_a_bad_one_is_refused() {
+    let mut cluster = Cluster::with_policy("waterfall_v1", "1, a\n", &[]);
+    cluster.dynamic_manager("a", "ta", 2);
+    cluster.dynamic_manager("b", "tb", 2);
+    cluster.await_managers(2);
+    cluster.json(&["submit", "--count", "6", "--", "sleep", "20"]);
+    // Only `a` is listed: it scales, `b` gets no decision.
+    let status = cluster.await_status(|s| common::current(s, "a") == 2);
+    assert!(
+        common::manager(&status, "b").is_some_and(|m| m["desired"].is_null()),
+        "{status}"
+    );
+
+    let set = cluster.json(&[
+        "policy",
+        "set",
+        "--policy",
+        "waterfall_v1",
+        "--content",
+        "1, b\n",
+    ]);
+    assert_eq!(set["content"], "1, b\n", "{set}");
+    assert_eq!(set["tiers"][0][1][0], "b", "{set}");
+    // Now `b` takes the queued tasks.
+    cluster.await_status(|s| common::live(s, "b") >= 1);
+
+    // Content the engine refuses: an error that says so, and the running policy stays.
+    let out = cluster.weir(&[
+        "policy",
+        "set",
+        "--policy",
+        "waterfall_v1",
+        "--content",
+        "one, b\n",
+    ]);
+    assert!(!out.status.success());
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(error.contains("the policy was not changed"), "{error}");
+    let shown = cluster.json(&["policy", "show"]);
+    assert_eq!(shown["content"], "1, b\n", "{shown}");
+    assert_eq!(shown["name"], "waterfall_v1", "{shown}");
+    assert!(
+        shown["last"].as_array().is_some_and(|l| !l.is_empty()),
+        "{shown}"
+    );
+    // A component of the wrong world is refused before it reaches the policy.
+    let mem_gt = concat!(env!("CARGO_MANIFEST_DIR"), "/plugins/mem_gt.wasm");
+    let out = cluster.weir(&["policy", "set", "--policy", mem_gt, "--content", "1, b\n"]);
+    assert!(!out.status.success());
+    assert_eq!(cluster.json(&["policy", "show"])["content"], "1, b\n");
+}
+
+#[test]
+fn a_policy_set_live_survives_a_scheduler_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let args = [
+        "--policy",
+        "waterfall_v2",
+        "--policy-content",
+        "1, default\n",
+        "--journal",
+        journal.to_str().unwrap(),
+    ];
+    let mut cluster = Cluster::start_with(&args);
+    cluster.json(&[
+        "policy",
+        "set",
+        "--policy",
+        "waterfall_v1",
+        "--content",
+        "1, m1\n2, m2\n",
+    ]);
+    // Killed, started again with the same flags: the journal's policy runs, not the flags'.
+    cluster.restart_scheduler(&args);
+    let shown = cluster.json(&["policy", "show"]);
+    assert_eq!(shown["name"], "waterfall_v1", "{shown}");
+    assert_eq!(shown["content"], "1, m1\n2, m2\n", "{shown}");
+}

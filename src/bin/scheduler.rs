@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use weir::config::{Engine, PolicySpec, positive_seconds, seconds};
+use weir::core::scheduler::PolicyInfo;
 use weir::plugin::{Limits, PluginHost};
 use weir::scheduler::Settings;
 
@@ -118,7 +119,7 @@ fn run(args: Args) -> Result<()> {
         deadline: Duration::from_millis(args.policy_deadline_ms),
         ..Limits::default()
     };
-    let mut policy = spec.instantiate(&host, limits)?;
+    let mut policy = spec.instantiate(&host, limits.clone())?;
     let tiers = policy.tiers()?;
     if args.check {
         println!("policy {}: {} tier(s)", spec.engine.name(), tiers.len());
@@ -151,6 +152,13 @@ fn run(args: Args) -> Result<()> {
     let scaling = weir::scheduler::Scaling {
         policy: Box::new(policy),
         tiers,
+        info: PolicyInfo {
+            name: spec.engine.name(),
+            component: weir::core::component_hash(&spec.component()?),
+            content: spec.content.clone(),
+            bytes: None,
+        },
+        limits,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(weir::scheduler::run(settings, Some(scaling), |running| {

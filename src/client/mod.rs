@@ -6,8 +6,8 @@ use quinn::{Connection, Endpoint};
 
 use crate::net::{self, AccessFile, Link, LinkEnd, NetError};
 use crate::proto::{
-    EnvironmentStatus, JobCounts, JobId, JobSummary, NewGroup, Request, Response, Role,
-    StatusReport, TaskId, TaskResult,
+    EnvironmentStatus, JobCounts, JobId, JobSummary, NewGroup, PolicyReport, Request, Response,
+    Role, StatusReport, TaskId, TaskResult,
 };
 
 pub struct Client {
@@ -154,6 +154,32 @@ impl Client {
     pub async fn status(&self) -> Result<StatusReport, NetError> {
         match self.call(&Request::Status).await?.next().await? {
             Some(Response::Status(report)) => Ok(report),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Replace the running scaling policy (the old one stays if the new one fails).
+    pub async fn set_policy(
+        &self,
+        name: String,
+        component: Vec<u8>,
+        content: String,
+    ) -> Result<PolicyReport, NetError> {
+        let request = Request::PolicySet {
+            name,
+            component,
+            content,
+        };
+        match self.call(&request).await?.next().await? {
+            Some(Response::Policy(report)) => Ok(report),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The running scaling policy.
+    pub async fn show_policy(&self) -> Result<PolicyReport, NetError> {
+        match self.call(&Request::PolicyShow).await?.next().await? {
+            Some(Response::Policy(report)) => Ok(report),
             other => Err(unexpected(other)),
         }
     }

@@ -8,3 +8,9 @@ pub mod scaling;
 pub mod scenarios;
 pub mod scheduler;
 pub mod tasks;
+
+/// A component's identity: the SHA-256 of its bytes.
+pub fn component_hash(bytes: &[u8]) -> crate::proto::ComponentHash {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}

@@ -39,4 +39,10 @@ pub enum Record {
     /// without a sync of its own (it rides along the next one): a crash may lose the last few,
     /// which then count one attempt less.
     Started(Vec<(TaskId, u32)>),
+    /// The scaling policy was replaced while running (`weir policy set`): a restart runs this one.
+    PolicySet {
+        name: String,
+        component: Vec<u8>,
+        content: String,
+    },
 }

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::policy::PolicyJob;
 use super::{journal, metrics};
-use crate::core::scaling::{ScalingPolicy, Snapshot};
-use crate::core::scheduler::{Action, ClientId, ConnectionId, Input, Scheduler};
+use crate::core::scaling::Snapshot;
+use crate::core::scheduler::{Action, ClientId, ConnectionId, Input, PolicyInfo, Scheduler};
 use crate::proto::{
     ComponentHash, ErrorCode, ManagerState, Request, Response, ToManager, ToWorker, WorkerId,
     WorkerInfo,
@@ -39,6 +40,11 @@ pub(crate) enum Event {
         result: Result<Vec<crate::core::scaling::Decision>, String>,
         elapsed: Duration,
     },
+    PolicySwapped {
+        client: Option<ClientId>,
+        policy: PolicyInfo,
+        result: Result<Vec<crate::core::scaling::Tier>, String>,
+    },
     Metrics {
         reply: oneshot::Sender<String>,
     },
@@ -53,8 +59,8 @@ pub(super) struct Actor {
     clients: HashMap<ClientId, mpsc::UnboundedSender<Response>>,
     managers: HashMap<String, mpsc::UnboundedSender<ToManager>>,
     next_id: u64,
-    /// Snapshots to the policy thread; `None` without a policy.
-    policy: Option<std::sync::mpsc::Sender<Snapshot>>,
+    /// Work for the policy thread; `None` without a policy.
+    pub policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
     record: Option<std::fs::File>,
     pub journal: Option<journal::Journal>,
     /// Replies held until this round's journal records are on disk.
@@ -67,7 +73,7 @@ pub(super) struct Actor {
 impl Actor {
     pub fn new(
         core: Scheduler,
-        policy: Option<std::sync::mpsc::Sender<Snapshot>>,
+        policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
         record: Option<std::fs::File>,
         journal: Option<journal::Journal>,
     ) -> Actor {
@@ -222,6 +228,15 @@ impl Actor {
                 self.policy_latency.observe(elapsed);
                 Input::Decided { result }
             }
+            Event::PolicySwapped {
+                client,
+                policy,
+                result,
+            } => Input::PolicySwapped {
+                client,
+                policy,
+                result,
+            },
             Event::Metrics { reply } => {
                 let _ = reply.send(self.render_metrics());
                 return;
@@ -275,6 +290,11 @@ impl Actor {
                 } => self.append(&record, write_through),
                 Action::Compact(records) => self.compact_journal(records),
                 Action::Decide(snapshot) => self.decide(snapshot),
+                Action::SwapPolicy {
+                    client,
+                    policy,
+                    snapshot,
+                } => self.swap_policy(client, policy, snapshot),
             }
         }
     }
@@ -318,36 +338,37 @@ impl Actor {
         let sent = self
             .policy
             .as_ref()
-            .is_some_and(|p| p.send(snapshot).is_ok());
+            .is_some_and(|p| p.send(PolicyJob::Decide(snapshot)).is_ok());
         if !sent {
             let now = self.now();
             let result = Err("the policy thread is gone".into());
             self.core.handle(now, Input::Decided { result });
         }
     }
-}
 
-/// The policy runs on its own thread: a slow or looping policy (stopped by its deadline) never
-/// holds up the actor. Snapshots in, `Event::Decided` out.
-pub(super) fn policy_thread(
-    mut policy: Box<dyn ScalingPolicy>,
-    events: mpsc::UnboundedSender<Event>,
-) -> std::sync::mpsc::Sender<Snapshot> {
-    let (snapshots, inbox) = std::sync::mpsc::channel::<Snapshot>();
-    let spawned = std::thread::Builder::new()
-        .name("weir-policy".into())
-        .spawn(move || {
-            while let Ok(snapshot) = inbox.recv() {
-                let started = std::time::Instant::now();
-                let result = policy.decide(&snapshot).map_err(|e| e.to_string());
-                let elapsed = started.elapsed();
-                if events.send(Event::Decided { result, elapsed }).is_err() {
-                    return;
-                }
-            }
-        });
-    if let Err(error) = spawned {
-        tracing::error!(%error, "cannot start the policy thread: no scaling");
+    /// A new policy for the policy thread to create, try and switch to.
+    fn swap_policy(
+        &mut self,
+        client: Option<ClientId>,
+        policy: PolicyInfo,
+        snapshot: Option<Snapshot>,
+    ) {
+        let job = PolicyJob::Swap {
+            client,
+            policy: policy.clone(),
+            snapshot,
+        };
+        if self.policy.as_ref().is_none_or(|p| p.send(job).is_err()) {
+            let now = self.now();
+            let result = Err("the policy thread is gone".into());
+            self.core.handle(
+                now,
+                Input::PolicySwapped {
+                    client,
+                    policy,
+                    result,
+                },
+            );
+        }
     }
-    snapshots
 }

@@ -11,6 +11,7 @@ mod connection;
 pub mod journal;
 pub mod lock;
 mod metrics;
+mod policy;
 pub mod record;
 mod requests;
 
@@ -22,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::core::scaling::{ScalingPolicy, Tier};
-use crate::core::scheduler::{Config, Scheduler};
+use crate::core::scheduler::{Action, Config, Input, Scheduler};
 use crate::core::tasks;
 use crate::net::{self, AccessFile, NetError};
 use crate::plugin::PluginHost;
@@ -71,10 +72,13 @@ pub fn fence(lease: Duration) -> Duration {
     lease + net::IDLE_TIMEOUT + Duration::from_secs(2)
 }
 
-/// The scaling policy (the WASM adapter, or a native one) and its tiers (for `weir status`).
+/// The scaling policy (the WASM adapter, or a native one), its tiers (for `weir status`), what
+/// `weir policy show` says of it, and the limits a policy set while running gets.
 pub struct Scaling {
     pub policy: Box<dyn ScalingPolicy>,
     pub tiers: Vec<Tier>,
+    pub info: crate::core::scheduler::PolicyInfo,
+    pub limits: crate::plugin::Limits,
 }
 
 /// Why the scheduler could not start, or stopped.
@@ -208,10 +212,8 @@ pub async fn run(
         .as_ref()
         .map(|s| s.tiers.clone())
         .unwrap_or_default();
-    let policy_name = scaling
-        .as_ref()
-        .map_or_else(String::new, |s| s.policy.name().to_string());
-    let policy = scaling.map(|scaling| actor::policy_thread(scaling.policy, events.clone()));
+    let policy_info = scaling.as_ref().map(|s| s.info.clone()).unwrap_or_default();
+    let mut scaling = scaling;
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let core = Scheduler::new(Config {
         tasks: tasks::Config {
@@ -224,22 +226,43 @@ pub async fn run(
         // At least twice a second, whatever the heartbeat timeout: fenced tasks are released,
         // forgotten jobs dropped and unschedulable ones failed on this tick.
         tick_ms: millis(settings.heartbeat_timeout / 4).clamp(50, 500),
-        scaling_ms: policy
+        scaling_ms: scaling
             .as_ref()
             .map(|_| millis(settings.scaling_interval).max(1)),
         scale_down_delay_ms: millis(settings.scale_down_delay),
         unschedulable_timeout_ms: settings.unschedulable_timeout.map(millis),
-        policy: policy_name,
+        policy: policy_info,
         tiers,
         journal: journal.is_some(),
         // Smaller journals are not worth rewriting while running (at start they are).
         compact_min_bytes: 1 << 20,
     });
-    let mut actor = actor::Actor::new(core, policy, record, None);
+    let mut actor = actor::Actor::new(core, None, record, None);
     if let Some((journal, records)) = journal {
         actor.journal = Some(journal);
         actor.replay(records);
     }
+    // A policy set while running before the restart runs again, from the first tick on.
+    if let (Some(scaling), Some(Action::SwapPolicy { client, policy, .. })) =
+        (&mut scaling, actor.core.restored_policy())
+    {
+        let result = policy::try_policy(&host, &policy, None, scaling.limits.clone()).map(
+            |(restored, tiers)| {
+                scaling.policy = restored;
+                tiers
+            },
+        );
+        let now = actor.now();
+        let swapped = Input::PolicySwapped {
+            client,
+            policy,
+            result,
+        };
+        actor.core.handle(now, swapped);
+    }
+    actor.policy = scaling.map(|scaling| {
+        policy::policy_thread(scaling.policy, host.clone(), scaling.limits, events.clone())
+    });
     let mut actor = tokio::spawn(actor.run(inbox));
     let access = Arc::new(access);
     let limits = Arc::new(connection::ConnectionLimits::new(settings.max_connections));

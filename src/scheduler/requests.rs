@@ -40,8 +40,9 @@ pub(super) async fn client_session(
         let events = events.clone();
         let host = host.clone();
         let results = results.clone();
+        let peer = connection.remote_address();
         tokio::spawn(async move {
-            if let Err(error) = request(send, recv, events, host, results).await {
+            if let Err(error) = request(send, recv, events, host, results, peer).await {
                 tracing::debug!(%error, "client request failed");
             }
         });
@@ -54,6 +55,7 @@ async fn request(
     events: mpsc::UnboundedSender<Event>,
     host: Arc<PluginHost>,
     results: Arc<tokio::sync::Semaphore>,
+    peer: std::net::SocketAddr,
 ) -> Result<(), NetError> {
     let (mut link, answers) = Link::<Request>::open::<Response, _>(send, recv);
     // A request arrives within a minute (a 48 MiB one takes well under a second on a LAN), so a
@@ -70,6 +72,12 @@ async fn request(
         } => Some((std::mem::take(bytes), World::Task)),
         Request::EnvRegister { component, .. } => {
             Some((vec![std::mem::take(component)], World::Environment))
+        }
+        Request::PolicySet {
+            name, component, ..
+        } => {
+            tracing::info!(%peer, policy = %name, "a client asks to replace the scaling policy");
+            Some((vec![std::mem::take(component)], World::Policy))
         }
         _ => None,
     };

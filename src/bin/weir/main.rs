@@ -155,6 +155,13 @@ enum PolicyCommand {
     /// must be (desired exactly or in a range, workers stopped or not, words in the reason), and
     /// every decision must also keep the rules the scheduler enforces (caps, no busy worker
     /// stopped, offline managers untouched). One line per scenario; exit 1 if any fails.
+    /// Replace the scheduler's running policy without a restart: it is created and run once on
+    /// the last snapshot first; on any error the old one stays and this says why. The change is
+    /// journaled (a restart keeps it).
+    Set(policy::PolicyArgs),
+    /// The scheduler's running policy: engine, component hash, content, tiers, last decisions
+    /// and last error.
+    Show,
     Test {
         #[command(flatten)]
         policy: policy::PolicyArgs,
@@ -213,6 +220,13 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
         Command::Policy(PolicyCommand::Simulate { policy, trace }) => {
             policy::simulate(&host()?, policy, trace, output)
         }
+        Command::Policy(PolicyCommand::Set(args)) => connected(&reach, output, async |client| {
+            policy::set(client, args, output).await
+        }),
+        Command::Policy(PolicyCommand::Show) => connected(&reach, output, async |client| {
+            output.policy(&client.show_policy().await?);
+            Ok(())
+        }),
         Command::Policy(PolicyCommand::Test { policy, scenarios }) => {
             policy::test(&host()?, policy, scenarios, output)
         }

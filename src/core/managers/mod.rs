@@ -259,6 +259,13 @@ impl Managers {
         }
     }
 
+    /// The last decision applied for each manager, by manager id.
+    pub fn last_decisions(&self) -> impl Iterator<Item = &Decision> {
+        let mut last: Vec<&Decision> = self.last.values().collect();
+        last.sort_by(|a, b| a.manager_id.cmp(&b.manager_id));
+        last.into_iter()
+    }
+
     pub fn record(&mut self, decisions: &[Decision]) {
         for decision in decisions {
             self.last

@@ -27,14 +27,25 @@ pub struct Config {
     pub scale_down_delay_ms: u64,
     /// Fail queued tasks nothing could run for this long (`None`: they wait).
     pub unschedulable_timeout_ms: Option<u64>,
-    /// The policy's name (in the errors about its decisions).
-    pub policy: String,
+    /// The policy in force at start (its name is in the errors about its decisions).
+    pub policy: PolicyInfo,
     /// The policy's tiers (for the snapshot and `weir status`).
     pub tiers: Vec<Tier>,
     /// Whether there is a journal: without one, no record is made (and none is cloned).
     pub journal: bool,
     /// A journal smaller than this is not compacted while running (at start it is).
     pub compact_min_bytes: u64,
+}
+
+/// A scaling policy: what `weir policy show` prints of it.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyInfo {
+    pub name: String,
+    pub component: ComponentHash,
+    pub content: String,
+    /// Its bytes, for the journal: kept for a policy set while running (the one given at start
+    /// is the scheduler's flags' to choose again).
+    pub bytes: Option<Arc<[u8]>>,
 }
 
 /// Something that happened, for the core to take in.
@@ -92,6 +103,13 @@ pub enum Input {
     Decided {
         result: Result<Vec<Decision>, String>,
     },
+    /// The answer to [`Action::SwapPolicy`]: the new policy runs now (with these tiers), or
+    /// why the old one stays.
+    PolicySwapped {
+        client: Option<ClientId>,
+        policy: PolicyInfo,
+        result: Result<Vec<Tier>, String>,
+    },
     /// The time [`Scheduler::poll_timeout`] named has come.
     Timeout,
     /// Every waiting input was fed: match tasks to workers and settle waits.
@@ -147,6 +165,14 @@ pub enum Action {
     /// as these records (the state at this point of the actions: what follows is appended
     /// after), then feed [`Input::Compacted`].
     Compact(Vec<Record>),
+    /// Create this policy, run it once on `snapshot` (the last one), and switch to it if both
+    /// work; answer with [`Input::PolicySwapped`]. `client`: who asked (`None`: the journal's
+    /// policy, restored at start).
+    SwapPolicy {
+        client: Option<ClientId>,
+        policy: PolicyInfo,
+        snapshot: Option<Snapshot>,
+    },
     /// Ask the policy to decide on this snapshot (answer with [`Input::Decided`]).
     Decide(Snapshot),
 }

@@ -34,7 +34,7 @@ use crate::proto::{
 };
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
-pub use interface::{Action, Config, Input};
+pub use interface::{Action, Config, Input, PolicyInfo};
 
 /// Names a client's request stream: the shell keeps the reply channel, the core the waits.
 pub type ClientId = u64;
@@ -75,6 +75,10 @@ struct PolicyState {
     busy: bool,
     /// The snapshot it is deciding on: its decisions are checked against it.
     deciding: Option<Snapshot>,
+    /// The last snapshot it was given (a new policy runs once on it before it takes over).
+    last: Option<Snapshot>,
+    /// A policy set while running, read back from the journal: the shell creates it at start.
+    restored: Option<PolicyInfo>,
     error: Option<String>,
     errors: u64,
 }
@@ -166,6 +170,11 @@ impl Scheduler {
                 self.managers.remove(&id);
             }
             Input::Decided { result } => self.decided(now, result),
+            Input::PolicySwapped {
+                client,
+                policy,
+                result,
+            } => self.policy_swapped(client, policy, result),
             Input::Timeout => self.timeout(now),
             Input::EndOfBatch => {
                 self.tasks.schedule();

@@ -1,10 +1,10 @@
 //! Managers and the scaling policy: heartbeats, the snapshot handed to the policy, the checks
 //! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
 
-use super::{Action, Scheduler};
-use crate::core::scaling::{Decision, validate_decisions};
+use super::{Action, ClientId, PolicyInfo, Record, Scheduler};
+use crate::core::scaling::{Decision, Tier, validate_decisions};
 use crate::core::tasks::Loss;
-use crate::proto::{ManagerState, ToManager};
+use crate::proto::{ErrorCode, ManagerState, PolicyReport, Response, ToManager};
 
 impl Scheduler {
     pub(super) fn manager_heartbeat(&mut self, now: u64, state: ManagerState) {
@@ -37,6 +37,7 @@ impl Scheduler {
         );
         self.policy.busy = true;
         self.policy.deciding = Some(snapshot.clone());
+        self.policy.last = Some(snapshot.clone());
         self.actions.push_back(Action::Decide(snapshot));
     }
 
@@ -48,7 +49,10 @@ impl Scheduler {
         let checked = result.and_then(|decisions| match &snapshot {
             Some(snapshot) => validate_decisions(snapshot, &decisions)
                 .map(|()| decisions)
-                .map_err(|detail| format!("{}: nonsense decision: {detail}", self.config.policy)),
+                .map_err(|detail| {
+                    let policy = &self.config.policy.name;
+                    format!("{policy}: nonsense decision: {detail}")
+                }),
             None => Err("a decision nobody asked for".into()),
         });
         match checked {
@@ -114,5 +118,94 @@ impl Scheduler {
                 "failed tasks nothing can run (--unschedulable-timeout)"
             );
         }
+    }
+
+    /// `weir policy set`: the shell creates the new policy and tries it on the last snapshot.
+    pub(super) fn set_policy(&mut self, client: ClientId, policy: PolicyInfo) {
+        if self.config.scaling_ms.is_none() {
+            let message = "this scheduler runs without a scaling policy".to_string();
+            return self.refuse(client, ErrorCode::Invalid, message);
+        }
+        tracing::info!(policy = %policy.name, "replacing the scaling policy");
+        self.actions.push_back(Action::SwapPolicy {
+            client: Some(client),
+            policy,
+            snapshot: self.policy.last.clone(),
+        });
+    }
+
+    /// The new policy runs (journaled, so a restart keeps it), or the old one stays.
+    pub(super) fn policy_swapped(
+        &mut self,
+        client: Option<ClientId>,
+        policy: PolicyInfo,
+        result: Result<Vec<Tier>, String>,
+    ) {
+        if client.is_none() {
+            self.policy.restored = None;
+        }
+        match (result, client) {
+            (Ok(tiers), client) => {
+                tracing::info!(policy = %policy.name, tiers = tiers.len(), "scaling policy replaced");
+                if let (Some(_), Some(bytes)) = (client, &policy.bytes) {
+                    self.journal(Record::PolicySet {
+                        name: policy.name.clone(),
+                        component: bytes.to_vec(),
+                        content: policy.content.clone(),
+                    });
+                }
+                self.config.tiers = tiers;
+                self.config.policy = policy;
+                self.policy.error = None;
+                if let Some(client) = client {
+                    let report = self.policy_report();
+                    self.reply_durable(client, Response::Policy(report));
+                }
+            }
+            (Err(error), Some(client)) => {
+                let message = format!("the policy was not changed: {error}");
+                self.refuse(client, ErrorCode::Invalid, message);
+            }
+            (Err(error), None) => {
+                tracing::error!(%error, policy = %policy.name, "the journal's scaling policy cannot run; keeping the one given at start");
+            }
+        }
+    }
+
+    /// The policy in force, its tiers and its last decisions.
+    pub(super) fn policy_report(&self) -> PolicyReport {
+        let policy = &self.config.policy;
+        PolicyReport {
+            name: policy.name.clone(),
+            sha256: policy
+                .component
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+            content: policy.content.clone(),
+            tiers: self
+                .config
+                .tiers
+                .iter()
+                .map(|t| (t.priority, t.members.clone()))
+                .collect(),
+            last: self
+                .managers
+                .last_decisions()
+                .map(|d| (d.manager_id.clone(), d.desired_workers, d.reason.clone()))
+                .collect(),
+            error: self.policy.error.clone(),
+        }
+    }
+
+    /// A policy set while running that the journal holds: the shell creates it at start.
+    /// It stays the journal's choice (compaction keeps it) until it runs or cannot.
+    pub fn restored_policy(&self) -> Option<Action> {
+        let policy = self.policy.restored.clone()?;
+        Some(Action::SwapPolicy {
+            client: None,
+            policy,
+            snapshot: None,
+        })
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{Record, Scheduler};
+use super::{PolicyInfo, Record, Scheduler};
 use crate::proto::{ComponentHash, TaskKind};
 
 impl Scheduler {
@@ -55,6 +55,19 @@ impl Scheduler {
                     self.tasks.restore_started(task, attempts);
                 }
             }
+            Record::PolicySet {
+                name,
+                component,
+                content,
+            } => {
+                let bytes: Arc<[u8]> = Arc::from(component);
+                self.policy.restored = Some(PolicyInfo {
+                    name,
+                    component: crate::core::component_hash(&bytes),
+                    content,
+                    bytes: Some(bytes),
+                });
+            }
             Record::Forget { job } => {
                 self.forgets_since_compaction += 1;
                 if let Err(error) = self.tasks.forget(job) {
@@ -95,6 +108,15 @@ impl Scheduler {
             first_job,
             first_task,
         }];
+        // A policy set while running (or one read back and not yet running: it stays chosen).
+        let policy = self.policy.restored.as_ref().unwrap_or(&self.config.policy);
+        if let Some(bytes) = &policy.bytes {
+            records.push(Record::PolicySet {
+                name: policy.name.clone(),
+                component: bytes.to_vec(),
+                content: policy.content.clone(),
+            });
+        }
         for def in self.environments.values() {
             if let Some(bytes) = self.components.get(&def.component) {
                 records.push(Record::EnvRegister {

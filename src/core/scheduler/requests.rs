@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{ClientId, Record, Scheduler};
+use super::{ClientId, PolicyInfo, Record, Scheduler};
 use crate::proto::{
     ComponentHash, ErrorCode, JobId, NewGroup, Outcome, Request, Response, TaskResult,
 };
@@ -79,6 +79,22 @@ impl Scheduler {
             Request::EnvRemove { name } => self.env_remove(client, name),
             Request::WaitWorkers { count, environment } => {
                 self.wait_workers(client, count, environment)
+            }
+            Request::PolicySet { name, content, .. } => match components.into_iter().next() {
+                Some((component, bytes)) => {
+                    let policy = PolicyInfo {
+                        name,
+                        component,
+                        content,
+                        bytes: Some(bytes),
+                    };
+                    self.set_policy(client, policy);
+                }
+                None => self.refuse(client, ErrorCode::Invalid, "no policy component".into()),
+            },
+            Request::PolicyShow => {
+                let report = self.policy_report();
+                self.reply(client, Response::Policy(report), true);
             }
             Request::Explain { task } => match self.tasks.explain(task) {
                 Some(mut lines) => {

@@ -55,6 +55,16 @@ pub enum Request {
         count: u32,
         environment: Option<String>,
     },
+    /// Replace the running scaling policy: `component` (a policy-world component; the client
+    /// sends the bundled one's bytes too) with `content`. The scheduler creates it and runs it
+    /// once on the last snapshot before it switches; on any error the old one stays.
+    PolicySet {
+        name: String,
+        component: Vec<u8>,
+        content: String,
+    },
+    /// The running policy: `Response::Policy`.
+    PolicyShow,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +114,22 @@ pub enum Response {
     ResultsEnd {
         count: u64,
     },
+    Policy(PolicyReport),
+}
+
+/// The running scaling policy (`weir policy show`, and the answer to `weir policy set`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyReport {
+    /// The bundled engine's name, or the file it came from.
+    pub name: String,
+    /// SHA-256 of its component, in hex.
+    pub sha256: String,
+    pub content: String,
+    /// (priority, members) of each tier.
+    pub tiers: Vec<(u32, Vec<String>)>,
+    /// Its last decision for each manager: (manager, desired workers, reason).
+    pub last: Vec<(String, u32, String)>,
+    pub error: Option<String>,
 }
 
 /// Why a request was not done, for a client to decide on (its exit status, a retry) without

@@ -1,10 +1,11 @@
-//! `weir policy check | simulate | test`: parse policy content with the real engine, replay
-//! snapshots through it, and run scenario files against it.
+//! `weir policy check | simulate | test | set`: parse policy content with the real engine,
+//! replay snapshots through it, run scenario files against it, and replace the running one.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use weir::client::Client;
 use weir::config::PolicySpec;
 use weir::core::scaling::Snapshot;
 use weir::core::scenarios;
@@ -76,6 +77,17 @@ pub fn simulate(
         steps.push(step);
     }
     output.simulation(&steps);
+    Ok(())
+}
+
+/// `weir policy set`: the engine's bytes and content to the scheduler, which switches only if
+/// the new policy works.
+pub async fn set(client: &Client, args: &PolicyArgs, output: &dyn Output) -> Result<()> {
+    let spec = args.spec()?;
+    let report = client
+        .set_policy(spec.engine.name(), spec.component()?, spec.content.clone())
+        .await?;
+    output.policy(&report);
     Ok(())
 }
 

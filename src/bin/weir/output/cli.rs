@@ -239,6 +239,24 @@ impl Output for Cli {
 
     fn simulation(&self, _: &[SimulatedStep]) {}
 
+    fn policy(&self, report: &weir::proto::PolicyReport) {
+        println!("policy:  {}", report.name);
+        println!("sha256:  {}", report.sha256);
+        println!("content:");
+        for line in report.content.lines() {
+            println!("  {line}");
+        }
+        for (priority, members) in &report.tiers {
+            println!("tier {priority:>3}: {}", members.join(", "));
+        }
+        for (manager, desired, reason) in &report.last {
+            println!("last decision for {manager}: {desired} worker(s), {reason}");
+        }
+        if let Some(error) = &report.error {
+            println!("last error: {error}");
+        }
+    }
+
     fn policy_tested(&self, tested: &PolicyTested) {
         for run in &tested.scenarios {
             let status = if run.passed { "ok  " } else { "FAIL" };

@@ -129,6 +129,10 @@ impl Output for Json {
         print(&steps);
     }
 
+    fn policy(&self, report: &weir::proto::PolicyReport) {
+        print(report);
+    }
+
     fn policy_tested(&self, tested: &PolicyTested) {
         print(tested);
     }

@@ -73,6 +73,8 @@ pub trait Output {
     fn simulation(&self, steps: &[SimulatedStep]);
     /// Every scenario `weir policy test` ran.
     fn policy_tested(&self, tested: &PolicyTested);
+    /// The scheduler's running policy (`weir policy show`, `weir policy set`).
+    fn policy(&self, report: &weir::proto::PolicyReport);
     fn demo(&self, demo: &Demo);
     /// A step of `weir local`, as it happens.
     fn local_step(&self, step: &LocalStep);

@@ -45,6 +45,7 @@ impl Output for Quiet {
     fn simulated_step(&self, _: &SimulatedStep) {}
     fn simulation(&self, _: &[SimulatedStep]) {}
     fn policy_tested(&self, _: &PolicyTested) {}
+    fn policy(&self, _: &weir::proto::PolicyReport) {}
     fn demo(&self, _: &Demo) {}
     fn local_step(&self, _: &LocalStep) {}
     fn local_done(&self, _: &LocalRun) {}

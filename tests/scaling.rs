@@ -230,6 +230,20 @@ fn a_policy_set_live_changes_which_manager_scales_and_a_bad_one_is_refused() {
         shown["last"].as_array().is_some_and(|l| !l.is_empty()),
         "{shown}"
     );
+    // A policy that hangs when created, or that fails or decides nonsense on the last snapshot,
+    // never takes over.
+    let hostile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/plugins/fixtures/hostile_policy.wasm"
+    );
+    for mode in ["create-loop", "panic", "over-cap"] {
+        let out = cluster.weir(&["policy", "set", "--policy", hostile, "--content", mode]);
+        let error = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && error.contains("not changed"),
+            "{mode}: {error}"
+        );
+    }
     // A component of the wrong world is refused before it reaches the policy.
     let mem_gt = concat!(env!("CARGO_MANIFEST_DIR"), "/plugins/mem_gt.wasm");
     let out = cluster.weir(&["policy", "set", "--policy", mem_gt, "--content", "1, b\n"]);

@@ -460,3 +460,58 @@ fn policy_test_names_a_bad_scenario_file() {
         "{error}"
     );
 }
+
+#[test]
+fn policy_simulate_draws_the_trace_as_a_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let snapshot = |now_ms: u64, queued: u32, live: usize| {
+        let workers: Vec<_> = (0..live)
+            .map(|i| serde_json::json!({ "id": i, "slots": 1, "busy": 1 }))
+            .collect();
+        serde_json::json!({
+            "now_ms": now_ms,
+            "managers": [
+                { "id": "n", "worker_type": "native", "max_task_concurrency": 2, "worker_slots": 1, "online": true, "workers": workers },
+                { "id": "b", "worker_type": "burst", "max_task_concurrency": 4, "worker_slots": 1, "online": true }
+            ],
+            "demand": [ { "queued": queued, "running": live } ]
+        })
+    };
+    let trace_json = serde_json::json!([
+        snapshot(0, 6, 0),
+        snapshot(1000, 4, 2),
+        snapshot(2000, 0, 2)
+    ]);
+    std::fs::write(&trace, trace_json.to_string()).unwrap();
+    let svg = dir.path().join("chart.svg");
+    let (out, _cache) = weir(&[
+        "policy",
+        "simulate",
+        "--policy",
+        "waterfall_v2",
+        "--content",
+        "1,native\n2,burst",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let chart = std::fs::read_to_string(&svg).expect("the chart is written");
+    assert!(
+        chart.starts_with("<svg"),
+        "{}",
+        &chart[..chart.len().min(200)]
+    );
+    for label in [
+        "queued tasks",
+        "n: desired",
+        "b: live + starting",
+        "seconds",
+    ] {
+        assert!(chart.contains(label), "no `{label}` in the chart");
+    }
+    // One line per series: queued, and desired + live for each of the two managers.
+    assert!(chart.matches("<polyline").count() >= 5, "{chart}");
+}

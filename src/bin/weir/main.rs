@@ -150,6 +150,10 @@ enum PolicyCommand {
         /// lines as `scheduler --record-snapshots` writes them.
         #[arg(long)]
         trace: PathBuf,
+        /// Also draw each manager's desired and live workers and the queued tasks over the
+        /// trace's snapshots into this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
     },
     /// Run scenario files through a policy: each scenario is a snapshot with what the decisions
     /// must be (desired exactly or in a range, workers stopped or not, words in the reason), and
@@ -217,9 +221,11 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
     match &cli.command {
         Command::Plugin(PluginCommand::Inspect { file }) => plugin::inspect(&host()?, file, output),
         Command::Policy(PolicyCommand::Check(args)) => policy::check(&host()?, args, output),
-        Command::Policy(PolicyCommand::Simulate { policy, trace }) => {
-            policy::simulate(&host()?, policy, trace, output)
-        }
+        Command::Policy(PolicyCommand::Simulate {
+            policy,
+            trace,
+            plot,
+        }) => policy::simulate(&host()?, policy, trace, plot.as_deref(), output),
         Command::Policy(PolicyCommand::Set(args)) => connected(&reach, output, async |client| {
             policy::set(client, args, output).await
         }),

@@ -59,15 +59,20 @@ pub fn simulate(
     host: &PluginHost,
     args: &PolicyArgs,
     trace: &Path,
+    plot: Option<&Path>,
     output: &dyn Output,
 ) -> Result<()> {
     let spec = args.spec()?;
     let mut policy = spec.instantiate(host, Limits::default())?;
     let mut steps = Vec::new();
-    for (step, snapshot) in snapshots(trace)?.iter().enumerate() {
+    let mut drawn = Vec::new();
+    for (step, snapshot) in snapshots(trace)?.into_iter().enumerate() {
         let decisions = policy
-            .decide(snapshot)
+            .decide(&snapshot)
             .with_context(|| format!("snapshot {step}"))?;
+        if plot.is_some() {
+            drawn.push((snapshot.clone(), decisions.clone()));
+        }
         let step = SimulatedStep {
             step,
             now_ms: snapshot.now_ms,
@@ -75,6 +80,9 @@ pub fn simulate(
         };
         output.simulated_step(&step);
         steps.push(step);
+    }
+    if let Some(path) = plot {
+        super::plot::draw(&drawn, path)?;
     }
     output.simulation(&steps);
     Ok(())

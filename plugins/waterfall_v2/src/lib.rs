@@ -1,12 +1,23 @@
-//! `waterfall_v2`: content rows `priority, worker_type`; a tier is every online manager of the
-//! listed worker types. The algorithm is `weir-waterfall`; see DESIGN §4.
+//! `waterfall_v2`: content rows `priority, worker_type`.
+//! The algorithm is `weir-waterfall`; see DESIGN §4. The WIT glue is the policy SDK's.
 
-struct ByWorkerType;
+use weir_policy_sdk::{Decision, Policy, Snapshot, Tier};
+use weir_waterfall::Flavor;
 
-impl waterfall_guest::Flavored for ByWorkerType {
-    const FLAVOR: weir_waterfall::Flavor = weir_waterfall::Flavor::WorkerType;
+struct Waterfall(weir_waterfall::Policy);
+
+impl Policy for Waterfall {
+    fn create(content: &str) -> Result<Self, String> {
+        weir_waterfall::Policy::parse(Flavor::WorkerType, content).map(Waterfall).map_err(|e| e.to_string())
+    }
+
+    fn tiers(&self) -> Vec<Tier> {
+        self.0.tiers()
+    }
+
+    fn decide(&self, snapshot: &Snapshot) -> Vec<Decision> {
+        self.0.decide(snapshot)
+    }
 }
 
-type Component = waterfall_guest::Waterfall<ByWorkerType>;
-
-waterfall_guest::export_policy!(Component);
+weir_policy_sdk::export!(Waterfall);

@@ -75,10 +75,11 @@ impl Policy for CostBudget {
                 // One worker at a time, to the manager of this price with the most room.
                 while queued > 0 {
                     let affordable = left + 1e-9 >= price;
+                    // The most room first; ties to the earlier (min_by_key keeps the first).
                     let Some(plan) = plans[start..end]
                         .iter_mut()
                         .filter(|p| affordable && p.serves(group) && p.target < p.cap)
-                        .max_by_key(|p| p.cap - p.target)
+                        .min_by_key(|p| std::cmp::Reverse(p.cap - p.target))
                     else {
                         break;
                     };

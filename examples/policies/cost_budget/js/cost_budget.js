@@ -1,0 +1,146 @@
+// cost_budget in JavaScript: the same policy as ../rust/src/lib.rs, rule for rule, so both give
+// the same decisions on the same snapshots (tests/policies.rs checks it).
+//
+// componentize-qjs (QuickJS) turns this ES module into a component of the `policy` world
+// (build.sh). The exported `scaling` interface is an object holding the `engine` resource's
+// class; records have camel-cased keys, enums are their case names, and throwing a string from
+// `create` returns the WIT `result`'s error.
+//
+// Content: `budget_per_hour, AMOUNT` once, and `WORKER_TYPE, COST_PER_WORKER_HOUR` rows.
+
+function maxWorkersFor(manager, cap) {
+  const slots = Math.max(manager.workerSlots, 1);
+  return cap === 0 ? 0 : Math.max(Math.floor(cap / slots), 1);
+}
+
+function verdict(manager, environment) {
+  const found = manager.environments.find(([name]) => name === environment);
+  return found ? found[1] : "unknown";
+}
+
+class Plan {
+  constructor(manager, cost) {
+    this.manager = manager;
+    this.cost = cost;
+    this.cap = maxWorkersFor(manager, manager.maxTaskConcurrency);
+    const busy = manager.workers.filter((w) => w.busy > 0).length;
+    this.target = Math.min(busy, this.cap);
+    this.placed = 0;
+  }
+
+  serves(group) {
+    const has = (name) => {
+      const found = this.manager.capabilities.find(([n]) => n === name);
+      return found ? found[1] : 0;
+    };
+    return (
+      group.capabilities.every(([name, need]) => need === 0 || has(name) >= need) &&
+      group.environments.every((env) => verdict(this.manager, env) !== "no-match")
+    );
+  }
+
+  conclude(delayMs, budget) {
+    const m = this.manager;
+    const current = m.workers.length + m.starting;
+    let stop = [];
+    let desired;
+    if (this.target >= current) {
+      desired = this.target;
+    } else {
+      // Starting workers go first, then idle ones past the delay, longest idle first.
+      let excess = current - this.target;
+      const cancelled = Math.min(excess, m.starting);
+      excess -= cancelled;
+      const idle = m.workers.filter((w) => w.busy === 0 && w.idleMs >= delayMs);
+      idle.sort((a, b) => b.idleMs - a.idleMs || a.id - b.id);
+      stop = idle.slice(0, excess).map((w) => w.id);
+      desired = current - cancelled - stop.length;
+    }
+    desired = Math.min(desired, this.cap, 4294967295);
+    return {
+      managerId: m.id,
+      desiredWorkers: desired,
+      stop,
+      reason: `${this.placed} queued task(s) placed at ${this.cost}/worker-hour -> ${desired} worker(s) (budget ${budget}/hour)`,
+    };
+  }
+}
+
+class Engine {
+  constructor(budget, prices) {
+    this.budget = budget;
+    this.prices = prices;
+  }
+
+  static create(content) {
+    let budget = null;
+    const prices = [];
+    content.split(/\r?\n/).forEach((raw, index) => {
+      const n = index + 1;
+      const line = raw.split("#")[0].trim();
+      if (line === "") return;
+      const comma = line.indexOf(",");
+      if (comma < 0) throw `line ${n}: expected \`NAME, NUMBER\``;
+      const name = line.slice(0, comma).trim();
+      const text = line.slice(comma + 1).trim();
+      const value = Number(text);
+      if (text === "" || Number.isNaN(value)) throw `line ${n}: invalid float literal`;
+      if (!(value >= 0 && Number.isFinite(value))) throw `line ${n}: ${value} is not a cost`;
+      if (name === "budget_per_hour") budget = value;
+      else prices.push([name, value]);
+    });
+    // Array.prototype.sort is stable: rows of one price keep their order.
+    prices.sort((a, b) => a[1] - b[1]);
+    if (budget === null) throw "no `budget_per_hour, AMOUNT` line";
+    return new Engine(budget, prices);
+  }
+
+  tiers() {
+    const tiers = [];
+    for (const [name, cost] of this.prices) {
+      const priority = 1 + this.prices.filter(([, c]) => c < cost).length;
+      const tier = tiers.find((t) => t.priority === priority);
+      if (tier) tier.members.push(name);
+      else tiers.push({ priority, members: [name] });
+    }
+    return tiers;
+  }
+
+  decide(snapshot) {
+    const plans = [];
+    for (const [kind, cost] of this.prices) {
+      for (const m of snapshot.managers) {
+        if (m.online && m.workerType === kind) plans.push(new Plan(m, cost));
+      }
+    }
+    let left = this.budget - plans.reduce((sum, p) => sum + p.target * p.cost, 0);
+    for (const group of snapshot.demand.filter((g) => g.queued > 0)) {
+      let queued = group.queued;
+      let start = 0;
+      while (start < plans.length && queued > 0) {
+        const price = plans[start].cost;
+        let end = start;
+        while (end < plans.length && plans[end].cost === price) end++;
+        while (queued > 0) {
+          const affordable = left + 1e-9 >= price;
+          let best = null;
+          for (const plan of plans.slice(start, end)) {
+            if (affordable && plan.serves(group) && plan.target < plan.cap) {
+              if (best === null || plan.cap - plan.target > best.cap - best.target) best = plan;
+            }
+          }
+          if (best === null) break;
+          const slots = Math.max(best.manager.workerSlots, 1);
+          best.target += 1;
+          best.placed += Math.min(slots, queued);
+          queued = Math.max(queued - slots, 0);
+          left -= price;
+        }
+        start = end;
+      }
+    }
+    return plans.reverse().map((p) => p.conclude(snapshot.scaleDownDelayMs, this.budget));
+  }
+}
+
+export const scaling = { Engine };

@@ -49,6 +49,16 @@ pub struct BenchArgs {
     /// Also write the results as markdown to FILE.
     #[arg(long, value_name = "FILE")]
     markdown: Option<std::path::PathBuf>,
+    /// Also time `decide` of these policy components (any language) on the same snapshots:
+    /// 100 and 1,000 managers of worker types t0..t3, 10,000 workers.
+    #[arg(long = "policy", value_name = "FILE.wasm")]
+    policies: Vec<std::path::PathBuf>,
+    /// The content those policies are created with (the text, or @FILE).
+    #[arg(long, value_name = "TEXT|@FILE", requires = "policies")]
+    policy_content: Option<String>,
+    /// Only the plugin costs: no cluster, throughput, memory, reaction or journal runs.
+    #[arg(long)]
+    plugins_only: bool,
 }
 
 pub struct Report {
@@ -76,11 +86,23 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     report.row(String::new());
     plugins::costs(&mut report)?;
     report.row(String::new());
+    if !args.policies.is_empty() {
+        let content = weir::config::content_arg(args.policy_content.as_deref().unwrap_or(""))?;
+        plugins::policy_costs(&args.policies, &content, &mut report)?;
+        report.row(String::new());
+    }
+    if args.plugins_only {
+        return write_markdown(args, &report);
+    }
     let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = cluster::benches(args, &dir, &mut report).await;
     let _ = std::fs::remove_dir_all(&dir);
     result?;
+    write_markdown(args, &report)
+}
+
+fn write_markdown(args: &BenchArgs, report: &Report) -> Result<()> {
     if let Some(path) = &args.markdown {
         std::fs::write(path, report.lines.join("\n") + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;

@@ -52,6 +52,40 @@ fn snapshot(managers: usize, workers: usize) -> Snapshot {
     }
 }
 
+/// `decide` of policy components given on the command line (a policy author's own, in any
+/// language), on the snapshots the bundled engines are timed on.
+pub fn policy_costs(
+    files: &[std::path::PathBuf],
+    content: &str,
+    report: &mut Report,
+) -> Result<()> {
+    let host = PluginHost::new(None)?;
+    report.row("| policy | managers | workers | wasm µs/call |".into());
+    report.row("|---|---:|---:|---:|".into());
+    for file in files {
+        let loaded = host.load_file(file, Some(World::Policy))?;
+        let mut policy = host.policy(&loaded, content, Limits::default())?;
+        let name = file.file_name().map_or_else(
+            || file.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        for managers in [100usize, 1000] {
+            let snap = snapshot(managers, 10_000);
+            let mut failure = None;
+            let us = per_call(20, || {
+                if let Err(error) = policy.decide(&snap) {
+                    failure = Some(error);
+                }
+            });
+            if let Some(error) = failure {
+                bail!("{name} failed during the benchmark: {error}");
+            }
+            report.row(format!("| {name} | {managers} | 10000 | {us:.1} |"));
+        }
+    }
+    Ok(())
+}
+
 pub fn costs(report: &mut Report) -> Result<()> {
     let host = PluginHost::new(None)?;
     report.row(

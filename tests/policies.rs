@@ -73,4 +73,112 @@ fn cost_budget_in_three_languages_passes_its_scenarios_with_the_same_decisions()
     for (language, made) in &decisions[1..] {
         assert_eq!(made, rust, "{language} decides otherwise than rust");
     }
+    // Beyond the scenarios: many varied snapshots, the three compared decision by decision (and
+    // every decision checked by the host as the scheduler would).
+    let trace = dir.path().join("trace.json");
+    std::fs::write(&trace, varied_snapshots(40).to_string()).unwrap();
+    let simulated: Vec<(&str, serde_json::Value)> = ["rust", "python", "js"]
+        .into_iter()
+        .map(|language| {
+            let wasm = dir.path().join(format!("cost_budget_{language}.wasm"));
+            (language, simulate(&wasm, &trace, &dir.path().join("cache")))
+        })
+        .collect();
+    let steps = |value: &serde_json::Value| value.as_array().cloned().unwrap_or_default();
+    let rust = steps(&simulated[0].1);
+    assert_eq!(rust.len(), 40);
+    for (language, made) in &simulated[1..] {
+        for (step, (theirs, ours)) in steps(made).iter().zip(&rust).enumerate() {
+            assert_eq!(
+                theirs, ours,
+                "{language} decides otherwise than rust at step {step}"
+            );
+        }
+    }
+}
+
+/// `weir --output json policy simulate` of a trace.
+fn simulate(wasm: &Path, trace: &Path, cache: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .current_dir(root())
+        .args(["--output", "json", "policy", "simulate", "--policy"])
+        .arg(wasm)
+        .args([
+            "--content",
+            "@examples/policies/cost_budget/content.csv",
+            "--trace",
+        ])
+        .arg(trace)
+        .env("WEIR_CACHE_DIR", cache)
+        .output()
+        .expect("weir runs");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        wasm.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON value")
+}
+
+/// Snapshots of every shape cost_budget meets: priced and unpriced types, offline managers,
+/// busy, idle and starting workers, capability amounts, verdicts, several demand groups.
+/// Deterministic (a fixed linear congruential sequence).
+fn varied_snapshots(count: usize) -> serde_json::Value {
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |below: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % below.max(1)
+    };
+    let types = ["cheap", "mid", "pricey", "unpriced"];
+    let verdicts = ["match", "no-match", "unknown"];
+    let snapshots: Vec<serde_json::Value> = (0..count)
+        .map(|step| {
+            let managers: Vec<serde_json::Value> = (0..1 + next(8))
+                .map(|m| {
+                    let workers: Vec<serde_json::Value> = (0..next(6))
+                        .map(|w| {
+                            serde_json::json!({
+                                "id": m * 100 + w,
+                                "slots": 1 + next(2),
+                                "busy": next(3).min(1),
+                                "idle_ms": next(90_000),
+                            })
+                        })
+                        .collect();
+                    serde_json::json!({
+                        "id": format!("m{m}"),
+                        "worker_type": types[next(4) as usize],
+                        "max_task_concurrency": next(12),
+                        "worker_slots": 1 + next(3),
+                        "online": next(6) > 0,
+                        "workers": workers,
+                        "starting": next(3),
+                        "capabilities": [["gpu", next(3)]],
+                        "environments": [["big", verdicts[next(3) as usize]]],
+                    })
+                })
+                .collect();
+            let demand: Vec<serde_json::Value> = (0..next(4))
+                .map(|_| {
+                    let environments: Vec<&str> = if next(2) == 0 { vec![] } else { vec!["big"] };
+                    serde_json::json!({
+                        "capabilities": [["gpu", next(3)]],
+                        "environments": environments,
+                        "queued": next(40),
+                        "running": next(5),
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "now_ms": step as u64 * 1000,
+                "scale_down_delay_ms": 30_000,
+                "managers": managers,
+                "demand": demand,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(snapshots)
 }

@@ -155,10 +155,6 @@ enum PolicyCommand {
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
     },
-    /// Run scenario files through a policy: each scenario is a snapshot with what the decisions
-    /// must be (desired exactly or in a range, workers stopped or not, words in the reason), and
-    /// every decision must also keep the rules the scheduler enforces (caps, no busy worker
-    /// stopped, offline managers untouched). One line per scenario; exit 1 if any fails.
     /// Replace the scheduler's running policy without a restart: it is created and run once on
     /// the last snapshot first; on any error the old one stays and this says why. The change is
     /// journaled (a restart keeps it).
@@ -166,6 +162,10 @@ enum PolicyCommand {
     /// The scheduler's running policy: engine, component hash, content, tiers, last decisions
     /// and last error.
     Show,
+    /// Run scenario files through a policy: each scenario is a snapshot with what the decisions
+    /// must be (desired exactly or in a range, workers stopped or not, words in the reason), and
+    /// every decision must also keep the rules the scheduler enforces (caps, no busy worker
+    /// stopped, offline managers untouched). One line per scenario; exit 1 if any fails.
     Test {
         #[command(flatten)]
         policy: policy::PolicyArgs,

@@ -8,6 +8,50 @@
 //
 // Content: `budget_per_hour, AMOUNT` once, and `WORKER_TYPE, COST_PER_WORKER_HOUR` rows.
 
+// A binary heap of [room, index]: the most room first, ties to the smaller index.
+class Heap {
+  constructor() {
+    this.items = [];
+  }
+  size() {
+    return this.items.length;
+  }
+  before(a, b) {
+    return a[0] > b[0] || (a[0] === b[0] && a[1] < b[1]);
+  }
+  push(item) {
+    const items = this.items;
+    items.push(item);
+    let i = items.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (!this.before(items[i], items[parent])) break;
+      [items[i], items[parent]] = [items[parent], items[i]];
+      i = parent;
+    }
+  }
+  pop() {
+    const items = this.items;
+    const top = items[0];
+    const last = items.pop();
+    if (items.length > 0) {
+      items[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let best = i;
+        if (l < items.length && this.before(items[l], items[best])) best = l;
+        if (r < items.length && this.before(items[r], items[best])) best = r;
+        if (best === i) break;
+        [items[i], items[best]] = [items[best], items[i]];
+        i = best;
+      }
+    }
+    return top;
+  }
+}
+
 function maxWorkersFor(manager, cap) {
   const slots = Math.max(manager.workerSlots, 1);
   return cap === 0 ? 0 : Math.max(Math.floor(cap / slots), 1);
@@ -121,20 +165,23 @@ class Engine {
         const price = plans[start].cost;
         let end = start;
         while (end < plans.length && plans[end].cost === price) end++;
-        while (queued > 0) {
-          const affordable = left + 1e-9 >= price;
-          let best = null;
-          for (const plan of plans.slice(start, end)) {
-            if (affordable && plan.serves(group) && plan.target < plan.cap) {
-              if (best === null || plan.cap - plan.target > best.cap - best.target) best = plan;
-            }
+        // One worker at a time, to the manager of this price with the most room (ties to the
+        // earlier): a heap of [room, index] over those that can serve.
+        const rooms = new Heap();
+        for (let i = start; i < end; i++) {
+          if (plans[i].serves(group) && plans[i].target < plans[i].cap) {
+            rooms.push([plans[i].cap - plans[i].target, i]);
           }
-          if (best === null) break;
+        }
+        while (queued > 0 && left + 1e-9 >= price && rooms.size() > 0) {
+          const [room, i] = rooms.pop();
+          const best = plans[i];
           const slots = Math.max(best.manager.workerSlots, 1);
           best.target += 1;
           best.placed += Math.min(slots, queued);
           queued = Math.max(queued - slots, 0);
           left -= price;
+          if (room > 1) rooms.push([room - 1, i]);
         }
         start = end;
       }

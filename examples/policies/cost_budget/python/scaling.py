@@ -3,6 +3,7 @@
 Content: `budget_per_hour, AMOUNT` once, and `WORKER_TYPE, COST_PER_WORKER_HOUR` rows.
 """
 
+import heapq
 import math
 from typing import List
 
@@ -125,19 +126,23 @@ class Engine(wit.Engine):
                 end = start
                 while end < len(plans) and plans[end].cost == price:
                     end += 1
-                while queued > 0:
-                    affordable = left + 1e-9 >= price
-                    best = None
-                    for plan in plans[start:end]:
-                        if affordable and plan.serves(group) and plan.target < plan.cap:
-                            if best is None or plan.cap - plan.target > best.cap - best.target:
-                                best = plan
-                    if best is None:
-                        break
+                # One worker at a time, to the manager of this price with the most room (ties
+                # to the earlier): a heap of (-room, index) over those that can serve.
+                rooms = [
+                    (-(plans[i].cap - plans[i].target), i)
+                    for i in range(start, end)
+                    if plans[i].serves(group) and plans[i].target < plans[i].cap
+                ]
+                heapq.heapify(rooms)
+                while queued > 0 and left + 1e-9 >= price and rooms:
+                    room, i = heapq.heappop(rooms)
+                    best = plans[i]
                     slots = max(best.manager.worker_slots, 1)
                     best.target += 1
                     best.placed += min(slots, queued)
                     queued = max(queued - slots, 0)
                     left -= price
+                    if -room > 1:
+                        heapq.heappush(rooms, (room + 1, i))
                 start = end
         return [p.conclude(snapshot.scale_down_delay_ms, self.budget) for p in reversed(plans)]

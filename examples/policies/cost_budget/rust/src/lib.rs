@@ -10,6 +10,9 @@
 //! - Scale-down: a manager above its target gives up starting workers, then idle ones past the
 //!   snapshot's delay; managers are shrunk most expensive first.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use weir_policy_sdk::{Decision, Demand, Manager, Policy, Snapshot, Tier, Verdict};
 
 struct CostBudget {
@@ -72,21 +75,25 @@ impl Policy for CostBudget {
             while start < plans.len() && queued > 0 {
                 let price = plans[start].cost;
                 let end = start + plans[start..].iter().take_while(|p| p.cost == price).count();
-                // One worker at a time, to the manager of this price with the most room.
-                while queued > 0 {
-                    let affordable = left + 1e-9 >= price;
-                    // The most room first; ties to the earlier (min_by_key keeps the first).
-                    let Some(plan) = plans[start..end]
-                        .iter_mut()
-                        .filter(|p| affordable && p.serves(group) && p.target < p.cap)
-                        .min_by_key(|p| std::cmp::Reverse(p.cap - p.target))
-                    else {
+                // One worker at a time, to the manager of this price with the most room (ties
+                // to the earlier): a heap of (room, earlier first) over those that can serve.
+                let mut rooms: BinaryHeap<(u64, Reverse<usize>)> = (start..end)
+                    .filter(|&i| plans[i].serves(group) && plans[i].target < plans[i].cap)
+                    .map(|i| (plans[i].cap - plans[i].target, Reverse(i)))
+                    .collect();
+                while queued > 0 && left + 1e-9 >= price {
+                    let Some((room, Reverse(i))) = rooms.pop() else {
                         break;
                     };
+                    let plan = &mut plans[i];
+                    let slots = u64::from(plan.manager.worker_slots.max(1));
                     plan.target += 1;
-                    plan.placed += u64::from(plan.manager.worker_slots.max(1)).min(queued);
-                    queued = queued.saturating_sub(u64::from(plan.manager.worker_slots.max(1)));
+                    plan.placed += slots.min(queued);
+                    queued = queued.saturating_sub(slots);
                     left -= price;
+                    if room > 1 {
+                        rooms.push((room - 1, Reverse(i)));
+                    }
                 }
                 start = end;
             }
@@ -138,9 +145,10 @@ impl<'a> Plan<'a> {
             stop.extend(idle.iter().take(excess as usize).map(|w| w.id));
             current - cancelled - stop.len() as u64
         };
+        let desired = desired.min(self.cap);
         Decision {
             manager_id: m.id.clone(),
-            desired_workers: u32::try_from(desired.min(self.cap)).unwrap_or(u32::MAX),
+            desired_workers: u32::try_from(desired).unwrap_or(u32::MAX),
             stop,
             reason: format!(
                 "{} queued task(s) placed at {}/worker-hour -> {desired} worker(s) (budget {budget}/hour)",

@@ -105,7 +105,7 @@ enum Command {
     /// Inspect plugin components.
     #[command(subcommand)]
     Plugin(PluginCommand),
-    /// Check scaling policies and replay snapshots through them.
+    /// Scaling policies: check, test and simulate one; set and show the running one.
     #[command(subcommand)]
     Policy(PolicyCommand),
     /// Run the bundled waterfall_v2 engine over a simulated burst of tasks and evaluate the

@@ -225,6 +225,13 @@ fn a_policy_set_live_changes_which_manager_scales_and_a_bad_one_is_refused() {
     assert!(error.contains("the policy was not changed"), "{error}");
     let shown = cluster.json(&["policy", "show"]);
     assert_eq!(shown["content"], "1, b\n", "{shown}");
+    // ... and it still decides: `b` keeps its workers for the queued tasks, no policy error.
+    let status = cluster.json(&["status"]);
+    assert!(status["policy_error"].is_null(), "{status}");
+    assert!(
+        common::manager(&status, "b").is_some_and(|m| m["desired"].as_u64() >= Some(1)),
+        "{status}"
+    );
     assert_eq!(shown["name"], "waterfall_v1", "{shown}");
     assert!(
         shown["last"].as_array().is_some_and(|l| !l.is_empty()),

@@ -377,9 +377,14 @@ expect = [{ manager = "a", desired = 3 }]
 name = "wrong on every count"
 snapshot = { now_ms = 0, managers = [{ id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true }], demand = [{ queued = 3 }] }
 expect = [
-  { manager = "a", desired = 4, desired_max = 2, stop_contains = [99], reason_contains = "no such words" },
-  { manager = "ghost" },
+  { manager = "a", desired = 4, stop_contains = [99], reason_contains = "no such words" },
+  { manager = "a", desired_max = 2 },
 ]
+
+[[scenario]]
+name = "not a scenario a scheduler could send"
+snapshot = { now_ms = 0, managers = [{ id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true }, { id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true }] }
+expect = [{ manager = "ghost" }, { manager = "a", desired_min = 3, desired_max = 1 }]
 "#,
     )
     .unwrap();
@@ -402,13 +407,15 @@ expect = [
         "a: desired 3, expected at most 2",
         "a: does not stop worker 99",
         "does not say `no such words`",
-        "ghost: no decision",
-        "waterfall_v1: 1 passed, 1 failed",
+        "invalid scenario: two managers `a`",
+        "`ghost`, which is not a manager of the snapshot",
+        "desired_min 3 > desired_max 1",
+        "waterfall_v1: 1 passed, 2 failed",
     ] {
         assert!(text.contains(line), "missing `{line}` in:\n{text}");
     }
     assert!(
-        stderr(&out).contains("1 of 2 scenarios failed"),
+        stderr(&out).contains("2 of 3 scenarios failed"),
         "{}",
         stderr(&out)
     );
@@ -426,11 +433,11 @@ expect = [
     ]);
     assert_eq!(out.status.code(), Some(1));
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
-    assert_eq!(value["failed"], 1, "{value}");
+    assert_eq!(value["failed"], 2, "{value}");
     assert_eq!(value["scenarios"][1]["passed"], false, "{value}");
     assert_eq!(
         value["scenarios"][1]["failures"].as_array().map(Vec::len),
-        Some(5),
+        Some(4),
         "{value}"
     );
 }
@@ -514,4 +521,28 @@ fn policy_simulate_draws_the_trace_as_a_chart() {
     }
     // One line per series: queued, and desired + live for each of the two managers.
     assert!(chart.matches("<polyline").count() >= 5, "{chart}");
+    // Times out of order and at the far end of u64 (it once overflowed in the plotting crate).
+    let odd = serde_json::json!([
+        snapshot(10_000, 3, 0),
+        snapshot(0, 2, 1),
+        snapshot(u64::MAX, 1, 2)
+    ]);
+    std::fs::write(&trace, odd.to_string()).unwrap();
+    let (out, _cache) = weir(&[
+        "--output",
+        "json",
+        "policy",
+        "simulate",
+        "--policy",
+        "waterfall_v2",
+        "--content",
+        "1,native\n2,burst",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
+    assert_eq!(value.as_array().map(Vec::len), Some(3));
 }

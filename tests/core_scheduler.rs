@@ -780,3 +780,54 @@ fn a_policy_set_while_running_is_journaled_and_restored() {
         "compaction keeps it"
     );
 }
+
+#[test]
+fn one_policy_change_is_tried_at_a_time_and_content_is_bounded() {
+    use weir::proto::ErrorCode;
+    let mut core = Scheduler::new(config(true));
+    let bytes: std::sync::Arc<[u8]> = std::sync::Arc::from(&b"policy"[..]);
+    let set = |client, content: String| Input::Request {
+        client,
+        request: Request::PolicySet {
+            name: "mine".into(),
+            component: vec![],
+            content,
+        },
+        components: vec![([5; 32], bytes.clone())],
+    };
+    let first = round(&mut core, 0, vec![set(1, "1, b\n".into())]);
+    assert!(first.iter().any(|a| matches!(a, Action::SwapPolicy { .. })));
+    // While it is tried, another is refused (a client looping `policy set` cannot queue work).
+    let second = round(&mut core, 1, vec![set(2, "1, c\n".into())]);
+    assert!(
+        !second
+            .iter()
+            .any(|a| matches!(a, Action::SwapPolicy { .. }))
+    );
+    assert!(matches!(
+        replies(&second, 2)[..],
+        [(
+            Response::Error {
+                code: ErrorCode::Limit,
+                ..
+            },
+            true
+        )]
+    ));
+    let huge = "1, b\n".repeat(300_000);
+    let refused = round(&mut core, 2, vec![set(3, huge)]);
+    let got = replies(&refused, 3);
+    let [
+        (
+            Response::Error {
+                code: ErrorCode::Limit,
+                message,
+            },
+            true,
+        ),
+    ] = got[..]
+    else {
+        panic!("{got:#?}");
+    };
+    assert!(message.contains("bytes"), "{message}");
+}

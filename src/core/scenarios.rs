@@ -71,9 +71,10 @@ impl Verdict {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
-    #[error("not a scenario file: {0}")]
+    // The parser's own words follow as the source (`{:#}`), not in this text as well.
+    #[error("not a scenario file")]
     Toml(#[from] toml::de::Error),
-    #[error("not a scenario file: {0}")]
+    #[error("not a scenario file")]
     Json(#[from] serde_json::Error),
     #[error("no scenario in the file (expected [[scenario]] tables)")]
     Empty,
@@ -95,9 +96,12 @@ pub fn parse(text: &str, json: bool) -> Result<Vec<Scenario>, ScenarioError> {
 pub fn run(policy: &mut dyn ScalingPolicy, scenario: &Scenario) -> Verdict {
     let mut verdict = Verdict {
         name: scenario.name.clone(),
-        failures: Vec::new(),
+        failures: invalid(scenario),
         decisions: Vec::new(),
     };
+    if !verdict.failures.is_empty() {
+        return verdict;
+    }
     match policy.decide(&scenario.snapshot) {
         Err(error) => verdict.failures.push(format!("the policy failed: {error}")),
         Ok(decisions) => {
@@ -111,6 +115,66 @@ pub fn run(policy: &mut dyn ScalingPolicy, scenario: &Scenario) -> Verdict {
         }
     }
     verdict
+}
+
+/// What is wrong with the scenario itself (not the policy's doing): a snapshot no scheduler
+/// would send, or expectations that contradict each other.
+fn invalid(scenario: &Scenario) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    for manager in &scenario.snapshot.managers {
+        let id = &manager.id;
+        if !ids.insert(id.as_str()) {
+            problems.push(format!("invalid scenario: two managers `{id}`"));
+        }
+        let mut workers = std::collections::HashSet::new();
+        for worker in &manager.workers {
+            if !workers.insert(worker.id) {
+                problems.push(format!(
+                    "invalid scenario: `{id}` has worker {} twice",
+                    worker.id
+                ));
+            }
+            if worker.busy > worker.slots {
+                problems.push(format!(
+                    "invalid scenario: worker {} of `{id}` is busy on {} of its {} slots",
+                    worker.id, worker.busy, worker.slots
+                ));
+            }
+        }
+    }
+    for expect in &scenario.expect {
+        let id = &expect.manager;
+        if !ids.contains(id.as_str()) {
+            problems.push(format!("invalid scenario: an expectation for `{id}`, which is not a manager of the snapshot"));
+        }
+        let exact = expect.desired.is_some()
+            || expect.desired_min.is_some()
+            || expect.desired_max.is_some();
+        if expect.no_decision
+            && (exact || !expect.stop_contains.is_empty() || expect.reason_contains.is_some())
+        {
+            problems.push(format!(
+                "invalid scenario: `{id}` expects no decision and something of one"
+            ));
+        }
+        if let (Some(min), Some(max)) = (expect.desired_min, expect.desired_max)
+            && min > max
+        {
+            problems.push(format!(
+                "invalid scenario: `{id}`: desired_min {min} > desired_max {max}"
+            ));
+        }
+        if let Some(want) = expect.desired
+            && (expect.desired_min.is_some_and(|min| want < min)
+                || expect.desired_max.is_some_and(|max| want > max))
+        {
+            problems.push(format!(
+                "invalid scenario: `{id}`: desired {want} is outside desired_min/max"
+            ));
+        }
+    }
+    problems
 }
 
 fn check(expect: &Expectation, decisions: &[Decision], failures: &mut Vec<String>) {

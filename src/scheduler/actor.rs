@@ -40,10 +40,11 @@ pub(crate) enum Event {
         result: Result<Vec<crate::core::scaling::Decision>, String>,
         elapsed: Duration,
     },
-    PolicySwapped {
+    /// A new policy's trial ended: it is ready to take over (with its tiers), or why not.
+    PolicyTried {
         client: Option<ClientId>,
         policy: PolicyInfo,
-        result: Result<Vec<crate::core::scaling::Tier>, String>,
+        result: super::policy::Tried,
     },
     Metrics {
         reply: oneshot::Sender<String>,
@@ -61,6 +62,8 @@ pub(super) struct Actor {
     next_id: u64,
     /// Work for the policy thread; `None` without a policy.
     pub policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
+    /// Where `weir policy set` tries a new policy.
+    pub trials: Option<super::policy::Trials>,
     record: Option<std::fs::File>,
     pub journal: Option<journal::Journal>,
     /// Replies held until this round's journal records are on disk.
@@ -86,6 +89,7 @@ impl Actor {
             managers: HashMap::new(),
             next_id: 0,
             policy,
+            trials: None,
             record,
             journal,
             deferred: Vec::new(),
@@ -228,15 +232,25 @@ impl Actor {
                 self.policy_latency.observe(elapsed);
                 Input::Decided { result }
             }
-            Event::PolicySwapped {
+            Event::PolicyTried {
                 client,
                 policy,
                 result,
-            } => Input::PolicySwapped {
-                client,
-                policy,
-                result,
-            },
+            } => {
+                // The new one decides from the next snapshot on; the core learns its tiers.
+                let result = match result {
+                    Ok((new, tiers)) => match &self.policy {
+                        Some(thread) if thread.send(PolicyJob::Replace(new)).is_ok() => Ok(tiers),
+                        _ => Err("the policy thread is gone".to_string()),
+                    },
+                    Err(error) => Err(error),
+                };
+                Input::PolicySwapped {
+                    client,
+                    policy,
+                    result,
+                }
+            }
             Event::Metrics { reply } => {
                 let _ = reply.send(self.render_metrics());
                 return;
@@ -353,12 +367,9 @@ impl Actor {
         policy: PolicyInfo,
         snapshot: Option<Snapshot>,
     ) {
-        let job = PolicyJob::Swap {
-            client,
-            policy: policy.clone(),
-            snapshot,
-        };
-        if self.policy.as_ref().is_none_or(|p| p.send(job).is_err()) {
+        if let Some(trials) = &self.trials {
+            trials.start(client, policy, snapshot);
+        } else {
             let now = self.now();
             let result = Err("the policy thread is gone".into());
             self.core.handle(

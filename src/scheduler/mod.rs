@@ -260,9 +260,14 @@ pub async fn run(
         };
         actor.core.handle(now, swapped);
     }
-    actor.policy = scaling.map(|scaling| {
-        policy::policy_thread(scaling.policy, host.clone(), scaling.limits, events.clone())
-    });
+    if let Some(scaling) = scaling {
+        actor.trials = Some(policy::Trials {
+            host: host.clone(),
+            limits: scaling.limits,
+            events: events.clone(),
+        });
+        actor.policy = Some(policy::policy_thread(scaling.policy, events.clone()));
+    }
     let mut actor = tokio::spawn(actor.run(inbox));
     let access = Arc::new(access);
     let limits = Arc::new(connection::ConnectionLimits::new(settings.max_connections));

@@ -14,17 +14,12 @@ use crate::plugin::{Limits, PluginHost, World};
 /// Work for the policy thread, in order.
 pub(super) enum PolicyJob {
     Decide(Snapshot),
-    Swap {
-        client: Option<ClientId>,
-        policy: PolicyInfo,
-        snapshot: Option<Snapshot>,
-    },
+    /// A new policy that passed its trial: it decides from the next snapshot on.
+    Replace(Box<dyn ScalingPolicy>),
 }
 
 pub(super) fn policy_thread(
     mut policy: Box<dyn ScalingPolicy>,
-    host: Arc<PluginHost>,
-    limits: Limits,
     events: mpsc::UnboundedSender<Event>,
 ) -> std::sync::mpsc::Sender<PolicyJob> {
     let (jobs, inbox) = std::sync::mpsc::channel::<PolicyJob>();
@@ -32,35 +27,16 @@ pub(super) fn policy_thread(
         .name("weir-policy".into())
         .spawn(move || {
             while let Ok(job) = inbox.recv() {
-                let event = match job {
+                match job {
                     PolicyJob::Decide(snapshot) => {
                         let started = std::time::Instant::now();
                         let result = policy.decide(&snapshot).map_err(|e| e.to_string());
                         let elapsed = started.elapsed();
-                        Event::Decided { result, elapsed }
-                    }
-                    PolicyJob::Swap {
-                        client,
-                        policy: info,
-                        snapshot,
-                    } => {
-                        let tried = try_policy(&host, &info, snapshot.as_ref(), limits.clone());
-                        let result = match tried {
-                            Ok((new, tiers)) => {
-                                policy = new;
-                                Ok(tiers)
-                            }
-                            Err(error) => Err(error),
-                        };
-                        Event::PolicySwapped {
-                            client,
-                            policy: info,
-                            result,
+                        if events.send(Event::Decided { result, elapsed }).is_err() {
+                            return;
                         }
                     }
-                };
-                if events.send(event).is_err() {
-                    return;
+                    PolicyJob::Replace(new) => policy = new,
                 }
             }
         });
@@ -70,13 +46,45 @@ pub(super) fn policy_thread(
     jobs
 }
 
+/// Where a new policy is tried: on a thread of its own, so a policy that takes its whole
+/// deadline to be created never holds up the running one's decisions.
+#[derive(Clone)]
+pub(super) struct Trials {
+    pub host: Arc<PluginHost>,
+    pub limits: Limits,
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+impl Trials {
+    /// Try `info` on `snapshot` and report `Event::PolicyTried`.
+    pub fn start(&self, client: Option<ClientId>, info: PolicyInfo, snapshot: Option<Snapshot>) {
+        let trials = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("weir-policy-trial".into())
+            .spawn(move || {
+                let result = try_policy(&trials.host, &info, snapshot.as_ref(), trials.limits);
+                let _ = trials.events.send(Event::PolicyTried {
+                    client,
+                    policy: info,
+                    result,
+                });
+            });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start a thread to try the new policy");
+        }
+    }
+}
+
 /// Create the policy and run it once on `snapshot`: only a policy that does both takes over.
+/// A tried policy, ready to take over, with its tiers; or why it cannot.
+pub(super) type Tried = Result<(Box<dyn ScalingPolicy>, Vec<Tier>), String>;
+
 pub(super) fn try_policy(
     host: &PluginHost,
     info: &PolicyInfo,
     snapshot: Option<&Snapshot>,
     limits: Limits,
-) -> Result<(Box<dyn ScalingPolicy>, Vec<Tier>), String> {
+) -> Tried {
     let bytes = info.bytes.as_deref().ok_or("no component")?;
     let loaded = host
         .load(&info.name, bytes, Some(World::Policy))

@@ -259,6 +259,11 @@ impl Managers {
         }
     }
 
+    /// A new policy runs: the old one's decisions are not its.
+    pub fn forget_decisions(&mut self) {
+        self.last.clear();
+    }
+
     /// The last decision applied for each manager, by manager id.
     pub fn last_decisions(&self) -> impl Iterator<Item = &Decision> {
         let mut last: Vec<&Decision> = self.last.values().collect();

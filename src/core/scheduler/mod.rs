@@ -79,6 +79,8 @@ struct PolicyState {
     last: Option<Snapshot>,
     /// A policy set while running, read back from the journal: the shell creates it at start.
     restored: Option<PolicyInfo>,
+    /// A `weir policy set` is being tried (one at a time).
+    trying: bool,
     error: Option<String>,
     errors: u64,
 }

@@ -6,6 +6,9 @@ use crate::core::scaling::{Decision, Tier, validate_decisions};
 use crate::core::tasks::Loss;
 use crate::proto::{ErrorCode, ManagerState, PolicyReport, Response, ToManager};
 
+/// Most bytes of policy content `weir policy set` takes (the waterfall's rows are a few dozen).
+pub const MAX_POLICY_CONTENT: usize = 1 << 20;
+
 impl Scheduler {
     pub(super) fn manager_heartbeat(&mut self, now: u64, state: ManagerState) {
         if self.connected.insert(state.id.clone()) {
@@ -126,6 +129,19 @@ impl Scheduler {
             let message = "this scheduler runs without a scaling policy".to_string();
             return self.refuse(client, ErrorCode::Invalid, message);
         }
+        if policy.content.len() > MAX_POLICY_CONTENT {
+            let message = format!(
+                "the policy was not changed: its content is {} bytes, at most {MAX_POLICY_CONTENT}",
+                policy.content.len()
+            );
+            return self.refuse(client, ErrorCode::Limit, message);
+        }
+        if self.policy.trying {
+            let message =
+                "the policy was not changed: another change is being tried; try again".to_string();
+            return self.refuse(client, ErrorCode::Limit, message);
+        }
+        self.policy.trying = true;
         tracing::info!(policy = %policy.name, "replacing the scaling policy");
         self.actions.push_back(Action::SwapPolicy {
             client: Some(client),
@@ -141,8 +157,9 @@ impl Scheduler {
         policy: PolicyInfo,
         result: Result<Vec<Tier>, String>,
     ) {
-        if client.is_none() {
-            self.policy.restored = None;
+        match client {
+            None => self.policy.restored = None,
+            Some(_) => self.policy.trying = false,
         }
         match (result, client) {
             (Ok(tiers), client) => {
@@ -157,6 +174,8 @@ impl Scheduler {
                 self.config.tiers = tiers;
                 self.config.policy = policy;
                 self.policy.error = None;
+                // The last decisions shown are the new policy's, from its first tick on.
+                self.managers.forget_decisions();
                 if let Some(client) = client {
                     let report = self.policy_report();
                     self.reply_durable(client, Response::Policy(report));

@@ -10,12 +10,15 @@ use weir::core::scaling::{Decision, Snapshot};
 /// The chart of `steps` (each snapshot with the decisions made on it), written to `path`.
 pub fn draw(steps: &[(Snapshot, Vec<Decision>)], path: &Path) -> Result<()> {
     let seconds = |s: &Snapshot| s.now_ms as f64 / 1000.0;
-    let (first, last) = match (steps.first(), steps.last()) {
-        (Some((first, _)), Some((last, _))) => {
-            (seconds(first), seconds(last).max(seconds(first) + 1.0))
-        }
-        _ => anyhow::bail!("no snapshot to plot"),
-    };
+    // The range the times span, in whatever order the trace has them (a point outside the range
+    // would be drawn far off the canvas).
+    let times = steps.iter().map(|(s, _)| seconds(s));
+    let first = times.clone().fold(f64::INFINITY, f64::min);
+    let last = times.fold(f64::NEG_INFINITY, f64::max);
+    if steps.is_empty() {
+        anyhow::bail!("no snapshot to plot");
+    }
+    let last = last.max(first + 1.0);
     let mut managers: Vec<String> = steps
         .iter()
         .flat_map(|(s, _)| s.managers.iter().map(|m| m.id.clone()))

@@ -312,3 +312,49 @@ fn a_manager_whose_workers_do_not_match_is_not_asked_again_and_again() {
         assert_eq!(status["tasks"]["queued"], 3, "{status}");
     }
 }
+
+#[test]
+fn a_worker_its_engine_stops_with_its_tasks_has_them_requeued_not_failed() {
+    let mut cluster = Cluster::start("30");
+    let flag = cluster.dir.path().join("ran-once");
+    let marker = format!("weir-engine-stop-{}", std::process::id());
+    // The first run waits to be killed; the run after the requeue finds the flag and succeeds.
+    let script = format!(
+        "if [ -e {flag} ]; then exit 0; fi; touch {flag}; sleep 60",
+        flag = flag.display()
+    );
+    // A grace longer than any delay of this test: the worker's own signal surely comes within it.
+    let first = cluster.worker("first", &["--slots", "1", "--signal-grace", "60"]);
+    cluster.weir(&["workers", "wait", "1"]);
+    // No retry to spend: a run reported failed would fail the job.
+    // `$0` of the task's shell is the marker, to find it.
+    let job = cluster.json(&[
+        "submit",
+        "--retries",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        &script,
+        &marker,
+    ]);
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    let task = loop {
+        if let Some(pid) = processes_with(&marker).first() {
+            break *pid;
+        }
+        common::pause();
+    };
+    // As Slurm's scancel does: the task gets SIGTERM, and so does its worker. The task dies
+    // first and is reaped by the worker (so its outcome is in hand) before the worker's signal.
+    common::signal(task, "-TERM");
+    while !processes_with(&marker).is_empty() {
+        common::pause();
+    }
+    common::signal(cluster.workers[first].id(), "-TERM");
+    cluster.workers[first].wait().unwrap();
+    cluster.worker("second", &["--slots", "1"]);
+    let done = cluster.json(&["wait", &job["job"].to_string()]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    assert_eq!(done["counts"]["failed"], 0, "{done}");
+}

@@ -67,6 +67,12 @@ struct Args {
     /// Benchmarking only: report every task as succeeded without running it.
     #[arg(long)]
     no_execute: bool,
+    /// When a task dies of a signal this worker did not send, wait this long for the worker's
+    /// own stop signal before reporting it failed: a cluster engine that stops the worker
+    /// (Slurm's scancel, Kubernetes, `kill` of the whole job) signals its tasks too, and then
+    /// they are requeued without spending a retry.
+    #[arg(long, default_value = "1", value_parser = weir::config::seconds, value_name = "SECONDS")]
+    signal_grace: Duration,
     /// Evaluate the conditions on this machine, print the verdicts, and exit.
     #[arg(long)]
     check: bool,
@@ -148,6 +154,7 @@ fn run(args: Args) -> Result<()> {
         total_memory,
         cpus: args.cpus,
         no_execute: args.no_execute,
+        signal_grace: args.signal_grace,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reconnect = args.reconnect_timeout;

@@ -54,6 +54,10 @@ pub struct Settings {
     pub cpus: Option<u32>,
     /// Benchmarking: report every task succeeded at once without running it.
     pub no_execute: bool,
+    /// How long the outcome of a task a signal ended (one this worker did not send) waits for
+    /// the worker's own stop signal before it is reported: an engine that stops the worker
+    /// signals its tasks too, and then they are requeued, not failed.
+    pub signal_grace: Duration,
 }
 
 pub(crate) struct Group {

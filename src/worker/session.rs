@@ -83,9 +83,21 @@ impl Worker {
             .map_or(Duration::from_secs(3600), |(length, _)| length);
         let mut renewal = tokio::time::interval((lease_length / 4).max(Duration::from_millis(10)));
         let mut signals = Signals::term().map_err(NetError::from)?;
+        // Outcomes of tasks a signal ended that this worker did not send, held for a moment: a
+        // cluster engine that stops the worker (Slurm's scancel, Kubernetes, a user's `kill` of
+        // the whole job) signals its tasks too, and then they are not at fault. If the worker's
+        // own signal follows within the grace, they are not reported, and the scheduler
+        // requeues them without spending a retry; otherwise they are reported as they ended.
+        let mut held: Vec<(TaskId, Outcome)> = Vec::new();
+        let grace = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(grace);
         let end = loop {
             tokio::select! {
                 signal = signals.recv() => break SessionEnd::Stopped(signal),
+                () = &mut grace, if !held.is_empty() => {
+                    let batch = std::mem::take(&mut held);
+                    self.report(&outgoing, batch);
+                }
                 _ = renewal.tick() => {
                     if connection.close_reason().is_none() {
                         self.renew();
@@ -98,7 +110,15 @@ impl Worker {
                     let mut next = Some(first);
                     while let Some((task, outcome)) = next {
                         self.running.remove(&task);
-                        if !self.abandoned.remove(&task) {
+                        if self.abandoned.remove(&task) {
+                            // Its lease ran out: it runs elsewhere now.
+                        } else if matches!(outcome, Outcome::Exited { code: None, .. }) {
+                            if held.is_empty() {
+                                let until = tokio::time::Instant::now() + self.settings.signal_grace;
+                                grace.as_mut().reset(until);
+                            }
+                            held.push((task, outcome));
+                        } else {
                             batch.push((task, outcome));
                         }
                         next = if batch.len() < 4096 { self.finished.try_recv().ok() } else { None };
@@ -120,6 +140,17 @@ impl Worker {
         env_task.abort();
         // Stop reporting (the link's reader and writer end with it).
         drop(link);
+        match &end {
+            SessionEnd::Stopped(_) if !held.is_empty() => {
+                tracing::info!(
+                    tasks = held.len(),
+                    "tasks ended by the signal that stops this worker: requeued, not failed"
+                );
+            }
+            SessionEnd::Stopped(_) => {}
+            // Lost the scheduler meanwhile: reported in the next session.
+            _ => self.unacknowledged.extend(held),
+        }
         if let SessionEnd::Stopped(_) = end {
             // Stop every task (a command's group is killed and reaped, a wasm instance
             // interrupted), then close with the stopping code: the scheduler requeues them,

@@ -89,6 +89,20 @@ fn ok() -> Outcome {
     }
 }
 
+/// A worker registering on connection `connection`.
+fn join(connection: u64, info: WorkerInfo) -> Input {
+    Input::WorkerJoined { connection, info }
+}
+
+/// A client's request that brings no component.
+fn from_client(client: u64, request: Request) -> Input {
+    Input::Request {
+        client,
+        request,
+        components: vec![],
+    }
+}
+
 /// Feed inputs, end the batch, and return what the core asks for.
 fn round(core: &mut Scheduler, now: u64, inputs: Vec<Input>) -> Vec<Action> {
     for input in inputs {
@@ -154,17 +168,7 @@ fn a_change_is_answered_after_its_record_and_tasks_are_journaled_before_they_are
     let actions = round(
         &mut core,
         0,
-        vec![
-            Input::WorkerJoined {
-                connection: 1,
-                info: worker("w1", 2),
-            },
-            Input::Request {
-                client: 7,
-                request: submit(3),
-                components: vec![],
-            },
-        ],
+        vec![join(1, worker("w1", 2)), from_client(7, submit(3))],
     );
     let registered = position(&actions, |a| {
         matches!(a, Action::Registered { connection: 1, .. })
@@ -223,15 +227,7 @@ fn a_change_is_answered_after_its_record_and_tasks_are_journaled_before_they_are
 #[test]
 fn without_a_journal_nothing_is_journaled_or_held() {
     let mut core = Scheduler::new(config(false));
-    let actions = round(
-        &mut core,
-        0,
-        vec![Input::Request {
-            client: 1,
-            request: submit(2),
-            components: vec![],
-        }],
-    );
+    let actions = round(&mut core, 0, vec![from_client(1, submit(2))]);
     assert!(journaled(&actions).is_empty());
     assert!(
         actions
@@ -250,11 +246,7 @@ fn the_core_refuses_a_policys_nonsense_whatever_the_policy() {
             Input::ManagerHeartbeat {
                 state: manager("m1"),
             },
-            Input::Request {
-                client: 1,
-                request: submit(10),
-                components: vec![],
-            },
+            from_client(1, submit(10)),
         ],
     );
     assert_eq!(core.poll_timeout(), 500, "the tick comes first");
@@ -327,17 +319,7 @@ fn replaying_what_it_journaled_through_handle_gives_the_same_state() {
     let actions = round(
         &mut core,
         0,
-        vec![
-            Input::WorkerJoined {
-                connection: 1,
-                info: worker("w1", 4),
-            },
-            Input::Request {
-                client: 1,
-                request: submit(6),
-                components: vec![],
-            },
-        ],
+        vec![join(1, worker("w1", 4)), from_client(1, submit(6))],
     );
     records.extend(journaled(&actions));
     let sent = runs(&actions);
@@ -363,11 +345,7 @@ fn replaying_what_it_journaled_through_handle_gives_the_same_state() {
     let answer = round(
         &mut replayed,
         30,
-        vec![Input::Request {
-            client: 9,
-            request: Request::Results { job: 1 },
-            components: vec![],
-        }],
+        vec![from_client(9, Request::Results { job: 1 })],
     );
     let got = replies(&answer, 9);
     let Some((Response::Results(results), false)) = got.first() else {
@@ -387,25 +365,10 @@ fn a_client_gone_is_not_answered_any_more() {
         &mut core,
         0,
         vec![
-            Input::WorkerJoined {
-                connection: 1,
-                info: worker("w1", 1),
-            },
-            Input::Request {
-                client: 1,
-                request: submit(1),
-                components: vec![],
-            },
-            Input::Request {
-                client: 2,
-                request: Request::Wait { job: 1 },
-                components: vec![],
-            },
-            Input::Request {
-                client: 3,
-                request: Request::Wait { job: 1 },
-                components: vec![],
-            },
+            join(1, worker("w1", 1)),
+            from_client(1, submit(1)),
+            from_client(2, Request::Wait { job: 1 }),
+            from_client(3, Request::Wait { job: 1 }),
         ],
     );
     assert!(matches!(
@@ -457,11 +420,7 @@ fn what_a_managers_worker_answered_outlives_it_without_a_heartbeat_in_between() 
                 connection: 1,
                 info,
             },
-            Input::Request {
-                client: 1,
-                request: wanting_big,
-                components: vec![],
-            },
+            from_client(1, wanting_big),
             Input::Verdicts {
                 worker: 1,
                 verdicts: vec![("big".into(), weir::proto::EnvVerdict::NoMatch)],
@@ -522,14 +481,7 @@ fn refusals_carry_a_code_to_act_on() {
         ask(&mut core, 4, Request::EnvRemove { name: "x".into() }),
         ErrorCode::NotFound
     );
-    core.handle(
-        0,
-        Input::Request {
-            client: 5,
-            request: submit(1),
-            components: vec![],
-        },
-    );
+    core.handle(0, from_client(5, submit(1)));
     assert_eq!(
         ask(&mut core, 6, Request::Forget { job: 1 }),
         ErrorCode::NotFinished
@@ -550,10 +502,7 @@ fn registering_the_same_environment_again_with_wait_is_answered() {
         &mut core,
         0,
         vec![
-            Input::WorkerJoined {
-                connection: 1,
-                info: worker("w1", 1),
-            },
+            join(1, worker("w1", 1)),
             Input::Request {
                 client: 1,
                 request: register(),
@@ -600,17 +549,7 @@ fn the_journal_is_compacted_only_once_big_enough_and_as_it_was_at_that_point() {
     let actions = round(
         &mut core,
         0,
-        vec![
-            Input::WorkerJoined {
-                connection: 1,
-                info: worker("w1", 2),
-            },
-            Input::Request {
-                client: 1,
-                request: submit(2),
-                components: vec![],
-            },
-        ],
+        vec![join(1, worker("w1", 2)), from_client(1, submit(2))],
     );
     let results = runs(&actions).into_iter().map(|t| (t, ok())).collect();
     round(
@@ -618,11 +557,7 @@ fn the_journal_is_compacted_only_once_big_enough_and_as_it_was_at_that_point() {
         1,
         vec![
             Input::Finished { worker: 1, results },
-            Input::Request {
-                client: 2,
-                request: Request::Forget { job: 1 },
-                components: vec![],
-            },
+            from_client(2, Request::Forget { job: 1 }),
         ],
     );
     // Everything was forgotten, but the journal is small: not worth rewriting.
@@ -667,10 +602,7 @@ fn an_environment_wait_ends_when_the_worker_it_waits_for_falls_silent() {
         &mut core,
         0,
         vec![
-            Input::WorkerJoined {
-                connection: 1,
-                info: worker("w1", 1),
-            },
+            join(1, worker("w1", 1)),
             Input::Request {
                 client: 1,
                 request: Request::EnvRegister {

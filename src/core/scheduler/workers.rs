@@ -86,12 +86,7 @@ impl Scheduler {
 
     /// Its manager remembers what its workers answered, before the worker can be gone.
     pub(super) fn learn_verdicts(&mut self, now: u64, worker: WorkerId) {
-        let views = self.tasks.worker_views(now);
-        let manager = views
-            .iter()
-            .find(|w| w.id == worker)
-            .and_then(|w| w.manager.clone());
-        if let Some(manager) = manager {
+        if let Some((manager, views)) = self.tasks.manager_worker_views(now, worker) {
             self.managers.learn(&manager, &views);
         }
     }

@@ -52,6 +52,23 @@ impl Worker {
         }
     }
 
+    fn view(&self, id: WorkerId, now: u64) -> WorkerView {
+        WorkerView {
+            id,
+            name: self.info.name.clone(),
+            manager: self.info.manager.clone(),
+            slots: self.info.slots,
+            busy: self.running.len() as u32,
+            idle_ms: self.idle_since.map_or(0, |since| now.saturating_sub(since)),
+            draining: self.draining,
+            verdicts: self
+                .verdicts
+                .iter()
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect(),
+        }
+    }
+
     pub(super) fn give_back(&mut self, class: &Class) {
         self.free_slots += 1;
         for (name, need) in &class.capabilities {
@@ -303,21 +320,25 @@ impl Tasks {
     pub fn worker_views(&self, now: u64) -> Vec<WorkerView> {
         self.workers
             .iter()
-            .map(|(id, w)| WorkerView {
-                id: *id,
-                name: w.info.name.clone(),
-                manager: w.info.manager.clone(),
-                slots: w.info.slots,
-                busy: w.running.len() as u32,
-                idle_ms: w.idle_since.map_or(0, |since| now.saturating_sub(since)),
-                draining: w.draining,
-                verdicts: w
-                    .verdicts
-                    .iter()
-                    .map(|(n, v)| (n.clone(), v.clone()))
-                    .collect(),
-            })
+            .map(|(&id, w)| w.view(id, now))
             .collect()
+    }
+
+    /// The manager of `worker`, with the views of that manager's live workers only (a verdict
+    /// or a loss concerns one manager: the others' workers are not copied for it).
+    pub fn manager_worker_views(
+        &self,
+        now: u64,
+        worker: WorkerId,
+    ) -> Option<(String, Vec<WorkerView>)> {
+        let manager = self.workers.get(&worker)?.info.manager.clone()?;
+        let views = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.info.manager.as_deref() == Some(manager.as_str()))
+            .map(|(&id, w)| w.view(id, now))
+            .collect();
+        Some((manager, views))
     }
 
     /// Stop giving these workers tasks (their manager is about to stop them). Only idle

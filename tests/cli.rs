@@ -492,19 +492,26 @@ fn policy_simulate_draws_the_trace_as_a_chart() {
     ]);
     std::fs::write(&trace, trace_json.to_string()).unwrap();
     let svg = dir.path().join("chart.svg");
-    let (out, _cache) = weir(&[
-        "policy",
-        "simulate",
-        "--policy",
-        "waterfall_v2",
-        "--content",
-        "1,native\n2,burst",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--plot",
-        svg.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    // The trace through waterfall_v2, drawn into the chart (`output`: cli or json).
+    let simulate = |output: &str| {
+        let (out, _cache) = weir(&[
+            "--output",
+            output,
+            "policy",
+            "simulate",
+            "--policy",
+            "waterfall_v2",
+            "--content",
+            "1,native\n2,burst",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        out
+    };
+    simulate("cli");
     let chart = std::fs::read_to_string(&svg).expect("the chart is written");
     assert!(
         chart.starts_with("<svg"),
@@ -528,21 +535,7 @@ fn policy_simulate_draws_the_trace_as_a_chart() {
         snapshot(u64::MAX, 1, 2)
     ]);
     std::fs::write(&trace, odd.to_string()).unwrap();
-    let (out, _cache) = weir(&[
-        "--output",
-        "json",
-        "policy",
-        "simulate",
-        "--policy",
-        "waterfall_v2",
-        "--content",
-        "1,native\n2,burst",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--plot",
-        svg.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = simulate("json");
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
     assert_eq!(value.as_array().map(Vec::len), Some(3));
 }

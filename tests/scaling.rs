@@ -285,3 +285,58 @@ fn a_policy_set_live_survives_a_scheduler_restart() {
     assert_eq!(shown["name"], "waterfall_v1", "{shown}");
     assert_eq!(shown["content"], "1, m1\n2, m2\n", "{shown}");
 }
+
+#[test]
+fn the_running_policy_keeps_deciding_while_a_new_one_is_tried() {
+    // A trial as long as the test: a policy whose creation loops until its deadline.
+    let mut cluster = Cluster::with_policy(
+        "waterfall_v1",
+        "1, a\n",
+        &["--policy-deadline-ms", "300000"],
+    );
+    cluster.dynamic_manager("a", "ta", 4);
+    cluster.await_managers(1);
+    let hostile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/plugins/fixtures/hostile_policy.wasm"
+    );
+    let mut trial = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--access-file")
+        .arg(cluster.access_file())
+        .args([
+            "policy",
+            "set",
+            "--policy",
+            hostile,
+            "--content",
+            "create-loop",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Another change is refused while that one is tried (content the engine refuses, so a
+    // probe that arrives first changes nothing either).
+    let refused_while_trying = || {
+        let out = cluster.weir(&[
+            "policy",
+            "set",
+            "--policy",
+            "waterfall_v1",
+            "--content",
+            "one, a\n",
+        ]);
+        String::from_utf8_lossy(&out.stderr).contains("another change is being tried")
+    };
+    while !refused_while_trying() {
+        common::pause();
+    }
+    // Meanwhile demand is still scaled by the running policy...
+    cluster.json(&["submit", "--count", "3", "--", "sleep", "20"]);
+    cluster.await_status(|s| current(s, "a") == 3);
+    // ... while the trial is still going: the decision did not wait for it.
+    assert!(refused_while_trying());
+    assert_eq!(cluster.json(&["policy", "show"])["content"], "1, a\n");
+    let _ = trial.kill();
+    let _ = trial.wait();
+}

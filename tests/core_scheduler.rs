@@ -64,6 +64,8 @@ fn worker(name: &str, slots: u32) -> WorkerInfo {
         manager: None,
         local_environments: vec![],
         running: vec![],
+        instance: name.bytes().map(u64::from).sum(),
+        ends_in_ms: None,
     }
 }
 

@@ -35,8 +35,13 @@ fn group(count: u32, capabilities: &[(&str, u64)]) -> NewGroup {
 }
 
 fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerInfo {
+    // Each a process of its own: names are unique.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let instance = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     WorkerInfo {
-        name: "w".into(),
+        name: format!("w{instance}"),
+        instance,
+        ends_in_ms: None,
         slots,
         capabilities: capabilities
             .iter()
@@ -77,20 +82,26 @@ fn a_task_that_cannot_be_placed_does_not_block_the_others() {
     }])
     .unwrap();
     core.submit(vec![group(5, &[])]).unwrap();
-    let w = core.worker_joined(0, worker(2, &[("cpu", 4)])).0;
-    core.schedule();
+    let w = core
+        .worker_joined(0, worker(2, &[("cpu", 4)]))
+        .expect("joins")
+        .0;
+    core.schedule(0);
     assert_eq!(dispatched(&core.take_actions())[&w], vec![2, 3]);
     // Each finish frees a slot for the next CPU task; the gpu task (1) keeps waiting.
     for task in 2..=6 {
         assert!(core.finished(1, w, task, ok()));
-        core.schedule();
+        core.schedule(0);
         core.sanity_check().unwrap();
     }
     assert_eq!(core.job_counts(1).unwrap().queued, 1);
     assert_eq!(core.job_counts(2).unwrap().succeeded, 5);
     // A gpu worker arrives: the gpu task runs there.
-    let g = core.worker_joined(2, worker(1, &[("gpu", 1)])).0;
-    core.schedule();
+    let g = core
+        .worker_joined(2, worker(1, &[("gpu", 1)]))
+        .expect("joins")
+        .0;
+    core.schedule(0);
     assert_eq!(dispatched(&core.take_actions())[&g], vec![1]);
 }
 
@@ -98,11 +109,14 @@ fn a_task_that_cannot_be_placed_does_not_block_the_others() {
 fn capability_amounts_are_consumed_while_running() {
     let mut core = Tasks::new(Config::default());
     core.submit(vec![group(4, &[("memory", 6)])]).unwrap();
-    let w = core.worker_joined(0, worker(8, &[("memory", 16)])).0;
-    core.schedule();
+    let w = core
+        .worker_joined(0, worker(8, &[("memory", 16)]))
+        .expect("joins")
+        .0;
+    core.schedule(0);
     assert_eq!(dispatched(&core.take_actions())[&w], vec![1, 2]); // 2 x 6 <= 16 < 3 x 6
     core.finished(1, w, 1, ok());
-    core.schedule();
+    core.schedule(0);
     assert_eq!(dispatched(&core.take_actions())[&w], vec![3]);
     core.sanity_check().unwrap();
 }
@@ -117,8 +131,8 @@ fn higher_priority_runs_first() {
         inputs: vec![],
     }])
     .unwrap();
-    let w = core.worker_joined(0, worker(3, &[])).0;
-    core.schedule();
+    let w = core.worker_joined(0, worker(3, &[])).expect("joins").0;
+    core.schedule(0);
     assert_eq!(dispatched(&core.take_actions())[&w], vec![3, 4, 1]);
 }
 
@@ -134,13 +148,13 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
         inputs: vec![],
     }])
     .unwrap();
-    let a = core.worker_joined(0, worker(1, &[])).0;
-    core.schedule();
+    let a = core.worker_joined(0, worker(1, &[])).expect("joins").0;
+    core.schedule(0);
     core.worker_lost(0, a, "connection closed", Loss::Silent);
     core.sanity_check().unwrap();
     assert_eq!(core.job_counts(1).unwrap().queued, 1);
-    let b = core.worker_joined(10, worker(1, &[])).0;
-    core.schedule();
+    let b = core.worker_joined(10, worker(1, &[])).expect("joins").0;
+    core.schedule(0);
     core.take_actions();
     // b goes silent: the tick declares it lost, and with retries = 1 the task fails.
     core.tick(500);
@@ -161,8 +175,8 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
 fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
     let mut core = Tasks::new(Config::default());
     core.submit(vec![group(3, &[])]).unwrap();
-    let w = core.worker_joined(0, worker(1, &[])).0;
-    core.schedule();
+    let w = core.worker_joined(0, worker(1, &[])).expect("joins").0;
+    core.schedule(0);
     core.take_actions();
     assert_eq!(core.cancel_job(1), 3);
     let actions = core.take_actions();
@@ -172,7 +186,7 @@ fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
     }));
     // The slot is still held until the worker confirms.
     core.submit(vec![group(1, &[])]).unwrap();
-    core.schedule();
+    core.schedule(0);
     assert!(dispatched(&core.take_actions()).is_empty());
     assert!(core.finished(
         1,
@@ -182,7 +196,7 @@ fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
             message: "killed".into()
         }
     ));
-    core.schedule();
+    core.schedule(0);
     assert_eq!(dispatched(&core.take_actions())[&w], vec![4]);
     assert_eq!(core.job_counts(1).unwrap().canceled, 3);
     core.sanity_check().unwrap();
@@ -197,7 +211,10 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
     envs.spec.environments = vec!["big".into()];
     core.register_environment("big");
     core.submit(vec![envs]).unwrap(); // task 4: needs `big`, not evaluated yet
-    let w = core.worker_joined(0, worker(1, &[("gpu", 0)])).0;
+    let w = core
+        .worker_joined(0, worker(1, &[("gpu", 0)]))
+        .expect("joins")
+        .0;
     // A manager could start a worker with a gpu: nothing fails, however long it waits.
     assert_eq!(core.fail_unschedulable(0, 1000, |_, _| true), 0);
     assert_eq!(core.fail_unschedulable(5000, 1000, |_, _| true), 0);
@@ -215,7 +232,7 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
         assert!(message.contains("capabilities [gpu=1]"), "{message}");
     }
     // The task that fits runs; the one whose environment is still pending keeps waiting.
-    core.schedule();
+    core.schedule(0);
     assert_eq!(dispatched(&core.take_actions())[&w], vec![3]);
     assert_eq!(core.fail_unschedulable(9000, 1000, never), 0);
     assert_eq!(core.job_counts(3).unwrap().queued, 1);
@@ -236,8 +253,8 @@ fn a_component_no_held_task_uses_is_released() {
     wasm.spec.kind = TaskKind::Wasm { component: hash };
     core.submit(vec![wasm.clone()]).unwrap(); // job 1
     core.submit(vec![wasm.clone()]).unwrap(); // job 2
-    let w = core.worker_joined(0, worker(4, &[])).0;
-    core.schedule();
+    let w = core.worker_joined(0, worker(4, &[])).expect("joins").0;
+    core.schedule(0);
     for task in dispatched(&core.take_actions())[&w].clone() {
         core.finished(1, w, task, ok());
     }
@@ -285,8 +302,8 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
         inputs: vec![],
     };
     core.submit(vec![new.clone()]).unwrap();
-    core.worker_joined(0, worker(1, &[]));
-    core.schedule();
+    core.worker_joined(0, worker(1, &[])).expect("joins");
+    core.schedule(0);
     core.take_actions();
     let mut finals = Vec::new();
     let mut forgets = Vec::new();
@@ -423,7 +440,7 @@ proptest! {
         let mut lost: Vec<u64> = Vec::new();
 
         let mut apply = |core: &mut Tasks, running: &mut HashMap<u64, Vec<u64>>, live: &mut Vec<u64>| {
-            core.schedule();
+            core.schedule(0);
             for action in core.take_actions() {
                 match action {
                     Action::Dispatch { worker, tasks } => running.entry(worker).or_default().extend(tasks),
@@ -448,7 +465,7 @@ proptest! {
                     submitted += n;
                     jobs.push(n);
                 }
-                Event::Join { slots, gpu } => live.push(core.worker_joined(now, worker(slots, &[("gpu", gpu)])).0),
+                Event::Join { slots, gpu } => live.push(core.worker_joined(now, worker(slots, &[("gpu", gpu)])).expect("joins").0),
                 Event::Lose(pick) if !live.is_empty() => {
                     let w = live.remove(pick % live.len());
                     core.worker_lost(now, w, "test", Loss::Silent);
@@ -463,7 +480,7 @@ proptest! {
                     let (_, tasks) = stale.remove(pick % stale.len());
                     let mut info = worker(4, &[("gpu", 2)]);
                     info.running = tasks.clone();
-                    let (id, refused) = core.worker_joined(now, info);
+                    let (id, refused) = core.worker_joined(now, info).expect("joins");
                     live.push(id);
                     let adopted: Vec<u64> = tasks.iter().copied().filter(|t| !refused.contains(t)).collect();
                     running.entry(id).or_default().extend(adopted);
@@ -506,7 +523,7 @@ proptest! {
         }
 
         // Drain: a big worker with every capability, and every run reported.
-        let big = core.worker_joined(now, worker(64, &[("gpu", 64)])).0;
+        let big = core.worker_joined(now, worker(64, &[("gpu", 64)])).expect("joins").0;
         live.push(big);
         for _ in 0..10_000 {
             // Time passes (fenced tasks are released), and every live worker keeps in touch.
@@ -573,11 +590,11 @@ proptest! {
 fn explain_never_contradicts_itself_while_verdicts_are_pending() {
     let mut core = Tasks::new(Config::default());
     core.register_environment("big");
-    let plain = core.worker_joined(0, worker(1, &[])).0;
+    let plain = core.worker_joined(0, worker(1, &[])).expect("joins").0;
     let mut own = worker(1, &[]);
     own.name = "own".into();
     own.local_environments = vec!["gpu".into()];
-    core.worker_joined(0, own);
+    core.worker_joined(0, own).expect("joins");
     let mut big = group(1, &[]);
     big.spec.environments = vec!["big".into()];
     let (_, task, _) = core.submit(vec![big]).unwrap();

@@ -194,7 +194,9 @@ proptest! {
                             manager: Some(pool.id.clone()),
                             local_environments: vec![],
                             running: vec![],
-                        });
+                            instance: 0,
+                            ends_in_ms: None,
+                        }).expect("names are unique");
                         pool.registered.insert(name.clone(), id);
                     }
                 }
@@ -225,7 +227,7 @@ proptest! {
                     prop_assert!(pool.alive.len() <= pool.max_workers());
                 }
                 Op::Submit(count) => submit(&mut core, count),
-                Op::Schedule => core.schedule(),
+                Op::Schedule => core.schedule(0),
                 Op::Finish(i) => {
                     if !running.is_empty() {
                         let (worker, task) = running.remove(i % running.len());

@@ -46,10 +46,45 @@ struct Args {
     /// replaced, with a backoff), registered with the scheduler as a fixed pool; not scaled.
     #[arg(long, value_name = "N")]
     fixed: Option<u32>,
-    /// How to get workers: `process` (start them here) or `command` (run --start-cmd /
-    /// --stop-cmd to add and remove units of --unit-size workers through Kubernetes, Slurm, ...).
+    /// How to get workers: `process` (start them here), `slurm` (one batch job per unit of
+    /// --unit-size workers, submitted with sbatch, tracked by job id, cancelled with scancel) or
+    /// `command` (run --start-cmd / --stop-cmd to add and remove units through another engine,
+    /// e.g. Kubernetes).
     #[arg(long, value_enum, default_value = "process")]
     backend: BackendKind,
+    /// Slurm backend: the partition of each job (`sbatch --partition`).
+    #[arg(long, help_heading = "Slurm backend")]
+    partition: Option<String>,
+    /// Slurm backend: walltime of each job in minutes (`sbatch --time`). Its workers take no
+    /// task whose --timeout would outlive the job, and leave before it ends.
+    #[arg(long, value_name = "MINUTES", help_heading = "Slurm backend")]
+    time_limit: Option<u32>,
+    /// Slurm backend: `sbatch --account`.
+    #[arg(long, help_heading = "Slurm backend")]
+    account: Option<String>,
+    /// Slurm backend: `sbatch --qos`.
+    #[arg(long, help_heading = "Slurm backend")]
+    qos: Option<String>,
+    /// Slurm backend: one more sbatch argument, as given (repeatable): `--sbatch-arg=--mem=8G`.
+    #[arg(
+        long = "sbatch-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        help_heading = "Slurm backend"
+    )]
+    sbatch_args: Vec<String>,
+    /// Slurm backend: where each job's own log goes (`sbatch --output`; `%j` is the job id).
+    #[arg(
+        long,
+        default_value = "/dev/null",
+        value_name = "PATH",
+        help_heading = "Slurm backend"
+    )]
+    job_output: String,
+    /// Slurm backend: the `worker-manager` each job runs (default: this executable, which must
+    /// be at the same path on the compute nodes, as must the access file and --worker-command).
+    #[arg(long, value_name = "PATH", help_heading = "Slurm backend")]
+    job_manager_command: Option<PathBuf>,
     /// Command backend: adds one unit. Placeholders: {count} {worker_type} {manager_id}
     /// {address} {access_file} {unit}. The unit must run
     /// `worker-manager --fixed {count} --id {manager_id} --unit {unit}` where its workers run.
@@ -58,16 +93,27 @@ struct Args {
     /// Command backend: removes one unit (same placeholders).
     #[arg(long, value_name = "TEMPLATE", required_if_eq("backend", "command"))]
     stop_cmd: Option<String>,
-    /// Command backend: workers per unit.
+    /// Slurm and command backends: workers per unit (per batch job).
     #[arg(long, default_value_t = 1)]
     unit_size: u32,
-    /// Command backend: seconds a unit may take to register before it is stopped as failed.
+    /// Slurm and command backends: seconds a unit may take to register (its queue wait
+    /// included) before it is cancelled as failed; the manager then backs off with no capacity,
+    /// so the waterfall spills to the next tier.
     #[arg(long, default_value = "120", value_parser = positive_seconds, value_name = "SECONDS")]
     unit_timeout: Duration,
-    /// Fixed mode inside a command-backend unit: name workers ID-UNIT-N; the manager that
-    /// started the unit reports them, so this one does not register.
+    /// Fixed mode inside a unit: name workers ID-UNIT-N; the manager that started the unit
+    /// reports them, so this one does not register.
     #[arg(long, requires = "fixed")]
     unit: Option<String>,
+    /// Fixed mode inside a unit: how long the allocation has left, in seconds or Slurm's
+    /// `[D-]HH:MM:SS` (what `squeue -o %L` prints; `UNLIMITED` or empty for no end). Its
+    /// workers take no task whose --timeout would outlive it, and leave before the end.
+    #[arg(long, requires = "unit", value_name = "TIME")]
+    time_left: Option<String>,
+    /// Seconds before the end of a unit's allocation (its walltime) that its workers stop
+    /// taking tasks and leave, requeueing what still runs without spending a retry.
+    #[arg(long, default_value = "30", value_parser = seconds, value_name = "SECONDS")]
+    leave_before: Duration,
     /// The worker executable (default: `worker` beside this one).
     #[arg(long, value_name = "PATH")]
     worker_command: Option<PathBuf>,
@@ -89,6 +135,7 @@ fn main() -> ExitCode {
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum BackendKind {
     Process,
+    Slurm,
     Command,
 }
 
@@ -100,6 +147,24 @@ fn parse_cap(text: &str) -> Result<u32> {
         Ok(0) => bail!("--max-task-concurrency 0 would never run a task: give at least 1, or -1"),
         Ok(cap) => Ok(cap),
         Err(_) => bail!("--max-task-concurrency `{text}`: a whole number, -1 or unlimited"),
+    }
+}
+
+/// `--time-left`: seconds, or Slurm's `[D-]HH:MM:SS`; `UNLIMITED`, `NOT_SET` or empty: no end.
+fn time_left(text: &str) -> Result<Option<Duration>> {
+    let text = text.trim();
+    if text.is_empty() || text == "UNLIMITED" || text == "NOT_SET" {
+        return Ok(None);
+    }
+    if let Ok(seconds) = text.parse::<f64>()
+        && seconds.is_finite()
+        && seconds >= 0.0
+    {
+        return Ok(Some(Duration::from_secs_f64(seconds)));
+    }
+    match weir::manager::slurm::parse_time_left(text) {
+        Some(left) => Ok(Some(left)),
+        None => bail!("--time-left `{text}`: seconds, or [DAYS-]HOURS:MINUTES:SECONDS"),
     }
 }
 
@@ -155,9 +220,20 @@ fn run(args: Args) -> Result<()> {
         environments,
         fixed: args.fixed,
         worker_command,
-        access_file: args.common.access_file.clone(),
+        // A batch job starts elsewhere: give it paths that do not depend on a directory.
+        access_file: if args.backend == BackendKind::Slurm {
+            std::path::absolute(&args.common.access_file).context("--access-file")?
+        } else {
+            args.common.access_file.clone()
+        },
         heartbeat_interval: args.heartbeat_interval,
         unit: args.unit.clone(),
+        ends_at: match &args.time_left {
+            Some(text) => time_left(text)?
+                .map(|left| std::time::Instant::now() + left.saturating_sub(args.leave_before)),
+            None => None,
+        },
+        leave_before: args.leave_before,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     if args.fixed.is_some() && args.unit.is_some() {
@@ -172,6 +248,27 @@ fn run(args: Args) -> Result<()> {
         let backend = match args.backend {
             BackendKind::Process => {
                 weir::manager::Backend::Process(weir::manager::Pool::new(settings))
+            }
+            BackendKind::Slurm => {
+                if args.unit_size == 0 {
+                    bail!("--unit-size must be at least 1");
+                }
+                let manager_command = match args.job_manager_command.clone() {
+                    Some(path) => path,
+                    None => std::env::current_exe().context("cannot find this executable")?,
+                };
+                let slurm = weir::manager::slurm::SlurmBackend {
+                    partition: args.partition.clone(),
+                    time_limit: args.time_limit,
+                    account: args.account.clone(),
+                    qos: args.qos.clone(),
+                    sbatch_args: args.sbatch_args.clone(),
+                    unit_size: args.unit_size,
+                    unit_timeout: args.unit_timeout,
+                    job_output: args.job_output.clone(),
+                    manager_command,
+                };
+                weir::manager::Backend::Slurm(weir::manager::slurm::Jobs::new(settings, slurm))
             }
             BackendKind::Command => {
                 if args.unit_size == 0 {

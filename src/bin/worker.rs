@@ -73,6 +73,11 @@ struct Args {
     /// they are requeued without spending a retry.
     #[arg(long, default_value = "1", value_parser = weir::config::seconds, value_name = "SECONDS")]
     signal_grace: Duration,
+    /// This worker's allocation ends in this many seconds (its manager sets it inside a Slurm
+    /// job with a time limit): it is given no task whose --timeout would outlive that, and then
+    /// it leaves like on SIGTERM (what still runs is requeued, spending no retry).
+    #[arg(long, value_parser = weir::config::seconds, value_name = "SECONDS")]
+    ends_in: Option<Duration>,
     /// Evaluate the conditions on this machine, print the verdicts, and exit.
     #[arg(long)]
     check: bool,
@@ -144,6 +149,10 @@ fn run(args: Args) -> Result<()> {
             manager: args.manager,
             local_environments: Vec::new(),
             running: Vec::new(),
+            instance: getrandom::u64().map_err(|e| {
+                anyhow::anyhow!("cannot draw this worker's random instance id: {e}")
+            })?,
+            ends_in_ms: None,
         },
         heartbeat_interval: args.heartbeat_interval,
         output_limit: args.output_limit,
@@ -155,6 +164,7 @@ fn run(args: Args) -> Result<()> {
         cpus: args.cpus,
         no_execute: args.no_execute,
         signal_grace: args.signal_grace,
+        ends_at: args.ends_in.map(|left| std::time::Instant::now() + left),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reconnect = args.reconnect_timeout;

@@ -1,13 +1,14 @@
-//! How a manager gets workers: processes of its own ([`Pool`]), or units through the operator's
-//! commands ([`command::Units`]).
+//! How a manager gets workers: processes of its own ([`Pool`]), units through the operator's
+//! commands ([`command::Units`]), or Slurm batch jobs ([`slurm::Jobs`]).
 
-use super::{ManagerError, Pool, Settings, command};
+use super::{ManagerError, Pool, Settings, command, slurm};
 use crate::proto::ManagerState;
 
 /// How a dynamic manager gets workers: processes of its own, or units through commands.
 pub enum Backend {
     Process(Pool),
     Command(command::Units),
+    Slurm(slurm::Jobs),
 }
 
 impl Backend {
@@ -15,6 +16,7 @@ impl Backend {
         match self {
             Backend::Process(pool) => &pool.settings,
             Backend::Command(units) => &units.settings,
+            Backend::Slurm(jobs) => &jobs.settings,
         }
     }
 
@@ -22,6 +24,7 @@ impl Backend {
         match self {
             Backend::Process(pool) => pool.state(),
             Backend::Command(units) => units.state(),
+            Backend::Slurm(jobs) => jobs.state(),
         }
     }
 
@@ -37,6 +40,10 @@ impl Backend {
                 units.apply(desired, stop, registered).await;
                 Ok(())
             }
+            Backend::Slurm(jobs) => {
+                jobs.apply(desired, stop, registered).await;
+                Ok(())
+            }
         }
     }
 
@@ -44,6 +51,7 @@ impl Backend {
         match self {
             Backend::Process(pool) => pool.stop_all().await,
             Backend::Command(units) => units.stop_all().await,
+            Backend::Slurm(jobs) => jobs.stop_all().await,
         }
     }
 }

@@ -29,8 +29,43 @@ pub enum CommandError {
         status: ExitStatus,
         stderr: String,
     },
+    #[error("`{command}` did not finish within a minute")]
+    TimedOut { command: String },
+    #[error("`{command}` printed `{output}`, not what was expected")]
+    Output { command: String, output: String },
+    #[error("cannot write the unit's script: {error}")]
+    Script { error: String },
     #[error("unit {unit} did not register within {timeout:?}")]
     Late { unit: String, timeout: Duration },
+    #[error("unit {unit} ended before any of its workers registered")]
+    Ended { unit: String },
+}
+
+/// After a failure of the backend: no capacity and no new unit for a while (1 s, doubling with
+/// each failure in a row to 60 s), so the waterfall spills to the next tier meanwhile.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    failures: u32,
+    until: Option<Instant>,
+}
+
+impl Backoff {
+    pub fn active(&self) -> bool {
+        self.until.is_some_and(|until| Instant::now() < until)
+    }
+
+    pub fn fail(&mut self, error: &CommandError) {
+        self.failures += 1;
+        let delay = Duration::from_secs(1 << self.failures.min(7).saturating_sub(1))
+            .min(Duration::from_secs(60));
+        tracing::warn!(%error, failures = self.failures, ?delay, "backend failure; backing off (no capacity meanwhile)");
+        self.until = Some(Instant::now() + delay);
+    }
+
+    /// A unit started: failures in a row start again from zero.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -57,8 +92,7 @@ pub struct Units {
     backend: CommandBackend,
     units: Vec<Unit>,
     next: u64,
-    failures: u32,
-    backoff_until: Option<Instant>,
+    backoff: Backoff,
 }
 
 impl Units {
@@ -68,8 +102,7 @@ impl Units {
             backend,
             units: Vec::new(),
             next: 0,
-            failures: 0,
-            backoff_until: None,
+            backoff: Backoff::default(),
         }
     }
 
@@ -114,26 +147,13 @@ impl Units {
         }
     }
 
-    fn backing_off(&self) -> bool {
-        self.backoff_until
-            .is_some_and(|until| Instant::now() < until)
-    }
-
-    fn failed(&mut self, error: &CommandError) {
-        self.failures += 1;
-        let delay = Duration::from_secs(1 << self.failures.min(6).saturating_sub(1))
-            .min(Duration::from_secs(60));
-        tracing::warn!(%error, failures = self.failures, ?delay, "backend failure; backing off (no capacity meanwhile)");
-        self.backoff_until = Some(Instant::now() + delay);
-    }
-
     pub fn state(&self) -> ManagerState {
         let s = &self.settings;
         ManagerState {
             id: s.id.clone(),
             worker_type: s.worker_type.clone(),
             // While backing off after a failure: no capacity, so the waterfall spills past us.
-            max_task_concurrency: if self.backing_off() {
+            max_task_concurrency: if self.backoff.active() {
                 0
             } else {
                 s.max_task_concurrency
@@ -168,7 +188,7 @@ impl Units {
             .collect();
         for unit in late {
             self.stop_unit(&unit).await;
-            self.failed(&CommandError::Late { unit, timeout });
+            self.backoff.fail(&CommandError::Late { unit, timeout });
         }
         // Units whose registered workers were all drained by the scheduler: stop them.
         let drained: Vec<String> = self
@@ -194,7 +214,7 @@ impl Units {
             self.stop_unit(&unit).await;
         }
         // Too few: start units, unless backing off.
-        while self.units.len() < wanted && !self.backing_off() {
+        while self.units.len() < wanted && !self.backoff.active() {
             self.next += 1;
             let unit = format!("u{}", self.next);
             match self.run(&self.backend.start.clone(), &unit).await {
@@ -205,10 +225,10 @@ impl Units {
                         started: Instant::now(),
                         registered: false,
                     });
-                    self.failures = 0;
+                    self.backoff.reset();
                 }
                 Err(error) => {
-                    self.failed(&error);
+                    self.backoff.fail(&error);
                     break;
                 }
             }

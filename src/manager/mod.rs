@@ -11,7 +11,7 @@
 //! workers.
 //!
 //! `plan.rs` is the pure convergence step, `pool.rs` the process backend, `command.rs` the
-//! command backend, `backend.rs` the choice between them, `session.rs` the sessions with the
+//! command backend, `slurm.rs` the Slurm backend, `backend.rs` the choice between them, `session.rs` the sessions with the
 //! scheduler.
 
 mod backend;
@@ -19,6 +19,7 @@ pub mod command;
 mod plan;
 mod pool;
 mod session;
+pub mod slurm;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -50,6 +51,11 @@ pub struct Settings {
     pub heartbeat_interval: Duration,
     /// Fixed mode inside a unit of the command backend: workers are named `ID-UNIT-N`.
     pub unit: Option<String>,
+    /// Inside a unit with a walltime: when its workers leave (the allocation's end less
+    /// `--leave-before`). Each worker is told (`--ends-in`), and the unit stops then.
+    pub ends_at: Option<std::time::Instant>,
+    /// Slurm backend: seconds before the walltime its units' workers leave (`--leave-before`).
+    pub leave_before: Duration,
 }
 
 impl Settings {

@@ -71,6 +71,10 @@ impl Pool {
         for env in &s.env_plugin_flags {
             command.args(["--env-plugin", env]);
         }
+        if let Some(end) = s.ends_at {
+            let left = end.saturating_duration_since(Instant::now());
+            command.args(["--ends-in", &format!("{:.3}", left.as_secs_f64())]);
+        }
         #[cfg(target_os = "linux")]
         // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the worker when
         // this manager dies, so no worker outlives its manager.
@@ -188,12 +192,17 @@ impl Pool {
         let alive = self.names();
         self.ever_registered.retain(|name| alive.contains(name));
         let known: Vec<String> = self.ever_registered.iter().cloned().collect();
+        // Past the end of the allocation nothing new starts (the unit is leaving).
+        let ending = self
+            .settings
+            .ends_at
+            .is_some_and(|end| Instant::now() >= end);
         let plan = plan(
             &alive,
             desired,
             stop,
             &known,
-            Instant::now() >= self.not_before,
+            Instant::now() >= self.not_before && !ending,
         );
         for name in &plan.stop {
             self.stop(name);

@@ -94,15 +94,22 @@ pub async fn run_dynamic(
     Ok(end)
 }
 
-/// Fixed mode inside a unit of the command backend: keep the workers alive until a signal
-/// (the dynamic manager that started the unit reports them to the scheduler).
+/// Fixed mode inside a unit: keep the workers alive until a signal, or until the allocation
+/// ends (`--time-left`, less `--leave-before`): then its workers leave (they know the moment
+/// too) and so does the unit, so the cluster engine's job ends and the manager that started it
+/// replaces it if still wanted. (That manager reports the workers to the scheduler.)
 pub async fn run_unit(mut pool: Pool) -> Result<Signal, ManagerError> {
     let mut signals = Signals::term_and_int().map_err(NetError::from)?;
     let mut ticker = tokio::time::interval(pool.settings.heartbeat_interval);
+    let end = pool.settings.ends_at.map(tokio::time::Instant::from_std);
     let signal = loop {
         tokio::select! {
             _ = ticker.tick() => pool.converge(0, &[], &[])?,
             signal = signals.recv() => break signal,
+            () = async { match end {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            } } => break Signal::EndOfAllocation,
         }
     };
     pool.stop_all().await;

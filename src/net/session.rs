@@ -11,11 +11,14 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::{AccessFile, LinkEnd, NetError};
 
-/// A signal that stops a worker or a manager.
+/// A signal that stops a worker or a manager (or the end of its allocation, which stops it
+/// the same way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signal {
     Term,
     Int,
+    /// `--ends-in` / `--time-left` ran out: the cluster engine ends the allocation soon.
+    EndOfAllocation,
 }
 
 impl fmt::Display for Signal {
@@ -23,6 +26,7 @@ impl fmt::Display for Signal {
         f.write_str(match self {
             Signal::Term => "SIGTERM",
             Signal::Int => "SIGINT",
+            Signal::EndOfAllocation => "the end of its allocation",
         })
     }
 }

@@ -17,6 +17,9 @@ use crate::proto::{
     WorkerInfo,
 };
 
+/// The answer to a joining worker's connection: its id, or why it is refused.
+pub(crate) type JoinReply = oneshot::Sender<Result<WorkerId, String>>;
+
 /// Messages from connection tasks (and the policy thread, and `/metrics`) to the actor: the
 /// core's own inputs, and those that bring a channel the actor keeps.
 pub(crate) enum Event {
@@ -25,7 +28,7 @@ pub(crate) enum Event {
     WorkerJoined {
         info: WorkerInfo,
         frames: mpsc::UnboundedSender<ToWorker>,
-        reply: oneshot::Sender<WorkerId>,
+        reply: JoinReply,
     },
     Request {
         request: Request,
@@ -55,7 +58,7 @@ pub(super) struct Actor {
     pub core: Scheduler,
     pub started: Instant,
     /// Worker connections waiting for their id.
-    joining: HashMap<ConnectionId, (mpsc::UnboundedSender<ToWorker>, oneshot::Sender<WorkerId>)>,
+    joining: HashMap<ConnectionId, (mpsc::UnboundedSender<ToWorker>, JoinReply)>,
     workers: HashMap<WorkerId, mpsc::UnboundedSender<ToWorker>>,
     clients: HashMap<ClientId, mpsc::UnboundedSender<Response>>,
     managers: HashMap<String, mpsc::UnboundedSender<ToManager>>,
@@ -271,7 +274,12 @@ impl Actor {
                 Action::Registered { connection, worker } => {
                     if let Some((frames, reply)) = self.joining.remove(&connection) {
                         self.workers.insert(worker, frames);
-                        let _ = reply.send(worker);
+                        let _ = reply.send(Ok(worker));
+                    }
+                }
+                Action::Refused { connection, reason } => {
+                    if let Some((_, reply)) = self.joining.remove(&connection) {
+                        let _ = reply.send(Err(reason));
                     }
                 }
                 Action::ToWorker { worker, message } => {

@@ -189,8 +189,13 @@ async fn worker_session(
     {
         return Ok(());
     }
-    let Ok(worker) = joined.await else {
-        return Ok(());
+    let worker = match joined.await {
+        Ok(Ok(worker)) => worker,
+        Ok(Err(reason)) => {
+            connection.close(1u32.into(), reason.as_bytes());
+            return Ok(());
+        }
+        Err(_) => return Ok(()),
     };
     let (reason, from_peer) = loop {
         match link.next().await {

@@ -58,6 +58,10 @@ pub struct Settings {
     /// the worker's own stop signal before it is reported: an engine that stops the worker
     /// signals its tasks too, and then they are requeued, not failed.
     pub signal_grace: Duration,
+    /// When this worker leaves by itself (`--ends-in`: its allocation ends soon after). It is
+    /// given no task whose timeout would outlive this, and at this moment it stops like on
+    /// SIGTERM: what still runs is requeued without spending a retry.
+    pub ends_at: Option<std::time::Instant>,
 }
 
 pub(crate) struct Group {

@@ -43,6 +43,10 @@ impl Worker {
             .copied()
             .chain(unsent.iter().map(|(task, _)| *task))
             .collect();
+        info.ends_in_ms = self.settings.ends_at.map(|end| {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+        });
         let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
         let _ = outgoing.send(FromWorker::Register(info));
         let (id, lease_ms) = match link.next().await.map_err(NetError::from)? {
@@ -91,9 +95,17 @@ impl Worker {
         let mut held: Vec<(TaskId, Outcome)> = Vec::new();
         let grace = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(grace);
+        let leave = self.settings.ends_at.map(tokio::time::Instant::from_std);
         let end = loop {
             tokio::select! {
                 signal = signals.recv() => break SessionEnd::Stopped(signal),
+                () = async { match leave {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                } } => {
+                    tracing::info!(running = self.running.len(), "the allocation ends: leaving (what still runs is requeued)");
+                    break SessionEnd::Stopped(net::Signal::EndOfAllocation);
+                }
                 () = &mut grace, if !held.is_empty() => {
                     let batch = std::mem::take(&mut held);
                     self.report(&outgoing, batch);

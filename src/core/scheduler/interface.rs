@@ -135,6 +135,12 @@ pub enum Action {
         connection: ConnectionId,
         worker: WorkerId,
     },
+    /// The connection is refused (a second worker of a live worker's name): close it, saying
+    /// why.
+    Refused {
+        connection: ConnectionId,
+        reason: String,
+    },
     ToWorker {
         worker: WorkerId,
         message: ToWorker,

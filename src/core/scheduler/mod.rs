@@ -179,7 +179,7 @@ impl Scheduler {
             } => self.policy_swapped(client, policy, result),
             Input::Timeout => self.timeout(now),
             Input::EndOfBatch => {
-                self.tasks.schedule();
+                self.tasks.schedule(now);
                 self.flush();
                 self.settle_worker_waits();
             }

@@ -12,7 +12,17 @@ impl Scheduler {
     pub(super) fn worker_joined(&mut self, now: u64, connection: ConnectionId, info: WorkerInfo) {
         tracing::info!(name = %info.name, slots = info.slots, "worker joined");
         let claimed = info.running.len();
-        let (worker, refused) = self.tasks.worker_joined(now, info);
+        let (worker, refused) = match self.tasks.worker_joined(now, info) {
+            Ok(joined) => joined,
+            Err(taken) => {
+                tracing::warn!(%taken, "worker refused");
+                self.actions.push_back(Action::Refused {
+                    connection,
+                    reason: taken.to_string(),
+                });
+                return;
+            }
+        };
         if claimed > 0 {
             tracing::info!(
                 worker,

@@ -38,7 +38,7 @@ use crate::proto::{
 pub use environments::EnvSource;
 use schedule::could_ever_run;
 pub use submit::{Group, Inputs, SubmitError};
-pub use workers::WorkerView;
+pub use workers::{NameTaken, WorkerView};
 use workers::{Worker, amount};
 
 /// Most tasks one submission may create.
@@ -176,6 +176,8 @@ impl JobError {
 struct Class {
     capabilities: Vec<(String, u64)>,
     environments: Vec<String>,
+    /// The tasks' timeout (0: none): a worker that leaves sooner is not given them.
+    timeout_ms: u64,
 }
 
 /// What the journal records as the outcome of a task whose job was forgotten.

@@ -23,8 +23,8 @@ pub(super) fn could_ever_run(
 }
 
 impl Tasks {
-    /// Place queued tasks on workers with room.
-    pub fn schedule(&mut self) {
+    /// Place queued tasks on workers with room (and time left for them).
+    pub fn schedule(&mut self, now: u64) {
         if !self.workers.values().any(|w| w.free_slots > 0) {
             return;
         }
@@ -33,7 +33,7 @@ impl Tasks {
         for (key, queue) in self.queues.iter_mut() {
             let class = &self.classes[key.1];
             for (worker_id, worker) in self.workers.iter_mut() {
-                while worker.fits(class) {
+                while worker.fits(class, now) {
                     let Some(id) = queue.pop_front() else { break };
                     let Some(task) = self.tasks.get_mut(id) else {
                         continue; // canceled while queued, and its job forgotten since

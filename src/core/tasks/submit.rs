@@ -230,6 +230,7 @@ impl Tasks {
         let class = Class {
             capabilities,
             environments,
+            timeout_ms: spec.timeout_ms,
         };
         match self.classes.iter().position(|c| *c == class) {
             Some(index) => index,

@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// A worker registered under the name of a live worker that is another process.
+#[derive(Debug, thiserror::Error)]
+#[error("a worker named `{name}` is already connected{}: worker names must be unique", .manager.as_ref().map(|m| format!(" (of manager `{m}`)")).unwrap_or_default())]
+pub struct NameTaken {
+    pub name: String,
+    pub manager: Option<String>,
+}
+
 pub(super) struct Worker {
     pub(super) info: WorkerInfo,
     pub(super) free_slots: u32,
@@ -17,6 +25,8 @@ pub(super) struct Worker {
     pub(super) idle_since: Option<u64>,
     /// Being stopped by its manager: takes no new task.
     pub(super) draining: bool,
+    /// When it leaves (the end of its allocation): it takes no task whose timeout ends later.
+    pub(super) ends_at: Option<u64>,
 }
 
 impl Worker {
@@ -30,9 +40,19 @@ impl Worker {
             || known.get(environment) == Some(&EnvSource::Registered)
     }
 
-    pub(super) fn fits(&self, class: &Class) -> bool {
+    /// Whether a task of `class` started `now` ends (by its timeout) before this worker leaves.
+    /// A task without a timeout may run anywhere.
+    pub(super) fn outlives(&self, class: &Class, now: u64) -> bool {
+        match self.ends_at {
+            Some(end) if class.timeout_ms > 0 => now.saturating_add(class.timeout_ms) <= end,
+            _ => true,
+        }
+    }
+
+    pub(super) fn fits(&self, class: &Class, now: u64) -> bool {
         !self.draining
             && self.free_slots > 0
+            && self.outlives(class, now)
             && class
                 .capabilities
                 .iter()
@@ -100,15 +120,30 @@ impl Tasks {
     /// A worker registered. It may claim tasks it runs from before (it reconnected, or this
     /// scheduler restarted): each claimed task that is waiting (queued or fenced) is adopted —
     /// running there, its slot and amounts taken, no new attempt counted. A live worker of the
-    /// same name that holds claimed tasks is an earlier connection of the same worker: it is
-    /// replaced, its claimed tasks move over and the rest are requeued. Returns the new id and the claimed tasks the worker
-    /// must stop (finished, canceled, or running elsewhere by now).
-    pub fn worker_joined(&mut self, now: u64, info: WorkerInfo) -> (WorkerId, Vec<TaskId>) {
+    /// same name and instance is an earlier connection of the same worker: it is replaced, its
+    /// claimed tasks move over and the rest are requeued. A live worker of the same name and
+    /// another instance is another process: names are unique, so this one is refused.
+    /// Returns the new id and the claimed tasks the worker must stop (finished, canceled, or
+    /// running elsewhere by now).
+    pub fn worker_joined(
+        &mut self,
+        now: u64,
+        info: WorkerInfo,
+    ) -> Result<(WorkerId, Vec<TaskId>), NameTaken> {
+        if let Some(other) = self
+            .workers
+            .values()
+            .find(|w| w.info.name == info.name && w.info.instance != info.instance)
+        {
+            return Err(NameTaken {
+                name: info.name,
+                manager: other.info.manager.clone(),
+            });
+        }
         let earlier: Vec<WorkerId> = self
             .workers
             .iter()
-            .filter(|(_, w)| w.info.name == info.name && w.info.manager == info.manager)
-            .filter(|(_, w)| info.running.iter().any(|t| w.running.contains(t)))
+            .filter(|(_, w)| w.info.name == info.name)
             .map(|(id, _)| *id)
             .collect();
         for old in earlier {
@@ -152,6 +187,7 @@ impl Tasks {
                 .or_insert(EnvSource::Worker);
         }
         let claims = info.running.clone();
+        let ends_at = info.ends_in_ms.map(|ms| now.saturating_add(ms));
         let worker = Worker {
             free_slots: info.slots,
             free: info.capabilities.clone(),
@@ -163,6 +199,7 @@ impl Tasks {
             last_seen: now,
             idle_since: Some(now),
             draining: false,
+            ends_at,
         };
         self.workers.insert(id, worker);
         let mut refused = Vec::new();
@@ -201,7 +238,7 @@ impl Tasks {
                 w.idle_since = None;
             }
         }
-        (id, refused)
+        Ok((id, refused))
     }
 
     pub fn heartbeat(&mut self, now: u64, worker: WorkerId) {

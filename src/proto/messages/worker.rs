@@ -17,6 +17,13 @@ pub struct WorkerInfo {
     /// worker that reconnects, or a scheduler that restarted, re-adopts them instead of running
     /// them again elsewhere.
     pub running: Vec<TaskId>,
+    /// Random per worker process: a registration under the name of a live worker is the same
+    /// worker reconnecting when this matches, and is refused as a second worker of that name
+    /// when it does not.
+    pub instance: u64,
+    /// Milliseconds it may still run tasks (the end of its allocation, less a margin to leave
+    /// cleanly): it is given no task whose timeout would outlive that. `None`: no end.
+    pub ends_in_ms: Option<u64>,
 }
 
 /// One task for a worker to run; the group's spec was sent before (`ToWorker::Group`).

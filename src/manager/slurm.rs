@@ -1,0 +1,445 @@
+//! The Slurm backend: one batch job per unit of workers, submitted with `sbatch --parsable`,
+//! tracked by job id with `squeue` and cancelled by id with `scancel`.
+//!
+//! Each job runs `worker-manager --fixed N --unit $SLURM_JOB_ID ...` on the node Slurm gives it,
+//! so its workers register as `{manager_id}-{job_id}-{n}`: unique for as long as Slurm's job ids
+//! are, across restarts of this manager. Every job carries the name `weir-{manager_id}`; a job of
+//! that name this manager does not know (it restarted, or lost track) is adopted, not submitted
+//! again.
+//!
+//! Each poll (every heartbeat interval) asks `squeue` for the jobs of this manager:
+//! - a job no longer listed ended (scancel from outside, preemption, walltime, a node failure):
+//!   it is forgotten and, if still wanted, replaced in the same poll. One that ended before any
+//!   of its workers registered counts as a failure;
+//! - a job none of whose workers registered within `--unit-timeout` (a long queue wait, a held
+//!   job) is cancelled and counts as a failure.
+//!
+//! After a failure the manager backs off (1 s, doubling to 60 s) and reports no capacity, so the
+//! waterfall spills to the next tier until Slurm recovers. A job with a registered worker is
+//! cancelled only when the scheduler has drained all of its workers.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::Settings;
+use super::command::{Backoff, CommandError};
+use crate::proto::ManagerState;
+
+/// The `sbatch` knobs of `worker-manager --backend slurm`.
+#[derive(Clone, Debug, Default)]
+pub struct SlurmBackend {
+    /// `--partition`.
+    pub partition: Option<String>,
+    /// `--time` in minutes: the walltime of each job.
+    pub time_limit: Option<u32>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    /// More `sbatch` arguments, passed as given (`--constraint=...`, `--mem=...`).
+    pub sbatch_args: Vec<String>,
+    /// Workers per job.
+    pub unit_size: u32,
+    pub unit_timeout: Duration,
+    /// Where each job's own log goes (`sbatch --output`; `%j` is the job id).
+    pub job_output: String,
+    /// The `worker-manager` the job runs (this executable, on a shared file system).
+    pub manager_command: PathBuf,
+}
+
+/// One batch job of this manager.
+#[derive(Debug)]
+struct Job {
+    id: String,
+    /// When it was submitted (or adopted): the unit timeout counts from here.
+    since: Instant,
+    registered: bool,
+}
+
+/// The batch jobs of a Slurm-backed manager.
+pub struct Jobs {
+    pub(super) settings: Settings,
+    slurm: SlurmBackend,
+    jobs: Vec<Job>,
+    backoff: Backoff,
+}
+
+/// A job as `squeue` lists it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub id: String,
+    pub state: String,
+}
+
+/// Parse `squeue -h -o '%i %T'`: one job a line, id then state. Lines that are not two words
+/// are skipped (and said).
+pub fn parse_squeue(text: &str) -> Vec<Listed> {
+    let mut jobs = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some(id), Some(state), None) => jobs.push(Listed {
+                id: id.to_string(),
+                state: state.to_string(),
+            }),
+            _ => tracing::warn!(%line, "squeue printed a line that is not `ID STATE`; ignored"),
+        }
+    }
+    jobs
+}
+
+/// The job id `sbatch --parsable` printed: `ID` or `ID;CLUSTER`.
+pub fn parse_sbatch(text: &str) -> Option<String> {
+    let id = text.trim().split(';').next()?.trim();
+    (!id.is_empty() && id.chars().all(|c| c.is_ascii_digit() || c == '_')).then(|| id.to_string())
+}
+
+/// Slurm's time left (`squeue -o %L`): `[DAYS-][HOURS:]MINUTES:SECONDS`; `None` for
+/// `UNLIMITED`, `NOT_SET` or anything else.
+pub fn parse_time_left(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (days, rest) = match text.split_once('-') {
+        Some((days, rest)) => (days.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let (hours, minutes, seconds) = match parts[..] {
+        [h, m, s] => (h, m, s),
+        [m, s] => (0, m, s),
+        _ => return None,
+    };
+    Some(Duration::from_secs(
+        ((days * 24 + hours) * 60 + minutes) * 60 + seconds,
+    ))
+}
+
+impl Jobs {
+    pub fn new(settings: Settings, slurm: SlurmBackend) -> Jobs {
+        Jobs {
+            settings,
+            slurm,
+            jobs: Vec::new(),
+            backoff: Backoff::default(),
+        }
+    }
+
+    fn job_name(&self) -> String {
+        format!("weir-{}", self.settings.id)
+    }
+
+    fn names(&self, job: &str) -> Vec<String> {
+        (1..=self.slurm.unit_size)
+            .map(|n| format!("{}-{job}-{n}", self.settings.id))
+            .collect()
+    }
+
+    /// The batch script: the fixed manager of one unit, named by its job id.
+    pub fn script(&self) -> Result<String, CommandError> {
+        let s = &self.settings;
+        let mut args: Vec<String> = vec![
+            self.slurm.manager_command.display().to_string(),
+            "--fixed".into(),
+            self.slurm.unit_size.to_string(),
+            "--id".into(),
+            s.id.clone(),
+            "--worker-type".into(),
+            s.worker_type.clone(),
+            "--slots".into(),
+            s.slots.to_string(),
+            "--access-file".into(),
+            s.access_file.display().to_string(),
+            "--worker-command".into(),
+            s.worker_command.display().to_string(),
+            "--leave-before".into(),
+            format!("{:.3}", s.leave_before.as_secs_f64()),
+        ];
+        if !s.worker_capabilities_flag.is_empty() {
+            args.extend(["--capabilities".into(), s.worker_capabilities_flag.clone()]);
+        }
+        for env in &s.env_plugin_flags {
+            args.extend(["--env-plugin".into(), env.clone()]);
+        }
+        let quoted = shlex::try_join(args.iter().map(String::as_str)).map_err(|error| {
+            CommandError::Script {
+                error: error.to_string(),
+            }
+        })?;
+        // The walltime left is asked of Slurm from inside the job: its workers take no task
+        // whose timeout would outlive the allocation, and leave before it ends.
+        Ok(format!(
+            "#!/bin/sh\n\
+             # weir unit of manager {id}: {count} worker(s); stopped by `scancel`.\n\
+             exec {quoted} --unit \"$SLURM_JOB_ID\" \\\n  --time-left \"$(squeue -h -j \"$SLURM_JOB_ID\" -o %L)\"\n",
+            id = s.id,
+            count = self.slurm.unit_size,
+        ))
+    }
+
+    fn sbatch_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--parsable".to_string(),
+            format!("--job-name={}", self.job_name()),
+            format!("--output={}", self.slurm.job_output),
+            "--nodes=1".to_string(),
+        ];
+        let knobs = [
+            ("--partition", self.slurm.partition.clone()),
+            ("--time", self.slurm.time_limit.map(|m| m.to_string())),
+            ("--account", self.slurm.account.clone()),
+            ("--qos", self.slurm.qos.clone()),
+        ];
+        for (flag, value) in knobs {
+            if let Some(value) = value {
+                args.push(format!("{flag}={value}"));
+            }
+        }
+        args.extend(self.slurm.sbatch_args.iter().cloned());
+        args
+    }
+
+    async fn sbatch(&self) -> Result<String, CommandError> {
+        let script = self.script()?;
+        let args = self.sbatch_args();
+        let out = run("sbatch", &args, Some(script)).await?;
+        parse_sbatch(&out).ok_or_else(|| CommandError::Output {
+            command: format!("sbatch {}", args.join(" ")),
+            output: out,
+        })
+    }
+
+    /// This manager's jobs Slurm still has (pending, running, completing...).
+    async fn squeue(&self) -> Result<Vec<Listed>, CommandError> {
+        let name = format!("--name={}", self.job_name());
+        let args = ["-h", "-o", "%i %T", &name].map(String::from);
+        Ok(parse_squeue(&run("squeue", &args, None).await?))
+    }
+
+    async fn scancel(&self, job: &str) {
+        if let Err(error) = run("scancel", &[job.to_string()], None).await {
+            tracing::warn!(job, %error, "scancel failed");
+        }
+    }
+
+    pub fn state(&self) -> ManagerState {
+        let s = &self.settings;
+        ManagerState {
+            id: s.id.clone(),
+            worker_type: s.worker_type.clone(),
+            // While backing off after a failure: no capacity, so the waterfall spills past us.
+            max_task_concurrency: if self.backoff.active() {
+                0
+            } else {
+                s.max_task_concurrency
+            },
+            worker_slots: s.slots,
+            capabilities: s.capabilities.clone(),
+            workers: self.jobs.iter().flat_map(|j| self.names(&j.id)).collect(),
+            environments: s.environments.clone(),
+            fixed: None,
+            exited: Vec::new(),
+        }
+    }
+
+    /// Poll Slurm, then move toward `desired` workers in whole jobs. A failed command is not an
+    /// error of the manager: it backs off.
+    pub async fn apply(&mut self, desired: u32, stop: &[String], registered: &[String]) {
+        match self.squeue().await {
+            Ok(listed) => self.track(&listed),
+            Err(error) => {
+                // Without a listing nothing is taken for ended, and nothing new is submitted.
+                self.backoff.fail(&error);
+                return;
+            }
+        }
+        for job in &mut self.jobs {
+            let names =
+                (1..=self.slurm.unit_size).map(|n| format!("{}-{}-{n}", self.settings.id, job.id));
+            if !job.registered && names.clone().any(|n| registered.contains(&n)) {
+                job.registered = true;
+                self.backoff.reset();
+                tracing::info!(job = %job.id, after = ?job.since.elapsed(), "unit registered");
+            }
+        }
+        let timeout = self.slurm.unit_timeout;
+        let late: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|j| !j.registered && j.since.elapsed() > timeout)
+            .map(|j| j.id.clone())
+            .collect();
+        for job in late {
+            self.cancel(&job).await;
+            self.backoff
+                .fail(&CommandError::Late { unit: job, timeout });
+        }
+        // Jobs whose registered workers the scheduler has all drained.
+        let drained: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|j| {
+                let names = self.names(&j.id);
+                let mine: Vec<&String> = names.iter().filter(|n| registered.contains(n)).collect();
+                !mine.is_empty() && mine.iter().all(|n| stop.contains(n))
+            })
+            .map(|j| j.id.clone())
+            .collect();
+        for job in drained {
+            self.cancel(&job).await;
+        }
+        let wanted = desired.div_ceil(self.slurm.unit_size.max(1)) as usize;
+        // Too many: cancel jobs none of whose workers registered, newest first.
+        while self.jobs.len() > wanted {
+            let Some(index) = self.jobs.iter().rposition(|j| !j.registered) else {
+                break;
+            };
+            let job = self.jobs[index].id.clone();
+            self.cancel(&job).await;
+        }
+        while self.jobs.len() < wanted && !self.backoff.active() {
+            match self.sbatch().await {
+                Ok(id) => {
+                    tracing::info!(job = %id, "unit submitted");
+                    self.jobs.push(Job {
+                        id,
+                        since: Instant::now(),
+                        registered: false,
+                    });
+                }
+                Err(error) => {
+                    self.backoff.fail(&error);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Forget jobs Slurm no longer lists; adopt jobs of this manager it does not know.
+    fn track(&mut self, listed: &[Listed]) {
+        let mut ended_early = Vec::new();
+        self.jobs.retain(|job| {
+            let alive = listed
+                .iter()
+                .any(|l| l.id == job.id && l.state != "COMPLETING");
+            if !alive {
+                tracing::warn!(job = %job.id, registered = job.registered, "unit ended; replacing it if still wanted");
+                if !job.registered {
+                    ended_early.push(job.id.clone());
+                }
+            }
+            alive
+        });
+        for job in ended_early {
+            self.backoff.fail(&CommandError::Ended { unit: job });
+        }
+        for l in listed {
+            if l.state != "COMPLETING" && !self.jobs.iter().any(|j| j.id == l.id) {
+                tracing::info!(job = %l.id, state = %l.state, "adopted a unit of this manager");
+                self.jobs.push(Job {
+                    id: l.id.clone(),
+                    since: Instant::now(),
+                    registered: false,
+                });
+            }
+        }
+    }
+
+    async fn cancel(&mut self, job: &str) {
+        self.jobs.retain(|j| j.id != job);
+        tracing::info!(job, "cancelling unit");
+        self.scancel(job).await;
+    }
+
+    pub async fn stop_all(&mut self) {
+        let jobs: Vec<String> = self.jobs.iter().map(|j| j.id.clone()).collect();
+        for job in jobs {
+            self.cancel(&job).await;
+        }
+    }
+}
+
+/// Run one Slurm command (stdin from `input`), and return what it printed.
+async fn run(
+    program: &str,
+    args: &[String],
+    input: Option<String>,
+) -> Result<String, CommandError> {
+    use tokio::io::AsyncWriteExt;
+    let command = format!("{program} {}", args.join(" "));
+    let spawned = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => return Err(CommandError::Spawn { command, error }),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let input = input.unwrap_or_default();
+        if let Err(error) = stdin.write_all(input.as_bytes()).await {
+            return Err(CommandError::Spawn { command, error });
+        }
+    }
+    // Slurm commands retry for a while when slurmctld does not answer; a poll must not hang.
+    let output = match tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await
+    {
+        Ok(Ok(output)) => output,
+        Ok(Err(error)) => return Err(CommandError::Spawn { command, error }),
+        Err(_) => return Err(CommandError::TimedOut { command }),
+    };
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(CommandError::Failed {
+            command,
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn squeue_lines() {
+        let jobs = parse_squeue("12 RUNNING\n 13 PENDING \n\nbad line here\n");
+        assert_eq!(
+            jobs,
+            vec![
+                Listed {
+                    id: "12".into(),
+                    state: "RUNNING".into()
+                },
+                Listed {
+                    id: "13".into(),
+                    state: "PENDING".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn sbatch_ids() {
+        assert_eq!(parse_sbatch("42\n").as_deref(), Some("42"));
+        assert_eq!(parse_sbatch("42;cluster\n").as_deref(), Some("42"));
+        assert_eq!(parse_sbatch("Submitted batch job 42"), None);
+        assert_eq!(parse_sbatch(""), None);
+    }
+
+    #[test]
+    fn time_left() {
+        let secs = |s| parse_time_left(s).map(|d| d.as_secs());
+        assert_eq!(secs("1:59"), Some(119));
+        assert_eq!(secs("01:00:05"), Some(3605));
+        assert_eq!(secs("2-03:04:05"), Some(2 * 86400 + 3 * 3600 + 4 * 60 + 5));
+        assert_eq!(secs("UNLIMITED"), None);
+        assert_eq!(secs("NOT_SET"), None);
+        assert_eq!(secs(""), None);
+        assert_eq!(secs("1:2:3:4"), None);
+    }
+}

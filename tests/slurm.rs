@@ -1,0 +1,246 @@
+//! `worker-manager --backend slurm` against a real Slurm: `.ci/run` installs the Debian packages
+//! and starts a single-node cluster with `examples/backends/slurm/start-slurm.sh`; these tests
+//! are ignored by a plain `cargo test` and fail under `--include-ignored` when no Slurm answers.
+//!
+//! Every test uses a manager id of its own, so its jobs (named `weir-ID`) and processes are told
+//! apart from the other tests' running at the same time.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Cluster, pause, processes_with};
+
+/// Fails the test, saying how to get a Slurm, when `sinfo` does not answer.
+fn require_slurm() {
+    let answered = Command::new("sinfo")
+        .args(["-h", "-o", "%t"])
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    assert!(
+        answered,
+        "NOT RUN: no Slurm answers `sinfo` here; start one with \
+         examples/backends/slurm/start-slurm.sh (as root) and export SLURM_CONF"
+    );
+}
+
+/// A manager id no other test (or earlier run) uses.
+fn unique_id(test: &str) -> String {
+    format!("{test}{}", std::process::id())
+}
+
+/// `squeue` for this manager's jobs: (id, state).
+fn jobs(id: &str) -> Vec<(String, String)> {
+    let out = Command::new("squeue")
+        .args(["-h", "-o", "%i %T", &format!("--name=weir-{id}")])
+        .output()
+        .expect("squeue runs");
+    assert!(out.status.success(), "squeue: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (job, state) = l.trim().split_once(' ')?;
+            Some((job.to_string(), state.to_string()))
+        })
+        .collect()
+}
+
+/// The Slurm manager of these tests: `--unit-size 1`, job logs in `dir`.
+fn slurm_manager(cluster: &mut Cluster, id: &str, worker_type: &str, cap: u32, more: &[&str]) {
+    let output = cluster.dir.path().join("job-%j.out");
+    let cap = cap.to_string();
+    let args = [
+        &[
+            "--backend",
+            "slurm",
+            "--id",
+            id,
+            "--worker-type",
+            worker_type,
+            "--max-task-concurrency",
+            &cap,
+            "--job-output",
+            output.to_str().unwrap(),
+        ][..],
+        more,
+    ]
+    .concat();
+    cluster.manager(&args);
+}
+
+/// Each job's own log, to see why a test failed.
+fn job_logs(dir: &Path) -> String {
+    let mut logs = String::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("job-") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            logs.push_str(&format!("--- {name}\n{text}\n"));
+        }
+    }
+    logs
+}
+
+/// The unit managers and workers of manager `id` still alive on this machine.
+fn unit_processes(id: &str) -> Vec<u32> {
+    let mut found = processes_with(&format!("--fixed\u{0}1\u{0}--id\u{0}{id}\u{0}"));
+    found.extend(processes_with(&format!("--manager\u{0}{id}\u{0}")));
+    found
+}
+
+fn await_no_jobs(id: &str) {
+    while !jobs(id).is_empty() {
+        pause();
+    }
+}
+
+fn await_no_unit_processes(id: &str) {
+    while !unit_processes(id).is_empty() {
+        pause();
+    }
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_burst_goes_through_sbatch_and_idle_units_are_cancelled() {
+    require_slurm();
+    let id = unique_id("burst");
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
+    slurm_manager(&mut cluster, &id, "hpc", 4, &["--slots", "2"]);
+    let done = cluster.json(&[
+        "submit",
+        "--count",
+        "8",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.5; echo $WEIR_WORKER_NAME",
+    ]);
+    assert_eq!(
+        done["counts"]["succeeded"],
+        8,
+        "{done}\n{}",
+        job_logs(cluster.dir.path())
+    );
+    // Each ran on a worker of a batch job: named MANAGER-JOBID-N.
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    for result in results.as_array().unwrap() {
+        let worker = result["stdout"].as_str().unwrap().trim();
+        let job = worker
+            .strip_prefix(&format!("{id}-"))
+            .and_then(|rest| rest.split('-').next())
+            .unwrap_or_else(|| panic!("ran on {worker}"));
+        assert!(job.chars().all(|c| c.is_ascii_digit()), "ran on {worker}");
+    }
+    // Idle after the delay: every job is cancelled, and nothing of them is left running.
+    cluster.await_status(|s| {
+        common::manager(s, &id).is_some_and(|m| m["live"] == 0 && m["starting"] == 0)
+    });
+    await_no_jobs(&id);
+    await_no_unit_processes(&id);
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_job_cancelled_from_outside_is_replaced_and_its_tasks_requeued_not_failed() {
+    require_slurm();
+    let id = unique_id("scancel");
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    slurm_manager(&mut cluster, &id, "hpc", 2, &[]);
+    // No retries: a task counted as failed would fail its job.
+    let job = cluster.json(&[
+        "submit",
+        "--count",
+        "2",
+        "--retries",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        "sleep 3; echo $WEIR_WORKER_NAME",
+    ]);
+    let job = job["job"].to_string();
+    cluster.await_status(|s| s["tasks"]["running"] == 2);
+    let running = jobs(&id);
+    let (victim, _) = running
+        .iter()
+        .find(|(_, state)| state == "RUNNING")
+        .unwrap_or_else(|| panic!("no running job: {running:?}"))
+        .clone();
+    let out = Command::new("scancel").arg(&victim).output().unwrap();
+    assert!(out.status.success(), "scancel: {out:?}");
+
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(
+        done["counts"]["succeeded"],
+        2,
+        "{done}\n{}",
+        job_logs(cluster.dir.path())
+    );
+    // The task that ran in the cancelled job ran again, to the end, in the job that replaced it.
+    let results = cluster.json(&["results", &job]);
+    for result in results.as_array().unwrap() {
+        let worker = result["stdout"].as_str().unwrap().trim();
+        assert!(
+            worker.starts_with(&format!("{id}-")) && !worker.contains(&format!("-{victim}-")),
+            "finished on {worker}: {results}"
+        );
+    }
+    // The cancelled job was replaced by a new one (the requeued task ran there).
+    let status = cluster.json(&["status"]);
+    let workers: Vec<String> = status["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        !workers.iter().any(|w| w.contains(&format!("-{victim}-"))),
+        "the cancelled job's worker is gone: {workers:?}"
+    );
+    assert!(
+        jobs(&id).iter().all(|(job, _)| *job != victim),
+        "{:?}",
+        jobs(&id)
+    );
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_held_job_times_out_and_the_waterfall_spills_to_the_next_tier() {
+    require_slurm();
+    let id = unique_id("held");
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc\n2, local", &[]);
+    // Every job is submitted held: it waits in the queue, as behind a full cluster.
+    slurm_manager(
+        &mut cluster,
+        &id,
+        "hpc",
+        4,
+        &["--unit-timeout", "2", "--sbatch-arg=--hold"],
+    );
+    cluster.dynamic_manager("local_1", "local", 2);
+    let done = cluster.json(&[
+        "submit",
+        "--count",
+        "3",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo $WEIR_WORKER_NAME",
+    ]);
+    assert_eq!(done["counts"]["succeeded"], 3, "{done}");
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    for result in results.as_array().unwrap() {
+        assert!(
+            result["stdout"].as_str().unwrap().starts_with("local_1-"),
+            "{result}"
+        );
+    }
+    // No held job is left behind: cancelled at its unit timeout, or once the demand was gone.
+    await_no_jobs(&id);
+}

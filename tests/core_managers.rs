@@ -72,6 +72,29 @@ fn a_worker_listed_then_missing_or_reported_exited_is_gone_at_once() {
 }
 
 #[test]
+fn a_restarted_manager_that_does_not_list_its_workers_yet_loses_none_of_them() {
+    let mut managers = Managers::new(5_000);
+    let workers = vec![view(1, "a", "m"), view(2, "b", "m")];
+    managers.heartbeat(0, state("m", &["a", "b"]), &workers);
+    // A new process under the same id (it adopts its batch jobs only after its first heartbeat):
+    // absence from its first heartbeat proves nothing; what it says exited is still gone.
+    managers.connected_again("m");
+    let mut first = state("m", &[]);
+    first.exited = vec!["b".into()];
+    assert_eq!(managers.heartbeat(1_000, first, &workers), vec![(2, false)]);
+    assert!(
+        managers
+            .heartbeat(2_000, state("m", &["a"]), &workers)
+            .is_empty()
+    );
+    // From then on, the same rule as ever: listed, then missing, is gone.
+    assert_eq!(
+        managers.heartbeat(3_000, state("m", &[]), &workers),
+        vec![(1, false)]
+    );
+}
+
+#[test]
 fn a_drained_worker_that_is_gone_was_stopped_on_purpose() {
     let mut managers = Managers::new(5_000);
     let mut draining = view(1, "a", "m");

@@ -247,6 +247,7 @@ fn the_core_refuses_a_policys_nonsense_whatever_the_policy() {
         vec![
             Input::ManagerHeartbeat {
                 state: manager("m1"),
+                first: true,
             },
             from_client(1, submit(10)),
         ],
@@ -417,7 +418,10 @@ fn what_a_managers_worker_answered_outlives_it_without_a_heartbeat_in_between() 
         &mut core,
         0,
         vec![
-            Input::ManagerHeartbeat { state: declaring },
+            Input::ManagerHeartbeat {
+                state: declaring,
+                first: true,
+            },
             Input::WorkerJoined {
                 connection: 1,
                 info,

@@ -598,7 +598,7 @@ fn explain_never_contradicts_itself_while_verdicts_are_pending() {
     let mut big = group(1, &[]);
     big.spec.environments = vec!["big".into()];
     let (_, task, _) = core.submit(vec![big]).unwrap();
-    let lines = core.explain(task).unwrap();
+    let lines = core.explain(0, task).unwrap();
     assert!(
         lines.iter().any(|l| l.contains("`big`: not evaluated yet")),
         "{lines:?}"
@@ -615,7 +615,7 @@ fn explain_never_contradicts_itself_while_verdicts_are_pending() {
     for w in core.worker_ids() {
         core.set_verdicts(1, w, vec![("big".into(), EnvVerdict::NoMatch)]);
     }
-    let lines = core.explain(task).unwrap();
+    let lines = core.explain(0, task).unwrap();
     assert!(
         lines
             .iter()
@@ -626,7 +626,7 @@ fn explain_never_contradicts_itself_while_verdicts_are_pending() {
     let mut gpu = group(1, &[]);
     gpu.spec.environments = vec!["gpu".into()];
     let (_, task, _) = core.submit(vec![gpu]).unwrap();
-    let lines = core.explain(task).unwrap();
+    let lines = core.explain(0, task).unwrap();
     let on_plain = lines
         .iter()
         .find(|l| l.starts_with(&format!("worker {plain} ")))
@@ -652,4 +652,62 @@ fn per_task_inputs_come_back_as_given_from_one_buffer() {
     }
     // As the journal records them.
     assert_eq!(core.held_jobs()[0].groups[0].inputs, given);
+}
+
+#[test]
+fn a_worker_whose_allocation_ends_soon_takes_only_tasks_that_end_before() {
+    let mut core = Tasks::new(Config::default());
+    let timed = |timeout_ms| NewGroup {
+        spec: TaskSpec {
+            timeout_ms,
+            ..spec(&[], 0, 3)
+        },
+        count: 1,
+        inputs: vec![],
+    };
+    // Submitted in this order: 20 s (too long), 5 s, none (may run anywhere), exactly 10 s.
+    for timeout in [20_000, 5_000, 0, 10_000] {
+        core.submit(vec![timed(timeout)]).unwrap();
+    }
+    let mut ending = worker(8, &[]);
+    ending.ends_in_ms = Some(10_000);
+    let w = core.worker_joined(1_000, ending).expect("joins").0;
+    core.schedule(1_000);
+    let mut placed = dispatched(&core.take_actions())[&w].clone();
+    placed.sort();
+    assert_eq!(
+        placed,
+        vec![2, 3, 4],
+        "the 5 s task, the one without a timeout, and the 10 s one that ends with the worker"
+    );
+    // A worker without an end takes the long one.
+    let other = core.worker_joined(7_000, worker(8, &[])).expect("joins").0;
+    core.schedule(7_000);
+    assert_eq!(dispatched(&core.take_actions())[&other], vec![1]);
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn worker_names_are_unique_and_a_reconnection_replaces_the_earlier_connection() {
+    let mut core = Tasks::new(Config::default());
+    core.submit(vec![group(1, &[])]).unwrap();
+    let first = worker(1, &[]);
+    let a = core.worker_joined(0, first.clone()).expect("joins").0;
+    core.schedule(0);
+    assert_eq!(dispatched(&core.take_actions())[&a], vec![1]);
+    // Another process under the same name is refused, and changes nothing.
+    let mut impostor = first.clone();
+    impostor.instance += 1_000_000;
+    let refused = core.worker_joined(1, impostor).unwrap_err();
+    assert!(refused.to_string().contains(&first.name), "{refused}");
+    assert_eq!(core.job_counts(1).unwrap().running, 1);
+    // The same process reconnecting (claiming its task) replaces its earlier connection.
+    let mut again = first.clone();
+    again.running = vec![1];
+    let (b, stop) = core.worker_joined(2, again).expect("joins");
+    assert_ne!(a, b);
+    assert!(stop.is_empty(), "{stop:?}");
+    assert!(core.finished(3, b, 1, ok()));
+    assert_eq!(core.job_counts(1).unwrap().succeeded, 1);
+    core.sanity_check().unwrap();
 }

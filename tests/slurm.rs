@@ -46,8 +46,15 @@ fn jobs(id: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The Slurm manager of these tests: `--unit-size 1`, job logs in `dir`.
-fn slurm_manager(cluster: &mut Cluster, id: &str, worker_type: &str, cap: u32, more: &[&str]) {
+/// The Slurm manager of these tests: `--unit-size 1`, job logs in `dir`. Returns its index in
+/// `cluster.workers`.
+fn slurm_manager(
+    cluster: &mut Cluster,
+    id: &str,
+    worker_type: &str,
+    cap: u32,
+    more: &[&str],
+) -> usize {
     let output = cluster.dir.path().join("job-%j.out");
     let cap = cap.to_string();
     let args = [
@@ -66,7 +73,7 @@ fn slurm_manager(cluster: &mut Cluster, id: &str, worker_type: &str, cap: u32, m
         more,
     ]
     .concat();
-    cluster.manager(&args);
+    cluster.manager(&args)
 }
 
 /// Each job's own log, to see why a test failed.
@@ -243,4 +250,45 @@ fn a_held_job_times_out_and_the_waterfall_spills_to_the_next_tier() {
     }
     // No held job is left behind: cancelled at its unit timeout, or once the demand was gone.
     await_no_jobs(&id);
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_restarted_manager_adopts_its_running_job_and_never_cancels_it_while_busy() {
+    require_slurm();
+    let id = unique_id("adopt");
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    let first = slurm_manager(&mut cluster, &id, "hpc", 1, &[]);
+    let job = cluster.json(&[
+        "submit",
+        "--retries",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        "sleep 4; echo $WEIR_WORKER_NAME",
+    ]);
+    let job = job["job"].to_string();
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    let before = jobs(&id);
+    assert_eq!(before.len(), 1, "{before:?}");
+    // The manager dies without a word; its job runs on. Another takes its place.
+    common::signal(cluster.workers[first].id(), "-9");
+    let _ = cluster.workers[first].wait();
+    slurm_manager(&mut cluster, &id, "hpc", 1, &[]);
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(
+        done["counts"]["succeeded"],
+        1,
+        "{done}\n{}\n{}",
+        cluster.json(&["results", &job]),
+        job_logs(cluster.dir.path())
+    );
+    // It finished where it started: the job was adopted, not cancelled nor submitted again.
+    let results = cluster.json(&["results", &job]);
+    let worker = results[0]["stdout"].as_str().unwrap().trim().to_string();
+    assert_eq!(worker, format!("{id}-{}-1", before[0].0), "{results}");
+    let after = jobs(&id);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].0, before[0].0);
 }

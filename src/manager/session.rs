@@ -19,6 +19,11 @@ pub async fn run(
     if let Some(n) = backend.settings().fixed {
         backend.apply(n, &[], &[]).await?;
     }
+    // A restarted manager adopts the batch jobs it left running, so its first heartbeat lists
+    // their workers.
+    if let Backend::Slurm(jobs) = &mut backend {
+        jobs.poll().await;
+    }
     let pool = std::sync::Arc::new(tokio::sync::Mutex::new(backend));
     let ended = net::reconnecting(access_file, reconnect, "worker manager", |access| {
         let pool = pool.clone();

@@ -244,13 +244,8 @@ impl Jobs {
     /// Poll Slurm, then move toward `desired` workers in whole jobs. A failed command is not an
     /// error of the manager: it backs off.
     pub async fn apply(&mut self, desired: u32, stop: &[String], registered: &[String]) {
-        match self.squeue().await {
-            Ok(listed) => self.track(&listed),
-            Err(error) => {
-                // Without a listing nothing is taken for ended, and nothing new is submitted.
-                self.backoff.fail(&error);
-                return;
-            }
+        if !self.poll().await {
+            return;
         }
         for job in &mut self.jobs {
             let names =
@@ -314,6 +309,22 @@ impl Jobs {
         }
     }
 
+    /// Ask Slurm which jobs of this manager it still has: forget the ones that ended, adopt the
+    /// ones this manager does not know (it restarted). False when `squeue` failed: then nothing
+    /// is taken for ended, and the manager backs off.
+    pub async fn poll(&mut self) -> bool {
+        match self.squeue().await {
+            Ok(listed) => {
+                self.track(&listed);
+                true
+            }
+            Err(error) => {
+                self.backoff.fail(&error);
+                false
+            }
+        }
+    }
+
     /// Forget jobs Slurm no longer lists; adopt jobs of this manager it does not know.
     fn track(&mut self, listed: &[Listed]) {
         let mut ended_early = Vec::new();
@@ -335,10 +346,13 @@ impl Jobs {
         for l in listed {
             if l.state != "COMPLETING" && !self.jobs.iter().any(|j| j.id == l.id) {
                 tracing::info!(job = %l.id, state = %l.state, "adopted a unit of this manager");
+                // A running job may have busy workers (not registered again yet, after a
+                // restart of the scheduler too): taken as registered, it is cancelled only
+                // once the scheduler has drained its workers, never as "not started".
                 self.jobs.push(Job {
                     id: l.id.clone(),
                     since: Instant::now(),
-                    registered: false,
+                    registered: l.state == "RUNNING",
                 });
             }
         }

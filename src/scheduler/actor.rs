@@ -38,6 +38,8 @@ pub(crate) enum Event {
     ManagerHeartbeat {
         state: ManagerState,
         link: mpsc::UnboundedSender<ToManager>,
+        /// The first on its connection.
+        first: bool,
     },
     Decided {
         result: Result<Vec<crate::core::scaling::Decision>, String>,
@@ -227,9 +229,9 @@ impl Actor {
                     components,
                 }
             }
-            Event::ManagerHeartbeat { state, link } => {
+            Event::ManagerHeartbeat { state, link, first } => {
                 self.managers.insert(state.id.clone(), link);
-                Input::ManagerHeartbeat { state }
+                Input::ManagerHeartbeat { state, first }
             }
             Event::Decided { result, elapsed } => {
                 self.policy_latency.observe(elapsed);

@@ -251,9 +251,10 @@ async fn manager_session(
                 if id.as_ref().is_some_and(|known| *known != state.id) {
                     break "a manager changed its id".to_string();
                 }
+                let first = id.is_none();
                 id = Some(state.id.clone());
                 let link = outbox.clone().into();
-                let _ = events.send(Event::ManagerHeartbeat { state, link });
+                let _ = events.send(Event::ManagerHeartbeat { state, link, first });
             }
             Ok(FromManager::Goodbye) => {
                 if let Some(id) = id.take() {

@@ -49,9 +49,20 @@ impl Worker {
         });
         let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
         let _ = outgoing.send(FromWorker::Register(info));
-        let (id, lease_ms) = match link.next().await.map_err(NetError::from)? {
-            ToWorker::Registered { id, lease_ms } => (id, lease_ms),
-            other => {
+        let (id, lease_ms) = match link.next().await {
+            Ok(ToWorker::Registered { id, lease_ms }) => (id, lease_ms),
+            Err(end) => {
+                // Closed with code 1 and a reason: refused (its name is taken), not lost.
+                if let Some(quinn::ConnectionError::ApplicationClosed(close)) =
+                    connection.close_reason()
+                    && close.error_code == quinn::VarInt::from_u32(1)
+                {
+                    let reason = String::from_utf8_lossy(&close.reason).into_owned();
+                    return Ok(SessionEnd::Refused(reason));
+                }
+                return Err(NetError::from(end).into());
+            }
+            Ok(other) => {
                 let refused = format!("expected Registered, got {other:?}");
                 return Err(NetError::Refused(refused).into());
             }

@@ -129,6 +129,16 @@ impl Managers {
         gone
     }
 
+    /// A manager connected (again, or for the first time): forget what it listed before, so a
+    /// worker it does not list in its first heartbeat is not taken for gone. A restarted
+    /// manager may adopt its units (batch jobs that ran on) only after that heartbeat; what it
+    /// saw exit it still says.
+    pub fn connected_again(&mut self, id: &str) {
+        if let Some(entry) = self.entries.get_mut(id) {
+            entry.state.workers.clear();
+        }
+    }
+
     /// Its workers answered (or one of them is about to be gone): remember what they say now,
     /// so it is known after they are gone whether or not a heartbeat came in between.
     pub fn learn(&mut self, manager: &str, workers: &[WorkerView]) {

@@ -90,6 +90,9 @@ pub enum Input {
     },
     ManagerHeartbeat {
         state: ManagerState,
+        /// The first on its connection: the manager may be a new process (restarted) that does
+        /// not list yet what the one before it listed, so absence from it proves nothing.
+        first: bool,
     },
     /// Its connection broke (it stays known, offline, until it comes back or a minute passes).
     ManagerGone {

@@ -161,7 +161,12 @@ impl Scheduler {
                 components,
             } => self.request(now, client, request, components),
             Input::ClientGone { client } => self.client_gone(client),
-            Input::ManagerHeartbeat { state } => self.manager_heartbeat(now, state),
+            Input::ManagerHeartbeat { state, first } => {
+                if first {
+                    self.managers.connected_again(&state.id);
+                }
+                self.manager_heartbeat(now, state)
+            }
             Input::ManagerGone { id } => {
                 tracing::warn!(manager = %id, "worker manager disconnected");
                 self.connected.remove(&id);

@@ -96,7 +96,7 @@ impl Scheduler {
                 let report = self.policy_report();
                 self.reply(client, Response::Policy(report), true);
             }
-            Request::Explain { task } => match self.tasks.explain(task) {
+            Request::Explain { task } => match self.tasks.explain(now, task) {
                 Some(mut lines) => {
                     if let Some((group, _)) = self.tasks.task_group(task) {
                         let (caps, envs) = (&group.spec.capabilities, &group.spec.environments);

@@ -3,8 +3,8 @@
 use super::*;
 
 impl Tasks {
-    /// Why a task is in its state: for a queued task, what each live worker lacks.
-    pub fn explain(&self, id: TaskId) -> Option<Vec<String>> {
+    /// Why a task is in its state (`now`): for a queued task, what each live worker lacks.
+    pub fn explain(&self, now: u64, id: TaskId) -> Option<Vec<String>> {
         let task = self.task(id)?;
         let group = &self.groups[&task.group];
         let class = &self.classes[group.class];
@@ -74,6 +74,12 @@ impl Tasks {
                     }
                     if worker.free_slots == 0 {
                         missing.push(format!("all {} slots busy", worker.info.slots));
+                    }
+                    if !worker.outlives(class, now) {
+                        missing.push(format!(
+                            "its allocation ends before the task's timeout ({} s) would",
+                            class.timeout_ms as f64 / 1000.0
+                        ));
                     }
                     if missing.is_empty() {
                         could_run = true;

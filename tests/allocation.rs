@@ -1,0 +1,115 @@
+//! Workers inside an allocation that ends (a Slurm job's walltime, `worker --ends-in`), and
+//! worker names that must be unique, with real processes on loopback.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{Cluster, text, workers};
+
+#[test]
+fn a_worker_takes_no_task_whose_timeout_outlives_its_allocation() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("ending", &["--slots", "2", "--ends-in", "600"]);
+    cluster.await_status(|s| workers(s) == 1);
+    // Submitted first: with a free slot it would run at once, were its timeout not too long.
+    let long = cluster.json(&[
+        "submit",
+        "--timeout",
+        "900",
+        "--",
+        "sh",
+        "-c",
+        "echo $WEIR_WORKER_NAME",
+    ]);
+    let short = cluster.json(&[
+        "submit",
+        "--timeout",
+        "60",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo $WEIR_WORKER_NAME",
+    ]);
+    assert_eq!(short["counts"]["succeeded"], 1, "{short}");
+    let results = cluster.json(&["results", &short["job"].to_string()]);
+    assert_eq!(results[0]["stdout"].as_str().unwrap().trim(), "ending");
+    let long_task = long["first_task"].to_string();
+    let long = long["job"].to_string();
+    let waiting = cluster.json(&["status"]);
+    assert_eq!(waiting["tasks"]["queued"], 1, "{waiting}");
+    let why = cluster.explain(&long_task);
+    assert!(
+        why.iter()
+            .any(|l| l.contains("ending") && l.contains("its allocation ends before")),
+        "{why:?}"
+    );
+    // A worker without an end takes it.
+    cluster.worker("lasting", &[]);
+    let done = cluster.json(&["wait", &long]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    let results = cluster.json(&["results", &long]);
+    assert_eq!(results[0]["stdout"].as_str().unwrap().trim(), "lasting");
+}
+
+#[test]
+fn at_the_end_of_its_allocation_a_worker_leaves_and_its_task_runs_again_without_a_retry() {
+    let mut cluster = Cluster::start("10");
+    let ending = cluster.worker("ending", &["--ends-in", "2"]);
+    cluster.await_status(|s| workers(s) == 1);
+    // No retries: were the task counted as failed, its job would fail.
+    let job = cluster.json(&[
+        "submit",
+        "--retries",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        "if [ \"$WEIR_WORKER_NAME\" = ending ]; then sleep 60; fi; echo $WEIR_WORKER_NAME",
+    ]);
+    let job = job["job"].to_string();
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    // It leaves by itself, and its process ends.
+    let status = cluster.workers[ending].wait().expect("the worker exits");
+    assert!(status.success(), "{status}");
+    cluster.await_status(|s| workers(s) == 0);
+    cluster.worker("next", &[]);
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    let results = cluster.json(&["results", &job]);
+    assert_eq!(results[0]["stdout"].as_str().unwrap().trim(), "next");
+}
+
+#[test]
+fn a_second_worker_under_a_live_workers_name_is_refused_and_stops() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("twin", &[]);
+    cluster.await_status(|s| workers(s) == 1);
+    let out = {
+        let mut command = cluster.launcher().command("worker").unwrap();
+        command
+            .args(["--name", "twin", "--heartbeat-interval", "0.2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        command.output().expect("worker runs")
+    };
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("a worker named `twin` is already connected"),
+        "{stderr}"
+    );
+    // The first one still runs tasks.
+    let done = cluster.json(&[
+        "submit",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo $WEIR_WORKER_NAME",
+    ]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    let status = cluster.json(&["status"]);
+    assert_eq!(workers(&status), 1, "{status}");
+}

@@ -30,6 +30,18 @@ fn unique_id(test: &str) -> String {
     format!("{test}{}", std::process::id())
 }
 
+/// Cancels the manager's jobs when the test ends, passed or not: the cluster's processes are
+/// killed without a word, and the jobs would otherwise wait out the workers' reconnect timeout.
+struct CancelJobs(String);
+
+impl Drop for CancelJobs {
+    fn drop(&mut self) {
+        let _ = Command::new("scancel")
+            .arg(format!("--name=weir-{}", self.0))
+            .status();
+    }
+}
+
 /// `squeue` for this manager's jobs: (id, state).
 fn jobs(id: &str) -> Vec<(String, String)> {
     let out = Command::new("squeue")
@@ -113,6 +125,7 @@ fn await_no_unit_processes(id: &str) {
 fn a_burst_goes_through_sbatch_and_idle_units_are_cancelled() {
     require_slurm();
     let id = unique_id("burst");
+    let _cancel = CancelJobs(id.clone());
     let mut cluster =
         Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
     slurm_manager(&mut cluster, &id, "hpc", 4, &["--slots", "2"]);
@@ -155,6 +168,7 @@ fn a_burst_goes_through_sbatch_and_idle_units_are_cancelled() {
 fn a_job_cancelled_from_outside_is_replaced_and_its_tasks_requeued_not_failed() {
     require_slurm();
     let id = unique_id("scancel");
+    let _cancel = CancelJobs(id.clone());
     let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
     slurm_manager(&mut cluster, &id, "hpc", 2, &[]);
     // No retries: a task counted as failed would fail its job.
@@ -220,6 +234,7 @@ fn a_job_cancelled_from_outside_is_replaced_and_its_tasks_requeued_not_failed() 
 fn a_held_job_times_out_and_the_waterfall_spills_to_the_next_tier() {
     require_slurm();
     let id = unique_id("held");
+    let _cancel = CancelJobs(id.clone());
     let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc\n2, local", &[]);
     // Every job is submitted held: it waits in the queue, as behind a full cluster.
     slurm_manager(
@@ -257,6 +272,7 @@ fn a_held_job_times_out_and_the_waterfall_spills_to_the_next_tier() {
 fn a_restarted_manager_adopts_its_running_job_and_never_cancels_it_while_busy() {
     require_slurm();
     let id = unique_id("adopt");
+    let _cancel = CancelJobs(id.clone());
     let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
     let first = slurm_manager(&mut cluster, &id, "hpc", 1, &[]);
     let job = cluster.json(&[
@@ -291,4 +307,59 @@ fn a_restarted_manager_adopts_its_running_job_and_never_cancels_it_while_busy() 
     let after = jobs(&id);
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!(after[0].0, before[0].0);
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_unit_leaves_before_its_walltime_and_its_task_runs_again_in_the_job_that_replaces_it() {
+    require_slurm();
+    let id = unique_id("walltime");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    // One minute of walltime, leaving 50 s before the end: each job's worker may run tasks for
+    // about 10 s (it asks Slurm what its job has left).
+    slurm_manager(
+        &mut cluster,
+        &id,
+        "hpc",
+        1,
+        &["--time-limit", "1", "--leave-before", "50"],
+    );
+    let mark = cluster.dir.path().join("first-run");
+    let script = format!(
+        "if [ -e {m} ]; then echo $WEIR_WORKER_NAME; else echo $WEIR_WORKER_NAME > {m}; sleep 600; fi",
+        m = mark.display()
+    );
+    // No timeout (it may run anywhere), no retries: were it counted as failed, its job would fail.
+    let job = cluster.json(&["submit", "--retries", "0", "--", "sh", "-c", &script]);
+    let job = job["job"].to_string();
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(
+        done["counts"]["succeeded"],
+        1,
+        "{done}\n{}\n{}",
+        cluster.json(&["results", &job]),
+        job_logs(cluster.dir.path())
+    );
+    let first = std::fs::read_to_string(&mark).unwrap().trim().to_string();
+    let results = cluster.json(&["results", &job]);
+    let second = results[0]["stdout"].as_str().unwrap().trim().to_string();
+    let job_of = |worker: &str| worker.split('-').nth(1).unwrap_or_default().to_string();
+    assert!(first.starts_with(&format!("{id}-")), "{first}");
+    assert!(second.starts_with(&format!("{id}-")), "{second}");
+    assert_ne!(
+        job_of(&first),
+        job_of(&second),
+        "ran again in the job that replaced the first"
+    );
+    // A task whose timeout outlives every job's worker is never given to one.
+    let why_long = cluster.json(&["submit", "--timeout", "120", "--", "true"]);
+    let task = why_long["first_task"].to_string();
+    while !cluster
+        .explain(&task)
+        .iter()
+        .any(|l| l.contains("its allocation ends before"))
+    {
+        pause();
+    }
 }

@@ -198,7 +198,8 @@ fn a_job_cancelled_from_outside_is_replaced_and_its_tasks_requeued_not_failed() 
     assert_eq!(
         done["counts"]["succeeded"],
         2,
-        "{done}\n{}",
+        "{done}\n{}\n{}",
+        cluster.json(&["results", &job]),
         job_logs(cluster.dir.path())
     );
     // The task that ran in the cancelled job ran again, to the end, in the job that replaced it.

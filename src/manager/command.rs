@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::proto::ManagerState;
 
 use super::Settings;
+use super::units::{Book, Unit, Why};
 
 /// A failure of the backend: it counts, and the manager backs off.
 #[derive(Debug, thiserror::Error)]
@@ -81,35 +82,24 @@ pub struct CommandBackend {
     pub address: String,
 }
 
-struct Unit {
-    id: String,
-    started: Instant,
-    registered: bool,
-}
-
 pub struct Units {
     pub(super) settings: Settings,
     backend: CommandBackend,
-    units: Vec<Unit>,
+    book: Book,
     next: u64,
     backoff: Backoff,
 }
 
 impl Units {
     pub fn new(settings: Settings, backend: CommandBackend) -> Units {
+        let book = Book::new(&settings.id, backend.unit_size, backend.unit_timeout);
         Units {
             settings,
             backend,
-            units: Vec::new(),
+            book,
             next: 0,
             backoff: Backoff::default(),
         }
-    }
-
-    fn names(&self, unit: &str) -> Vec<String> {
-        (1..=self.backend.unit_size)
-            .map(|n| format!("{}-{unit}-{n}", self.settings.id))
-            .collect()
     }
 
     fn expand(&self, template: &str, unit: &str) -> String {
@@ -160,7 +150,7 @@ impl Units {
             },
             worker_slots: s.slots,
             capabilities: s.capabilities.clone(),
-            workers: self.units.iter().flat_map(|u| self.names(&u.id)).collect(),
+            workers: self.book.workers(),
             environments: s.environments.clone(),
             fixed: None,
             exited: Vec::new(),
@@ -170,59 +160,30 @@ impl Units {
     /// Move toward `desired` workers, in whole units. A failed command is not an error of the
     /// manager: it backs off (see [`CommandError`]).
     pub async fn apply(&mut self, desired: u32, stop: &[String], registered: &[String]) {
-        for unit in &mut self.units {
-            let names = (1..=self.backend.unit_size)
-                .map(|n| format!("{}-{}-{n}", self.settings.id, unit.id));
-            if names.clone().any(|n| registered.contains(&n)) && !unit.registered {
-                unit.registered = true;
-                tracing::info!(unit = %unit.id, "unit registered");
+        let step = self.book.step(desired, stop, registered, Instant::now());
+        for (unit, after) in &step.registered {
+            tracing::info!(%unit, ?after, "unit registered");
+        }
+        for (unit, why) in step.stop {
+            self.run_stop(&unit).await;
+            if why == Why::Late {
+                let timeout = self.backend.unit_timeout;
+                self.backoff.fail(&CommandError::Late { unit, timeout });
             }
         }
-        // Units that never registered in time: stop them, count a failure.
-        let timeout = self.backend.unit_timeout;
-        let late: Vec<String> = self
-            .units
-            .iter()
-            .filter(|u| !u.registered && u.started.elapsed() > timeout)
-            .map(|u| u.id.clone())
-            .collect();
-        for unit in late {
-            self.stop_unit(&unit).await;
-            self.backoff.fail(&CommandError::Late { unit, timeout });
-        }
-        // Units whose registered workers were all drained by the scheduler: stop them.
-        let drained: Vec<String> = self
-            .units
-            .iter()
-            .filter(|u| {
-                let names = self.names(&u.id);
-                let mine: Vec<&String> = names.iter().filter(|n| registered.contains(n)).collect();
-                !mine.is_empty() && mine.iter().all(|n| stop.contains(n))
-            })
-            .map(|u| u.id.clone())
-            .collect();
-        for unit in drained {
-            self.stop_unit(&unit).await;
-        }
-        let wanted = desired.div_ceil(self.backend.unit_size.max(1)) as usize;
-        // Too many: cancel units still starting, newest first.
-        while self.units.len() > wanted {
-            let Some(index) = self.units.iter().rposition(|u| !u.registered) else {
-                break;
-            };
-            let unit = self.units[index].id.clone();
-            self.stop_unit(&unit).await;
-        }
         // Too few: start units, unless backing off.
-        while self.units.len() < wanted && !self.backoff.active() {
+        for _ in 0..step.start {
+            if self.backoff.active() {
+                break;
+            }
             self.next += 1;
             let unit = format!("u{}", self.next);
             match self.run(&self.backend.start.clone(), &unit).await {
                 Ok(()) => {
                     tracing::info!(%unit, "unit started");
-                    self.units.push(Unit {
+                    self.book.units.push(Unit {
                         id: unit,
-                        started: Instant::now(),
+                        since: Instant::now(),
                         registered: false,
                     });
                     self.backoff.reset();
@@ -235,17 +196,16 @@ impl Units {
         }
     }
 
-    async fn stop_unit(&mut self, unit: &str) {
-        self.units.retain(|u| u.id != unit);
+    /// Run the stop command of a unit already out of the book.
+    async fn run_stop(&self, unit: &str) {
         if let Err(error) = self.run(&self.backend.stop.clone(), unit).await {
             tracing::warn!(%unit, %error, "stop command failed");
         }
     }
 
     pub async fn stop_all(&mut self) {
-        let units: Vec<String> = self.units.iter().map(|u| u.id.clone()).collect();
-        for unit in units {
-            self.stop_unit(&unit).await;
+        for unit in std::mem::take(&mut self.book.units) {
+            self.run_stop(&unit.id).await;
         }
     }
 }

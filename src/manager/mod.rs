@@ -11,7 +11,7 @@
 //! workers.
 //!
 //! `plan.rs` is the pure convergence step, `pool.rs` the process backend, `command.rs` the
-//! command backend, `slurm.rs` the Slurm backend, `backend.rs` the choice between them, `session.rs` the sessions with the
+//! command backend, `slurm.rs` the Slurm backend, `units.rs` the pure step both unit backends take, `backend.rs` the choice between them, `session.rs` the sessions with the
 //! scheduler.
 
 mod backend;
@@ -20,6 +20,7 @@ mod plan;
 mod pool;
 mod session;
 pub mod slurm;
+mod units;
 
 use std::path::PathBuf;
 use std::time::Duration;

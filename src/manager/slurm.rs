@@ -8,7 +8,8 @@
 //! again.
 //!
 //! Each poll (every heartbeat interval) asks `squeue` for the jobs of this manager:
-//! - a job no longer listed ended (scancel from outside, preemption, walltime, a node failure):
+//! - a job no longer listed ended (scancel from outside, preemption, walltime, a node failure;
+//!   one COMPLETING is still there, its workers stopping):
 //!   it is forgotten and, if still wanted, replaced in the same poll. One that ended before any
 //!   of its workers registered counts as a failure;
 //! - a job none of whose workers registered within `--unit-timeout` (a long queue wait, a held
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::Settings;
 use super::command::{Backoff, CommandError};
+use super::units::{Book, Unit, Why};
 use crate::proto::ManagerState;
 
 /// The `sbatch` knobs of `worker-manager --backend slurm`.
@@ -45,20 +47,12 @@ pub struct SlurmBackend {
     pub manager_command: PathBuf,
 }
 
-/// One batch job of this manager.
-#[derive(Debug)]
-struct Job {
-    id: String,
-    /// When it was submitted (or adopted): the unit timeout counts from here.
-    since: Instant,
-    registered: bool,
-}
-
 /// The batch jobs of a Slurm-backed manager.
 pub struct Jobs {
     pub(super) settings: Settings,
     slurm: SlurmBackend,
-    jobs: Vec<Job>,
+    /// Units by job id.
+    book: Book,
     backoff: Backoff,
 }
 
@@ -116,22 +110,17 @@ pub fn parse_time_left(text: &str) -> Option<Duration> {
 
 impl Jobs {
     pub fn new(settings: Settings, slurm: SlurmBackend) -> Jobs {
+        let book = Book::new(&settings.id, slurm.unit_size, slurm.unit_timeout);
         Jobs {
             settings,
             slurm,
-            jobs: Vec::new(),
+            book,
             backoff: Backoff::default(),
         }
     }
 
     fn job_name(&self) -> String {
         format!("weir-{}", self.settings.id)
-    }
-
-    fn names(&self, job: &str) -> Vec<String> {
-        (1..=self.slurm.unit_size)
-            .map(|n| format!("{}-{job}-{n}", self.settings.id))
-            .collect()
     }
 
     /// The batch script: the fixed manager of one unit, named by its job id.
@@ -234,7 +223,7 @@ impl Jobs {
             },
             worker_slots: s.slots,
             capabilities: s.capabilities.clone(),
-            workers: self.jobs.iter().flat_map(|j| self.names(&j.id)).collect(),
+            workers: self.book.workers(),
             environments: s.environments.clone(),
             fixed: None,
             exited: Vec::new(),
@@ -247,55 +236,31 @@ impl Jobs {
         if !self.poll().await {
             return;
         }
-        for job in &mut self.jobs {
-            let names =
-                (1..=self.slurm.unit_size).map(|n| format!("{}-{}-{n}", self.settings.id, job.id));
-            if !job.registered && names.clone().any(|n| registered.contains(&n)) {
-                job.registered = true;
-                self.backoff.reset();
-                tracing::info!(job = %job.id, after = ?job.since.elapsed(), "unit registered");
+        let step = self.book.step(desired, stop, registered, Instant::now());
+        if !step.registered.is_empty() {
+            // A job whose workers came up: failures in a row start again from zero.
+            self.backoff.reset();
+        }
+        for (job, after) in &step.registered {
+            tracing::info!(job, ?after, "unit registered");
+        }
+        for (job, why) in step.stop {
+            tracing::info!(job, ?why, "cancelling unit");
+            self.scancel(&job).await;
+            if why == Why::Late {
+                let timeout = self.slurm.unit_timeout;
+                self.backoff
+                    .fail(&CommandError::Late { unit: job, timeout });
             }
         }
-        let timeout = self.slurm.unit_timeout;
-        let late: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|j| !j.registered && j.since.elapsed() > timeout)
-            .map(|j| j.id.clone())
-            .collect();
-        for job in late {
-            self.cancel(&job).await;
-            self.backoff
-                .fail(&CommandError::Late { unit: job, timeout });
-        }
-        // Jobs whose registered workers the scheduler has all drained.
-        let drained: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|j| {
-                let names = self.names(&j.id);
-                let mine: Vec<&String> = names.iter().filter(|n| registered.contains(n)).collect();
-                !mine.is_empty() && mine.iter().all(|n| stop.contains(n))
-            })
-            .map(|j| j.id.clone())
-            .collect();
-        for job in drained {
-            self.cancel(&job).await;
-        }
-        let wanted = desired.div_ceil(self.slurm.unit_size.max(1)) as usize;
-        // Too many: cancel jobs none of whose workers registered, newest first.
-        while self.jobs.len() > wanted {
-            let Some(index) = self.jobs.iter().rposition(|j| !j.registered) else {
+        for _ in 0..step.start {
+            if self.backoff.active() {
                 break;
-            };
-            let job = self.jobs[index].id.clone();
-            self.cancel(&job).await;
-        }
-        while self.jobs.len() < wanted && !self.backoff.active() {
+            }
             match self.sbatch().await {
                 Ok(id) => {
                     tracing::info!(job = %id, "unit submitted");
-                    self.jobs.push(Job {
+                    self.book.units.push(Unit {
                         id,
                         since: Instant::now(),
                         registered: false,
@@ -325,13 +290,16 @@ impl Jobs {
         }
     }
 
-    /// Forget jobs Slurm no longer lists; adopt jobs of this manager it does not know.
+    /// Forget jobs Slurm no longer lists; adopt jobs of this manager it does not know. A job
+    /// that is COMPLETING is still listed, and so are its workers: they are stopping, and each
+    /// tells the scheduler so itself (its tasks are requeued without spending a retry); were
+    /// they dropped from the heartbeat first, the scheduler would take them for dead.
     fn track(&mut self, listed: &[Listed]) {
         let mut ended_early = Vec::new();
-        self.jobs.retain(|job| {
+        self.book.units.retain(|job| {
             let alive = listed
                 .iter()
-                .any(|l| l.id == job.id && l.state != "COMPLETING");
+                .any(|l| l.id == job.id);
             if !alive {
                 tracing::warn!(job = %job.id, registered = job.registered, "unit ended; replacing it if still wanted");
                 if !job.registered {
@@ -344,12 +312,12 @@ impl Jobs {
             self.backoff.fail(&CommandError::Ended { unit: job });
         }
         for l in listed {
-            if l.state != "COMPLETING" && !self.jobs.iter().any(|j| j.id == l.id) {
+            if l.state != "COMPLETING" && !self.book.units.iter().any(|j| j.id == l.id) {
                 tracing::info!(job = %l.id, state = %l.state, "adopted a unit of this manager");
                 // A running job may have busy workers (not registered again yet, after a
                 // restart of the scheduler too): taken as registered, it is cancelled only
                 // once the scheduler has drained its workers, never as "not started".
-                self.jobs.push(Job {
+                self.book.units.push(Unit {
                     id: l.id.clone(),
                     since: Instant::now(),
                     registered: l.state == "RUNNING",
@@ -358,16 +326,10 @@ impl Jobs {
         }
     }
 
-    async fn cancel(&mut self, job: &str) {
-        self.jobs.retain(|j| j.id != job);
-        tracing::info!(job, "cancelling unit");
-        self.scancel(job).await;
-    }
-
     pub async fn stop_all(&mut self) {
-        let jobs: Vec<String> = self.jobs.iter().map(|j| j.id.clone()).collect();
-        for job in jobs {
-            self.cancel(&job).await;
+        for job in std::mem::take(&mut self.book.units) {
+            tracing::info!(job = %job.id, "cancelling unit");
+            self.scancel(&job.id).await;
         }
     }
 }

@@ -1,0 +1,194 @@
+//! The pure step of a manager that gets workers in *units* (the command and Slurm backends):
+//! which units registered, which to stop and why, how many to start. The backends run the
+//! commands; the rules live here once.
+
+use std::time::{Duration, Instant};
+
+/// One unit of `size` workers, named `{manager}-{unit}-{n}`.
+#[derive(Clone, Debug)]
+pub struct Unit {
+    pub id: String,
+    /// When it was started (or adopted): the unit timeout counts from here.
+    pub since: Instant,
+    /// One of its workers registered (or it may be busy): stopped only once the scheduler has
+    /// drained its workers, never as one too many.
+    pub registered: bool,
+}
+
+/// The names its workers register under.
+pub fn names(manager: &str, unit: &str, size: u32) -> Vec<String> {
+    (1..=size)
+        .map(|n| format!("{manager}-{unit}-{n}"))
+        .collect()
+}
+
+/// Why a unit is stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// None of its workers registered within the unit timeout: a failure.
+    Late,
+    /// The scheduler drained all of its registered workers.
+    Drained,
+    /// More units than wanted: it had not registered yet (the newest go first).
+    Excess,
+}
+
+/// What to do in one poll.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    /// Units whose first worker registered since the last step, and how long after they were
+    /// started (or adopted).
+    pub registered: Vec<(String, Duration)>,
+    pub stop: Vec<(String, Why)>,
+    /// Units to start (if not backing off).
+    pub start: usize,
+}
+
+/// The units of one manager.
+#[derive(Debug)]
+pub struct Book {
+    pub manager: String,
+    /// Workers per unit.
+    pub size: u32,
+    /// How long a unit may take to register.
+    pub timeout: Duration,
+    pub units: Vec<Unit>,
+}
+
+impl Book {
+    pub fn new(manager: &str, size: u32, timeout: Duration) -> Book {
+        Book {
+            manager: manager.to_string(),
+            size,
+            timeout,
+            units: Vec::new(),
+        }
+    }
+
+    /// Every worker name of every unit (what the manager reports alive).
+    pub fn workers(&self) -> Vec<String> {
+        self.units
+            .iter()
+            .flat_map(|u| names(&self.manager, &u.id, self.size))
+            .collect()
+    }
+
+    /// One poll: `desired` workers (the count to reach), `stop` the workers the scheduler
+    /// drained and names, `registered` the workers it knows. Marks the units that registered;
+    /// the units to stop are taken out of the book.
+    pub fn step(
+        &mut self,
+        desired: u32,
+        stop: &[String],
+        registered: &[String],
+        now: Instant,
+    ) -> Step {
+        step(
+            &mut self.units,
+            (&self.manager, self.size, self.timeout),
+            desired,
+            stop,
+            registered,
+            now,
+        )
+    }
+}
+
+fn step(
+    units: &mut Vec<Unit>,
+    (manager, size, timeout): (&str, u32, Duration),
+    desired: u32,
+    stop: &[String],
+    registered: &[String],
+    now: Instant,
+) -> Step {
+    let mut step = Step::default();
+    for unit in units.iter_mut() {
+        let names = names(manager, &unit.id, size);
+        if !unit.registered && names.iter().any(|n| registered.contains(n)) {
+            unit.registered = true;
+            step.registered
+                .push((unit.id.clone(), now.duration_since(unit.since)));
+        }
+    }
+    units.retain(|unit| {
+        let names = names(manager, &unit.id, size);
+        let mine: Vec<&String> = names.iter().filter(|n| registered.contains(n)).collect();
+        let why = if !unit.registered && now.duration_since(unit.since) > timeout {
+            Some(Why::Late)
+        } else if !mine.is_empty() && mine.iter().all(|n| stop.contains(n)) {
+            Some(Why::Drained)
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            step.stop.push((unit.id.clone(), why));
+        }
+        why.is_none()
+    });
+    let wanted = desired.div_ceil(size.max(1)) as usize;
+    while units.len() > wanted {
+        let Some(index) = units.iter().rposition(|u| !u.registered) else {
+            break;
+        };
+        step.stop.push((units.remove(index).id, Why::Excess));
+    }
+    step.start = wanted.saturating_sub(units.len());
+    step
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(id: &str, since: Instant, registered: bool) -> Unit {
+        Unit {
+            id: id.into(),
+            since,
+            registered,
+        }
+    }
+
+    fn ids(step: &Step) -> Vec<(&str, Why)> {
+        step.stop.iter().map(|(u, w)| (u.as_str(), *w)).collect()
+    }
+
+    #[test]
+    fn a_unit_with_a_registered_worker_is_stopped_only_when_drained() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(1000);
+        let mut book = Book::new("m", 1, Duration::from_secs(10));
+        book.units = vec![unit("1", t0, false), unit("2", t0, false)];
+        // Unit 1's worker registers; the demand drops to zero long after the timeout.
+        let step = book.step(0, &[], &["m-1-1".into()], later);
+        assert_eq!(
+            step.registered,
+            vec![("1".to_string(), Duration::from_secs(1000))]
+        );
+        assert_eq!(ids(&step), vec![("2", Why::Late)]);
+        assert_eq!(
+            book.units.len(),
+            1,
+            "the busy unit stays though nobody wants it"
+        );
+        let drained = book.step(0, &["m-1-1".into()], &["m-1-1".into()], later);
+        assert_eq!(ids(&drained), vec![("1", Why::Drained)]);
+        assert!(book.units.is_empty());
+    }
+
+    #[test]
+    fn too_many_cancels_the_newest_unregistered_and_too_few_starts_whole_units() {
+        let t0 = Instant::now();
+        let mut book = Book::new("m", 2, Duration::from_secs(60));
+        book.units = vec![
+            unit("1", t0, true),
+            unit("2", t0, false),
+            unit("3", t0, false),
+        ];
+        let step = book.step(3, &[], &[], t0);
+        assert_eq!(ids(&step), vec![("3", Why::Excess)]);
+        assert_eq!(step.start, 0);
+        let more = book.step(7, &[], &[], t0);
+        assert_eq!(more.start, 2, "7 workers in units of 2: 4 units");
+    }
+}

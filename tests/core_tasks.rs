@@ -403,6 +403,9 @@ enum Event {
     Unschedulable(bool),
     Tick(u64),
     Rejoin(usize),
+    /// A live worker registers again (its connection broke and it came back before the old one
+    /// was declared lost): the earlier connection is replaced.
+    Reconnect(usize),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -418,6 +421,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => any::<bool>().prop_map(Event::Unschedulable),
         1 => (0u64..3000).prop_map(Event::Tick),
         1 => any::<usize>().prop_map(Event::Rejoin),
+        1 => any::<usize>().prop_map(Event::Reconnect),
     ]
 }
 
@@ -430,6 +434,8 @@ proptest! {
         // Lost workers' tasks are fenced, and lost workers come back claiming what they ran.
         let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200 });
         let mut stale: Vec<(u64, Vec<u64>)> = Vec::new();
+        // Each worker's registration, to come back as the same process.
+        let mut infos: HashMap<u64, WorkerInfo> = HashMap::new();
         let mut jobs: Vec<u64> = Vec::new(); // task count per job
         let mut now = 0u64;
         let mut live: Vec<u64> = Vec::new();
@@ -465,7 +471,12 @@ proptest! {
                     submitted += n;
                     jobs.push(n);
                 }
-                Event::Join { slots, gpu } => live.push(core.worker_joined(now, worker(slots, &[("gpu", gpu)])).expect("joins").0),
+                Event::Join { slots, gpu } => {
+                    let info = worker(slots, &[("gpu", gpu)]);
+                    let id = core.worker_joined(now, info.clone()).expect("joins").0;
+                    infos.insert(id, info);
+                    live.push(id);
+                }
                 Event::Lose(pick) if !live.is_empty() => {
                     let w = live.remove(pick % live.len());
                     core.worker_lost(now, w, "test", Loss::Silent);
@@ -477,13 +488,30 @@ proptest! {
                 Event::Rejoin(pick) if !stale.is_empty() => {
                     // A lost worker reconnects claiming the tasks it still runs: those still
                     // waiting are adopted, the others (run elsewhere by now, or final) refused.
-                    let (_, tasks) = stale.remove(pick % stale.len());
-                    let mut info = worker(4, &[("gpu", 2)]);
+                    let (old, tasks) = stale.remove(pick % stale.len());
+                    let mut info = infos[&old].clone();
                     info.running = tasks.clone();
-                    let (id, refused) = core.worker_joined(now, info).expect("joins");
+                    let (id, refused) = core.worker_joined(now, info.clone()).expect("the same process joins again");
+                    infos.insert(id, info);
                     live.push(id);
                     let adopted: Vec<u64> = tasks.iter().copied().filter(|t| !refused.contains(t)).collect();
                     running.entry(id).or_default().extend(adopted);
+                }
+                Event::Reconnect(pick) if !live.is_empty() => {
+                    let old = live[pick % live.len()];
+                    let tasks = running.get(&old).cloned().unwrap_or_default();
+                    // Another process under its name is refused; the same one replaces it.
+                    let mut impostor = infos[&old].clone();
+                    impostor.instance ^= 1 << 40;
+                    prop_assert!(core.worker_joined(now, impostor).is_err());
+                    let mut info = infos[&old].clone();
+                    info.running = tasks.clone();
+                    let (id, refused) = core.worker_joined(now, info.clone()).expect("the same process joins again");
+                    // Its running tasks move over; those canceled meanwhile are stopped there.
+                    infos.insert(id, info);
+                    live.push(id);
+                    let adopted: Vec<u64> = tasks.iter().copied().filter(|t| !refused.contains(t)).collect();
+                    running.insert(id, adopted);
                 }
                 Event::Finish { pick, success } => {
                     let all: Vec<(u64, u64)> = running.iter().flat_map(|(w, ts)| ts.iter().map(move |t| (*w, *t))).collect();
@@ -513,7 +541,7 @@ proptest! {
                     core.fail_unschedulable(now, 0, |_, _| managers_could);
                 }
                 Event::Tick(dt) => { now += dt; core.tick(now); }
-                Event::Lose(_) | Event::Rejoin(_) => {}
+                Event::Lose(_) | Event::Rejoin(_) | Event::Reconnect(_) => {}
             }
             apply(&mut core, &mut running, &mut live);
             if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }

@@ -103,7 +103,10 @@ fn job_logs(dir: &Path) -> String {
 
 /// The unit managers and workers of manager `id` still alive on this machine.
 fn unit_processes(id: &str) -> Vec<u32> {
-    let mut found = processes_with(&format!("--fixed\u{0}1\u{0}--id\u{0}{id}\u{0}"));
+    // The batch script's argument order (the dynamic manager's own differs after the type).
+    let mut found = processes_with(&format!(
+        "--id\u{0}{id}\u{0}--worker-type\u{0}hpc\u{0}--slots\u{0}"
+    ));
     found.extend(processes_with(&format!("--manager\u{0}{id}\u{0}")));
     found
 }
@@ -128,7 +131,8 @@ fn a_burst_goes_through_sbatch_and_idle_units_are_cancelled() {
     let _cancel = CancelJobs(id.clone());
     let mut cluster =
         Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
-    slurm_manager(&mut cluster, &id, "hpc", 4, &["--slots", "2"]);
+    // Two jobs of two one-slot workers: a job goes only once both of its workers are drained.
+    slurm_manager(&mut cluster, &id, "hpc", 4, &["--unit-size", "2"]);
     let done = cluster.json(&[
         "submit",
         "--count",

@@ -157,10 +157,9 @@ fn time_left(text: &str) -> Result<Option<Duration>> {
         return Ok(None);
     }
     if let Ok(seconds) = text.parse::<f64>()
-        && seconds.is_finite()
-        && seconds >= 0.0
+        && let Ok(left) = Duration::try_from_secs_f64(seconds)
     {
-        return Ok(Some(Duration::from_secs_f64(seconds)));
+        return Ok(Some(left));
     }
     match weir::manager::slurm::parse_time_left(text) {
         Some(left) => Ok(Some(left)),
@@ -207,6 +206,23 @@ fn run(args: Args) -> Result<()> {
             "--max-task-concurrency is required (or --fixed N): how many tasks this pool may run"
         ),
     };
+    if args.backend == BackendKind::Slurm {
+        // The id names its jobs (`weir-ID`): a restarted manager finds them by it.
+        match &args.id {
+            None => bail!(
+                "--backend slurm needs --id: its batch jobs are named after it, and a restarted manager adopts them by that name"
+            ),
+            Some(id)
+                if id.is_empty()
+                    || !id
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) =>
+            {
+                bail!("--id `{id}`: letters, digits, `.`, `_` and `-` only (it names Slurm jobs)")
+            }
+            Some(_) => {}
+        }
+    }
     let settings = Settings {
         id: args
             .id
@@ -252,6 +268,14 @@ fn run(args: Args) -> Result<()> {
             BackendKind::Slurm => {
                 if args.unit_size == 0 {
                     bail!("--unit-size must be at least 1");
+                }
+                if let Some(minutes) = args.time_limit
+                    && args.leave_before >= Duration::from_secs(u64::from(minutes) * 60)
+                {
+                    bail!(
+                        "--leave-before {:?} leaves no time in a --time-limit of {minutes} min",
+                        args.leave_before
+                    );
                 }
                 let manager_command = match args.job_manager_command.clone() {
                     Some(path) => path,

@@ -185,6 +185,7 @@ impl Units {
                         id: unit,
                         since: Instant::now(),
                         registered: false,
+                        running: false,
                     });
                     self.backoff.reset();
                 }

@@ -44,11 +44,18 @@ impl Pool {
     }
 
     fn start(&mut self) -> Result<String, ManagerError> {
-        self.next += 1;
         let s = &self.settings;
         let name = match &s.unit {
-            Some(unit) => format!("{}-{unit}-{}", s.id, self.next),
-            None => format!("{}-{}", s.id, self.next),
+            // Inside a unit the names are the unit's N (what the manager that started it
+            // expects): a worker that died is replaced under its name.
+            Some(unit) => (1..)
+                .map(|n| format!("{}-{unit}-{n}", s.id))
+                .find(|name| !self.children.iter().any(|(n, _, _)| n == name))
+                .unwrap_or_default(),
+            None => {
+                self.next += 1;
+                format!("{}-{}", s.id, self.next)
+            }
         };
         let mut command = Command::new(&s.worker_command);
         command

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::Settings;
 use super::command::{Backoff, CommandError};
-use super::units::{Book, Unit, Why};
+use super::units::{self, Book, Unit, Why};
 use crate::proto::ManagerState;
 
 /// The `sbatch` knobs of `worker-manager --backend slurm`.
@@ -53,6 +53,9 @@ pub struct Jobs {
     slurm: SlurmBackend,
     /// Units by job id.
     book: Book,
+    /// Jobs this manager cancelled that Slurm still lists: their workers are still reported
+    /// alive (they are stopping, and say so themselves), and they are not adopted again.
+    cancelled: Vec<String>,
     backoff: Backoff,
 }
 
@@ -115,6 +118,7 @@ impl Jobs {
             settings,
             slurm,
             book,
+            cancelled: Vec::new(),
             backoff: Backoff::default(),
         }
     }
@@ -154,13 +158,17 @@ impl Jobs {
                 error: error.to_string(),
             }
         })?;
-        // The walltime left is asked of Slurm from inside the job: its workers take no task
-        // whose timeout would outlive the allocation, and leave before it ends.
+        // The walltime left is asked of Slurm from inside the job (the whole limit if that
+        // fails): its workers take no task whose timeout would outlive the allocation, and
+        // leave before it ends.
+        let limit = self.slurm.time_limit.map_or(String::new(), |minutes| {
+            (u64::from(minutes) * 60).to_string()
+        });
         Ok(format!(
             "#!/bin/sh\n\
-             # weir unit of manager {id}: {count} worker(s); stopped by `scancel`.\n\
-             exec {quoted} --unit \"$SLURM_JOB_ID\" \\\n  --time-left \"$(squeue -h -j \"$SLURM_JOB_ID\" -o %L)\"\n",
-            id = s.id,
+             # A weir unit of {count} worker(s); stopped by `scancel`.\n\
+             left=$(squeue -h -j \"$SLURM_JOB_ID\" -o %L 2>/dev/null)\n\
+             exec {quoted} --unit \"$SLURM_JOB_ID\" --time-left \"${{left:-{limit}}}\"\n",
             count = self.slurm.unit_size,
         ))
     }
@@ -171,6 +179,9 @@ impl Jobs {
             format!("--job-name={}", self.job_name()),
             format!("--output={}", self.slurm.job_output),
             "--nodes=1".to_string(),
+            // A job Slurm would requeue (a failed node) comes back under the same id: this
+            // manager submits a new one instead.
+            "--no-requeue".to_string(),
         ];
         let knobs = [
             ("--partition", self.slurm.partition.clone()),
@@ -200,7 +211,7 @@ impl Jobs {
     /// This manager's jobs Slurm still has (pending, running, completing...).
     async fn squeue(&self) -> Result<Vec<Listed>, CommandError> {
         let name = format!("--name={}", self.job_name());
-        let args = ["-h", "-o", "%i %T", &name].map(String::from);
+        let args = ["-h", "--me", "-o", "%i %T", &name].map(String::from);
         Ok(parse_squeue(&run("squeue", &args, None).await?))
     }
 
@@ -223,7 +234,13 @@ impl Jobs {
             },
             worker_slots: s.slots,
             capabilities: s.capabilities.clone(),
-            workers: self.book.workers(),
+            workers: {
+                let mut workers = self.book.workers();
+                for job in &self.cancelled {
+                    workers.extend(units::names(&s.id, job, self.slurm.unit_size));
+                }
+                workers
+            },
             environments: s.environments.clone(),
             fixed: None,
             exited: Vec::new(),
@@ -247,6 +264,7 @@ impl Jobs {
         for (job, why) in step.stop {
             tracing::info!(job, ?why, "cancelling unit");
             self.scancel(&job).await;
+            self.cancelled.push(job.clone());
             if why == Why::Late {
                 let timeout = self.slurm.unit_timeout;
                 self.backoff
@@ -264,6 +282,7 @@ impl Jobs {
                         id,
                         since: Instant::now(),
                         registered: false,
+                        running: false,
                     });
                 }
                 Err(error) => {
@@ -295,24 +314,33 @@ impl Jobs {
     /// tells the scheduler so itself (its tasks are requeued without spending a retry); were
     /// they dropped from the heartbeat first, the scheduler would take them for dead.
     fn track(&mut self, listed: &[Listed]) {
+        self.cancelled
+            .retain(|job| listed.iter().any(|l| l.id == *job));
         let mut ended_early = Vec::new();
-        self.book.units.retain(|job| {
-            let alive = listed
-                .iter()
-                .any(|l| l.id == job.id);
-            if !alive {
+        self.book.units.retain_mut(|job| {
+            let Some(l) = listed.iter().find(|l| l.id == job.id) else {
                 tracing::warn!(job = %job.id, registered = job.registered, "unit ended; replacing it if still wanted");
                 if !job.registered {
                     ended_early.push(job.id.clone());
                 }
+                return false;
+            };
+            if l.state == "PENDING" && (job.registered || job.running) {
+                // Requeued by Slurm (a failed node, a preemption with requeue): it starts over.
+                tracing::warn!(job = %job.id, "unit requeued by Slurm; waiting for it again");
+                job.registered = false;
+                job.since = Instant::now();
             }
-            alive
+            job.running = l.state == "RUNNING";
+            true
         });
         for job in ended_early {
             self.backoff.fail(&CommandError::Ended { unit: job });
         }
         for l in listed {
-            if l.state != "COMPLETING" && !self.book.units.iter().any(|j| j.id == l.id) {
+            let known =
+                self.book.units.iter().any(|j| j.id == l.id) || self.cancelled.contains(&l.id);
+            if l.state != "COMPLETING" && !known {
                 tracing::info!(job = %l.id, state = %l.state, "adopted a unit of this manager");
                 // A running job may have busy workers (not registered again yet, after a
                 // restart of the scheduler too): taken as registered, it is cancelled only
@@ -321,6 +349,7 @@ impl Jobs {
                     id: l.id.clone(),
                     since: Instant::now(),
                     registered: l.state == "RUNNING",
+                    running: l.state == "RUNNING",
                 });
             }
         }
@@ -380,6 +409,62 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_batch_script_passes_every_argument_through_the_shell_unchanged() {
+        let settings = Settings {
+            id: "hpc".into(),
+            worker_type: "big 'one'".into(),
+            max_task_concurrency: 8,
+            slots: 4,
+            capabilities: vec![],
+            worker_capabilities_flag: "cpu=4,gpu=1".into(),
+            env_plugin_flags: vec!["big=/shared/my conditions/mem_gt.wasm,threshold=$HOME".into()],
+            environments: vec![],
+            fixed: None,
+            worker_command: "/opt/weir/bin/worker".into(),
+            access_file: "/shared/weir access.json".into(),
+            heartbeat_interval: Duration::from_millis(500),
+            unit: None,
+            ends_at: None,
+            leave_before: Duration::from_secs(30),
+        };
+        let slurm = SlurmBackend {
+            unit_size: 2,
+            manager_command: "/opt/weir/bin/worker-manager".into(),
+            ..SlurmBackend::default()
+        };
+        let script = Jobs::new(settings, slurm).script().unwrap();
+        let exec = script
+            .lines()
+            .find_map(|l| l.strip_prefix("exec "))
+            .unwrap();
+        let line = exec.split(" --unit ").next().unwrap();
+        let args = shlex::split(line).unwrap();
+        let expected = [
+            "/opt/weir/bin/worker-manager",
+            "--fixed",
+            "2",
+            "--id",
+            "hpc",
+            "--worker-type",
+            "big 'one'",
+            "--slots",
+            "4",
+            "--access-file",
+            "/shared/weir access.json",
+            "--worker-command",
+            "/opt/weir/bin/worker",
+            "--leave-before",
+            "30.000",
+            "--capabilities",
+            "cpu=4,gpu=1",
+            "--env-plugin",
+            "big=/shared/my conditions/mem_gt.wasm,threshold=$HOME",
+        ];
+        assert_eq!(args, expected);
+        assert!(script.starts_with("#!/bin/sh\n"), "{script}");
+    }
 
     #[test]
     fn squeue_lines() {

@@ -2,6 +2,7 @@
 //! which units registered, which to stop and why, how many to start. The backends run the
 //! commands; the rules live here once.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 /// One unit of `size` workers, named `{manager}-{unit}-{n}`.
@@ -13,6 +14,9 @@ pub struct Unit {
     /// One of its workers registered (or it may be busy): stopped only once the scheduler has
     /// drained its workers, never as one too many.
     pub registered: bool,
+    /// The engine says it runs (its workers may be registering right now): not cancelled as
+    /// one too many either, only once drained or late. Unknown (false) for the command backend.
+    pub running: bool,
 }
 
 /// The names its workers register under.
@@ -29,7 +33,7 @@ pub enum Why {
     Late,
     /// The scheduler drained all of its registered workers.
     Drained,
-    /// More units than wanted: it had not registered yet (the newest go first).
+    /// More units than wanted: it had not registered nor started yet (the newest go first).
     Excess,
 }
 
@@ -53,6 +57,9 @@ pub struct Book {
     /// How long a unit may take to register.
     pub timeout: Duration,
     pub units: Vec<Unit>,
+    /// Workers the scheduler has named to stop, kept across polls: a unit goes once all of its
+    /// registered workers are drained, whichever message named each.
+    drained: HashSet<String>,
 }
 
 impl Book {
@@ -62,6 +69,7 @@ impl Book {
             size,
             timeout,
             units: Vec::new(),
+            drained: HashSet::new(),
         }
     }
 
@@ -83,14 +91,19 @@ impl Book {
         registered: &[String],
         now: Instant,
     ) -> Step {
-        step(
+        self.drained.extend(stop.iter().cloned());
+        let step = step(
             &mut self.units,
             (&self.manager, self.size, self.timeout),
             desired,
-            stop,
+            &self.drained,
             registered,
             now,
-        )
+        );
+        // Only names of units still here are worth keeping.
+        let alive: HashSet<String> = self.workers().into_iter().collect();
+        self.drained.retain(|name| alive.contains(name));
+        step
     }
 }
 
@@ -98,7 +111,7 @@ fn step(
     units: &mut Vec<Unit>,
     (manager, size, timeout): (&str, u32, Duration),
     desired: u32,
-    stop: &[String],
+    stop: &HashSet<String>,
     registered: &[String],
     now: Instant,
 ) -> Step {
@@ -116,7 +129,7 @@ fn step(
         let mine: Vec<&String> = names.iter().filter(|n| registered.contains(n)).collect();
         let why = if !unit.registered && now.duration_since(unit.since) > timeout {
             Some(Why::Late)
-        } else if !mine.is_empty() && mine.iter().all(|n| stop.contains(n)) {
+        } else if !mine.is_empty() && mine.iter().all(|n| stop.contains(*n)) {
             Some(Why::Drained)
         } else {
             None
@@ -128,7 +141,7 @@ fn step(
     });
     let wanted = desired.div_ceil(size.max(1)) as usize;
     while units.len() > wanted {
-        let Some(index) = units.iter().rposition(|u| !u.registered) else {
+        let Some(index) = units.iter().rposition(|u| !u.registered && !u.running) else {
             break;
         };
         step.stop.push((units.remove(index).id, Why::Excess));
@@ -146,6 +159,7 @@ mod tests {
             id: id.into(),
             since,
             registered,
+            running: false,
         }
     }
 
@@ -190,5 +204,31 @@ mod tests {
         assert_eq!(step.start, 0);
         let more = book.step(7, &[], &[], t0);
         assert_eq!(more.start, 2, "7 workers in units of 2: 4 units");
+    }
+
+    #[test]
+    fn a_unit_goes_once_all_its_workers_are_drained_whichever_message_named_each() {
+        let t0 = Instant::now();
+        let mut book = Book::new("m", 2, Duration::from_secs(60));
+        book.units = vec![unit("7", t0, true)];
+        let both = ["m-7-1".to_string(), "m-7-2".to_string()];
+        assert!(book.step(0, &both[..1], &both, t0).stop.is_empty());
+        let step = book.step(0, &both[1..], &both, t0);
+        assert_eq!(ids(&step), vec![("7", Why::Drained)]);
+    }
+
+    #[test]
+    fn a_started_unit_is_not_cancelled_as_one_too_many() {
+        let t0 = Instant::now();
+        let mut book = Book::new("m", 1, Duration::from_secs(60));
+        let mut started = unit("1", t0, false);
+        started.running = true;
+        book.units = vec![started, unit("2", t0, false)];
+        let step = book.step(0, &[], &[], t0);
+        assert_eq!(
+            ids(&step),
+            vec![("2", Why::Excess)],
+            "its worker may be registering now"
+        );
     }
 }

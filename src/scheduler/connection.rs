@@ -192,7 +192,7 @@ async fn worker_session(
     let worker = match joined.await {
         Ok(Ok(worker)) => worker,
         Ok(Err(reason)) => {
-            connection.close(1u32.into(), reason.as_bytes());
+            connection.close(crate::net::CLOSE_REFUSED, reason.as_bytes());
             return Ok(());
         }
         Err(_) => return Ok(()),

@@ -52,10 +52,10 @@ impl Worker {
         let (id, lease_ms) = match link.next().await {
             Ok(ToWorker::Registered { id, lease_ms }) => (id, lease_ms),
             Err(end) => {
-                // Closed with code 1 and a reason: refused (its name is taken), not lost.
+                // Refused for good (its name is taken), not lost.
                 if let Some(quinn::ConnectionError::ApplicationClosed(close)) =
                     connection.close_reason()
-                    && close.error_code == quinn::VarInt::from_u32(1)
+                    && close.error_code == net::CLOSE_REFUSED
                 {
                     let reason = String::from_utf8_lossy(&close.reason).into_owned();
                     return Ok(SessionEnd::Refused(reason));

@@ -252,9 +252,12 @@ fn the_core_refuses_a_policys_nonsense_whatever_the_policy() {
             from_client(1, submit(10)),
         ],
     );
-    assert_eq!(core.poll_timeout(), 500, "the tick comes first");
-    core.handle(500, Input::Timeout);
-    core.handle(1_000, Input::Timeout);
+    assert_eq!(
+        core.poll_timeout(),
+        0,
+        "new demand nothing live can take: the policy is called at once"
+    );
+    core.handle(0, Input::Timeout);
     let asked = core.take_actions();
     assert!(
         asked.iter().any(|a| matches!(a, Action::Decide(_))),
@@ -768,4 +771,81 @@ fn one_policy_change_is_tried_at_a_time_and_content_is_bounded() {
         panic!("{got:#?}");
     };
     assert!(message.contains("bytes"), "{message}");
+}
+
+fn decide(core: &mut Scheduler, now: u64, desired_workers: u32) -> Vec<Action> {
+    let decision = Decision {
+        manager_id: "m1".into(),
+        desired_workers,
+        stop: vec![],
+        reason: "test".into(),
+    };
+    round(
+        core,
+        now,
+        vec![Input::Decided {
+            result: Ok(vec![decision]),
+        }],
+    )
+}
+
+fn asks_policy(actions: &[Action]) -> bool {
+    actions.iter().any(|a| matches!(a, Action::Decide(_)))
+}
+
+#[test]
+fn new_demand_nothing_live_can_take_calls_the_policy_early_at_most_ten_times_an_interval() {
+    let mut core = Scheduler::new(config(false));
+    let heartbeat = Input::ManagerHeartbeat {
+        state: manager("m1"),
+        first: true,
+    };
+    round(&mut core, 0, vec![heartbeat]);
+    assert_eq!(
+        core.poll_timeout(),
+        500,
+        "nothing queued: the tick, then the interval"
+    );
+    core.handle(500, Input::Timeout);
+    core.handle(1_000, Input::Timeout);
+    assert!(asks_policy(&core.take_actions()));
+    decide(&mut core, 1_001, 0);
+    assert_eq!(core.poll_timeout(), 1_500);
+
+    // A burst at 1,050: called a tenth of the interval after the last call, not at 2,000.
+    round(&mut core, 1_050, vec![from_client(1, submit(10))]);
+    assert_eq!(core.poll_timeout(), 1_100);
+    core.handle(1_100, Input::Timeout);
+    assert!(asks_policy(&core.take_actions()));
+    decide(&mut core, 1_101, 4);
+    // The same demand again is nothing new: the next call is a whole interval on.
+    round(&mut core, 1_150, vec![]);
+    assert_eq!(core.poll_timeout(), 1_500, "the tick; the policy at 2,100");
+    core.handle(1_500, Input::Timeout);
+    assert!(!asks_policy(&core.take_actions()));
+    assert_eq!(core.poll_timeout(), 2_000);
+    // More tasks on top of it: early again.
+    round(&mut core, 1_600, vec![from_client(1, submit(5))]);
+    assert_eq!(core.poll_timeout(), 1_600);
+    core.handle(1_600, Input::Timeout);
+    assert!(asks_policy(&core.take_actions()));
+}
+
+#[test]
+fn a_policy_still_deciding_is_asked_again_soon_not_a_whole_interval_on() {
+    let mut core = Scheduler::new(config(false));
+    let heartbeat = Input::ManagerHeartbeat {
+        state: manager("m1"),
+        first: true,
+    };
+    round(&mut core, 0, vec![heartbeat, from_client(1, submit(3))]);
+    core.handle(0, Input::Timeout);
+    assert!(asks_policy(&core.take_actions()));
+    // Busy through its interval: asked again a tenth of one after it answers, at the latest.
+    core.handle(1_000, Input::Timeout);
+    assert!(!asks_policy(&core.take_actions()));
+    assert_eq!(core.poll_timeout(), 1_100);
+    decide(&mut core, 1_050, 3);
+    core.handle(1_100, Input::Timeout);
+    assert!(asks_policy(&core.take_actions()));
 }

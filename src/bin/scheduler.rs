@@ -51,7 +51,8 @@ struct Args {
     /// Deadline of one policy call, in milliseconds.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     policy_deadline_ms: u64,
-    /// Seconds between scaling decisions.
+    /// Seconds between scaling decisions; tasks that arrive and no live worker can take call the
+    /// policy at once (at most once per tenth of this).
     #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
     scaling_interval: Duration,
     /// Seconds a worker must be idle before the policy may stop it.

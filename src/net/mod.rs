@@ -109,8 +109,8 @@ impl NetError {
 /// the idle timeout, is a loss.
 pub const CLOSE_STOPPING: quinn::VarInt = quinn::VarInt::from_u32(2);
 
-/// The close code of a registration the scheduler refuses for good (a worker under the name of
-/// a live worker): the peer stops instead of reconnecting. The reason says why.
+/// The close code of a registration the scheduler refuses (a worker under the name of a live
+/// worker): the reason says why, and the peer is not lost but refused.
 pub const CLOSE_REFUSED: quinn::VarInt = quinn::VarInt::from_u32(3);
 
 /// Whether `connection` was closed by its peer with [`CLOSE_STOPPING`].

@@ -86,10 +86,6 @@ pub enum SessionEnd<E = Infallible> {
     /// This side failed: end the session, reconnect, and try again.
     #[error(transparent)]
     Failed(E),
-    /// The scheduler refused this process for good (a worker under a name another live worker
-    /// has): it does not reconnect, it stops with this error.
-    #[error("the scheduler refused this worker: {0}")]
-    Refused(String),
 }
 
 /// Run sessions with the scheduler, reconnecting after it goes away: back off from 0.2 s to 5 s,
@@ -124,7 +120,6 @@ where
         };
         match outcome {
             Ok(SessionEnd::Stopped(signal)) => return Ok(signal),
-            Ok(SessionEnd::Refused(reason)) => return Err(NetError::Refused(reason).into()),
             Ok(reason) => {
                 tracing::warn!(%reason, "{who}: lost the scheduler; reconnecting");
                 connected_once = true;

@@ -52,13 +52,14 @@ impl Worker {
         let (id, lease_ms) = match link.next().await {
             Ok(ToWorker::Registered { id, lease_ms }) => (id, lease_ms),
             Err(end) => {
-                // Refused for good (its name is taken), not lost.
+                // Refused (its name is taken by a live worker), not lost: tried again like an
+                // unreachable scheduler (the other may be a dead connection not timed out yet).
                 if let Some(quinn::ConnectionError::ApplicationClosed(close)) =
                     connection.close_reason()
                     && close.error_code == net::CLOSE_REFUSED
                 {
                     let reason = String::from_utf8_lossy(&close.reason).into_owned();
-                    return Ok(SessionEnd::Refused(reason));
+                    return Err(NetError::Refused(reason).into());
                 }
                 return Err(NetError::from(end).into());
             }

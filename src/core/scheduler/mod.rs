@@ -107,6 +107,9 @@ pub struct Scheduler {
     journal_bytes: u64,
     next_tick: u64,
     next_scale: u64,
+    /// When the policy was last handed a snapshot, and the fewest tasks queued since: new demand
+    /// that nothing live can take calls it again early (see [`Scheduler::scale_soon`]).
+    last_scale: Option<(u64, u64)>,
     actions: VecDeque<Action>,
 }
 
@@ -127,6 +130,7 @@ impl Scheduler {
             journal_bytes: 0,
             next_tick: config.tick_ms,
             next_scale: config.scaling_ms.unwrap_or(u64::MAX),
+            last_scale: None,
             actions: VecDeque::new(),
             config,
         }
@@ -187,6 +191,7 @@ impl Scheduler {
                 self.tasks.schedule(now);
                 self.flush();
                 self.settle_worker_waits();
+                self.scale_soon(now);
             }
             Input::Synced { journal_bytes } => {
                 self.journal_bytes = journal_bytes;
@@ -262,7 +267,34 @@ impl Scheduler {
             && let Some(interval) = self.config.scaling_ms
         {
             self.next_scale = now + interval;
-            self.scale(now);
+            if self.scale(now) {
+                self.last_scale = Some((now, self.tasks.queued()));
+            } else if self.policy.busy {
+                // Still deciding on the last snapshot: try again soon, not a whole interval on.
+                self.next_scale = now + (interval / 10).max(1);
+            }
+        }
+    }
+
+    /// Event-driven scale-up: tasks were queued that no live worker could take (scheduling has
+    /// just placed what it could) and more are queued than the policy last saw, so it is called
+    /// now instead of at the next interval, at most once per tenth of the interval. A burst
+    /// into an empty cluster reaches the managers within milliseconds, not up to an interval.
+    fn scale_soon(&mut self, now: u64) {
+        let Some(interval) = self.config.scaling_ms else {
+            return;
+        };
+        let queued = self.tasks.queued();
+        let (earliest, seen) = match &mut self.last_scale {
+            Some((at, seen)) => {
+                // Queued tasks placed since are no longer demand: count new ones from the low.
+                *seen = (*seen).min(queued);
+                (*at + interval / 10, *seen)
+            }
+            None => (now, 0),
+        };
+        if queued > seen && self.managers.any_scalable() {
+            self.next_scale = self.next_scale.min(earliest.max(now));
         }
     }
 

@@ -28,10 +28,11 @@ impl Scheduler {
         }
     }
 
-    /// Hand the policy a snapshot, unless it is still deciding on the last one.
-    pub(super) fn scale(&mut self, now: u64) {
+    /// Hand the policy a snapshot, unless it is still deciding on the last one (or there is no
+    /// manager to scale). Returns whether it did.
+    pub(super) fn scale(&mut self, now: u64) -> bool {
         if self.policy.busy || !self.managers.any_scalable() {
-            return;
+            return false;
         }
         let snapshot = self.managers.snapshot(
             &self.context(now),
@@ -42,6 +43,7 @@ impl Scheduler {
         self.policy.deciding = Some(snapshot.clone());
         self.policy.last = Some(snapshot.clone());
         self.actions.push_back(Action::Decide(snapshot));
+        true
     }
 
     /// The policy's answer: checked against the snapshot it was given, then applied; a failure

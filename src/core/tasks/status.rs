@@ -3,6 +3,11 @@
 use super::*;
 
 impl Tasks {
+    /// Tasks queued now (waiting for a slot).
+    pub fn queued(&self) -> u64 {
+        self.counts.queued
+    }
+
     pub fn status(&self) -> StatusReport {
         StatusReport {
             workers: self

@@ -42,28 +42,33 @@ fn memory(pid: u32, key: &str) -> u64 {
     kib.unwrap_or(0) * 1024
 }
 
-/// One throughput row: `tasks` tasks of `spec` on workers started with `worker_args`.
+/// One throughput row: `tasks` tasks of `spec` on `workers` x `slots` workers started with
+/// `worker_args`.
 struct Run<'a> {
     label: &'a str,
     worker_args: &'a [&'a str],
     tasks: u32,
     components: Vec<Vec<u8>>,
     spec: TaskSpec,
+    workers: u32,
+    slots: u32,
 }
 
-async fn throughput(dir: &Path, report: &mut Report, args: &BenchArgs, run: Run<'_>) -> Result<()> {
+async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()> {
     let Run {
         label,
         worker_args,
         tasks,
         components,
         spec,
+        workers,
+        slots,
     } = run;
-    let sub = dir.join(format!("{label}-{tasks}"));
+    let sub = dir.join(format!("{label}-{tasks}-{workers}x{slots}"));
     std::fs::create_dir_all(&sub)?;
     let mut cluster = launch(&sub, &[])?;
-    for i in 0..args.workers {
-        let slots = args.slots.to_string();
+    for i in 0..workers {
+        let slots = slots.to_string();
         cluster.worker(
             &format!("bench-{i}"),
             &[&["--slots", &slots], worker_args].concat(),
@@ -71,7 +76,7 @@ async fn throughput(dir: &Path, report: &mut Report, args: &BenchArgs, run: Run<
     }
     let client = cluster.client().await?;
     // Wait until the workers are in, so the run measures scheduling, not start-up.
-    while client.status().await?.workers.len() < args.workers as usize {
+    while client.status().await?.workers.len() < workers as usize {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let pid = cluster.scheduler.id();
@@ -89,9 +94,7 @@ async fn throughput(dir: &Path, report: &mut Report, args: &BenchArgs, run: Run<
     }
     let cpu_us = (cpu_after - cpu_before) * 1e6 / f64::from(tasks);
     report.row(format!(
-        "| {label} | {tasks} | {} x {} | {elapsed:.2} | {:.0} | {cpu_us:.2} | {:.0} |",
-        args.workers,
-        args.slots,
+        "| {label} | {tasks} | {workers} x {slots} | {elapsed:.2} | {:.0} | {cpu_us:.2} | {:.0} |",
         f64::from(tasks) / elapsed,
         peak as f64 / (1u64 << 20) as f64
     ));
@@ -110,8 +113,10 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
             tasks: n,
             components: vec![],
             spec: noop.clone(),
+            workers: args.workers,
+            slots: args.slots,
         };
-        throughput(dir, report, args, run).await?;
+        throughput(dir, report, run).await?;
     }
     let square = TaskKind::Wasm {
         component: content_hash(bundled::SQUARE),
@@ -121,17 +126,47 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
         worker_args: &[],
         tasks: args.wasm_tasks,
         components: vec![bundled::SQUARE.to_vec()],
-        spec: spec(square, b"7"),
+        spec: spec(square.clone(), b"7"),
+        workers: args.workers,
+        slots: args.slots,
     };
-    throughput(dir, report, args, run).await?;
+    throughput(dir, report, run).await?;
     let run = Run {
         label: "command `true`",
         worker_args: &[],
         tasks: args.command_tasks,
         components: vec![],
         spec: noop.clone(),
+        workers: args.workers,
+        slots: args.slots,
     };
-    throughput(dir, report, args, run).await?;
+    throughput(dir, report, run).await?;
+    // Few slots per worker, tasks as short as their dispatch: where the per-task round trip
+    // between worker and scheduler shows.
+    if args.small_slot_tasks > 0 {
+        for (workers, slots) in [(2, 2), (50, 1)] {
+            let wasm = Run {
+                label: "wasm (square)",
+                worker_args: &[],
+                tasks: args.small_slot_tasks,
+                components: vec![bundled::SQUARE.to_vec()],
+                spec: spec(square.clone(), b"7"),
+                workers,
+                slots,
+            };
+            throughput(dir, report, wasm).await?;
+            let command = Run {
+                label: "command `true`",
+                worker_args: &[],
+                tasks: args.small_slot_tasks,
+                components: vec![],
+                spec: noop.clone(),
+                workers,
+                slots,
+            };
+            throughput(dir, report, command).await?;
+        }
+    }
     report.row(String::new());
 
     // Memory per queued task: no workers, so everything stays queued.

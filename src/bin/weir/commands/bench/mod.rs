@@ -34,6 +34,10 @@ pub struct BenchArgs {
     /// `true` command tasks to run.
     #[arg(long, default_value_t = 10_000)]
     command_tasks: u32,
+    /// Tasks of each kind (wasm `square`, `true`) in the small-slot rows: 2 workers x 2 slots
+    /// and 50 workers x 1 slot, where each task is about as short as its dispatch (0: skip).
+    #[arg(long, default_value_t = 10_000)]
+    small_slot_tasks: u32,
     /// Workers in the throughput runs.
     #[arg(long, default_value_t = 2)]
     workers: u32,

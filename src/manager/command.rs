@@ -30,7 +30,7 @@ pub enum CommandError {
         status: ExitStatus,
         stderr: String,
     },
-    #[error("`{command}` did not finish within a minute")]
+    #[error("`{command}` did not finish in time")]
     TimedOut { command: String },
     #[error("`{command}` printed `{output}`, not what was expected")]
     Output { command: String, output: String },

@@ -201,7 +201,7 @@ impl Jobs {
     async fn sbatch(&self) -> Result<String, CommandError> {
         let script = self.script()?;
         let args = self.sbatch_args();
-        let out = run("sbatch", &args, Some(script)).await?;
+        let out = run("sbatch", &args, Some(script), COMMAND_TIMEOUT).await?;
         parse_sbatch(&out).ok_or_else(|| CommandError::Output {
             command: format!("sbatch {}", args.join(" ")),
             output: out,
@@ -212,11 +212,13 @@ impl Jobs {
     async fn squeue(&self) -> Result<Vec<Listed>, CommandError> {
         let name = format!("--name={}", self.job_name());
         let args = ["-h", "--me", "-o", "%i %T", &name].map(String::from);
-        Ok(parse_squeue(&run("squeue", &args, None).await?))
+        Ok(parse_squeue(
+            &run("squeue", &args, None, POLL_TIMEOUT).await?,
+        ))
     }
 
     async fn scancel(&self, job: &str) {
-        if let Err(error) = run("scancel", &[job.to_string()], None).await {
+        if let Err(error) = run("scancel", &[job.to_string()], None, COMMAND_TIMEOUT).await {
             tracing::warn!(job, %error, "scancel failed");
         }
     }
@@ -363,11 +365,18 @@ impl Jobs {
     }
 }
 
-/// Run one Slurm command (stdin from `input`), and return what it printed.
+/// How long a poll (`squeue`) may take: the session with the scheduler waits for it (Slurm's
+/// commands retry for a long while when slurmctld does not answer).
+const POLL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `sbatch` or `scancel` may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Run one Slurm command (stdin from `input`) for at most `timeout`, and return what it printed.
 async fn run(
     program: &str,
     args: &[String],
     input: Option<String>,
+    timeout: Duration,
 ) -> Result<String, CommandError> {
     use tokio::io::AsyncWriteExt;
     let command = format!("{program} {}", args.join(" "));
@@ -388,9 +397,7 @@ async fn run(
             return Err(CommandError::Spawn { command, error });
         }
     }
-    // Slurm commands retry for a while when slurmctld does not answer; a poll must not hang.
-    let output = match tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await
-    {
+    let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(output)) => output,
         Ok(Err(error)) => return Err(CommandError::Spawn { command, error }),
         Err(_) => return Err(CommandError::TimedOut { command }),

@@ -849,3 +849,58 @@ fn a_policy_still_deciding_is_asked_again_soon_not_a_whole_interval_on() {
     core.handle(1_100, Input::Timeout);
     assert!(asks_policy(&core.take_actions()));
 }
+
+#[test]
+fn a_drained_worker_is_named_in_every_decision_until_it_is_gone() {
+    let mut core = Scheduler::new(config(false));
+    let mut info = worker("m1-7-1", 1);
+    info.manager = Some("m1".into());
+    let mut state = manager("m1");
+    state.workers = vec!["m1-7-1".into()];
+    round(
+        &mut core,
+        0,
+        vec![
+            Input::ManagerHeartbeat {
+                state,
+                first: true,
+            },
+            join(1, info),
+        ],
+    );
+    let worker_id = 1;
+    let stop_named = |actions: &[Action]| -> Vec<String> {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::ToManager {
+                    message: ToManager::Desired { stop, .. },
+                    ..
+                } => Some(stop.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no decision sent: {actions:#?}"))
+    };
+    core.handle(1_000, Input::Timeout);
+    core.take_actions();
+    let drain = Decision {
+        manager_id: "m1".into(),
+        desired_workers: 0,
+        stop: vec![worker_id],
+        reason: "idle".into(),
+    };
+    let first = round(
+        &mut core,
+        1_001,
+        vec![Input::Decided {
+            result: Ok(vec![drain]),
+        }],
+    );
+    assert_eq!(stop_named(&first), vec!["m1-7-1".to_string()]);
+    // The manager missed it (it restarted, or its engine's cancel failed): the next decision,
+    // which does not name the worker (the policy no longer sees it), names it again.
+    core.handle(2_000, Input::Timeout);
+    core.take_actions();
+    let next = decide(&mut core, 2_001, 0);
+    assert_eq!(stop_named(&next), vec!["m1-7-1".to_string()]);
+}

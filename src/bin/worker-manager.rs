@@ -251,6 +251,18 @@ fn run(args: Args) -> Result<()> {
         },
         leave_before: args.leave_before,
     };
+    if matches!(args.backend, BackendKind::Slurm | BackendKind::Command)
+        && args.fixed.is_none()
+        && settings.max_workers() < args.unit_size
+    {
+        bail!(
+            "--max-task-concurrency {} with --slots {} allows {} worker(s): less than one unit of --unit-size {}",
+            settings.max_task_concurrency,
+            settings.slots,
+            settings.max_workers(),
+            args.unit_size
+        );
+    }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     if args.fixed.is_some() && args.unit.is_some() {
         // Inside a command-backend unit: the manager that started the unit reports its workers.

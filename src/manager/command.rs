@@ -92,7 +92,12 @@ pub struct Units {
 
 impl Units {
     pub fn new(settings: Settings, backend: CommandBackend) -> Units {
-        let book = Book::new(&settings.id, backend.unit_size, backend.unit_timeout);
+        let book = Book::new(
+            &settings.id,
+            backend.unit_size,
+            backend.unit_timeout,
+            settings.max_workers(),
+        );
         Units {
             settings,
             backend,

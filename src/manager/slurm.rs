@@ -53,9 +53,11 @@ pub struct Jobs {
     slurm: SlurmBackend,
     /// Units by job id.
     book: Book,
-    /// Jobs this manager cancelled that Slurm still lists: their workers are still reported
+    /// Jobs this manager cancelled that Slurm still lists, and when `scancel` was last run for
+    /// each (it is run again while one is listed and not completing: a failed `scancel` must
+    /// not leave a job running). Their workers are still reported
     /// alive (they are stopping, and say so themselves), and they are not adopted again.
-    cancelled: Vec<String>,
+    cancelled: Vec<(String, Instant)>,
     backoff: Backoff,
 }
 
@@ -113,7 +115,12 @@ pub fn parse_time_left(text: &str) -> Option<Duration> {
 
 impl Jobs {
     pub fn new(settings: Settings, slurm: SlurmBackend) -> Jobs {
-        let book = Book::new(&settings.id, slurm.unit_size, slurm.unit_timeout);
+        let book = Book::new(
+            &settings.id,
+            slurm.unit_size,
+            slurm.unit_timeout,
+            settings.max_workers(),
+        );
         Jobs {
             settings,
             slurm,
@@ -238,7 +245,7 @@ impl Jobs {
             capabilities: s.capabilities.clone(),
             workers: {
                 let mut workers = self.book.workers();
-                for job in &self.cancelled {
+                for (job, _) in &self.cancelled {
                     workers.extend(units::names(&s.id, job, self.slurm.unit_size));
                 }
                 workers
@@ -266,7 +273,7 @@ impl Jobs {
         for (job, why) in step.stop {
             tracing::info!(job, ?why, "cancelling unit");
             self.scancel(&job).await;
-            self.cancelled.push(job.clone());
+            self.cancelled.push((job.clone(), Instant::now()));
             if why == Why::Late {
                 let timeout = self.slurm.unit_timeout;
                 self.backoff
@@ -302,6 +309,7 @@ impl Jobs {
         match self.squeue().await {
             Ok(listed) => {
                 self.track(&listed);
+                self.cancel_again(&listed).await;
                 true
             }
             Err(error) => {
@@ -311,13 +319,33 @@ impl Jobs {
         }
     }
 
+    /// Run `scancel` again for cancelled jobs Slurm still lists as not completing, at most every
+    /// 10 s each (the first one failed, or Slurm lost it).
+    async fn cancel_again(&mut self, listed: &[Listed]) {
+        let now = Instant::now();
+        let mut again = Vec::new();
+        for (job, last) in &mut self.cancelled {
+            let running = listed
+                .iter()
+                .any(|l| l.id == *job && l.state != "COMPLETING");
+            if running && now.duration_since(*last) >= Duration::from_secs(10) {
+                *last = now;
+                again.push(job.clone());
+            }
+        }
+        for job in again {
+            tracing::warn!(job, "a cancelled unit still runs: cancelling it again");
+            self.scancel(&job).await;
+        }
+    }
+
     /// Forget jobs Slurm no longer lists; adopt jobs of this manager it does not know. A job
     /// that is COMPLETING is still listed, and so are its workers: they are stopping, and each
     /// tells the scheduler so itself (its tasks are requeued without spending a retry); were
     /// they dropped from the heartbeat first, the scheduler would take them for dead.
     fn track(&mut self, listed: &[Listed]) {
         self.cancelled
-            .retain(|job| listed.iter().any(|l| l.id == *job));
+            .retain(|(job, _)| listed.iter().any(|l| l.id == *job));
         let mut ended_early = Vec::new();
         self.book.units.retain_mut(|job| {
             let Some(l) = listed.iter().find(|l| l.id == job.id) else {
@@ -340,8 +368,8 @@ impl Jobs {
             self.backoff.fail(&CommandError::Ended { unit: job });
         }
         for l in listed {
-            let known =
-                self.book.units.iter().any(|j| j.id == l.id) || self.cancelled.contains(&l.id);
+            let known = self.book.units.iter().any(|j| j.id == l.id)
+                || self.cancelled.iter().any(|(job, _)| *job == l.id);
             if l.state != "COMPLETING" && !known {
                 tracing::info!(job = %l.id, state = %l.state, "adopted a unit of this manager");
                 // A running job may have busy workers (not registered again yet, after a
@@ -361,6 +389,10 @@ impl Jobs {
         for job in std::mem::take(&mut self.book.units) {
             tracing::info!(job = %job.id, "cancelling unit");
             self.scancel(&job.id).await;
+        }
+        // Again for those cancelled before: one whose `scancel` failed would outlive us.
+        for (job, _) in std::mem::take(&mut self.cancelled) {
+            self.scancel(&job).await;
         }
     }
 }

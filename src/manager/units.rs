@@ -56,6 +56,8 @@ pub struct Book {
     pub size: u32,
     /// How long a unit may take to register.
     pub timeout: Duration,
+    /// Most units at once: whole units within the manager's cap (never one worker above it).
+    pub max_units: usize,
     pub units: Vec<Unit>,
     /// Workers the scheduler has named to stop, kept across polls: a unit goes once all of its
     /// registered workers are drained, whichever message named each.
@@ -63,11 +65,12 @@ pub struct Book {
 }
 
 impl Book {
-    pub fn new(manager: &str, size: u32, timeout: Duration) -> Book {
+    pub fn new(manager: &str, size: u32, timeout: Duration, max_workers: u32) -> Book {
         Book {
             manager: manager.to_string(),
             size,
             timeout,
+            max_units: (max_workers / size.max(1)) as usize,
             units: Vec::new(),
             drained: HashSet::new(),
         }
@@ -94,7 +97,7 @@ impl Book {
         self.drained.extend(stop.iter().cloned());
         let step = step(
             &mut self.units,
-            (&self.manager, self.size, self.timeout),
+            (&self.manager, self.size, self.timeout, self.max_units),
             desired,
             &self.drained,
             registered,
@@ -109,7 +112,7 @@ impl Book {
 
 fn step(
     units: &mut Vec<Unit>,
-    (manager, size, timeout): (&str, u32, Duration),
+    (manager, size, timeout, max_units): (&str, u32, Duration, usize),
     desired: u32,
     stop: &HashSet<String>,
     registered: &[String],
@@ -139,7 +142,7 @@ fn step(
         }
         why.is_none()
     });
-    let wanted = desired.div_ceil(size.max(1)) as usize;
+    let wanted = (desired.div_ceil(size.max(1)) as usize).min(max_units);
     while units.len() > wanted {
         let Some(index) = units.iter().rposition(|u| !u.registered && !u.running) else {
             break;
@@ -171,7 +174,7 @@ mod tests {
     fn a_unit_with_a_registered_worker_is_stopped_only_when_drained() {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(1000);
-        let mut book = Book::new("m", 1, Duration::from_secs(10));
+        let mut book = Book::new("m", 1, Duration::from_secs(10), 100);
         book.units = vec![unit("1", t0, false), unit("2", t0, false)];
         // Unit 1's worker registers; the demand drops to zero long after the timeout.
         let step = book.step(0, &[], &["m-1-1".into()], later);
@@ -193,7 +196,7 @@ mod tests {
     #[test]
     fn too_many_cancels_the_newest_unregistered_and_too_few_starts_whole_units() {
         let t0 = Instant::now();
-        let mut book = Book::new("m", 2, Duration::from_secs(60));
+        let mut book = Book::new("m", 2, Duration::from_secs(60), 100);
         book.units = vec![
             unit("1", t0, true),
             unit("2", t0, false),
@@ -209,7 +212,7 @@ mod tests {
     #[test]
     fn a_unit_goes_once_all_its_workers_are_drained_whichever_message_named_each() {
         let t0 = Instant::now();
-        let mut book = Book::new("m", 2, Duration::from_secs(60));
+        let mut book = Book::new("m", 2, Duration::from_secs(60), 100);
         book.units = vec![unit("7", t0, true)];
         let both = ["m-7-1".to_string(), "m-7-2".to_string()];
         assert!(book.step(0, &both[..1], &both, t0).stop.is_empty());
@@ -220,7 +223,7 @@ mod tests {
     #[test]
     fn a_started_unit_is_not_cancelled_as_one_too_many() {
         let t0 = Instant::now();
-        let mut book = Book::new("m", 1, Duration::from_secs(60));
+        let mut book = Book::new("m", 1, Duration::from_secs(60), 100);
         let mut started = unit("1", t0, false);
         started.running = true;
         book.units = vec![started, unit("2", t0, false)];
@@ -230,5 +233,13 @@ mod tests {
             vec![("2", Why::Excess)],
             "its worker may be registering now"
         );
+    }
+
+    #[test]
+    fn whole_units_never_take_a_manager_above_its_cap() {
+        let t0 = Instant::now();
+        // A cap of 5 workers in units of 2: at most 2 units (4 workers), never 3 (6).
+        let mut book = Book::new("m", 2, Duration::from_secs(60), 5);
+        assert_eq!(book.step(5, &[], &[], t0).start, 2);
     }
 }

@@ -79,7 +79,17 @@ impl Scheduler {
             if !self.connected.contains(&decision.manager_id) {
                 continue;
             }
-            let stop = self.tasks.drain(&decision.stop);
+            let mut stop = self.tasks.drain(&decision.stop);
+            // Drained before and still here: named again in every decision, so a manager that
+            // missed it (it restarted meanwhile, or its engine's stop failed) stops them now.
+            for w in &views {
+                if w.draining
+                    && w.manager.as_deref() == Some(decision.manager_id.as_str())
+                    && !stop.contains(&w.name)
+                {
+                    stop.push(w.name.clone());
+                }
+            }
             let registered: Vec<String> = views
                 .iter()
                 .filter(|w| w.manager.as_deref() == Some(decision.manager_id.as_str()))

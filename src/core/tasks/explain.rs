@@ -72,6 +72,9 @@ impl Tasks {
                             )),
                         }
                     }
+                    if worker.draining {
+                        missing.push("draining: its manager is stopping it".into());
+                    }
                     if worker.free_slots == 0 {
                         missing.push(format!("all {} slots busy", worker.info.slots));
                     }

@@ -861,10 +861,7 @@ fn a_drained_worker_is_named_in_every_decision_until_it_is_gone() {
         &mut core,
         0,
         vec![
-            Input::ManagerHeartbeat {
-                state,
-                first: true,
-            },
+            Input::ManagerHeartbeat { state, first: true },
             join(1, info),
         ],
     );

@@ -295,6 +295,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
         heartbeat_timeout_ms: 100,
         forget_after_ms: Some(0),
         fence_ms: 0,
+        undrain_ms: 20_000,
     });
     let new = NewGroup {
         spec: spec(&[], 0, 0),
@@ -432,7 +433,7 @@ proptest! {
     fn no_task_lost_none_finished_twice_capacity_never_exceeded(events in prop::collection::vec(event(), 1..120)) {
         // Finished jobs are also forgotten by age, so forgetting races everything else.
         // Lost workers' tasks are fenced, and lost workers come back claiming what they ran.
-        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200 });
+        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200, undrain_ms: 20_000 });
         let mut stale: Vec<(u64, Vec<u64>)> = Vec::new();
         // Each worker's registration, to come back as the same process.
         let mut infos: HashMap<u64, WorkerInfo> = HashMap::new();
@@ -737,5 +738,28 @@ fn worker_names_are_unique_and_a_reconnection_replaces_the_earlier_connection() 
     assert!(stop.is_empty(), "{stop:?}");
     assert!(core.finished(3, b, 1, ok()));
     assert_eq!(core.job_counts(1).unwrap().succeeded, 1);
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn a_drained_worker_its_manager_does_not_stop_takes_tasks_again() {
+    let mut core = Tasks::new(Config::default());
+    let w = core.worker_joined(0, worker(1, &[])).expect("joins").0;
+    assert_eq!(core.drain(0, &[w]).len(), 1);
+    core.submit(vec![group(1, &[])]).unwrap();
+    core.schedule(0);
+    assert!(
+        dispatched(&core.take_actions()).is_empty(),
+        "draining: no task"
+    );
+    core.heartbeat(19_000, w);
+    core.tick(19_000);
+    core.schedule(19_000);
+    assert!(dispatched(&core.take_actions()).is_empty());
+    // Still here 20 s on (a unit whose other worker is busy cannot be stopped alone).
+    core.heartbeat(20_000, w);
+    core.tick(20_000);
+    core.schedule(20_000);
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![1]);
     core.sanity_check().unwrap();
 }

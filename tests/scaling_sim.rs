@@ -171,7 +171,7 @@ proptest! {
                     for decision in decisions {
                         let pool = pools.iter_mut().find(|p| p.id == decision.manager_id).expect("known");
                         prop_assert!(decision.desired_workers as usize <= pool.max_workers(), "{decision:?}");
-                        let stop = core.drain(&decision.stop);
+                        let stop = core.drain(now, &decision.stop);
                         let registered: Vec<String> = views
                             .iter()
                             .filter(|w| w.manager.as_deref() == Some(pool.id.as_str()))

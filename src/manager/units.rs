@@ -59,9 +59,6 @@ pub struct Book {
     /// Most units at once: whole units within the manager's cap (never one worker above it).
     pub max_units: usize,
     pub units: Vec<Unit>,
-    /// Workers the scheduler has named to stop, kept across polls: a unit goes once all of its
-    /// registered workers are drained, whichever message named each.
-    drained: HashSet<String>,
 }
 
 impl Book {
@@ -72,7 +69,6 @@ impl Book {
             timeout,
             max_units: (max_workers / size.max(1)) as usize,
             units: Vec::new(),
-            drained: HashSet::new(),
         }
     }
 
@@ -84,9 +80,10 @@ impl Book {
             .collect()
     }
 
-    /// One poll: `desired` workers (the count to reach), `stop` the workers the scheduler
-    /// drained and names, `registered` the workers it knows. Marks the units that registered;
-    /// the units to stop are taken out of the book.
+    /// One poll: `desired` workers (the count to reach), `stop` the workers the scheduler has
+    /// drained (every decision names all of them until they are gone, so a unit goes once all
+    /// of its registered workers are in one), `registered` the workers it knows. Marks the
+    /// units that registered; the units to stop are taken out of the book.
     pub fn step(
         &mut self,
         desired: u32,
@@ -94,19 +91,15 @@ impl Book {
         registered: &[String],
         now: Instant,
     ) -> Step {
-        self.drained.extend(stop.iter().cloned());
-        let step = step(
+        let stop: HashSet<String> = stop.iter().cloned().collect();
+        step(
             &mut self.units,
             (&self.manager, self.size, self.timeout, self.max_units),
             desired,
-            &self.drained,
+            &stop,
             registered,
             now,
-        );
-        // Only names of units still here are worth keeping.
-        let alive: HashSet<String> = self.workers().into_iter().collect();
-        self.drained.retain(|name| alive.contains(name));
-        step
+        )
     }
 }
 
@@ -210,13 +203,16 @@ mod tests {
     }
 
     #[test]
-    fn a_unit_goes_once_all_its_workers_are_drained_whichever_message_named_each() {
+    fn a_unit_goes_only_once_all_its_workers_are_drained() {
         let t0 = Instant::now();
         let mut book = Book::new("m", 2, Duration::from_secs(60), 100);
         book.units = vec![unit("7", t0, true)];
         let both = ["m-7-1".to_string(), "m-7-2".to_string()];
+        // One drained, the other busy: the job stays (the drained one is taken back into
+        // service by the scheduler after a while).
         assert!(book.step(0, &both[..1], &both, t0).stop.is_empty());
-        let step = book.step(0, &both[1..], &both, t0);
+        // Both drained (the scheduler names every drained worker in each decision).
+        let step = book.step(0, &both, &both, t0);
         assert_eq!(ids(&step), vec![("7", Why::Drained)]);
     }
 

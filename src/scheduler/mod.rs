@@ -220,6 +220,7 @@ pub async fn run(
             heartbeat_timeout_ms: millis(settings.heartbeat_timeout),
             forget_after_ms: settings.forget_after.map(millis),
             fence_ms: millis(fence(settings.worker_lease)),
+            ..tasks::Config::default()
         },
         manager_timeout_ms: millis(settings.heartbeat_timeout),
         lease_ms: millis(settings.worker_lease),

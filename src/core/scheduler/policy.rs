@@ -79,7 +79,7 @@ impl Scheduler {
             if !self.connected.contains(&decision.manager_id) {
                 continue;
             }
-            let mut stop = self.tasks.drain(&decision.stop);
+            let mut stop = self.tasks.drain(now, &decision.stop);
             // Drained before and still here: named again in every decision, so a manager that
             // missed it (it restarted meanwhile, or its engine's stop failed) stops them now.
             for w in &views {

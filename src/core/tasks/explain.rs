@@ -72,7 +72,7 @@ impl Tasks {
                             )),
                         }
                     }
-                    if worker.draining {
+                    if worker.draining.is_some() {
                         missing.push("draining: its manager is stopping it".into());
                     }
                     if worker.free_slots == 0 {

@@ -56,6 +56,8 @@ pub struct Config {
     /// until the worker's lease has surely run out and its runs are stopped. A worker that
     /// comes back meanwhile claims them (see [`Tasks::worker_joined`]).
     pub fence_ms: u64,
+    /// A drained worker its manager has not stopped after this long takes tasks again.
+    pub undrain_ms: u64,
 }
 
 impl Default for Config {
@@ -64,6 +66,7 @@ impl Default for Config {
             heartbeat_timeout_ms: 10_000,
             forget_after_ms: None,
             fence_ms: 0,
+            undrain_ms: 20_000,
         }
     }
 }

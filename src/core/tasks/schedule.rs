@@ -153,6 +153,7 @@ impl Tasks {
     /// order: a job that finishes in this tick is forgotten in a later one, after the shell has
     /// journaled its tasks' final records.)
     pub fn tick(&mut self, now: u64) {
+        self.undrain(now);
         if let Some(after) = self.config.forget_after_ms {
             for job in self.done.drain(..) {
                 self.retention.push_back((now, job));

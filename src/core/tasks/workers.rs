@@ -23,8 +23,10 @@ pub(super) struct Worker {
     pub(super) last_seen: u64,
     /// Since when it has run nothing (`None` while busy).
     pub(super) idle_since: Option<u64>,
-    /// Being stopped by its manager: takes no new task.
-    pub(super) draining: bool,
+    /// Being stopped by its manager, since then (ms): takes no new task. Taken back into
+    /// service if its manager has not stopped it after [`Config::undrain_ms`] (it cannot: a
+    /// unit of several workers whose others are busy).
+    pub(super) draining: Option<u64>,
     /// When it leaves (the end of its allocation): it takes no task whose timeout ends later.
     pub(super) ends_at: Option<u64>,
 }
@@ -50,7 +52,7 @@ impl Worker {
     }
 
     pub(super) fn fits(&self, class: &Class, now: u64) -> bool {
-        !self.draining
+        self.draining.is_none()
             && self.free_slots > 0
             && self.outlives(class, now)
             && class
@@ -80,7 +82,7 @@ impl Worker {
             slots: self.info.slots,
             busy: self.running.len() as u32,
             idle_ms: self.idle_since.map_or(0, |since| now.saturating_sub(since)),
-            draining: self.draining,
+            draining: self.draining.is_some(),
             verdicts: self
                 .verdicts
                 .iter()
@@ -198,7 +200,7 @@ impl Tasks {
             loads: BTreeMap::new(),
             last_seen: now,
             idle_since: Some(now),
-            draining: false,
+            draining: None,
             ends_at,
         };
         self.workers.insert(id, worker);
@@ -340,7 +342,7 @@ impl Tasks {
     pub fn ready_workers(&self, environment: Option<&str>) -> u32 {
         self.workers
             .values()
-            .filter(|w| !w.draining)
+            .filter(|w| w.draining.is_none())
             .filter(|w| environment.is_none_or(|e| w.environments.contains(e)))
             .count() as u32
     }
@@ -380,16 +382,32 @@ impl Tasks {
 
     /// Stop giving these workers tasks (their manager is about to stop them). Only idle
     /// workers are drained; returns the names of those that were.
-    pub fn drain(&mut self, ids: &[WorkerId]) -> Vec<String> {
+    pub fn drain(&mut self, now: u64, ids: &[WorkerId]) -> Vec<String> {
         let mut drained = Vec::new();
         for id in ids {
             if let Some(worker) = self.workers.get_mut(id)
                 && worker.running.is_empty()
             {
-                worker.draining = true;
+                worker.draining.get_or_insert(now);
                 drained.push(worker.info.name.clone());
             }
         }
         drained
+    }
+
+    /// Drained workers their manager has not stopped within [`Config::undrain_ms`] take tasks
+    /// again (the policy may drain them once more): a worker in a unit whose others are busy
+    /// cannot be stopped alone, and would otherwise hold its slots idle.
+    pub(super) fn undrain(&mut self, now: u64) {
+        let after = self.config.undrain_ms;
+        for worker in self.workers.values_mut() {
+            if worker
+                .draining
+                .is_some_and(|since| now.saturating_sub(since) >= after)
+            {
+                tracing::info!(worker = %worker.info.name, "drained but not stopped by its manager: taking tasks again");
+                worker.draining = None;
+            }
+        }
     }
 }

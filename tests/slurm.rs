@@ -101,6 +101,34 @@ fn job_logs(dir: &Path) -> String {
     logs
 }
 
+/// Wait for `job`, check all of its `count` tasks succeeded (saying why not: the results and the
+/// jobs' own logs), and return where each ran: the tasks print `$WEIR_WORKER_NAME` last.
+fn ran_on(cluster: &Cluster, job: &str, count: u64) -> Vec<String> {
+    let done = cluster.json(&["wait", job]);
+    let results = cluster.json(&["results", job]);
+    assert_eq!(
+        done["counts"]["succeeded"],
+        count,
+        "{done}\n{results}\n{}",
+        job_logs(cluster.dir.path())
+    );
+    results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let out = r["stdout"].as_str().unwrap_or_default();
+            out.lines().last().unwrap_or_default().trim().to_string()
+        })
+        .collect()
+}
+
+/// `weir submit MORE... -- sh -c SCRIPT`; returns the job id.
+fn submit(cluster: &Cluster, more: &[&str], script: &str) -> String {
+    let args = [&["submit"][..], more, &["--", "sh", "-c", script]].concat();
+    cluster.json(&args)["job"].to_string()
+}
+
 /// The unit managers and workers of manager `id` still alive on this machine.
 fn unit_processes(id: &str) -> Vec<u32> {
     // The batch script's argument order (the dynamic manager's own differs after the type).
@@ -133,26 +161,13 @@ fn a_burst_goes_through_sbatch_and_idle_units_are_cancelled() {
         Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
     // Two jobs of two one-slot workers: a job goes only once both of its workers are drained.
     slurm_manager(&mut cluster, &id, "hpc", 4, &["--unit-size", "2"]);
-    let done = cluster.json(&[
-        "submit",
-        "--count",
-        "8",
-        "--wait",
-        "--",
-        "sh",
-        "-c",
+    let job = submit(
+        &cluster,
+        &["--count", "8"],
         "sleep 0.5; echo $WEIR_WORKER_NAME",
-    ]);
-    assert_eq!(
-        done["counts"]["succeeded"],
-        8,
-        "{done}\n{}",
-        job_logs(cluster.dir.path())
     );
     // Each ran on a worker of a batch job: named MANAGER-JOBID-N.
-    let results = cluster.json(&["results", &done["job"].to_string()]);
-    for result in results.as_array().unwrap() {
-        let worker = result["stdout"].as_str().unwrap().trim();
+    for worker in ran_on(&cluster, &job, 8) {
         let job = worker
             .strip_prefix(&format!("{id}-"))
             .and_then(|rest| rest.split('-').next())
@@ -176,18 +191,11 @@ fn a_job_cancelled_from_outside_is_replaced_and_its_tasks_requeued_not_failed() 
     let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
     slurm_manager(&mut cluster, &id, "hpc", 2, &[]);
     // No retries: a task counted as failed would fail its job.
-    let job = cluster.json(&[
-        "submit",
-        "--count",
-        "2",
-        "--retries",
-        "0",
-        "--",
-        "sh",
-        "-c",
+    let job = submit(
+        &cluster,
+        &["--count", "2", "--retries", "0"],
         "sleep 3; echo $WEIR_WORKER_NAME",
-    ]);
-    let job = job["job"].to_string();
+    );
     cluster.await_status(|s| s["tasks"]["running"] == 2);
     let running = jobs(&id);
     let (victim, _) = running
@@ -198,21 +206,11 @@ fn a_job_cancelled_from_outside_is_replaced_and_its_tasks_requeued_not_failed() 
     let out = Command::new("scancel").arg(&victim).output().unwrap();
     assert!(out.status.success(), "scancel: {out:?}");
 
-    let done = cluster.json(&["wait", &job]);
-    assert_eq!(
-        done["counts"]["succeeded"],
-        2,
-        "{done}\n{}\n{}",
-        cluster.json(&["results", &job]),
-        job_logs(cluster.dir.path())
-    );
     // The task that ran in the cancelled job ran again, to the end, in the job that replaced it.
-    let results = cluster.json(&["results", &job]);
-    for result in results.as_array().unwrap() {
-        let worker = result["stdout"].as_str().unwrap().trim();
+    for worker in ran_on(&cluster, &job, 2) {
         assert!(
             worker.starts_with(&format!("{id}-")) && !worker.contains(&format!("-{victim}-")),
-            "finished on {worker}: {results}"
+            "finished on {worker}"
         );
     }
     // The cancelled job was replaced by a new one (the requeued task ran there).
@@ -250,23 +248,9 @@ fn a_held_job_times_out_and_the_waterfall_spills_to_the_next_tier() {
         &["--unit-timeout", "2", "--sbatch-arg=--hold"],
     );
     cluster.dynamic_manager("local_1", "local", 2);
-    let done = cluster.json(&[
-        "submit",
-        "--count",
-        "3",
-        "--wait",
-        "--",
-        "sh",
-        "-c",
-        "echo $WEIR_WORKER_NAME",
-    ]);
-    assert_eq!(done["counts"]["succeeded"], 3, "{done}");
-    let results = cluster.json(&["results", &done["job"].to_string()]);
-    for result in results.as_array().unwrap() {
-        assert!(
-            result["stdout"].as_str().unwrap().starts_with("local_1-"),
-            "{result}"
-        );
+    let job = submit(&cluster, &["--count", "3"], "echo $WEIR_WORKER_NAME");
+    for worker in ran_on(&cluster, &job, 3) {
+        assert!(worker.starts_with("local_1-"), "ran on {worker}");
     }
     // No held job is left behind: cancelled at its unit timeout, or once the demand was gone.
     await_no_jobs(&id);
@@ -280,16 +264,11 @@ fn a_restarted_manager_adopts_its_running_job_and_never_cancels_it_while_busy() 
     let _cancel = CancelJobs(id.clone());
     let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
     let first = slurm_manager(&mut cluster, &id, "hpc", 1, &[]);
-    let job = cluster.json(&[
-        "submit",
-        "--retries",
-        "0",
-        "--",
-        "sh",
-        "-c",
+    let job = submit(
+        &cluster,
+        &["--retries", "0"],
         "sleep 4; echo $WEIR_WORKER_NAME",
-    ]);
-    let job = job["job"].to_string();
+    );
     cluster.await_status(|s| s["tasks"]["running"] == 1);
     let before = jobs(&id);
     assert_eq!(before.len(), 1, "{before:?}");
@@ -297,18 +276,9 @@ fn a_restarted_manager_adopts_its_running_job_and_never_cancels_it_while_busy() 
     common::signal(cluster.workers[first].id(), "-9");
     let _ = cluster.workers[first].wait();
     slurm_manager(&mut cluster, &id, "hpc", 1, &[]);
-    let done = cluster.json(&["wait", &job]);
-    assert_eq!(
-        done["counts"]["succeeded"],
-        1,
-        "{done}\n{}\n{}",
-        cluster.json(&["results", &job]),
-        job_logs(cluster.dir.path())
-    );
     // It finished where it started: the job was adopted, not cancelled nor submitted again.
-    let results = cluster.json(&["results", &job]);
-    let worker = results[0]["stdout"].as_str().unwrap().trim().to_string();
-    assert_eq!(worker, format!("{id}-{}-1", before[0].0), "{results}");
+    let worker = ran_on(&cluster, &job, 1).remove(0);
+    assert_eq!(worker, format!("{id}-{}-1", before[0].0));
     let after = jobs(&id);
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!(after[0].0, before[0].0);
@@ -336,19 +306,9 @@ fn a_unit_leaves_before_its_walltime_and_its_task_runs_again_in_the_job_that_rep
         m = mark.display()
     );
     // No timeout (it may run anywhere), no retries: were it counted as failed, its job would fail.
-    let job = cluster.json(&["submit", "--retries", "0", "--", "sh", "-c", &script]);
-    let job = job["job"].to_string();
-    let done = cluster.json(&["wait", &job]);
-    assert_eq!(
-        done["counts"]["succeeded"],
-        1,
-        "{done}\n{}\n{}",
-        cluster.json(&["results", &job]),
-        job_logs(cluster.dir.path())
-    );
+    let job = submit(&cluster, &["--retries", "0"], &script);
+    let second = ran_on(&cluster, &job, 1).remove(0);
     let first = std::fs::read_to_string(&mark).unwrap().trim().to_string();
-    let results = cluster.json(&["results", &job]);
-    let second = results[0]["stdout"].as_str().unwrap().trim().to_string();
     let job_of = |worker: &str| worker.split('-').nth(1).unwrap_or_default().to_string();
     assert!(first.starts_with(&format!("{id}-")), "{first}");
     assert!(second.starts_with(&format!("{id}-")), "{second}");

@@ -143,23 +143,9 @@ impl Units {
     }
 
     pub fn state(&self) -> ManagerState {
-        let s = &self.settings;
-        ManagerState {
-            id: s.id.clone(),
-            worker_type: s.worker_type.clone(),
-            // While backing off after a failure: no capacity, so the waterfall spills past us.
-            max_task_concurrency: if self.backoff.active() {
-                0
-            } else {
-                s.max_task_concurrency
-            },
-            worker_slots: s.slots,
-            capabilities: s.capabilities.clone(),
-            workers: self.book.workers(),
-            environments: s.environments.clone(),
-            fixed: None,
-            exited: Vec::new(),
-        }
+        let workers = self.book.workers();
+        self.settings
+            .report(self.backoff.active(), workers, Vec::new())
     }
 
     /// Move toward `desired` workers, in whole units. A failed command is not an error of the

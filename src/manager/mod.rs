@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::net::NetError;
-use crate::proto::EnvironmentDef;
+use crate::proto::{EnvironmentDef, ManagerState};
 
 pub use backend::Backend;
 pub use plan::{Plan, plan};
@@ -60,6 +60,32 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The heartbeat of a manager with these settings: its `workers` alive, those it saw
+    /// `exited`, and no capacity while `backing_off` after a failure of its engine (so the
+    /// waterfall spills past it).
+    pub(super) fn report(
+        &self,
+        backing_off: bool,
+        workers: Vec<String>,
+        exited: Vec<String>,
+    ) -> ManagerState {
+        ManagerState {
+            id: self.id.clone(),
+            worker_type: self.worker_type.clone(),
+            max_task_concurrency: if backing_off {
+                0
+            } else {
+                self.max_task_concurrency
+            },
+            worker_slots: self.slots,
+            capabilities: self.capabilities.clone(),
+            workers,
+            environments: self.environments.clone(),
+            fixed: self.fixed,
+            exited,
+        }
+    }
+
     /// Most workers its task cap allows: `cap / slots`, at least one when the cap allows any
     /// task (the policy's rule, `Manager::max_workers_for`).
     pub fn max_workers(&self) -> u32 {

@@ -165,18 +165,8 @@ impl Pool {
     }
 
     pub(super) fn state(&self) -> ManagerState {
-        let s = &self.settings;
-        ManagerState {
-            id: s.id.clone(),
-            worker_type: s.worker_type.clone(),
-            max_task_concurrency: s.max_task_concurrency,
-            worker_slots: s.slots,
-            capabilities: s.capabilities.clone(),
-            workers: self.names(),
-            environments: s.environments.clone(),
-            fixed: s.fixed,
-            exited: self.exited.iter().cloned().collect(),
-        }
+        let exited = self.exited.iter().cloned().collect();
+        self.settings.report(false, self.names(), exited)
     }
 
     fn names(&self) -> Vec<String> {

@@ -231,29 +231,12 @@ impl Jobs {
     }
 
     pub fn state(&self) -> ManagerState {
-        let s = &self.settings;
-        ManagerState {
-            id: s.id.clone(),
-            worker_type: s.worker_type.clone(),
-            // While backing off after a failure: no capacity, so the waterfall spills past us.
-            max_task_concurrency: if self.backoff.active() {
-                0
-            } else {
-                s.max_task_concurrency
-            },
-            worker_slots: s.slots,
-            capabilities: s.capabilities.clone(),
-            workers: {
-                let mut workers = self.book.workers();
-                for (job, _) in &self.cancelled {
-                    workers.extend(units::names(&s.id, job, self.slurm.unit_size));
-                }
-                workers
-            },
-            environments: s.environments.clone(),
-            fixed: None,
-            exited: Vec::new(),
+        let mut workers = self.book.workers();
+        for (job, _) in &self.cancelled {
+            workers.extend(units::names(&self.settings.id, job, self.slurm.unit_size));
         }
+        self.settings
+            .report(self.backoff.active(), workers, Vec::new())
     }
 
     /// Poll Slurm, then move toward `desired` workers in whole jobs. A failed command is not an

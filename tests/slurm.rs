@@ -328,3 +328,69 @@ fn a_unit_leaves_before_its_walltime_and_its_task_runs_again_in_the_job_that_rep
         pause();
     }
 }
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_scancel_that_fails_is_run_again_and_no_job_outlives_the_demand() {
+    require_slurm();
+    let id = unique_id("failcancel");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
+    // A `scancel` first in the manager's PATH that fails while the flag file exists (slurmctld
+    // away, say), and otherwise runs the real one.
+    let bin = cluster.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let flag = cluster.dir.path().join("scancel-fails");
+    let failed = cluster.dir.path().join("scancel-failed");
+    let real = Command::new("sh")
+        .args(["-c", "command -v scancel"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    let fake = bin.join("scancel");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ -e {} ]; then echo \"$@\" >> {}; echo 'connection refused' >&2; exit 1; fi\nexec {real} \"$@\"\n",
+            flag.display(),
+            failed.display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    std::fs::write(&flag, "").unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = cluster.dir.path().join("job-%j.out");
+    let mut manager = cluster.launcher().command("worker-manager").unwrap();
+    manager
+        .args([
+            "--heartbeat-interval",
+            "0.2",
+            "--backend",
+            "slurm",
+            "--id",
+            &id,
+        ])
+        .args(["--worker-type", "hpc", "--max-task-concurrency", "2"])
+        .args(["--job-output", output.to_str().unwrap()])
+        .env("PATH", path);
+    let child = manager.spawn().unwrap();
+    cluster.keep(child);
+
+    let job = submit(&cluster, &["--count", "2"], "echo $WEIR_WORKER_NAME");
+    ran_on(&cluster, &job, 2);
+    // Idle: the jobs are drained and cancelled, but every scancel fails...
+    while !failed.exists() {
+        pause();
+    }
+    assert!(!jobs(&id).is_empty(), "the first scancel failed");
+    // ...until Slurm answers again: then they are run again, and the jobs go.
+    std::fs::remove_file(&flag).unwrap();
+    await_no_jobs(&id);
+    await_no_unit_processes(&id);
+}

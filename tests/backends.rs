@@ -135,3 +135,26 @@ fn a_failing_start_command_makes_the_waterfall_spill_to_the_next_tier() {
         );
     }
 }
+
+#[test]
+fn a_unit_ends_when_the_scheduler_dismisses_its_worker() {
+    // The scheduler tells the idle workers of a manager gone for a minute to leave; they exit
+    // with code 3, and the unit they run in (a batch job) ends instead of starting another.
+    let dir = tempfile::tempdir().unwrap();
+    let worker = dir.path().join("dismissed-worker.sh");
+    std::fs::write(&worker, "#!/bin/sh\nexit 3\n").unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&worker)
+        .status()
+        .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_worker-manager"))
+        .args(["--fixed", "1", "--id", "gone", "--unit", "u1"])
+        .args(["--heartbeat-interval", "0.05", "--worker-command"])
+        .arg(&worker)
+        .arg("--access-file")
+        .arg(dir.path().join("access.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

@@ -901,3 +901,46 @@ fn a_drained_worker_is_named_in_every_decision_until_it_is_gone() {
     let next = decide(&mut core, 2_001, 0);
     assert_eq!(stop_named(&next), vec!["m1-7-1".to_string()]);
 }
+
+#[test]
+fn the_idle_workers_of_a_manager_gone_for_a_minute_are_told_to_leave() {
+    let mut core = Scheduler::new(config(false));
+    let mut info = worker("m1-7-1", 1);
+    info.manager = Some("m1".into());
+    let mut state = manager("m1");
+    state.workers = vec!["m1-7-1".into()];
+    round(
+        &mut core,
+        0,
+        vec![
+            Input::ManagerHeartbeat { state, first: true },
+            join(1, info),
+        ],
+    );
+    core.take_actions();
+    let leave = |actions: &[Action]| {
+        actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::ToWorker {
+                    worker: 1,
+                    message: ToWorker::Leave { .. }
+                }
+            )
+        })
+    };
+    // The manager falls silent (kill -9); its worker, a unit elsewhere, stays in touch.
+    let mut told = Vec::new();
+    for now in (5_000..=70_000).step_by(5_000) {
+        core.handle(now, Input::Heartbeat { worker: 1 });
+        core.handle(now, Input::Timeout);
+        if leave(&core.take_actions()) {
+            told.push(now);
+        }
+    }
+    assert_eq!(
+        told,
+        vec![65_000],
+        "once, after a minute without its manager"
+    );
+}

@@ -184,6 +184,10 @@ fn run(args: Args) -> Result<()> {
     runtime.block_on(async { worker.lock().await.shutdown().await });
     let signal = reason?;
     tracing::info!(reason = %format_args!("stopped by {signal}"), "worker stopped");
+    if signal == weir::net::Signal::Dismissed {
+        // Its unit (a batch job) ends on this code instead of starting another worker.
+        std::process::exit(weir::proto::EXIT_DISMISSED);
+    }
     Ok(())
 }
 

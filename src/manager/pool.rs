@@ -25,6 +25,9 @@ pub struct Pool {
     ever_registered: std::collections::HashSet<String>,
     /// The last workers that exited or were stopped, newest last (reported to the scheduler).
     exited: std::collections::VecDeque<String>,
+    /// A worker exited because the scheduler dismissed it (its dynamic manager is gone): inside
+    /// a unit, the unit ends too.
+    pub(super) dismissed: bool,
     /// Workers that died young in a row, and when starting is allowed again.
     failures: u32,
     not_before: Instant,
@@ -38,6 +41,7 @@ impl Pool {
             next: 0,
             ever_registered: std::collections::HashSet::new(),
             exited: std::collections::VecDeque::new(),
+            dismissed: false,
             failures: 0,
             not_before: Instant::now(),
         }
@@ -144,6 +148,11 @@ impl Pool {
             });
         for (name, status, lived) in exited {
             self.remember_exited(&name);
+            if status.code() == Some(crate::proto::EXIT_DISMISSED) {
+                tracing::warn!(worker = %name, "dismissed by the scheduler: its manager is gone");
+                self.dismissed = true;
+                continue;
+            }
             if lived < YOUNG {
                 self.failures += 1;
                 let backoff = (Duration::from_millis(250) * 2u32.saturating_pow(self.failures))
@@ -199,7 +208,7 @@ impl Pool {
             desired,
             stop,
             &known,
-            Instant::now() >= self.not_before && !ending,
+            Instant::now() >= self.not_before && !ending && !self.dismissed,
         );
         for name in &plan.stop {
             self.stop(name);

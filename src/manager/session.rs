@@ -109,7 +109,13 @@ pub async fn run_unit(mut pool: Pool) -> Result<Signal, ManagerError> {
     let end = pool.settings.ends_at.map(tokio::time::Instant::from_std);
     let signal = loop {
         tokio::select! {
-            _ = ticker.tick() => pool.converge(0, &[], &[])?,
+            _ = ticker.tick() => {
+                pool.converge(0, &[], &[])?;
+                if pool.dismissed {
+                    // The manager that started this unit is gone: end it (its job ends).
+                    break Signal::Dismissed;
+                }
+            }
             signal = signals.recv() => break signal,
             () = async { match end {
                 Some(at) => tokio::time::sleep_until(at).await,

@@ -19,6 +19,9 @@ pub enum Signal {
     Int,
     /// `--ends-in` / `--time-left` ran out: the cluster engine ends the allocation soon.
     EndOfAllocation,
+    /// The scheduler told it to leave: its manager is gone (the process exits with
+    /// [`crate::proto::EXIT_DISMISSED`]).
+    Dismissed,
 }
 
 impl fmt::Display for Signal {
@@ -27,6 +30,7 @@ impl fmt::Display for Signal {
             Signal::Term => "SIGTERM",
             Signal::Int => "SIGINT",
             Signal::EndOfAllocation => "the end of its allocation",
+            Signal::Dismissed => "the scheduler (its manager is gone)",
         })
     }
 }

@@ -255,6 +255,10 @@ impl Worker {
                 self.acknowledged += durable;
             }
             ToWorker::Registered { .. } => return Some(SessionEnd::Protocol("registered twice")),
+            ToWorker::Leave { reason } => {
+                tracing::warn!(%reason, "the scheduler tells this worker to leave");
+                return Some(SessionEnd::Stopped(net::Signal::Dismissed));
+            }
         }
         None
     }

@@ -162,17 +162,18 @@ impl Managers {
 
     /// Managers silent for longer than `after` (killed, their machine gone) leave the status;
     /// one that comes back registers again.
-    pub fn drop_offline(&mut self, now: u64, after: u64) {
+    pub fn drop_offline(&mut self, now: u64, after: u64) -> Vec<String> {
         let gone: Vec<String> = self
             .entries
             .iter()
             .filter(|(_, e)| now.saturating_sub(e.last_seen) > after)
             .map(|(id, _)| id.clone())
             .collect();
-        for id in gone {
+        for id in &gone {
             tracing::info!(manager = %id, "worker manager forgotten after being offline");
-            self.remove(&id);
+            self.remove(id);
         }
+        gone
     }
 
     /// The manager said goodbye: it is gone, with its workers.

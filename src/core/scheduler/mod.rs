@@ -30,7 +30,7 @@ use super::scaling::Snapshot;
 use super::tasks::{self, Tasks};
 use crate::proto::{
     ComponentHash, EnvironmentDef, EnvironmentStatus, ErrorCode, JobId, Response, StatusReport,
-    WorkerId,
+    ToWorker, WorkerId,
 };
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
@@ -107,6 +107,10 @@ pub struct Scheduler {
     journal_bytes: u64,
     next_tick: u64,
     next_scale: u64,
+    /// Managers forgotten after being offline whose workers are still here (units of a
+    /// cluster engine they started): told to leave once idle, and those told so.
+    orphaned: std::collections::BTreeSet<String>,
+    dismissed: std::collections::HashSet<WorkerId>,
     /// When the policy was last handed a snapshot, and the fewest tasks queued since: new demand
     /// that nothing live can take calls it again early (see [`Scheduler::scale_soon`]).
     last_scale: Option<(u64, u64)>,
@@ -130,6 +134,8 @@ impl Scheduler {
             journal_bytes: 0,
             next_tick: config.tick_ms,
             next_scale: config.scaling_ms.unwrap_or(u64::MAX),
+            orphaned: Default::default(),
+            dismissed: Default::default(),
             last_scale: None,
             actions: VecDeque::new(),
             config,
@@ -300,8 +306,11 @@ impl Scheduler {
 
     fn tick(&mut self, now: u64) {
         self.tasks.tick(now);
-        // A manager gone without a goodbye leaves the status after a minute.
-        self.managers.drop_offline(now, 60_000);
+        // A manager gone without a goodbye leaves the status after a minute; the workers it
+        // started elsewhere are told to leave once idle.
+        self.orphaned
+            .extend(self.managers.drop_offline(now, 60_000));
+        self.dismiss_orphans(now);
         // The journal stays bounded by what is held, like memory: compacted while running once
         // at least as many tasks were forgotten since the last compaction as are still held
         // (half of it, or more, is gone), and it is big enough for that to pay.
@@ -315,6 +324,30 @@ impl Scheduler {
                 .push_back(Action::Compact(self.journal_image()));
         }
         self.fail_unschedulable(now);
+    }
+
+    /// Workers of a manager forgotten after being offline (a `kill -9`ed Slurm manager's batch
+    /// jobs, which nobody would cancel): each is drained and told to leave once idle, and the
+    /// unit it runs in ends with it.
+    fn dismiss_orphans(&mut self, now: u64) {
+        if self.orphaned.is_empty() {
+            return;
+        }
+        let views = self.tasks.worker_views(now);
+        let mut still = std::collections::BTreeSet::new();
+        for w in &views {
+            let Some(manager) = w.manager.as_ref().filter(|m| self.orphaned.contains(*m)) else {
+                continue;
+            };
+            still.insert(manager.clone());
+            if w.busy == 0 && self.dismissed.insert(w.id) {
+                tracing::warn!(worker = %w.name, %manager, "its manager is gone: telling it to leave");
+                self.tasks.drain(now, &[w.id]);
+                let reason = format!("its manager {manager} has been gone for a minute");
+                self.send_worker(w.id, ToWorker::Leave { reason });
+            }
+        }
+        self.orphaned = still;
     }
 
     fn reply(&mut self, client: ClientId, response: Response, last: bool) {

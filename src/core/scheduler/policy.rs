@@ -11,6 +11,8 @@ pub const MAX_POLICY_CONTENT: usize = 1 << 20;
 
 impl Scheduler {
     pub(super) fn manager_heartbeat(&mut self, now: u64, state: ManagerState) {
+        // Back after being forgotten: its workers are its own again.
+        self.orphaned.remove(&state.id);
         if self.connected.insert(state.id.clone()) {
             tracing::info!(manager = %state.id, worker_type = %state.worker_type, fixed = ?state.fixed, "worker manager joined");
         }

@@ -77,6 +77,7 @@ impl Scheduler {
         if close {
             self.close_worker(worker);
         }
+        self.dismissed.remove(&worker);
         if !self.tasks.has_worker(worker) {
             return;
         }

@@ -106,4 +106,13 @@ pub enum ToWorker {
     Received {
         count: u64,
     },
+    /// Leave (it is idle): the manager that started it has been gone for a while and will not
+    /// stop it. The worker exits with [`EXIT_DISMISSED`], on which the unit it runs in (a Slurm
+    /// job) ends too, instead of holding its allocation to the walltime.
+    Leave {
+        reason: String,
+    },
 }
+
+/// The exit code of a worker the scheduler told to leave ([`ToWorker::Leave`]).
+pub const EXIT_DISMISSED: i32 = 3;

@@ -15,6 +15,7 @@ fn config(journal: bool) -> Config {
     Config {
         tasks: tasks::Config::default(),
         manager_timeout_ms: 10_000,
+        manager_forget_ms: 60_000,
         lease_ms: 10_000,
         tick_ms: 500,
         scaling_ms: Some(1_000),

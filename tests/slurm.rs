@@ -394,3 +394,27 @@ fn a_scancel_that_fails_is_run_again_and_no_job_outlives_the_demand() {
     await_no_jobs(&id);
     await_no_unit_processes(&id);
 }
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn the_jobs_of_a_manager_that_never_comes_back_end() {
+    require_slurm();
+    let id = unique_id("orphan");
+    let _cancel = CancelJobs(id.clone());
+    // Managers offline for 2 s are forgotten (60 s by default).
+    let mut cluster = Cluster::with_policy(
+        "waterfall_v2",
+        "1, hpc",
+        &["--manager-forget-after", "2", "--heartbeat-timeout", "2"],
+    );
+    let manager = slurm_manager(&mut cluster, &id, "hpc", 2, &[]);
+    let job = submit(&cluster, &["--count", "2"], "echo $WEIR_WORKER_NAME");
+    ran_on(&cluster, &job, 2);
+    assert!(!jobs(&id).is_empty());
+    // The manager dies and never comes back: nobody would scancel its jobs.
+    common::signal(cluster.workers[manager].id(), "-9");
+    let _ = cluster.workers[manager].wait();
+    // Its idle workers are told to leave, their units end, and so do the jobs.
+    await_no_jobs(&id);
+    await_no_unit_processes(&id);
+}

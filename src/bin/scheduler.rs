@@ -58,6 +58,11 @@ struct Args {
     /// Seconds a worker must be idle before the policy may stop it.
     #[arg(long, default_value = "30", value_parser = seconds, value_name = "SECONDS")]
     scale_down_delay: Duration,
+    /// Seconds a worker manager may be offline before it is forgotten: the workers it started
+    /// through a cluster engine (a Slurm job, a pod) are then told to leave once idle, so their
+    /// allocations end instead of idling until the walltime.
+    #[arg(long, default_value = "60", value_parser = positive_seconds, value_name = "SECONDS")]
+    manager_forget_after: Duration,
     /// Append every snapshot the policy sees to FILE (JSON lines), for `weir policy simulate`.
     #[arg(long, value_name = "FILE")]
     record_snapshots: Option<PathBuf>,
@@ -142,6 +147,7 @@ fn run(args: Args) -> Result<()> {
         cert: args.cert.zip(args.key),
         scaling_interval: args.scaling_interval,
         scale_down_delay: args.scale_down_delay,
+        manager_forget_after: args.manager_forget_after,
         record_snapshots: args.record_snapshots,
         journal: args.journal,
         metrics: args.metrics,

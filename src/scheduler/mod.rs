@@ -45,6 +45,8 @@ pub struct Settings {
     pub scaling_interval: Duration,
     /// A worker idle for less than this is not stopped.
     pub scale_down_delay: Duration,
+    /// A manager offline this long is forgotten; its remote units' idle workers are told to leave.
+    pub manager_forget_after: Duration,
     /// Append every snapshot given to the policy to this file (JSON lines) for `weir policy simulate`.
     pub record_snapshots: Option<PathBuf>,
     /// Keep every accepted task and final result here, and reload them at start.
@@ -223,6 +225,7 @@ pub async fn run(
             ..tasks::Config::default()
         },
         manager_timeout_ms: millis(settings.heartbeat_timeout),
+        manager_forget_ms: millis(settings.manager_forget_after),
         lease_ms: millis(settings.worker_lease),
         // At least twice a second, whatever the heartbeat timeout: fenced tasks are released,
         // forgotten jobs dropped and unschedulable ones failed on this tick.

@@ -17,6 +17,9 @@ pub struct Config {
     pub tasks: tasks::Config,
     /// A manager silent this long is offline.
     pub manager_timeout_ms: u64,
+    /// A manager offline this long is forgotten, and the workers it started elsewhere are told
+    /// to leave once idle.
+    pub manager_forget_ms: u64,
     /// The lease granted to workers (sent when they register).
     pub lease_ms: u64,
     /// Fences released, forgotten jobs dropped and unschedulable tasks failed this often.

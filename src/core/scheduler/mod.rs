@@ -306,10 +306,12 @@ impl Scheduler {
 
     fn tick(&mut self, now: u64) {
         self.tasks.tick(now);
-        // A manager gone without a goodbye leaves the status after a minute; the workers it
+        // A manager gone without a goodbye leaves the status after a while; the workers it
         // started elsewhere are told to leave once idle.
-        self.orphaned
-            .extend(self.managers.drop_offline(now, 60_000));
+        self.orphaned.extend(
+            self.managers
+                .drop_offline(now, self.config.manager_forget_ms),
+        );
         self.dismiss_orphans(now);
         // The journal stays bounded by what is held, like memory: compacted while running once
         // at least as many tasks were forgotten since the last compaction as are still held

@@ -54,6 +54,8 @@ impl Worker {
             Err(end) => {
                 // Refused (its name is taken by a live worker), not lost: tried again like an
                 // unreachable scheduler (the other may be a dead connection not timed out yet).
+                // The stream may end before the close that says why arrives: wait for it.
+                let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
                 if let Some(quinn::ConnectionError::ApplicationClosed(close)) =
                     connection.close_reason()
                     && close.error_code == net::CLOSE_REFUSED

@@ -790,6 +790,24 @@ fn decide(core: &mut Scheduler, now: u64, desired_workers: u32) -> Vec<Action> {
     )
 }
 
+/// A core with manager m1 and its worker 1, `m1-7-1` (a unit the manager started elsewhere).
+fn with_unit_worker() -> Scheduler {
+    let mut core = Scheduler::new(config(false));
+    let mut info = worker("m1-7-1", 1);
+    info.manager = Some("m1".into());
+    let mut state = manager("m1");
+    state.workers = vec!["m1-7-1".into()];
+    round(
+        &mut core,
+        0,
+        vec![
+            Input::ManagerHeartbeat { state, first: true },
+            join(1, info),
+        ],
+    );
+    core
+}
+
 fn asks_policy(actions: &[Action]) -> bool {
     actions.iter().any(|a| matches!(a, Action::Decide(_)))
 }
@@ -853,19 +871,7 @@ fn a_policy_still_deciding_is_asked_again_soon_not_a_whole_interval_on() {
 
 #[test]
 fn a_drained_worker_is_named_in_every_decision_until_it_is_gone() {
-    let mut core = Scheduler::new(config(false));
-    let mut info = worker("m1-7-1", 1);
-    info.manager = Some("m1".into());
-    let mut state = manager("m1");
-    state.workers = vec!["m1-7-1".into()];
-    round(
-        &mut core,
-        0,
-        vec![
-            Input::ManagerHeartbeat { state, first: true },
-            join(1, info),
-        ],
-    );
+    let mut core = with_unit_worker();
     let worker_id = 1;
     let stop_named = |actions: &[Action]| -> Vec<String> {
         actions
@@ -905,19 +911,7 @@ fn a_drained_worker_is_named_in_every_decision_until_it_is_gone() {
 
 #[test]
 fn the_idle_workers_of_a_manager_gone_for_a_minute_are_told_to_leave() {
-    let mut core = Scheduler::new(config(false));
-    let mut info = worker("m1-7-1", 1);
-    info.manager = Some("m1".into());
-    let mut state = manager("m1");
-    state.workers = vec!["m1-7-1".into()];
-    round(
-        &mut core,
-        0,
-        vec![
-            Input::ManagerHeartbeat { state, first: true },
-            join(1, info),
-        ],
-    );
+    let mut core = with_unit_worker();
     core.take_actions();
     let leave = |actions: &[Action]| {
         actions.iter().any(|a| {

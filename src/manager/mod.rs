@@ -11,8 +11,9 @@
 //! workers.
 //!
 //! `plan.rs` is the pure convergence step, `pool.rs` the process backend, `command.rs` the
-//! command backend, `slurm.rs` the Slurm backend, `units.rs` the pure step both unit backends take, `backend.rs` the choice between them, `session.rs` the sessions with the
-//! scheduler.
+//! command backend, `slurm/` the Slurm backend (its `commands.rs`: what it runs of Slurm),
+//! `units.rs` the pure step both unit backends take, `backend.rs` the choice between them,
+//! `session.rs` the sessions with the scheduler.
 
 mod backend;
 pub mod command;

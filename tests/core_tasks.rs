@@ -296,6 +296,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
         forget_after_ms: Some(0),
         fence_ms: 0,
         undrain_ms: 20_000,
+        prefetch: 0,
     });
     let new = NewGroup {
         spec: spec(&[], 0, 0),
@@ -378,6 +379,234 @@ fn bad_submissions_are_refused_whole() {
     core.sanity_check().unwrap();
 }
 
+// ---- prefetch: tasks held ahead of a free slot, and taken back ----
+
+fn with_prefetch(prefetch: u32) -> Tasks {
+    Tasks::new(Config {
+        prefetch,
+        ..Config::default()
+    })
+}
+
+fn revokes(actions: &[Action]) -> Vec<(u64, Vec<u64>, u32)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Revoke {
+                worker,
+                tasks,
+                count,
+            } => Some((*worker, tasks.clone(), *count)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Submit `count` tasks and make their group quick: one runs on a worker of its own (joined,
+/// run, reported, then lost as stopped). Returns the job and the tasks still queued, in order.
+fn quick_job(
+    core: &mut Tasks,
+    count: u32,
+    capabilities: &[(&str, u64)],
+    retries: u32,
+) -> (u64, Vec<u64>) {
+    let (job, first, _) = core
+        .submit(vec![NewGroup {
+            spec: spec(capabilities, 0, retries),
+            count: count + 1,
+            inputs: vec![],
+        }])
+        .unwrap();
+    let caps: Vec<(&str, u64)> = capabilities.iter().map(|(n, v)| (*n, v * 100)).collect();
+    let probe = core.worker_joined(0, worker(1, &caps)).unwrap().0;
+    core.schedule(0);
+    assert_eq!(dispatched(&core.take_actions())[&probe], vec![first]);
+    assert!(core.finished(5, probe, first, ok()));
+    core.worker_lost(5, probe, "test", Loss::Stopped);
+    core.take_actions();
+    (job, (first + 1..=first + u64::from(count)).collect())
+}
+
+#[test]
+fn prefetch_fills_every_free_slot_first_then_one_task_per_worker_per_round() {
+    let mut core = with_prefetch(3);
+    let (_, tasks) = quick_job(&mut core, 9, &[], 3);
+    let a = core.worker_joined(10, worker(2, &[])).unwrap().0;
+    let b = core.worker_joined(10, worker(2, &[])).unwrap().0;
+    core.schedule(10);
+    let sent = dispatched(&core.take_actions());
+    // 4 slots, then rounds of one each: a 3, b 2 of the 5 left.
+    assert_eq!(
+        sent[&a],
+        vec![tasks[0], tasks[1], tasks[4], tasks[6], tasks[8]]
+    );
+    assert_eq!(sent[&b], vec![tasks[2], tasks[3], tasks[5], tasks[7]]);
+    assert_eq!(core.status().tasks.queued, 0);
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn no_more_than_slots_and_prefetch_however_much_waits() {
+    let mut core = with_prefetch(3);
+    quick_job(&mut core, 100, &[], 3);
+    let a = core.worker_joined(10, worker(2, &[])).unwrap().0;
+    core.schedule(10);
+    assert_eq!(dispatched(&core.take_actions())[&a].len(), 5);
+    core.schedule(10);
+    assert!(dispatched(&core.take_actions()).is_empty());
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn only_tasks_of_a_group_that_ran_quickly_are_prefetched() {
+    let mut core = with_prefetch(4);
+    let a = core.worker_joined(0, worker(1, &[])).unwrap().0;
+    let (_, first, _) = core.submit(vec![group(10, &[])]).unwrap();
+    core.schedule(0);
+    // Nothing known of the group yet: a slot's worth.
+    assert_eq!(dispatched(&core.take_actions())[&a], vec![first]);
+    // It ran for two seconds: still not prefetched.
+    assert!(core.finished(2_000, a, first, ok()));
+    core.schedule(2_000);
+    assert_eq!(dispatched(&core.take_actions())[&a], vec![first + 1]);
+    // The next one was quick: now the worker is given its prefetch too.
+    assert!(core.finished(2_010, a, first + 1, ok()));
+    core.schedule(2_010);
+    assert_eq!(dispatched(&core.take_actions())[&a].len(), 5);
+}
+
+#[test]
+fn no_prefetch_while_another_fitting_worker_has_a_free_slot() {
+    let mut core = with_prefetch(4);
+    quick_job(&mut core, 2, &[], 3);
+    let a = core.worker_joined(10, worker(1, &[])).unwrap().0;
+    let b = core.worker_joined(10, worker(1, &[])).unwrap().0;
+    core.schedule(10);
+    let sent = dispatched(&core.take_actions());
+    assert_eq!((sent[&a].len(), sent[&b].len()), (1, 1));
+}
+
+#[test]
+fn an_idle_worker_has_prefetched_tasks_taken_back_for_it_without_an_attempt_spent() {
+    let mut core = with_prefetch(4);
+    // Retries 0: a spent attempt would show.
+    let (_, tasks) = quick_job(&mut core, 5, &[], 0);
+    let busy = core.worker_joined(10, worker(1, &[])).unwrap().0;
+    core.schedule(10);
+    let held = dispatched(&core.take_actions())[&busy].clone();
+    assert_eq!(held, tasks);
+    // A second worker joins with nothing queued: the busy one is asked for what it holds ahead.
+    let idle = core.worker_joined(20, worker(1, &[])).unwrap().0;
+    core.schedule(20);
+    let asked = revokes(&core.take_actions());
+    assert_eq!(asked.len(), 1);
+    let (from, candidates, count) = asked[0].clone();
+    assert_eq!(from, busy);
+    // At least the one free slot, up to half of the 4 held ahead.
+    assert_eq!(count, 2);
+    assert_eq!(
+        candidates.len(),
+        5,
+        "any held task it could run may be one given back"
+    );
+    // Asked once at a time.
+    core.schedule(20);
+    assert!(revokes(&core.take_actions()).is_empty());
+    // It gives back the two newest, which had not started.
+    assert_eq!(core.revoked(busy, &[held[4], held[3]]), 2);
+    core.schedule(20);
+    let sent = dispatched(&core.take_actions());
+    assert_eq!(
+        sent[&idle],
+        vec![held[3], held[4]],
+        "in their order, at the front"
+    );
+    core.sanity_check().unwrap();
+    for task in [held[3], held[4]] {
+        assert!(core.finished(30, idle, task, ok()));
+        let (state, _, attempts) = core.final_record(task).unwrap();
+        assert_eq!((state, attempts), (TaskState::Succeeded, 1));
+    }
+    // A report for a task given back is not the giver's to make.
+    assert!(!core.finished(30, busy, held[4], ok()));
+}
+
+#[test]
+fn a_worker_that_gave_nothing_back_is_not_asked_again_until_it_finishes_one() {
+    let mut core = with_prefetch(2);
+    quick_job(&mut core, 3, &[], 3);
+    let busy = core.worker_joined(10, worker(1, &[])).unwrap().0;
+    core.schedule(10);
+    let held = dispatched(&core.take_actions())[&busy].clone();
+    assert_eq!(held.len(), 3);
+    core.worker_joined(10, worker(1, &[])).unwrap();
+    core.schedule(10);
+    assert_eq!(revokes(&core.take_actions()).len(), 1);
+    // Everything it held had started (it finished one and started the next meanwhile).
+    assert_eq!(core.revoked(busy, &[]), 0);
+    core.schedule(10);
+    assert!(
+        revokes(&core.take_actions()).is_empty(),
+        "asked again at once"
+    );
+    assert!(core.finished(15, busy, held[0], ok()));
+    core.schedule(15);
+    assert_eq!(revokes(&core.take_actions()).len(), 1);
+}
+
+#[test]
+fn a_prefetched_task_canceled_and_then_given_back_is_confirmed_stopped() {
+    let mut core = with_prefetch(2);
+    let (job, _) = quick_job(&mut core, 3, &[], 3);
+    let busy = core.worker_joined(10, worker(1, &[])).unwrap().0;
+    core.schedule(10);
+    let held = dispatched(&core.take_actions())[&busy].clone();
+    core.worker_joined(10, worker(1, &[])).unwrap();
+    core.schedule(10);
+    assert_eq!(revokes(&core.take_actions()).len(), 1);
+    core.cancel_job(job);
+    // The worker gave it back before the cancel reached it: that is its confirmation.
+    core.revoked(busy, &[held[2]]);
+    assert!(!core.finished(15, busy, held[2], ok()));
+    assert!(core.finished(15, busy, held[0], ok()));
+    assert!(core.finished(15, busy, held[1], ok()));
+    assert_eq!(core.status().tasks.canceled, 3);
+    assert_eq!(core.status().tasks.running, 0);
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn a_worker_killed_before_it_started_its_prefetched_tasks_spends_no_attempt_on_them() {
+    let mut core = with_prefetch(2);
+    // Retries 0: a task that may have run there fails; one that surely did not is requeued.
+    let (_, tasks) = quick_job(&mut core, 3, &[], 0);
+    let w = core.worker_joined(10, worker(1, &[])).unwrap().0;
+    core.schedule(10);
+    assert_eq!(dispatched(&core.take_actions())[&w], tasks);
+    // The first went into its free slot; of the two held ahead, it reported the first started.
+    core.started(w, &[tasks[1]]);
+    core.worker_lost(20, w, "killed", Loss::Exited);
+    let counts = core.status().tasks;
+    assert_eq!((counts.failed, counts.queued), (2, 1), "{counts:?}");
+    let other = core.worker_joined(30, worker(1, &[])).unwrap().0;
+    core.schedule(30);
+    assert_eq!(dispatched(&core.take_actions())[&other], vec![tasks[2]]);
+    assert!(core.finished(40, other, tasks[2], ok()));
+    assert_eq!(core.final_record(tasks[2]).unwrap().2, 1);
+}
+
+#[test]
+fn a_revoke_is_only_for_tasks_the_idle_worker_can_run() {
+    let mut core = with_prefetch(2);
+    quick_job(&mut core, 3, &[("gpu", 1)], 3);
+    let busy = core.worker_joined(10, worker(1, &[("gpu", 4)])).unwrap().0;
+    core.schedule(10);
+    assert_eq!(dispatched(&core.take_actions())[&busy].len(), 3);
+    core.worker_joined(10, worker(1, &[])).unwrap();
+    core.schedule(10);
+    assert!(revokes(&core.take_actions()).is_empty());
+}
+
 // ---- random event sequences ----
 
 #[derive(Clone, Debug)]
@@ -407,6 +636,12 @@ enum Event {
     /// A live worker registers again (its connection broke and it came back before the old one
     /// was declared lost): the earlier connection is replaced.
     Reconnect(usize),
+    /// A worker answers a revoke: it gives back some of the asked tasks that wait there (those
+    /// beyond its first `slots`, which run), as the bits of the mask pick.
+    Answer {
+        pick: usize,
+        mask: u64,
+    },
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -423,6 +658,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (0u64..3000).prop_map(Event::Tick),
         1 => any::<usize>().prop_map(Event::Rejoin),
         1 => any::<usize>().prop_map(Event::Reconnect),
+        2 => (any::<usize>(), any::<u64>()).prop_map(|(pick, mask)| Event::Answer { pick, mask }),
     ]
 }
 
@@ -430,10 +666,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
-    fn no_task_lost_none_finished_twice_capacity_never_exceeded(events in prop::collection::vec(event(), 1..120)) {
+    fn no_task_lost_none_finished_twice_capacity_never_exceeded(events in prop::collection::vec(event(), 1..120), prefetch in 0u32..4) {
         // Finished jobs are also forgotten by age, so forgetting races everything else.
         // Lost workers' tasks are fenced, and lost workers come back claiming what they ran.
-        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200, undrain_ms: 20_000 });
+        // Workers may hold tasks ahead of a free slot, and give some back when asked.
+        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200, undrain_ms: 20_000, prefetch });
+        // Revokes asked and not answered: worker -> (tasks, count).
+        let mut asked: HashMap<u64, (Vec<u64>, u32)> = HashMap::new();
         let mut stale: Vec<(u64, Vec<u64>)> = Vec::new();
         // Each worker's registration, to come back as the same process.
         let mut infos: HashMap<u64, WorkerInfo> = HashMap::new();
@@ -446,17 +685,20 @@ proptest! {
         let mut submitted = 0u64;
         let mut lost: Vec<u64> = Vec::new();
 
-        let mut apply = |core: &mut Tasks, running: &mut HashMap<u64, Vec<u64>>, live: &mut Vec<u64>| {
+        let mut apply = |core: &mut Tasks, running: &mut HashMap<u64, Vec<u64>>, live: &mut Vec<u64>, asked: &mut HashMap<u64, (Vec<u64>, u32)>| {
             core.schedule(0);
             for action in core.take_actions() {
                 match action {
+                    Action::Revoke { worker, tasks, count } => {
+                        assert!(asked.insert(worker, (tasks, count)).is_none(), "two revokes outstanding for worker {worker}");
+                    }
                     Action::Dispatch { worker, tasks } => running.entry(worker).or_default().extend(tasks),
                     Action::Finished { task, .. } => {
                         // The shell journals this record now: it must exist, forgotten or not.
                         assert!(core.final_record(task).is_some(), "task {task}: nothing to journal");
                         *finished_events.entry(task).or_default() += 1;
                     }
-                    Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); }
+                    Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); asked.remove(&worker); }
                     Action::Cancel { .. } | Action::Forgot { .. } | Action::Dropped { .. } => {}
                 }
             }
@@ -481,6 +723,7 @@ proptest! {
                 Event::Lose(pick) if !live.is_empty() => {
                     let w = live.remove(pick % live.len());
                     core.worker_lost(now, w, "test", Loss::Silent);
+                    asked.remove(&w);
                     if let Some(tasks) = running.remove(&w) {
                         lost.extend(tasks.iter().map(|t| (w << 32) | *t));
                         stale.push((w, tasks));
@@ -542,10 +785,37 @@ proptest! {
                     core.fail_unschedulable(now, 0, |_, _| managers_could);
                 }
                 Event::Tick(dt) => { now += dt; core.tick(now); }
-                Event::Lose(_) | Event::Rejoin(_) | Event::Reconnect(_) => {}
+                Event::Answer { pick, mask } if !asked.is_empty() => {
+                    let mut workers: Vec<u64> = asked.keys().copied().collect();
+                    workers.sort_unstable();
+                    let w = workers[pick % workers.len()];
+                    let (tasks, count) = asked.remove(&w).unwrap();
+                    let held = running.get(&w).cloned().unwrap_or_default();
+                    // The first `slots` it holds run; the rest wait and may be given back.
+                    let slots = infos[&w].slots as usize;
+                    let waiting: Vec<u64> = held.iter().skip(slots).copied().collect();
+                    let given: Vec<u64> = tasks.iter().copied()
+                        .filter(|t| waiting.contains(t))
+                        .enumerate().filter(|(i, _)| mask & (1 << (i % 64)) != 0).map(|(_, t)| t)
+                        .take(count as usize)
+                        .collect();
+                    if let Some(ts) = running.get_mut(&w) { ts.retain(|t| !given.contains(t)) }
+                    let back = core.revoked(w, &given);
+                    prop_assert!(back <= given.len());
+                }
+                Event::Lose(_) | Event::Rejoin(_) | Event::Reconnect(_) | Event::Answer { .. } => {}
             }
-            apply(&mut core, &mut running, &mut live);
+            apply(&mut core, &mut running, &mut live, &mut asked);
             if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }
+            // No task is held by two live workers (given back means gone from the giver).
+            let mut holders: HashMap<u64, u64> = HashMap::new();
+            for (w, tasks) in &running {
+                for t in tasks {
+                    if let Some(other) = holders.insert(*t, *w) {
+                        prop_assert!(false, "task {} held by workers {} and {}", t, other, w);
+                    }
+                }
+            }
             // What the scaling policy is told is queued is what is queued.
             let demanded: u64 = core.demand().iter().map(|d| u64::from(d.queued)).sum();
             prop_assert_eq!(demanded, core.status().tasks.queued);
@@ -559,7 +829,9 @@ proptest! {
             now += 300;
             for w in &live { core.heartbeat(now, *w); }
             core.tick(now);
-            apply(&mut core, &mut running, &mut live);
+            // Revokes still asked are answered: nothing given back.
+            for w in asked.keys().copied().collect::<Vec<_>>() { asked.remove(&w); core.revoked(w, &[]); }
+            apply(&mut core, &mut running, &mut live, &mut asked);
             let all: Vec<(u64, u64)> = running.iter().flat_map(|(w, ts)| ts.iter().map(move |t| (*w, *t))).collect();
             if all.is_empty() { break; }
             for (w, t) in all {
@@ -567,7 +839,7 @@ proptest! {
                 core.finished(now, w, t, ok());
             }
         }
-        apply(&mut core, &mut running, &mut live);
+        apply(&mut core, &mut running, &mut live, &mut asked);
         if let Err(violation) = core.sanity_check() { prop_assert!(false, "{}", violation); }
         let counts = core.status().tasks;
         prop_assert_eq!(counts.finished(), counts.total(), "unfinished tasks: {:?}", counts);

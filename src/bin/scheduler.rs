@@ -92,6 +92,16 @@ struct Args {
     /// long at start for their workers to come back.
     #[arg(long, default_value = "10", value_parser = positive_seconds, value_name = "SECONDS")]
     worker_lease: Duration,
+    /// Tasks each worker may hold beyond its slots, waiting there for a free slot: it starts
+    /// the next at once when one ends, and reports and receives tasks in batches instead of one
+    /// round trip each (the throughput of short tasks on workers of few slots). Only tasks of
+    /// groups measured quick (one ran, hand-over to report, within a second) are held ahead, so
+    /// a worker never holds much work a task of higher priority would wait behind; and only
+    /// once every worker that can run them has its slots full. A worker with a free slot has
+    /// held tasks taken back for it (without spending a retry). A held task counts as an
+    /// attempt if its worker is killed. 0: a worker holds only what it runs.
+    #[arg(long, default_value_t = 16, value_name = "TASKS")]
+    prefetch: u32,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
     check: bool,
@@ -155,6 +165,7 @@ fn run(args: Args) -> Result<()> {
         forget_after: args.forget_after,
         unschedulable_timeout: args.unschedulable_timeout,
         worker_lease: args.worker_lease,
+        prefetch: args.prefetch,
     };
     let scaling = weir::scheduler::Scaling {
         policy: Box::new(policy),

@@ -211,6 +211,12 @@ async fn worker_session(
             Ok(FromWorker::Loads(loads)) => {
                 let _ = events.send(Event::Core(Input::Loads { worker, loads }));
             }
+            Ok(FromWorker::Revoked(tasks)) => {
+                let _ = events.send(Event::Core(Input::Revoked { worker, tasks }));
+            }
+            Ok(FromWorker::Started(tasks)) => {
+                let _ = events.send(Event::Core(Input::Started { worker, tasks }));
+            }
             Ok(FromWorker::Register(_)) => break ("registered twice".to_string(), false),
             Err(LinkEnd::Finished) => break ("dropped by the scheduler".to_string(), false),
             Err(end @ LinkEnd::Writer(_)) => break (end.to_string(), false),

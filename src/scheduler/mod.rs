@@ -65,6 +65,8 @@ pub struct Settings {
     /// this has passed without a connection, and the scheduler runs them elsewhere only after
     /// that (see [`fence`]).
     pub worker_lease: Duration,
+    /// Tasks a worker may hold beyond its slots, waiting there for a free one (0: none).
+    pub prefetch: u32,
 }
 
 /// How long the tasks of a worker lost without a word (or found unfinished in the journal)
@@ -222,6 +224,7 @@ pub async fn run(
             heartbeat_timeout_ms: millis(settings.heartbeat_timeout),
             forget_after_ms: settings.forget_after.map(millis),
             fence_ms: millis(fence(settings.worker_lease)),
+            prefetch: settings.prefetch,
             ..tasks::Config::default()
         },
         manager_timeout_ms: millis(settings.heartbeat_timeout),

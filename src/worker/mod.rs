@@ -1,9 +1,11 @@
 //! The worker: connects, registers, runs what the scheduler assigns, reports in batches.
 //!
-//! Tasks run concurrently (the scheduler never assigns more than `slots`). Command tasks are
-//! processes (killed on timeout or cancel); wasm tasks run in the sandbox on blocking threads,
-//! one fresh instance per task. Finished runs are sent in batches: whatever finished while the
-//! previous batch was being written goes in the next frame.
+//! Up to `slots` tasks run at once; the scheduler may hand over a few more ahead of a free slot
+//! (its `--prefetch`), which wait here for one and may be taken back until they start. Command
+//! tasks are processes (killed on timeout or cancel); wasm tasks run in the sandbox on blocking
+//! threads. Finished runs are sent in batches: at once when nothing waits here to start next,
+//! otherwise once as many have finished as still wait (so the scheduler refills in one frame),
+//! and never later than [`session::HOLD_REPORTS`] after the first of them.
 //!
 //! Here: what a worker keeps across sessions. `session.rs`: one session with the scheduler;
 //! `run.rs`: running one task; `env.rs`: its environment conditions; `guard.rs`: the process
@@ -77,9 +79,15 @@ pub struct Worker {
     runner: Arc<run::Runner>,
     environments: Arc<Mutex<env::Environments>>,
     groups: HashMap<GroupId, Arc<Group>>,
+    /// Tasks held: running, or waiting for a slot.
     running: HashMap<TaskId, (AbortHandle, Arc<run::Cancel>)>,
+    /// One permit per slot: a held task runs once it has one.
+    slots: Arc<tokio::sync::Semaphore>,
     done: mpsc::UnboundedSender<(TaskId, Outcome)>,
     finished: mpsc::UnboundedReceiver<(TaskId, Outcome)>,
+    /// Tasks that got a slot and started, to be reported with the next outcomes.
+    start: mpsc::UnboundedSender<TaskId>,
+    started: mpsc::UnboundedReceiver<TaskId>,
     /// Tasks given up when the lease ran out: their outcomes are dropped, not reported.
     abandoned: std::collections::HashSet<TaskId>,
     /// Outcomes reported in this session and not yet acknowledged as durable, oldest first;
@@ -118,7 +126,10 @@ impl Worker {
             values,
         ));
         let (done, finished) = mpsc::unbounded_channel();
+        let (start, started) = mpsc::unbounded_channel();
+        let slots = Arc::new(tokio::sync::Semaphore::new(settings.info.slots as usize));
         Ok(Worker {
+            slots,
             settings,
             runner,
             environments,
@@ -126,6 +137,8 @@ impl Worker {
             running: HashMap::new(),
             done,
             finished,
+            start,
+            started,
             abandoned: std::collections::HashSet::new(),
             unacknowledged: std::collections::VecDeque::new(),
             reported: 0,
@@ -178,8 +191,26 @@ impl Worker {
         .await;
     }
 
-    /// Send outcomes, keeping them until the scheduler acknowledges them.
+    /// How many held tasks wait for a slot (have not started).
+    fn waiting(&self) -> usize {
+        let busy =
+            (self.settings.info.slots as usize).saturating_sub(self.slots.available_permits());
+        self.running.len().saturating_sub(busy)
+    }
+
+    /// Send outcomes, keeping them until the scheduler acknowledges them; the tasks started
+    /// since the last report go first.
     fn report(&mut self, outgoing: &Outbox<FromWorker>, batch: Vec<(TaskId, Outcome)>) {
+        let mut started = Vec::new();
+        while let Ok(task) = self.started.try_recv() {
+            started.push(task);
+        }
+        if !started.is_empty() {
+            let _ = outgoing.send(FromWorker::Started(started));
+        }
+        if batch.is_empty() {
+            return;
+        }
         self.reported += batch.len() as u64;
         self.unacknowledged.extend(batch.iter().cloned());
         let _ = outgoing.send(FromWorker::Finished(batch));

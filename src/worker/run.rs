@@ -12,15 +12,23 @@ use super::Group;
 use crate::plugin::{Limits, Loaded, PluginError, PluginHost, TaskPlugin, World};
 use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
 
-/// A running task's stop request (`weir cancel`, the worker stopping): a command's process group
-/// is killed and reaped, a wasm instance is interrupted at its next epoch tick. Either way the
-/// task reports `canceled` only once it has really stopped, so its slot is never given to
-/// another task while it still runs.
+/// A held task's controls. Its stop request (`weir cancel`, the worker stopping): a command's
+/// process group is killed and reaped, a wasm instance is interrupted at its next epoch tick.
+/// Either way the task reports `canceled` only once it has really stopped, so its slot is never
+/// given to another task while it still runs. And whether it has started: a task handed over
+/// ahead of a free slot waits for one, and may be given back (revoked) until it starts, never
+/// after — exactly one of the two happens.
 #[derive(Default)]
 pub(super) struct Cancel {
     flag: Arc<std::sync::atomic::AtomicBool>,
     notify: tokio::sync::Notify,
+    /// [`WAITING`], [`STARTED`] or [`REVOKED`].
+    phase: std::sync::atomic::AtomicU8,
 }
+
+const WAITING: u8 = 0;
+const STARTED: u8 = 1;
+const REVOKED: u8 = 2;
 
 impl Cancel {
     pub fn cancel(&self) {
@@ -31,9 +39,40 @@ impl Cancel {
     fn is_set(&self) -> bool {
         self.flag.load(std::sync::atomic::Ordering::SeqCst)
     }
+
+    /// Until the stop request (at once if it came already).
+    pub async fn stopped(&self) {
+        if !self.is_set() {
+            self.notify.notified().await;
+        }
+    }
+
+    /// The task starts (or reports its cancel): false if it was given back first.
+    pub fn start(&self) -> bool {
+        self.phase
+            .compare_exchange(
+                WAITING,
+                STARTED,
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            )
+            .is_ok()
+    }
+
+    /// Give the task back: false if it started first.
+    pub fn revoke(&self) -> bool {
+        self.phase
+            .compare_exchange(
+                WAITING,
+                REVOKED,
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            )
+            .is_ok()
+    }
 }
 
-fn canceled() -> Outcome {
+pub(super) fn canceled() -> Outcome {
     Outcome::Error {
         message: "canceled".into(),
     }

@@ -11,6 +11,10 @@ use super::{Group, Worker, WorkerError, env, run};
 use crate::net::{self, AccessFile, Link, NetError, Outbox, SessionEnd, Signals};
 use crate::proto::{FromWorker, Outcome, Role, TaskId, ToWorker};
 
+/// The longest a finished task's outcome is held back to go in one frame with others (while
+/// tasks handed over ahead wait here, so the worker is not idle for it).
+pub(super) const HOLD_REPORTS: Duration = Duration::from_millis(2);
+
 impl Worker {
     /// One session: register (claiming the tasks still running here and the outcomes not yet
     /// sent), then run what the scheduler assigns until it goes away or a signal stops the
@@ -109,6 +113,10 @@ impl Worker {
         let mut held: Vec<(TaskId, Outcome)> = Vec::new();
         let grace = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(grace);
+        // Outcomes held back for a moment to go in one frame (see HOLD_REPORTS).
+        let mut batched: Vec<(TaskId, Outcome)> = Vec::new();
+        let flush = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(flush);
         let leave = self.settings.ends_at.map(tokio::time::Instant::from_std);
         let end = loop {
             tokio::select! {
@@ -130,7 +138,12 @@ impl Worker {
                     }
                 }
                 // A writer that ended refuses this; `link.next()` says why it ended.
-                _ = heartbeat.tick() => { let _ = outgoing.send(FromWorker::Heartbeat); }
+                _ = heartbeat.tick() => {
+                    // Starts not reported with outcomes yet (a task that got a slot just after
+                    // the last report) go now.
+                    self.report(&outgoing, Vec::new());
+                    let _ = outgoing.send(FromWorker::Heartbeat);
+                }
                 Some(first) = self.finished.recv() => {
                     let mut batch = Vec::new();
                     let mut next = Some(first);
@@ -150,12 +163,25 @@ impl Worker {
                         next = if batch.len() < 4096 { self.finished.try_recv().ok() } else { None };
                     }
                     if !batch.is_empty() {
-                        self.report(&outgoing, batch);
+                        if batched.is_empty() {
+                            flush.as_mut().reset(tokio::time::Instant::now() + HOLD_REPORTS);
+                        }
+                        batched.append(&mut batch);
+                        // At once when nothing waits here to start next; otherwise once as
+                        // many have finished as still wait, so the scheduler refills in one
+                        // frame (or when HOLD_REPORTS is up).
+                        let waiting = self.waiting();
+                        if waiting == 0 || batched.len() >= waiting {
+                            self.report(&outgoing, std::mem::take(&mut batched));
+                        }
                     }
+                }
+                () = &mut flush, if !batched.is_empty() => {
+                    self.report(&outgoing, std::mem::take(&mut batched));
                 }
                 message = link.next() => match message {
                     Ok(message) => {
-                        if let Some(end) = self.handle(message, &env_updates).await {
+                        if let Some(end) = self.handle(message, &outgoing, &env_updates).await {
                             break end;
                         }
                     }
@@ -163,6 +189,10 @@ impl Worker {
                 },
             }
         };
+        if !batched.is_empty() {
+            // Sent if the link still can; kept to be reported again next session either way.
+            self.report(&outgoing, batched);
+        }
         env_task.abort();
         // Stop reporting (the link's reader and writer end with it).
         drop(link);
@@ -195,6 +225,7 @@ impl Worker {
     async fn handle(
         &mut self,
         message: ToWorker,
+        outgoing: &Outbox<FromWorker>,
         env_updates: &mpsc::UnboundedSender<EnvUpdate>,
     ) -> Option<SessionEnd> {
         match message {
@@ -225,12 +256,28 @@ impl Worker {
                     };
                     let runner = self.runner.clone();
                     let done = self.done.clone();
+                    let slots = self.slots.clone();
+                    let start = self.start.clone();
                     let cancel = Arc::new(run::Cancel::default());
                     let stop = cancel.clone();
                     let span = tracing::debug_span!("task", task, group = assignment.group);
                     let handle = tokio::spawn(tracing::Instrument::instrument(
                         async move {
-                            let outcome = runner.run(&group, assignment, &stop).await;
+                            // Handed over ahead of a free slot: wait for one. Canceled
+                            // meanwhile, it reports so unrun; given back, it never runs.
+                            let slot = tokio::select! {
+                                biased;
+                                () = stop.stopped() => None,
+                                slot = slots.acquire_owned() => slot.ok(),
+                            };
+                            if !stop.start() {
+                                return;
+                            }
+                            let _ = start.send(task);
+                            let outcome = match slot {
+                                Some(_slot) => runner.run(&group, assignment, &stop).await,
+                                None => run::canceled(),
+                            };
                             let _ = done.send((task, outcome));
                         },
                         span,
@@ -257,6 +304,24 @@ impl Worker {
                 self.acknowledged += durable;
             }
             ToWorker::Registered { .. } => return Some(SessionEnd::Protocol("registered twice")),
+            ToWorker::Revoke { tasks, count } => {
+                // Newest first: the ones furthest from starting.
+                let mut given = Vec::new();
+                for task in tasks.iter().rev() {
+                    if given.len() >= count as usize {
+                        break;
+                    }
+                    if let Some((handle, control)) = self.running.get(task)
+                        && control.revoke()
+                    {
+                        handle.abort();
+                        self.running.remove(task);
+                        given.push(*task);
+                    }
+                }
+                tracing::debug!(asked = count, given = given.len(), "tasks taken back");
+                let _ = outgoing.send(FromWorker::Revoked(given));
+            }
             ToWorker::Leave { reason } => {
                 tracing::warn!(%reason, "the scheduler tells this worker to leave");
                 return Some(SessionEnd::Stopped(net::Signal::Dismissed));

@@ -66,6 +66,16 @@ pub enum Input {
         worker: WorkerId,
         results: Vec<(TaskId, Outcome)>,
     },
+    /// The worker gave back these prefetched tasks it had not started (answering a revoke).
+    Revoked {
+        worker: WorkerId,
+        tasks: Vec<TaskId>,
+    },
+    /// These tasks started on the worker.
+    Started {
+        worker: WorkerId,
+        tasks: Vec<TaskId>,
+    },
     Verdicts {
         worker: WorkerId,
         verdicts: Vec<(String, EnvVerdict)>,

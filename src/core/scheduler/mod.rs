@@ -148,6 +148,11 @@ impl Scheduler {
             Input::WorkerJoined { connection, info } => self.worker_joined(now, connection, info),
             Input::Heartbeat { worker } => self.tasks.heartbeat(now, worker),
             Input::Finished { worker, results } => self.finished(now, worker, results),
+            Input::Started { worker, tasks } => self.tasks.started(worker, &tasks),
+            Input::Revoked { worker, tasks } => {
+                let back = self.tasks.revoked(worker, &tasks);
+                tracing::debug!(worker, back, "prefetched tasks taken back");
+            }
             Input::Loads { worker, loads } => self.tasks.set_loads(worker, loads),
             Input::Verdicts { worker, verdicts } => {
                 self.tasks.set_verdicts(now, worker, verdicts);

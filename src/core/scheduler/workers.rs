@@ -237,6 +237,11 @@ impl Scheduler {
                 tasks::Action::Cancel { worker, tasks } => {
                     self.send_worker(worker, ToWorker::Cancel(tasks))
                 }
+                tasks::Action::Revoke {
+                    worker,
+                    tasks,
+                    count,
+                } => self.send_worker(worker, ToWorker::Revoke { tasks, count }),
                 tasks::Action::Disconnect { worker, reason } => {
                     tracing::warn!(worker, %reason, "worker lost");
                     self.close_worker(worker);

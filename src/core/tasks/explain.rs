@@ -75,8 +75,12 @@ impl Tasks {
                     if worker.draining.is_some() {
                         missing.push("draining: its manager is stopping it".into());
                     }
-                    if worker.free_slots == 0 {
-                        missing.push(format!("all {} slots busy", worker.info.slots));
+                    if worker.held() >= self.limit(worker) {
+                        missing.push(format!(
+                            "all {} slots busy, and {} more tasks wait there",
+                            worker.info.slots,
+                            worker.held().saturating_sub(worker.info.slots)
+                        ));
                     }
                     if !worker.outlives(class, now) {
                         missing.push(format!(

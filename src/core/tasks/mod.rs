@@ -9,7 +9,9 @@
 //!   queues by priority and skips a class no worker can take, so a task that cannot be placed
 //!   never delays one that can (no head-of-line blocking).
 //! - A running task holds one slot and its capability amounts on its worker until the worker
-//!   reports it finished, or is lost; capacity is never exceeded.
+//!   reports it finished, or is lost; capacity is never exceeded. A worker may also hold up to
+//!   `prefetch` tasks beyond its slots, waiting there (with their amounts held); they are handed
+//!   out only when every fitting worker's slots are full, and taken back for an idle worker.
 //! - A lost worker's running tasks are requeued at the front of their queue while attempts
 //!   remain (`retries + 1` runs in all), otherwise they fail.
 //! - A report for a task that is not running on the reporting worker (late, duplicate, or from a
@@ -41,6 +43,11 @@ pub use submit::{Group, Inputs, SubmitError};
 pub use workers::{NameTaken, WorkerView};
 use workers::{Worker, amount};
 
+/// Tasks of a group are prefetched once one of them has run, from hand-over to report, within
+/// this many milliseconds: prefetching saves a round trip per task, which matters only for
+/// tasks about as short as one.
+pub const PREFETCH_BELOW_MS: u64 = 1000;
+
 /// Most tasks one submission may create.
 pub const MAX_TASKS_PER_SUBMIT: u64 = 10_000_000;
 
@@ -58,6 +65,11 @@ pub struct Config {
     pub fence_ms: u64,
     /// A drained worker its manager has not stopped after this long takes tasks again.
     pub undrain_ms: u64,
+    /// Tasks a worker may hold beyond its slots, waiting there for one to free (so it starts
+    /// its next task without a round trip, and reports and receives tasks in batches). Handed
+    /// out only once every worker that can run them has its slots full; taken back (without
+    /// spending an attempt) for a worker with a free slot that nothing queued fits. 0: none.
+    pub prefetch: u32,
 }
 
 impl Default for Config {
@@ -67,6 +79,7 @@ impl Default for Config {
             forget_after_ms: None,
             fence_ms: 0,
             undrain_ms: 20_000,
+            prefetch: 0,
         }
     }
 }
@@ -78,6 +91,13 @@ pub enum Action {
     Dispatch {
         worker: WorkerId,
         tasks: Vec<TaskId>,
+    },
+    /// Ask the worker to give back up to `count` of these tasks it holds and has not started
+    /// (it answers with those it gave back: [`Tasks::revoked`]).
+    Revoke {
+        worker: WorkerId,
+        tasks: Vec<TaskId>,
+        count: u32,
     },
     /// Tell the worker to stop these tasks.
     Cancel {
@@ -196,6 +216,10 @@ pub struct Tasks {
     /// Ids are dense and never reused; forgotten jobs' tasks are dropped from the front.
     tasks: Dense<Task>,
     groups: HashMap<GroupId, Arc<Group>>,
+    /// Groups whose last task ran (from hand-over to report) within [`PREFETCH_BELOW_MS`]: only
+    /// their tasks are prefetched, so a worker never holds more than about that much work
+    /// ahead (a task of higher priority waits no longer behind it).
+    quick: HashSet<GroupId>,
     next_group: GroupId,
     jobs: Dense<Job>,
     /// Jobs whose last task finished since the last tick (for `forget_after_ms`).

@@ -123,6 +123,7 @@ impl Tasks {
                     break;
                 };
                 *slot(&mut self.counts, task.state) -= 1;
+                self.quick.remove(&task.group);
                 let Some(group) = self.groups.remove(&task.group) else {
                     continue;
                 };

@@ -23,17 +23,55 @@ pub(super) fn could_ever_run(
 }
 
 impl Tasks {
-    /// Place queued tasks on workers with room (and time left for them).
+    /// The most tasks `worker` may hold: its slots, and the prefetch beyond them.
+    pub(super) fn limit(&self, worker: &Worker) -> u32 {
+        worker.info.slots.saturating_add(self.config.prefetch)
+    }
+
+    /// Place queued tasks on workers with room (and time left for them): first every free
+    /// slot, then the prefetch one task per worker per round (so a short burst spreads over
+    /// the workers instead of piling on the first). Then take prefetched tasks back for workers
+    /// with a free slot that nothing queued fits.
     pub fn schedule(&mut self, now: u64) {
-        if !self.workers.values().any(|w| w.free_slots > 0) {
-            return;
-        }
         let mut dispatch: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
+        for level in 0..=self.config.prefetch {
+            if self.queues.is_empty() {
+                break;
+            }
+            if self
+                .workers
+                .values()
+                .any(|w| w.held() < w.info.slots.saturating_add(level))
+            {
+                self.place(now, level, &mut dispatch);
+            }
+        }
+        for (worker, tasks) in dispatch {
+            self.actions.push(Action::Dispatch { worker, tasks });
+        }
+        if self.config.prefetch > 0 {
+            self.revoke_for_idle(now);
+        }
+    }
+
+    /// One round of placement: each worker is filled up to its slots plus `level`.
+    fn place(&mut self, now: u64, level: u32, dispatch: &mut BTreeMap<WorkerId, Vec<TaskId>>) {
         let mut emptied = Vec::new();
         for (key, queue) in self.queues.iter_mut() {
             let class = &self.classes[key.1];
             for (worker_id, worker) in self.workers.iter_mut() {
-                while worker.fits(class, now) {
+                let limit = worker.info.slots.saturating_add(level);
+                while worker.fits(class, now, limit) {
+                    // Beyond its slots, only quick tasks (in queue order: one that is not
+                    // ends the prefetch from this queue).
+                    if level > 0
+                        && let Some(&next) = queue.front()
+                        && self.tasks.get(next).is_some_and(|t| {
+                            t.state == TaskState::Queued && !self.quick.contains(&t.group)
+                        })
+                    {
+                        break;
+                    }
                     let Some(id) = queue.pop_front() else { break };
                     let Some(task) = self.tasks.get_mut(id) else {
                         continue; // canceled while queued, and its job forgotten since
@@ -46,6 +84,10 @@ impl Tasks {
                     task.worker = Some(*worker_id);
                     worker.take(class);
                     worker.running.insert(id);
+                    worker.since.insert(id, now);
+                    if level > 0 {
+                        worker.waiting.insert(id);
+                    }
                     worker.idle_since = None;
                     self.queued_by_class[key.1] -= 1;
                     let job = &mut self.jobs[self.groups[&task.group].job].counts;
@@ -74,9 +116,139 @@ impl Tasks {
         for key in emptied {
             self.queues.remove(&key);
         }
-        for (worker, tasks) in dispatch {
-            self.actions.push(Action::Dispatch { worker, tasks });
+    }
+
+    /// A worker with a free slot that nothing queued fits (it would be placed otherwise) asks
+    /// workers holding more than their slots for tasks it could run: one take-back outstanding
+    /// per holder, for at most what the holder has beyond its slots.
+    fn revoke_for_idle(&mut self, now: u64) {
+        let idle: Vec<(WorkerId, u32)> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.draining.is_none() && w.held() < w.info.slots)
+            .map(|(id, w)| (*id, w.info.slots - w.held()))
+            .collect();
+        if idle.is_empty() {
+            return;
         }
+        let mut holders: Vec<(u32, WorkerId)> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.held() > w.info.slots && w.revoking.is_none() && !w.revoke_spent)
+            .map(|(id, w)| (w.held() - w.info.slots, *id))
+            .collect();
+        if holders.is_empty() {
+            return;
+        }
+        holders.sort_unstable_by(|a, b| b.cmp(a));
+        for (idle_id, mut need) in idle {
+            for (excess, holder_id) in holders.iter_mut() {
+                if need == 0 {
+                    break;
+                }
+                if *excess == 0 || *holder_id == idle_id {
+                    continue;
+                }
+                let (Some(holder), Some(taker)) =
+                    (self.workers.get(holder_id), self.workers.get(&idle_id))
+                else {
+                    continue;
+                };
+                if holder.revoking.is_some() {
+                    continue;
+                }
+                let mut tasks: Vec<TaskId> = holder
+                    .running
+                    .iter()
+                    .copied()
+                    .filter(|t| {
+                        self.tasks.get(*t).is_some_and(|task| {
+                            task.state == TaskState::Running
+                                && taker.fits(
+                                    &self.classes[self.groups[&task.group].class],
+                                    now,
+                                    taker.info.slots,
+                                )
+                        })
+                    })
+                    .collect();
+                if tasks.is_empty() {
+                    continue;
+                }
+                tasks.sort_unstable();
+                // Half of what it holds ahead (so the two even out), at least what the idle
+                // one lacks, at most what it may hold.
+                let room = self.limit(taker).saturating_sub(taker.held());
+                let count = need.max(*excess / 2).min(*excess).min(room);
+                need = need.saturating_sub(count);
+                *excess -= count;
+                if let Some(holder) = self.workers.get_mut(holder_id) {
+                    holder.revoking = Some(tasks.iter().copied().collect());
+                }
+                self.actions.push(Action::Revoke {
+                    worker: *holder_id,
+                    tasks,
+                    count,
+                });
+            }
+        }
+    }
+
+    /// `worker` gave back these tasks it had not started (answering [`Action::Revoke`]): they
+    /// are queued again at the front, the hand-over not counted as an attempt. A task canceled
+    /// meanwhile is confirmed stopped. Returns how many were taken back.
+    pub fn revoked(&mut self, worker: WorkerId, tasks: &[TaskId]) -> usize {
+        let Some(asked) = self
+            .workers
+            .get_mut(&worker)
+            .and_then(|w| w.revoking.take())
+        else {
+            return 0;
+        };
+        let mut back = 0;
+        // In reverse, so the front of the queue keeps their order.
+        let mut given: Vec<TaskId> = tasks
+            .iter()
+            .copied()
+            .filter(|t| asked.contains(t))
+            .collect();
+        given.sort_unstable();
+        for &id in given.iter().rev() {
+            let Some(task) = self.task(id) else { continue };
+            if task.worker != Some(worker) {
+                continue;
+            }
+            let (state, gid) = (task.state, task.group);
+            let group = self.groups[&gid].clone();
+            let class = self.classes[group.class].clone();
+            let Some(w) = self.workers.get_mut(&worker) else {
+                break;
+            };
+            if !w.running.remove(&id) {
+                continue;
+            }
+            w.since.remove(&id);
+            w.waiting.remove(&id);
+            w.give_back(&class);
+            if w.running.is_empty() {
+                w.idle_since = Some(w.last_seen);
+            }
+            if let Some(t) = self.task_mut(id) {
+                t.worker = None;
+                t.attempts = t.attempts.saturating_sub(1);
+            }
+            if state == TaskState::Running {
+                self.set_state(id, TaskState::Queued);
+                let key = (std::cmp::Reverse(group.spec.priority), group.class);
+                self.queues.entry(key).or_default().push_front(id);
+                back += 1;
+            }
+        }
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.revoke_spent = back == 0;
+        }
+        self.drop_forgotten();
+        back
     }
 
     /// A worker reports a finished run. Returns false (and changes nothing) when the task is not
@@ -88,11 +260,20 @@ impl Tasks {
         if t.worker != Some(worker) || !self.workers.contains_key(&worker) {
             return false;
         }
-        let (state, class) = (t.state, self.groups[&t.group].class);
+        let (state, group, class) = (t.state, t.group, self.groups[&t.group].class);
         let class = self.classes[class].clone();
         if let Some(w) = self.workers.get_mut(&worker) {
             w.running.remove(&task);
+            w.waiting.remove(&task);
+            if let Some(since) = w.since.remove(&task) {
+                if now.saturating_sub(since) <= PREFETCH_BELOW_MS {
+                    self.quick.insert(group);
+                } else {
+                    self.quick.remove(&group);
+                }
+            }
             w.give_back(&class);
+            w.revoke_spent = false;
             w.last_seen = now;
             if w.running.is_empty() {
                 w.idle_since = Some(now);

@@ -19,8 +19,9 @@ impl Tasks {
                     name: w.info.name.clone(),
                     worker_type: w.info.worker_type.clone(),
                     slots: w.info.slots,
-                    running: w.running.len() as u32,
+                    running: w.held().min(w.info.slots),
                     capabilities: w.info.capabilities.clone(),
+                    prefetched: w.held().saturating_sub(w.info.slots),
                 })
                 .collect(),
             tasks: self.counts.clone(),
@@ -109,12 +110,12 @@ impl Tasks {
             ));
         }
         for (id, worker) in &self.workers {
-            if worker.free_slots as usize + worker.running.len() != worker.info.slots as usize {
+            if worker.held() > self.limit(worker) {
                 return Err(format!(
-                    "worker {id}: {} free + {} running != {} slots",
-                    worker.free_slots,
-                    worker.running.len(),
-                    worker.info.slots
+                    "worker {id}: holds {} tasks, beyond {} slots + {} prefetched",
+                    worker.held(),
+                    worker.info.slots,
+                    self.config.prefetch
                 ));
             }
             for (name, total) in &worker.info.capabilities {

@@ -12,9 +12,21 @@ pub struct NameTaken {
 
 pub(super) struct Worker {
     pub(super) info: WorkerInfo,
-    pub(super) free_slots: u32,
     pub(super) free: Vec<(String, u64)>,
+    /// The tasks it holds: running, or handed to it ahead (prefetched, up to
+    /// [`Config::prefetch`] beyond its slots) and waiting there for a slot. Each holds its
+    /// capability amounts from the moment it is handed over.
     pub(super) running: HashSet<TaskId>,
+    /// When each task it holds was handed to it (ms), to learn which groups are quick.
+    pub(super) since: HashMap<TaskId, u64>,
+    /// Tasks handed to it ahead of a free slot that it has not reported started: if it is lost,
+    /// they do not count as an attempt.
+    pub(super) waiting: HashSet<TaskId>,
+    /// A take-back asked of it and not yet answered: the tasks it may give back.
+    pub(super) revoking: Option<HashSet<TaskId>>,
+    /// It gave nothing back when last asked (all it holds had started): not asked again until
+    /// it reports a finished task.
+    pub(super) revoke_spent: bool,
     /// Environments it matches (derived from `verdicts`, kept for fast matching).
     pub(super) environments: HashSet<String>,
     pub(super) verdicts: BTreeMap<String, EnvVerdict>,
@@ -51,9 +63,15 @@ impl Worker {
         }
     }
 
-    pub(super) fn fits(&self, class: &Class, now: u64) -> bool {
+    /// How many tasks it holds (running, prefetched, or canceled and not yet confirmed).
+    pub(super) fn held(&self) -> u32 {
+        u32::try_from(self.running.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether it may be handed a task of `class` now while it holds fewer than `limit`.
+    pub(super) fn fits(&self, class: &Class, now: u64, limit: u32) -> bool {
         self.draining.is_none()
-            && self.free_slots > 0
+            && self.held() < limit
             && self.outlives(class, now)
             && class
                 .capabilities
@@ -66,7 +84,6 @@ impl Worker {
     }
 
     pub(super) fn take(&mut self, class: &Class) {
-        self.free_slots -= 1;
         for (name, need) in &class.capabilities {
             if let Some((_, have)) = self.free.iter_mut().find(|(n, _)| n == name) {
                 *have -= need;
@@ -80,7 +97,7 @@ impl Worker {
             name: self.info.name.clone(),
             manager: self.info.manager.clone(),
             slots: self.info.slots,
-            busy: self.running.len() as u32,
+            busy: self.held().min(self.info.slots),
             idle_ms: self.idle_since.map_or(0, |since| now.saturating_sub(since)),
             draining: self.draining.is_some(),
             verdicts: self
@@ -92,7 +109,6 @@ impl Worker {
     }
 
     pub(super) fn give_back(&mut self, class: &Class) {
-        self.free_slots += 1;
         for (name, need) in &class.capabilities {
             if let Some((_, have)) = self.free.iter_mut().find(|(n, _)| n == name) {
                 *have += need;
@@ -164,6 +180,7 @@ impl Tasks {
             for task in &claimed {
                 if let Some(w) = self.workers.get_mut(&old) {
                     w.running.remove(task);
+                    w.since.remove(task);
                 }
                 let class = self.task(*task).map(|t| self.groups[&t.group].class);
                 if let (Some(class), Some(w)) = (class, self.workers.get_mut(&old)) {
@@ -191,8 +208,11 @@ impl Tasks {
         let claims = info.running.clone();
         let ends_at = info.ends_in_ms.map(|ms| now.saturating_add(ms));
         let worker = Worker {
-            free_slots: info.slots,
             free: info.capabilities.clone(),
+            revoking: None,
+            revoke_spent: false,
+            since: HashMap::new(),
+            waiting: HashSet::new(),
             info,
             running: HashSet::new(),
             environments: HashSet::new(),
@@ -214,10 +234,12 @@ impl Tasks {
                 refused.push(task);
                 continue;
             };
-            // Room for what it claims (its slots and amounts ran it; a claim beyond them is not
-            // believed). Environments are not asked: its verdicts come after registering.
+            // Room for what it claims (its slots, prefetch and amounts held it; a claim beyond
+            // them is not believed). Environments are not asked: its verdicts come after
+            // registering.
+            let limit = self.limit(&self.workers[&id]);
             let room = self.workers.get(&id).is_some_and(|w| {
-                w.free_slots > 0
+                w.held() < limit
                     && class
                         .capabilities
                         .iter()
@@ -237,10 +259,22 @@ impl Tasks {
             if let Some(w) = self.workers.get_mut(&id) {
                 w.take(&class);
                 w.running.insert(task);
+                w.since.insert(task, now);
                 w.idle_since = None;
             }
         }
         Ok((id, refused))
+    }
+
+    /// The worker started these tasks (those it held ahead of a free slot now count as run).
+    pub fn started(&mut self, worker: WorkerId, tasks: &[TaskId]) {
+        if let Some(w) = self.workers.get_mut(&worker)
+            && !w.waiting.is_empty()
+        {
+            for task in tasks {
+                w.waiting.remove(task);
+            }
+        }
     }
 
     pub fn heartbeat(&mut self, now: u64, worker: WorkerId) {
@@ -268,7 +302,8 @@ impl Tasks {
             if task.state != TaskState::Running {
                 continue; // canceled while running: already final
             }
-            if loss == Loss::Stopped {
+            // Stopped on purpose, or never started there: not an attempt.
+            if loss == Loss::Stopped || w.waiting.contains(&id) {
                 task.attempts = task.attempts.saturating_sub(1);
             }
             let (gid, attempts) = (task.group, task.attempts);

@@ -104,8 +104,11 @@ pub struct WorkerStatus {
     pub name: String,
     pub worker_type: String,
     pub slots: u32,
+    /// Tasks in its slots (at most `slots`).
     pub running: u32,
     pub capabilities: Vec<(String, u64)>,
+    /// Tasks handed to it ahead of a free slot, waiting there (`scheduler --prefetch`).
+    pub prefetched: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

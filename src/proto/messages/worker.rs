@@ -65,6 +65,12 @@ pub enum FromWorker {
     /// How the condition components of new or changed environments were loaded (sent before
     /// their verdicts), for `weir env list`: a slow registration says where its time went.
     Loads(Vec<(String, ComponentLoad)>),
+    /// Answer to [`ToWorker::Revoke`]: the tasks given back, none of which has started or will.
+    Revoked(Vec<TaskId>),
+    /// Tasks that started since the last report (sent with the next outcomes, or within
+    /// moments): a task handed over ahead of a free slot that its worker is lost before it
+    /// started does not count as an attempt.
+    Started(Vec<TaskId>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +117,13 @@ pub enum ToWorker {
     /// job) ends too, instead of holding its allocation to the walltime.
     Leave {
         reason: String,
+    },
+    /// Give back up to `count` of these tasks that have not started (they were handed over
+    /// ahead of a free slot, and a worker with a free slot could run them now); answered with
+    /// [`FromWorker::Revoked`], also when none could be given back.
+    Revoke {
+        tasks: Vec<TaskId>,
+        count: u32,
     },
 }
 

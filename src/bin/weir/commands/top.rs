@@ -172,7 +172,10 @@ fn draw(frame: &mut ratatui::Frame, view: &View) {
             w.name.clone(),
             w.manager.clone().unwrap_or_default(),
             w.worker_type.clone(),
-            format!("{}/{}", w.running, w.slots),
+            match w.prefetched {
+                0 => format!("{}/{}", w.running, w.slots),
+                n => format!("{}/{} +{n}", w.running, w.slots),
+            },
             caps.join(","),
         ])
     });

@@ -160,8 +160,12 @@ impl Output for Cli {
                 .iter()
                 .map(|(n, v)| format!("{n}={v}"))
                 .collect();
+            let ahead = match w.prefetched {
+                0 => String::new(),
+                n => format!(" (+{n} waiting there)"),
+            };
             println!(
-                "  {:>4} {:<24} {}/{} slots busy  {}",
+                "  {:>4} {:<24} {}/{} slots busy{ahead}  {}",
                 w.id,
                 w.name,
                 w.running,

@@ -52,6 +52,8 @@ struct Run<'a> {
     spec: TaskSpec,
     workers: u32,
     slots: u32,
+    /// The scheduler's `--prefetch`, when not its default.
+    prefetch: Option<u32>,
 }
 
 async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()> {
@@ -63,10 +65,16 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
         spec,
         workers,
         slots,
+        prefetch,
     } = run;
     let sub = dir.join(format!("{label}-{tasks}-{workers}x{slots}"));
     std::fs::create_dir_all(&sub)?;
-    let mut cluster = launch(&sub, &[])?;
+    let prefetch = prefetch.map(|n| n.to_string());
+    let scheduler_args: Vec<&std::ffi::OsStr> = match &prefetch {
+        Some(n) => vec!["--prefetch".as_ref(), n.as_ref()],
+        None => vec![],
+    };
+    let mut cluster = launch(&sub, &scheduler_args)?;
     for i in 0..workers {
         let slots = slots.to_string();
         cluster.worker(
@@ -115,6 +123,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
             spec: noop.clone(),
             workers: args.workers,
             slots: args.slots,
+            prefetch: args.prefetch,
         };
         throughput(dir, report, run).await?;
     }
@@ -129,6 +138,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
         spec: spec(square.clone(), b"7"),
         workers: args.workers,
         slots: args.slots,
+        prefetch: args.prefetch,
     };
     throughput(dir, report, run).await?;
     let run = Run {
@@ -139,6 +149,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
         spec: noop.clone(),
         workers: args.workers,
         slots: args.slots,
+        prefetch: args.prefetch,
     };
     throughput(dir, report, run).await?;
     // Few slots per worker, tasks as short as their dispatch: where the per-task round trip
@@ -153,6 +164,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
                 spec: spec(square.clone(), b"7"),
                 workers,
                 slots,
+                prefetch: args.prefetch,
             };
             throughput(dir, report, wasm).await?;
             let command = Run {
@@ -163,6 +175,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
                 spec: noop.clone(),
                 workers,
                 slots,
+                prefetch: args.prefetch,
             };
             throughput(dir, report, command).await?;
         }

@@ -44,6 +44,9 @@ pub struct BenchArgs {
     /// Slots per worker.
     #[arg(long, default_value_t = 64)]
     slots: u32,
+    /// The schedulers' `--prefetch` in the throughput runs (default: the scheduler's own).
+    #[arg(long, value_name = "TASKS")]
+    prefetch: Option<u32>,
     /// Queued tasks for the memory measurement.
     #[arg(long, default_value_t = 1_000_000)]
     queued: u32,

@@ -1,0 +1,92 @@
+//! Tasks held ahead of a free slot (`scheduler --prefetch`, 16 by default), with real processes:
+//! a worker killed while it holds them loses none and spends an attempt only on what it ran, and
+//! a worker that joins idle has held tasks taken back for it.
+
+mod common;
+
+use common::{Cluster, workers};
+use serde_json::Value;
+
+/// Tasks of 0.3 s: quick (the group's first run, hand-over to report, is under a second), so
+/// once one has run, a worker is handed its slots' worth and 16 more.
+const SCRIPT: &str = "sleep 0.3; echo $WEIR_TASK_INDEX $WEIR_WORKER_NAME";
+
+fn prefetched(status: &Value, worker: usize) -> u64 {
+    status["workers"][worker]["prefetched"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_worker_killed_holding_tasks_ahead_loses_none_and_fails_only_what_it_ran() {
+    let mut cluster = Cluster::start("3");
+    let doomed = cluster.worker("doomed", &["--slots", "2"]);
+    cluster.await_status(|s| workers(s) == 1);
+    // Retries 0: a task counted as run on the killed worker fails.
+    let job = cluster.json(&[
+        "submit",
+        "--count",
+        "40",
+        "--retries",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        SCRIPT,
+    ]);
+    let job = job["job"].to_string();
+    let status = cluster.await_status(|s| prefetched(s, 0) > 0);
+    assert_eq!(status["workers"][0]["running"], 2, "{status}");
+
+    cluster.workers[doomed].kill().unwrap();
+    cluster.workers[doomed].wait().unwrap();
+    cluster.worker("survivor", &["--slots", "2"]);
+    let done = cluster.json(&["wait", &job]);
+    let counts = &done["counts"];
+    assert_eq!(
+        counts["succeeded"].as_u64().unwrap() + counts["failed"].as_u64().unwrap(),
+        40,
+        "{done}"
+    );
+    // At most the two in its slots ran there (fewer if one had just finished); the tasks it
+    // held ahead had not started, so they ran on the survivor as their first attempt.
+    assert!(counts["failed"].as_u64().unwrap() <= 2, "{done}");
+    let results = cluster.json(&["results", &job]);
+    for result in results.as_array().unwrap() {
+        assert_eq!(result["attempts"], 1, "{result}");
+    }
+}
+
+#[test]
+fn a_worker_that_joins_idle_takes_over_tasks_a_busy_one_holds_ahead() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("first", &["--slots", "1"]);
+    cluster.await_status(|s| workers(s) == 1);
+    // One runs alone (nothing is known of the group yet), then the other 17 fill the worker's
+    // slot and its prefetch: nothing stays queued for a new worker to take.
+    let job = cluster.json(&["submit", "--count", "18", "--", "sh", "-c", SCRIPT]);
+    let job = job["job"].to_string();
+    let status = cluster.await_status(|s| prefetched(s, 0) > 0);
+    assert_eq!(status["tasks"]["queued"], 0, "{status}");
+
+    cluster.worker("second", &["--slots", "1"]);
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 18, "{done}");
+    let results = cluster.json(&["results", &job]);
+    let results = results.as_array().unwrap();
+    let mut on_second = 0;
+    for (index, result) in results.iter().enumerate() {
+        // Each ran once, on one worker: given back only before it started.
+        assert_eq!(result["attempts"], 1, "{result}");
+        let stdout = result["stdout"].as_str().unwrap().trim().to_string();
+        let (ran, worker) = stdout.split_once(' ').unwrap();
+        assert_eq!(ran, index.to_string(), "{result}");
+        if worker == "second" {
+            on_second += 1;
+        }
+    }
+    assert!(
+        on_second > 0,
+        "the second worker was given nothing: {results:?}"
+    );
+}

@@ -596,6 +596,40 @@ fn a_worker_killed_before_it_started_its_prefetched_tasks_spends_no_attempt_on_t
 }
 
 #[test]
+fn a_new_submission_is_not_starved_by_a_stream_of_quick_tasks_held_ahead() {
+    let mut core = with_prefetch(2);
+    let (_, a) = quick_job(&mut core, 50, &[], 3);
+    let w = core.worker_joined(10, worker(1, &[])).unwrap().0;
+    core.schedule(10);
+    assert_eq!(dispatched(&core.take_actions())[&w], a[..3]);
+    // A higher-priority submission, nothing known of its speed: it is to have the next free
+    // slot, so the worker is handed no more of the quick ones meanwhile.
+    let (_, b, _) = core
+        .submit(vec![NewGroup {
+            spec: spec(&[], 5, 3),
+            count: 1,
+            inputs: vec![],
+        }])
+        .unwrap();
+    core.schedule(10);
+    assert!(dispatched(&core.take_actions()).is_empty());
+    for (i, task) in a[..2].iter().enumerate() {
+        assert!(core.finished(20 + i as u64, w, *task, ok()));
+        core.schedule(20);
+        assert!(
+            dispatched(&core.take_actions()).is_empty(),
+            "refilled with quick tasks"
+        );
+    }
+    // The last one held ahead ends: the slot is the new submission's.
+    assert!(core.finished(30, w, a[2], ok()));
+    core.schedule(30);
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![b]);
+    let why = core.explain(30, a[3]).unwrap().join("\n");
+    assert!(why.contains("all 1 slots busy"), "{why}");
+}
+
+#[test]
 fn a_revoke_is_only_for_tasks_the_idle_worker_can_run() {
     let mut core = with_prefetch(2);
     quick_job(&mut core, 3, &[("gpu", 1)], 3);

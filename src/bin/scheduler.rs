@@ -94,13 +94,13 @@ struct Args {
     worker_lease: Duration,
     /// Tasks each worker may hold beyond its slots, waiting there for a free slot: it starts
     /// the next at once when one ends, and reports and receives tasks in batches instead of one
-    /// round trip each (the throughput of short tasks on workers of few slots). Only tasks of
-    /// groups measured quick (one ran, hand-over to report, within a second) are held ahead, so
-    /// a worker never holds much work a task of higher priority would wait behind; and only
-    /// once every worker that can run them has its slots full. A worker with a free slot has
-    /// held tasks taken back for it (without spending a retry). A held task counts as an
-    /// attempt if its worker is killed. 0: a worker holds only what it runs.
-    #[arg(long, default_value_t = 16, value_name = "TASKS")]
+    /// round trip each (the throughput of short tasks on workers of few slots). Only tasks of a
+    /// submission whose last task ran (hand-over to report) within a second are held ahead, only
+    /// once every worker that can run them has its slots full, and none on a worker that could
+    /// run a waiting task not known to be that quick (it gets the next free slot). A worker
+    /// with a free slot has held tasks taken back for it; a held task its worker never started
+    /// does not count as an attempt. 0: a worker holds only what it runs.
+    #[arg(long, default_value_t = 16, value_name = "TASKS", value_parser = clap::value_parser!(u32).range(0..=1024))]
     prefetch: u32,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]

@@ -75,12 +75,20 @@ impl Tasks {
                     if worker.draining.is_some() {
                         missing.push("draining: its manager is stopping it".into());
                     }
-                    if worker.held() >= self.limit(worker) {
-                        missing.push(format!(
-                            "all {} slots busy, and {} more tasks wait there",
-                            worker.info.slots,
-                            worker.held().saturating_sub(worker.info.slots)
-                        ));
+                    // A quick task may also be held there ahead of a free slot.
+                    let room = match self.quick.contains(&group.id) && worker.slow == 0 {
+                        true => self.limit(worker),
+                        false => worker.info.slots,
+                    };
+                    if worker.held() >= room {
+                        let ahead = worker.held().saturating_sub(worker.info.slots);
+                        missing.push(match ahead {
+                            0 => format!("all {} slots busy", worker.info.slots),
+                            n => format!(
+                                "all {} slots busy, and {n} more tasks wait there for one",
+                                worker.info.slots
+                            ),
+                        });
                     }
                     if !worker.outlives(class, now) {
                         missing.push(format!(

@@ -48,6 +48,9 @@ use workers::{Worker, amount};
 /// tasks about as short as one.
 pub const PREFETCH_BELOW_MS: u64 = 1000;
 
+/// How often a task held ahead by a lost worker, not reported started, is spared an attempt.
+pub const MAX_SPARED: u32 = 2;
+
 /// Most tasks one submission may create.
 pub const MAX_TASKS_PER_SUBMIT: u64 = 10_000_000;
 
@@ -220,6 +223,9 @@ pub struct Tasks {
     /// their tasks are prefetched, so a worker never holds more than about that much work
     /// ahead (a task of higher priority waits no longer behind it).
     quick: HashSet<GroupId>,
+    /// How often each task was held ahead by a worker lost before it reported the task started
+    /// (not counted as an attempt, up to [`MAX_SPARED`] times).
+    spared: HashMap<TaskId, u32>,
     next_group: GroupId,
     jobs: Dense<Job>,
     /// Jobs whose last task finished since the last tick (for `forget_after_ms`).
@@ -313,6 +319,7 @@ impl Tasks {
 
     fn finish(&mut self, id: TaskId, state: TaskState, outcome: Outcome) {
         self.set_state(id, state);
+        self.spared.remove(&id);
         let Some(task) = self.tasks.get_mut(id) else {
             return;
         };

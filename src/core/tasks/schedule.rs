@@ -34,17 +34,11 @@ impl Tasks {
     /// with a free slot that nothing queued fits.
     pub fn schedule(&mut self, now: u64) {
         let mut dispatch: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
-        for level in 0..=self.config.prefetch {
-            if self.queues.is_empty() {
-                break;
-            }
-            if self
-                .workers
-                .values()
-                .any(|w| w.held() < w.info.slots.saturating_add(level))
-            {
-                self.place(now, level, &mut dispatch);
-            }
+        if !self.queues.is_empty() && self.workers.values().any(|w| w.held() < w.info.slots) {
+            self.place(now, 0, &HashSet::new(), &mut dispatch);
+        }
+        if self.config.prefetch > 0 && !self.queues.is_empty() {
+            self.prefetch(now, &mut dispatch);
         }
         for (worker, tasks) in dispatch {
             self.actions.push(Action::Dispatch { worker, tasks });
@@ -54,12 +48,72 @@ impl Tasks {
         }
     }
 
-    /// One round of placement: each worker is filled up to its slots plus `level`.
-    fn place(&mut self, now: u64, level: u32, dispatch: &mut BTreeMap<WorkerId, Vec<TaskId>>) {
+    /// Hand quick tasks to workers whose slots are full, one per worker per round. A worker
+    /// that could run a waiting task not known to be quick takes nothing ahead: it is to run
+    /// that task in its next free slot, not after what it would hold (a new submission, or one
+    /// of higher priority, never waits behind a stream of quick ones). Nor does one running a
+    /// task not known to be quick: what it held would wait behind that.
+    fn prefetch(&mut self, now: u64, dispatch: &mut BTreeMap<WorkerId, Vec<TaskId>>) {
+        let mut slow = Vec::new();
+        let mut any_quick = false;
+        for (key, queue) in &self.queues {
+            let front = queue
+                .iter()
+                .find_map(|id| self.tasks.get(*id).filter(|t| t.state == TaskState::Queued));
+            match front {
+                Some(task) if self.quick.contains(&task.group) => any_quick = true,
+                Some(_) => slow.push(key.1),
+                None => {}
+            }
+        }
+        if !any_quick {
+            return;
+        }
+        let shut: HashSet<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| {
+                w.slow > 0
+                    || slow
+                        .iter()
+                        .any(|class| could_ever_run(w, &self.classes[*class], &self.environments))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        // Start at the lowest round some open worker has room in.
+        let Some(first) = self
+            .workers
+            .iter()
+            .filter(|(id, w)| !shut.contains(id) && w.held() < self.limit(w))
+            .map(|(_, w)| w.held().saturating_sub(w.info.slots) + 1)
+            .min()
+        else {
+            return;
+        };
+        for level in first..=self.config.prefetch {
+            if self.queues.is_empty() {
+                break;
+            }
+            self.place(now, level, &shut, dispatch);
+        }
+    }
+
+    /// One round of placement: each worker is filled up to its slots plus `level` (beyond its
+    /// slots: only quick tasks, and none for the workers in `shut`).
+    fn place(
+        &mut self,
+        now: u64,
+        level: u32,
+        shut: &HashSet<WorkerId>,
+        dispatch: &mut BTreeMap<WorkerId, Vec<TaskId>>,
+    ) {
         let mut emptied = Vec::new();
         for (key, queue) in self.queues.iter_mut() {
             let class = &self.classes[key.1];
             for (worker_id, worker) in self.workers.iter_mut() {
+                if level > 0 && shut.contains(worker_id) {
+                    continue;
+                }
                 let limit = worker.info.slots.saturating_add(level);
                 while worker.fits(class, now, limit) {
                     // Beyond its slots, only quick tasks (in queue order: one that is not
@@ -84,7 +138,7 @@ impl Tasks {
                     task.worker = Some(*worker_id);
                     worker.take(class);
                     worker.running.insert(id);
-                    worker.since.insert(id, now);
+                    worker.hold(id, now, self.quick.contains(&task.group));
                     if level > 0 {
                         worker.waiting.insert(id);
                     }
@@ -227,7 +281,7 @@ impl Tasks {
             if !w.running.remove(&id) {
                 continue;
             }
-            w.since.remove(&id);
+            w.release(id);
             w.waiting.remove(&id);
             w.give_back(&class);
             if w.running.is_empty() {
@@ -245,7 +299,7 @@ impl Tasks {
             }
         }
         if let Some(w) = self.workers.get_mut(&worker) {
-            w.revoke_spent = back == 0;
+            w.revoke_spent = given.is_empty();
         }
         self.drop_forgotten();
         back
@@ -265,7 +319,7 @@ impl Tasks {
         if let Some(w) = self.workers.get_mut(&worker) {
             w.running.remove(&task);
             w.waiting.remove(&task);
-            if let Some(since) = w.since.remove(&task) {
+            if let Some(since) = w.release(task) {
                 if now.saturating_sub(since) <= PREFETCH_BELOW_MS {
                     self.quick.insert(group);
                 } else {

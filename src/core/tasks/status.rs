@@ -110,6 +110,23 @@ impl Tasks {
             ));
         }
         for (id, worker) in &self.workers {
+            if let Some(stray) = worker
+                .waiting
+                .iter()
+                .chain(worker.since.keys())
+                .find(|t| !worker.running.contains(t))
+            {
+                return Err(format!(
+                    "worker {id}: task {stray} is marked held there but is not"
+                ));
+            }
+            let slow = worker.since.values().filter(|(_, quick)| !quick).count();
+            if slow != worker.slow as usize {
+                return Err(format!(
+                    "worker {id}: {slow} slow tasks held, counted {}",
+                    worker.slow
+                ));
+            }
             if worker.held() > self.limit(worker) {
                 return Err(format!(
                     "worker {id}: holds {} tasks, beyond {} slots + {} prefetched",

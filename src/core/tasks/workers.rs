@@ -17,8 +17,13 @@ pub(super) struct Worker {
     /// [`Config::prefetch`] beyond its slots) and waiting there for a slot. Each holds its
     /// capability amounts from the moment it is handed over.
     pub(super) running: HashSet<TaskId>,
-    /// When each task it holds was handed to it (ms), to learn which groups are quick.
-    pub(super) since: HashMap<TaskId, u64>,
+    /// When each task it holds was handed to it (ms), to learn which groups are quick, and
+    /// whether its group was known quick then. Changed through [`Worker::hold`] and
+    /// [`Worker::release`], which keep `slow` in step.
+    pub(super) since: HashMap<TaskId, (u64, bool)>,
+    /// How many of the tasks it holds were not known quick when handed over: while it holds
+    /// one, it is handed nothing ahead (it would wait behind a task of unknown length).
+    pub(super) slow: u32,
     /// Tasks handed to it ahead of a free slot that it has not reported started: if it is lost,
     /// they do not count as an attempt.
     pub(super) waiting: HashSet<TaskId>,
@@ -61,6 +66,27 @@ impl Worker {
             Some(end) if class.timeout_ms > 0 => now.saturating_add(class.timeout_ms) <= end,
             _ => true,
         }
+    }
+
+    /// Note when `task` was handed to it, and whether its group was known quick then.
+    pub(super) fn hold(&mut self, task: TaskId, now: u64, quick: bool) {
+        if let Some((_, before)) = self.since.insert(task, (now, quick))
+            && !before
+        {
+            self.slow -= 1;
+        }
+        if !quick {
+            self.slow += 1;
+        }
+    }
+
+    /// `task` no longer held: when it was handed over, if it was noted.
+    pub(super) fn release(&mut self, task: TaskId) -> Option<u64> {
+        let (at, quick) = self.since.remove(&task)?;
+        if !quick {
+            self.slow -= 1;
+        }
+        Some(at)
     }
 
     /// How many tasks it holds (running, prefetched, or canceled and not yet confirmed).
@@ -180,7 +206,7 @@ impl Tasks {
             for task in &claimed {
                 if let Some(w) = self.workers.get_mut(&old) {
                     w.running.remove(task);
-                    w.since.remove(task);
+                    w.release(*task);
                 }
                 let class = self.task(*task).map(|t| self.groups[&t.group].class);
                 if let (Some(class), Some(w)) = (class, self.workers.get_mut(&old)) {
@@ -212,6 +238,7 @@ impl Tasks {
             revoking: None,
             revoke_spent: false,
             since: HashMap::new(),
+            slow: 0,
             waiting: HashSet::new(),
             info,
             running: HashSet::new(),
@@ -259,7 +286,7 @@ impl Tasks {
             if let Some(w) = self.workers.get_mut(&id) {
                 w.take(&class);
                 w.running.insert(task);
-                w.since.insert(task, now);
+                w.hold(task, now, false);
                 w.idle_since = None;
             }
         }
@@ -295,6 +322,17 @@ impl Tasks {
         running.sort_unstable();
         // Requeue in reverse so the front of the queue keeps the original order.
         for &id in running.iter().rev() {
+            // Stopped on purpose, or never started there: not an attempt. (A start is reported
+            // with the next outcomes, so one that killed its worker at once may look unstarted:
+            // spared at most MAX_SPARED times, a task that keeps doing that still runs out of
+            // retries.)
+            let never_started = w.waiting.contains(&id)
+                && self.task(id).is_some_and(|t| t.state == TaskState::Running)
+                && {
+                    let spared = self.spared.entry(id).or_default();
+                    *spared += 1;
+                    *spared <= MAX_SPARED
+                };
             let Some(task) = self.task_mut(id) else {
                 continue;
             };
@@ -302,8 +340,7 @@ impl Tasks {
             if task.state != TaskState::Running {
                 continue; // canceled while running: already final
             }
-            // Stopped on purpose, or never started there: not an attempt.
-            if loss == Loss::Stopped || w.waiting.contains(&id) {
+            if loss == Loss::Stopped || never_started {
                 task.attempts = task.attempts.saturating_sub(1);
             }
             let (gid, attempts) = (task.group, task.attempts);

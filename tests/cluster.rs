@@ -611,3 +611,41 @@ fn a_wasm_component_forgotten_everywhere_comes_back_with_the_next_job() {
     cluster.json(&["forget", &first]);
     run(&cluster);
 }
+
+/// Sandboxed instances come from a pool that reserves terabytes of address space up front. A
+/// worker whose address space is limited (`ulimit -v`, as some batch systems set) cannot have
+/// it, and falls back to a mapping per instance: its wasm tasks still run.
+#[test]
+fn a_worker_with_a_limited_address_space_still_runs_wasm_tasks() {
+    use std::os::unix::process::CommandExt;
+    let mut cluster = Cluster::start("10");
+    let mut command = cluster.launcher().command("worker").unwrap();
+    command.args(["--name", "limited", "--slots", "2"]);
+    // SAFETY: only setrlimit, async-signal-safe, runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            // Room for two instances of 4 GiB each and the rest, not for the pool.
+            let limit = libc::rlimit {
+                rlim_cur: 16 << 30,
+                rlim_max: 16 << 30,
+            };
+            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let mut child = command.spawn().expect("worker starts");
+    // Registered, or dead (without the fallback it cannot create its engine and exits).
+    while workers(&cluster.json(&["status"])) == 0 {
+        if let Some(exit) = child.try_wait().unwrap() {
+            panic!("the worker with a limited address space exited: {exit}");
+        }
+        common::pause();
+    }
+    cluster.keep(child);
+    let done = cluster.json(&[
+        "submit", "--wasm", "square", "--input", "7", "--count", "20", "--wait",
+    ]);
+    assert_eq!(done["counts"]["succeeded"], 20, "{done}");
+}

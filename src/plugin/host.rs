@@ -33,12 +33,7 @@ pub struct PluginHost {
 impl PluginHost {
     /// A host with the compiled-component cache in `cache_dir` (`None`: memory only).
     pub fn new(cache_dir: Option<PathBuf>) -> Result<PluginHost, PluginError> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        config.wasm_component_model(true);
-        config.max_wasm_stack(1 << 20);
-        let engine =
-            Engine::new(&config).map_err(|e| engine_error("cannot create the engine", e))?;
+        let engine = engine()?;
         start_epoch_ticker(&engine);
         let linkers = Linkers {
             environment: linker(&engine, |l| {
@@ -166,6 +161,68 @@ fn linker(
         .map_err(|e| engine_error("cannot link WASI", e))?;
     add_world(&mut linker).map_err(|e| engine_error("cannot link the weir interfaces", e))?;
     Ok(linker)
+}
+
+/// Most sandboxed instances (tasks, conditions, policies) one process holds at once.
+pub const MAX_INSTANCES: u32 = 1000;
+
+/// How instance memory is provided, fastest first: each is tried until the host accepts it.
+#[derive(Clone, Copy, Debug)]
+enum Memory {
+    /// A pool of pre-reserved slots, reused (no mmap/munmap per instance). Between instances a
+    /// slot's dirty pages are found with Linux's PAGEMAP_SCAN (6.7+) and reset in place up to
+    /// 2 MiB, so a small task's memory never leaves the process; the rest is given back in
+    /// batches of 32 (one TLB flush per batch, not per instance).
+    PoolScanned,
+    /// The same pool without PAGEMAP_SCAN: the first 64 KiB are reset in place, the rest given
+    /// back in batches.
+    Pool,
+    /// A fresh mapping per instance (when the pool cannot be reserved: address space limited
+    /// by `ulimit -v`, say).
+    OnDemand,
+}
+
+fn config(memory: Memory) -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.wasm_component_model(true);
+    config.max_wasm_stack(1 << 20);
+    let (keep_resident, scan) = match memory {
+        Memory::PoolScanned => (2 << 20, wasmtime::Enabled::Yes),
+        Memory::Pool => (64 << 10, wasmtime::Enabled::No),
+        Memory::OnDemand => return config,
+    };
+    let mut pool = wasmtime::PoolingAllocationConfig::default();
+    pool.total_component_instances(MAX_INSTANCES)
+        .total_core_instances(MAX_INSTANCES)
+        .total_memories(MAX_INSTANCES)
+        .total_tables(MAX_INSTANCES)
+        // Interpreters compiled to wasm (a Python condition) have large function tables.
+        .table_elements(1 << 18)
+        .linear_memory_keep_resident(keep_resident)
+        .pagemap_scan(scan)
+        .decommit_batch_size(32);
+    config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+/// The process's engine, with the fastest memory strategy the host accepts.
+fn engine() -> Result<Engine, PluginError> {
+    let mut last = None;
+    for memory in [Memory::PoolScanned, Memory::Pool, Memory::OnDemand] {
+        match Engine::new(&config(memory)) {
+            Ok(engine) => {
+                tracing::debug!(?memory, "wasm engine ready");
+                return Ok(engine);
+            }
+            Err(error) => {
+                tracing::debug!(?memory, %error, "wasm memory strategy not available here");
+                last = Some(error);
+            }
+        }
+    }
+    let error = last.unwrap_or_else(|| wasmtime::Error::msg("no memory strategy"));
+    Err(engine_error("cannot create the engine", error))
 }
 
 fn engine_error(what: &str, error: wasmtime::Error) -> PluginError {

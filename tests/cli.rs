@@ -539,3 +539,22 @@ fn policy_simulate_draws_the_trace_as_a_chart() {
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
     assert_eq!(value.as_array().map(Vec::len), Some(3));
 }
+
+/// `weir bench --simulated-workers`: the simulated peers register, heartbeat, take every task
+/// and the row is printed (the figures themselves are for BENCHMARKS.md, not asserted).
+#[test]
+fn bench_with_simulated_workers_prints_its_row() {
+    let (output, _dir) = weir(&[
+        "bench",
+        "--simulated-workers",
+        "20",
+        "--simulated-managers",
+        "4",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let out = stdout(&output);
+    assert!(
+        out.lines().any(|l| l.starts_with("| 20 | 4 | ")),
+        "no row for 20 workers under 4 managers: {out}"
+    );
+}

@@ -15,6 +15,14 @@ pub async fn connect(
     role: Role,
     idle_timeout: Duration,
 ) -> Result<(Endpoint, Connection, SendStream, RecvStream), NetError> {
+    let endpoint = client_endpoint(access, idle_timeout)?;
+    let (connection, send, recv) = connect_on(&endpoint, access, role).await?;
+    Ok((endpoint, connection, send, recv))
+}
+
+/// A client endpoint for the scheduler in `access`: it pins its certificate. One endpoint
+/// (one UDP socket) may carry many connections ([`connect_on`]).
+pub fn client_endpoint(access: &AccessFile, idle_timeout: Duration) -> Result<Endpoint, NetError> {
     let address = parse_address(&access.address)?;
     let bind: SocketAddr = if address.is_ipv6() {
         "[::]:0"
@@ -27,6 +35,17 @@ pub async fn connect(
     let mut config = tls::client_config(&access.certificate_der()?)?;
     config.transport_config(transport(idle_timeout));
     endpoint.set_default_client_config(config);
+    Ok(endpoint)
+}
+
+/// Connect on `endpoint` (from [`client_endpoint`]) as `role`, and say hello on the first
+/// stream.
+pub async fn connect_on(
+    endpoint: &Endpoint,
+    access: &AccessFile,
+    role: Role,
+) -> Result<(Connection, SendStream, RecvStream), NetError> {
+    let address = parse_address(&access.address)?;
     let connecting =
         endpoint
             .connect(address, tls::SERVER_NAME)
@@ -63,7 +82,7 @@ pub async fn connect(
     )
     .await?;
     match proto::frame::read::<_, HelloReply>(&mut recv).await {
-        Ok(HelloReply::Welcome) => Ok((endpoint, connection, send, recv)),
+        Ok(HelloReply::Welcome) => Ok((connection, send, recv)),
         Ok(HelloReply::Refused { reason }) => Err(NetError::Refused(reason)),
         Err(FrameError::Closed) => Err(NetError::Refused("connection closed during hello".into())),
         Err(e) => Err(e.into()),

@@ -16,7 +16,7 @@ use quinn::{Connection, Endpoint};
 
 use crate::proto::FrameError;
 pub use access::AccessFile;
-pub use connect::connect;
+pub use connect::{client_endpoint, connect, connect_on};
 pub use link::{Link, LinkEnd, Outbox, frames};
 pub use session::{SessionEnd, Signal, Signals, reconnecting};
 

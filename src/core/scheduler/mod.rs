@@ -97,6 +97,8 @@ pub struct Scheduler {
     /// them.
     components: HashMap<ComponentHash, Arc<[u8]>>,
     links: HashMap<WorkerId, Link>,
+    /// Workers that reported outcomes not acknowledged yet.
+    unacknowledged: std::collections::BTreeSet<WorkerId>,
     waiters: HashMap<JobId, Vec<ClientId>>,
     env_waits: Vec<EnvWait>,
     worker_waits: Vec<WorkerWait>,
@@ -126,6 +128,7 @@ impl Scheduler {
             environments: BTreeMap::new(),
             components: HashMap::new(),
             links: HashMap::new(),
+            unacknowledged: Default::default(),
             waiters: HashMap::new(),
             env_waits: Vec::new(),
             worker_waits: Vec::new(),

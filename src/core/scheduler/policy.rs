@@ -19,7 +19,7 @@ impl Scheduler {
         self.tasks
             .declare_environments(state.environments.iter().map(|d| d.name.as_str()));
         let id = state.id.clone();
-        let views = self.tasks.worker_views(now);
+        let views = self.tasks.views_of_manager(now, &id);
         let gone = self.managers.heartbeat(now, state, &views);
         for (worker, stopped) in gone {
             let (reason, loss) = match stopped {
@@ -76,12 +76,13 @@ impl Scheduler {
     }
 
     fn apply_decisions(&mut self, now: u64, decisions: &[Decision]) {
-        let views = self.tasks.worker_views(now);
         for decision in decisions {
             if !self.connected.contains(&decision.manager_id) {
                 continue;
             }
             let mut stop = self.tasks.drain(now, &decision.stop);
+            // Its own workers only (after the drain, which marks them).
+            let views = self.tasks.views_of_manager(now, &decision.manager_id);
             // Drained before and still here: named again in every decision, so a manager that
             // missed it (it restarted meanwhile, or its engine's stop failed) stops them now.
             for w in &views {

@@ -50,6 +50,7 @@ impl Scheduler {
     pub(super) fn finished(&mut self, now: u64, worker: WorkerId, results: Vec<(TaskId, Outcome)>) {
         if let Some(link) = self.links.get_mut(&worker) {
             link.received += results.len() as u64;
+            self.unacknowledged.insert(worker);
         }
         for (task, outcome) in results {
             if !self.tasks.finished(now, worker, task, outcome) {
@@ -116,7 +117,11 @@ impl Scheduler {
 
     /// Outcomes are durable now: workers may forget them.
     pub(super) fn acknowledge_outcomes(&mut self) {
-        for (&worker, link) in &mut self.links {
+        // Only the workers that reported since (not every link: this runs after every sync).
+        for worker in std::mem::take(&mut self.unacknowledged) {
+            let Some(link) = self.links.get_mut(&worker) else {
+                continue;
+            };
             if link.received > link.acknowledged {
                 link.acknowledged = link.received;
                 self.actions.push_back(Action::ToWorker {

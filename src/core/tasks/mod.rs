@@ -223,6 +223,17 @@ pub struct Tasks {
     /// their tasks are prefetched, so a worker never holds more than about that much work
     /// ahead (a task of higher priority waits no longer behind it).
     quick: HashSet<GroupId>,
+    /// Open workers (not draining) with a free slot, with room to hold one more task, and the
+    /// workers holding tasks beyond their slots: kept in step by [`Tasks::resync`] after every
+    /// change, so placement and take-backs look only at workers that matter, not at all.
+    free: std::collections::BTreeSet<WorkerId>,
+    roomy: std::collections::BTreeSet<WorkerId>,
+    holders: std::collections::BTreeSet<WorkerId>,
+    /// Live workers by name (names are unique among live workers).
+    names: HashMap<String, WorkerId>,
+    /// Live workers by the manager that started them (a manager's heartbeat looks at its own
+    /// workers only, not at every worker).
+    by_manager: HashMap<String, std::collections::BTreeSet<WorkerId>>,
     /// How often each task was held ahead by a worker lost before it reported the task started
     /// (not counted as an attempt, up to [`MAX_SPARED`] times).
     spared: HashMap<TaskId, u32>,

@@ -34,11 +34,18 @@ impl Tasks {
     /// with a free slot that nothing queued fits.
     pub fn schedule(&mut self, now: u64) {
         let mut dispatch: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
-        if !self.queues.is_empty() && self.workers.values().any(|w| w.held() < w.info.slots) {
-            self.place(now, 0, &HashSet::new(), &mut dispatch);
+        if !self.queues.is_empty() && !self.free.is_empty() {
+            let free: Vec<WorkerId> = self.free.iter().copied().collect();
+            self.place(now, 0, &free, &mut dispatch);
+            for worker in dispatch.keys() {
+                self.resync(*worker);
+            }
         }
-        if self.config.prefetch > 0 && !self.queues.is_empty() {
+        if self.config.prefetch > 0 && !self.queues.is_empty() && !self.roomy.is_empty() {
             self.prefetch(now, &mut dispatch);
+            for worker in dispatch.keys() {
+                self.resync(*worker);
+            }
         }
         for (worker, tasks) in dispatch {
             self.actions.push(Action::Dispatch { worker, tasks });
@@ -69,23 +76,25 @@ impl Tasks {
         if !any_quick {
             return;
         }
-        let shut: HashSet<WorkerId> = self
-            .workers
+        // Workers with room ahead, less those that are to keep a slot for a slow task.
+        let open: Vec<WorkerId> = self
+            .roomy
             .iter()
-            .filter(|(_, w)| {
-                w.slow > 0
-                    || slow
-                        .iter()
-                        .any(|class| could_ever_run(w, &self.classes[*class], &self.environments))
+            .copied()
+            .filter(|id| {
+                self.workers.get(id).is_some_and(|w| {
+                    w.slow == 0
+                        && !slow.iter().any(|class| {
+                            could_ever_run(w, &self.classes[*class], &self.environments)
+                        })
+                })
             })
-            .map(|(id, _)| *id)
             .collect();
         // Start at the lowest round some open worker has room in.
-        let Some(first) = self
-            .workers
+        let Some(first) = open
             .iter()
-            .filter(|(id, w)| !shut.contains(id) && w.held() < self.limit(w))
-            .map(|(_, w)| w.held().saturating_sub(w.info.slots) + 1)
+            .filter_map(|id| self.workers.get(id))
+            .map(|w| w.held().saturating_sub(w.info.slots) + 1)
             .min()
         else {
             return;
@@ -94,26 +103,26 @@ impl Tasks {
             if self.queues.is_empty() {
                 break;
             }
-            self.place(now, level, &shut, dispatch);
+            self.place(now, level, &open, dispatch);
         }
     }
 
-    /// One round of placement: each worker is filled up to its slots plus `level` (beyond its
-    /// slots: only quick tasks, and none for the workers in `shut`).
+    /// One round of placement over `workers`: each is filled up to its slots plus `level`
+    /// (beyond its slots: only quick tasks).
     fn place(
         &mut self,
         now: u64,
         level: u32,
-        shut: &HashSet<WorkerId>,
+        workers: &[WorkerId],
         dispatch: &mut BTreeMap<WorkerId, Vec<TaskId>>,
     ) {
         let mut emptied = Vec::new();
         for (key, queue) in self.queues.iter_mut() {
             let class = &self.classes[key.1];
-            for (worker_id, worker) in self.workers.iter_mut() {
-                if level > 0 && shut.contains(worker_id) {
+            for worker_id in workers {
+                let Some(worker) = self.workers.get_mut(worker_id) else {
                     continue;
-                }
+                };
                 let limit = worker.info.slots.saturating_add(level);
                 while worker.fits(class, now, limit) {
                     // Beyond its slots, only quick tasks (in queue order: one that is not
@@ -176,24 +185,24 @@ impl Tasks {
     /// workers holding more than their slots for tasks it could run: one take-back outstanding
     /// per holder, for at most what the holder has beyond its slots.
     fn revoke_for_idle(&mut self, now: u64) {
-        let idle: Vec<(WorkerId, u32)> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.draining.is_none() && w.held() < w.info.slots)
-            .map(|(id, w)| (*id, w.info.slots - w.held()))
-            .collect();
-        if idle.is_empty() {
+        if self.free.is_empty() || self.holders.is_empty() {
             return;
         }
         let mut holders: Vec<(u32, WorkerId)> = self
-            .workers
+            .holders
             .iter()
-            .filter(|(_, w)| w.held() > w.info.slots && w.revoking.is_none() && !w.revoke_spent)
+            .filter_map(|id| self.workers.get(id).map(|w| (id, w)))
+            .filter(|(_, w)| w.revoking.is_none() && !w.revoke_spent)
             .map(|(id, w)| (w.held() - w.info.slots, *id))
             .collect();
         if holders.is_empty() {
             return;
         }
+        let idle: Vec<(WorkerId, u32)> = self
+            .free
+            .iter()
+            .filter_map(|id| self.workers.get(id).map(|w| (*id, w.info.slots - w.held())))
+            .collect();
         holders.sort_unstable_by(|a, b| b.cmp(a));
         for (idle_id, mut need) in idle {
             for (excess, holder_id) in holders.iter_mut() {
@@ -301,6 +310,7 @@ impl Tasks {
         if let Some(w) = self.workers.get_mut(&worker) {
             w.revoke_spent = given.is_empty();
         }
+        self.resync(worker);
         self.drop_forgotten();
         back
     }
@@ -333,6 +343,7 @@ impl Tasks {
                 w.idle_since = Some(now);
             }
         }
+        self.resync(worker);
         if let Some(t) = self.task_mut(task) {
             t.worker = None;
         }

@@ -69,6 +69,17 @@ impl Tasks {
                 ));
             }
         }
+        if let Some(gone) = self
+            .free
+            .iter()
+            .chain(&self.roomy)
+            .chain(&self.holders)
+            .find(|id| !self.workers.contains_key(id))
+        {
+            return Err(format!(
+                "worker {gone} is gone but still in a placement set"
+            ));
+        }
         for (id, worker) in &self.workers {
             for task in &worker.running {
                 if self.task(*task).and_then(|t| t.worker) != Some(*id) {
@@ -125,6 +136,29 @@ impl Tasks {
                 return Err(format!(
                     "worker {id}: {slow} slow tasks held, counted {}",
                     worker.slow
+                ));
+            }
+            if let Some(manager) = &worker.info.manager
+                && !self
+                    .by_manager
+                    .get(manager)
+                    .is_some_and(|ids| ids.contains(id))
+            {
+                return Err(format!("worker {id} missing from its manager's index"));
+            }
+            if self.names.get(&worker.info.name) != Some(id) {
+                return Err(format!(
+                    "worker {id} ({}) missing from the name index",
+                    worker.info.name
+                ));
+            }
+            let open = worker.draining.is_none();
+            if self.free.contains(id) != (open && worker.held() < worker.info.slots)
+                || self.roomy.contains(id) != (open && worker.held() < self.limit(worker))
+                || self.holders.contains(id) != (worker.held() > worker.info.slots)
+            {
+                return Err(format!(
+                    "worker {id}: free / roomy / holder sets out of step"
                 ));
             }
             if worker.held() > self.limit(worker) {

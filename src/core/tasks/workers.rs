@@ -174,22 +174,17 @@ impl Tasks {
         now: u64,
         info: WorkerInfo,
     ) -> Result<(WorkerId, Vec<TaskId>), NameTaken> {
-        if let Some(other) = self
-            .workers
-            .values()
-            .find(|w| w.info.name == info.name && w.info.instance != info.instance)
+        let earlier: Vec<WorkerId> = self.names.get(&info.name).copied().into_iter().collect();
+        if let Some(other) = earlier
+            .iter()
+            .filter_map(|id| self.workers.get(id))
+            .find(|w| w.info.instance != info.instance)
         {
             return Err(NameTaken {
                 name: info.name,
                 manager: other.info.manager.clone(),
             });
         }
-        let earlier: Vec<WorkerId> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.info.name == info.name)
-            .map(|(id, _)| *id)
-            .collect();
         for old in earlier {
             // Only runs still wanted move over (a canceled one is stopped on the worker).
             let claimed: Vec<TaskId> = self.workers[&old]
@@ -218,6 +213,7 @@ impl Tasks {
                 }
                 self.set_state(*task, TaskState::Queued);
             }
+            self.resync(old);
             self.worker_lost(now, old, "replaced by its own reconnection", Loss::Exited);
             self.actions.push(Action::Disconnect {
                 worker: old,
@@ -250,6 +246,13 @@ impl Tasks {
             draining: None,
             ends_at,
         };
+        if let Some(manager) = &worker.info.manager {
+            self.by_manager
+                .entry(manager.clone())
+                .or_default()
+                .insert(id);
+        }
+        self.names.insert(worker.info.name.clone(), id);
         self.workers.insert(id, worker);
         let mut refused = Vec::new();
         for task in claims {
@@ -290,6 +293,7 @@ impl Tasks {
                 w.idle_since = None;
             }
         }
+        self.resync(id);
         Ok((id, refused))
     }
 
@@ -316,6 +320,18 @@ impl Tasks {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
+        self.resync(worker);
+        if self.names.get(&w.info.name) == Some(&worker) {
+            self.names.remove(&w.info.name);
+        }
+        if let Some(manager) = &w.info.manager
+            && let Some(ids) = self.by_manager.get_mut(manager)
+        {
+            ids.remove(&worker);
+            if ids.is_empty() {
+                self.by_manager.remove(manager);
+            }
+        }
         let fence = (loss == Loss::Silent && self.config.fence_ms > 0)
             .then(|| now.saturating_add(self.config.fence_ms));
         let mut running: Vec<TaskId> = w.running.into_iter().collect();
@@ -443,13 +459,18 @@ impl Tasks {
         worker: WorkerId,
     ) -> Option<(String, Vec<WorkerView>)> {
         let manager = self.workers.get(&worker)?.info.manager.clone()?;
-        let views = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.info.manager.as_deref() == Some(manager.as_str()))
-            .map(|(&id, w)| w.view(id, now))
-            .collect();
+        let views = self.views_of_manager(now, &manager);
         Some((manager, views))
+    }
+
+    /// The views of the live workers `manager` started (its own only: O(its workers)).
+    pub fn views_of_manager(&self, now: u64, manager: &str) -> Vec<WorkerView> {
+        self.by_manager
+            .get(manager)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.workers.get(id).map(|w| w.view(*id, now)))
+            .collect()
     }
 
     /// Stop giving these workers tasks (their manager is about to stop them). Only idle
@@ -462,9 +483,36 @@ impl Tasks {
             {
                 worker.draining.get_or_insert(now);
                 drained.push(worker.info.name.clone());
+                self.resync(*id);
             }
         }
         drained
+    }
+
+    /// Bring `worker`'s entries in the free / roomy / holders sets in line with it (after its
+    /// tasks, draining or presence changed).
+    pub(super) fn resync(&mut self, worker: WorkerId) {
+        let (free, roomy, holder) = match self.workers.get(&worker) {
+            Some(w) => {
+                let open = w.draining.is_none();
+                (
+                    open && w.held() < w.info.slots,
+                    open && w.held() < self.limit(w),
+                    w.held() > w.info.slots,
+                )
+            }
+            None => (false, false, false),
+        };
+        for (set, member) in [
+            (&mut self.free, free),
+            (&mut self.roomy, roomy),
+            (&mut self.holders, holder),
+        ] {
+            match member {
+                true => set.insert(worker),
+                false => set.remove(&worker),
+            };
+        }
     }
 
     /// Drained workers their manager has not stopped within [`Config::undrain_ms`] take tasks
@@ -472,14 +520,19 @@ impl Tasks {
     /// cannot be stopped alone, and would otherwise hold its slots idle.
     pub(super) fn undrain(&mut self, now: u64) {
         let after = self.config.undrain_ms;
-        for worker in self.workers.values_mut() {
+        let mut back = Vec::new();
+        for (id, worker) in self.workers.iter_mut() {
             if worker
                 .draining
                 .is_some_and(|since| now.saturating_sub(since) >= after)
             {
                 tracing::info!(worker = %worker.info.name, "drained but not stopped by its manager: taking tasks again");
                 worker.draining = None;
+                back.push(*id);
             }
+        }
+        for id in back {
+            self.resync(id);
         }
     }
 }

@@ -12,7 +12,7 @@ use super::{BenchArgs, Report, journal, noop_spec, spec, submit};
 use crate::commands::local::launch;
 
 /// CPU seconds (user + system) and peak resident bytes of a process, from /proc.
-fn usage(pid: u32) -> (f64, u64) {
+pub(super) fn usage(pid: u32) -> (f64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit(')')
@@ -33,7 +33,7 @@ fn usage(pid: u32) -> (f64, u64) {
 }
 
 /// Bytes of a process's memory line (`VmRSS:`, `VmHWM:`) in /proc/PID/status; 0 if none.
-fn memory(pid: u32, key: &str) -> u64 {
+pub(super) fn memory(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = status
         .lines()

@@ -14,6 +14,7 @@
 mod cluster;
 mod journal;
 mod plugins;
+mod simulated;
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,15 @@ pub struct BenchArgs {
     /// Only the plugin costs: no cluster, throughput, memory, reaction or journal runs.
     #[arg(long)]
     plugins_only: bool,
+    /// Only the scheduler's cost as the cluster grows: for each N, this process opens N worker
+    /// connections (1 slot each; hello, registration, heartbeats, a verdict, outcomes answered
+    /// at once) under `--simulated-managers` manager connections, and measures connect time,
+    /// the scheduler's memory per worker, its idle CPU, its CPU per task and `weir status`.
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    simulated_workers: Vec<u32>,
+    /// Manager connections the simulated workers are spread over (at most one per worker).
+    #[arg(long, default_value_t = 1000, value_name = "M")]
+    simulated_managers: u32,
 }
 
 pub struct Report {
@@ -91,6 +101,20 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
         }
     ));
     report.row(String::new());
+    if !args.simulated_workers.is_empty() {
+        let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let result = simulated::simulated(
+            &args.simulated_workers,
+            args.simulated_managers,
+            &dir,
+            &mut report,
+        )
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        result?;
+        return write_markdown(args, &report);
+    }
     plugins::costs(&mut report)?;
     report.row(String::new());
     if !args.policies.is_empty() {

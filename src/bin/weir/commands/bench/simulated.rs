@@ -1,0 +1,324 @@
+//! `weir bench --simulated-workers N`: the scheduler's own cost as the cluster grows.
+//!
+//! This process opens N worker connections and M worker-manager connections to a real scheduler
+//! (real QUIC, hello, registration, heartbeats every second, one verdict report each, and
+//! outcomes answered at once for every task handed over), so what is measured is the scheduler,
+//! not the work: the time to connect and register them all, the scheduler's resident memory
+//! per worker, its CPU per second with only heartbeats coming in, its CPU per dispatched task,
+//! and how long `weir status` takes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use weir::net::{self, AccessFile, Link};
+use weir::proto::{
+    EnvVerdict, FromManager, FromWorker, ManagerState, Outcome, Role, ToManager, ToWorker,
+    WorkerInfo,
+};
+
+use super::cluster::{memory, usage};
+use super::{Report, noop_spec, submit};
+use crate::commands::local::launch;
+
+/// Connections opened at once while the simulated cluster comes up.
+const CONNECTING: usize = 128;
+
+/// Connections per client endpoint (UDP socket) of this process.
+const PER_ENDPOINT: usize = 1000;
+
+/// How often each simulated worker and manager heartbeats (the real ones' default).
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How long the idle CPU is measured.
+const IDLE: Duration = Duration::from_secs(5);
+
+pub async fn simulated(
+    workers: &[u32],
+    managers: u32,
+    dir: &std::path::Path,
+    report: &mut Report,
+) -> Result<()> {
+    report.row(format!(
+        "Simulated workers (1 slot each) under {managers} simulated managers, every one heartbeating every second:"
+    ));
+    report.row(String::new());
+    report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());
+    report.row("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into());
+    for &n in workers {
+        let managers = managers.min(n).max(1);
+        let sub = dir.join(format!("simulated-{n}"));
+        std::fs::create_dir_all(&sub)?;
+        let connections = (n + managers + 64).to_string();
+        let cluster = launch(
+            &sub,
+            &[
+                "--max-connections".as_ref(),
+                connections.as_ref(),
+                // Registration of thousands at once takes longer than the default silence.
+                "--heartbeat-timeout".as_ref(),
+                "60".as_ref(),
+            ],
+        )?;
+        let access = AccessFile::read(&cluster.access_file())?;
+        let client = cluster.client().await?;
+        let pid = cluster.scheduler.id();
+        let rss_before = memory(pid, "VmRSS:");
+        let (stop, stopped) = watch::channel(false);
+        let started = Instant::now();
+        let fleet = Fleet::start(&access, n, managers, stopped).await?;
+        while client.status().await?.workers.len() < n as usize {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let connect = started.elapsed().as_secs_f64();
+        let rss = memory(pid, "VmRSS:");
+        // Heartbeats only.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (cpu_before, _) = usage(pid);
+        tokio::time::sleep(IDLE).await;
+        let (cpu_after, _) = usage(pid);
+        let idle_ms = (cpu_after - cpu_before) * 1e3 / IDLE.as_secs_f64();
+        let mut latencies = Vec::new();
+        for _ in 0..5 {
+            let asked = Instant::now();
+            client.status().await?;
+            latencies.push(asked.elapsed().as_secs_f64() * 1e3);
+        }
+        latencies.sort_by(f64::total_cmp);
+        let tasks = n.saturating_mul(2).max(20_000);
+        let (cpu_before, _) = usage(pid);
+        let began = Instant::now();
+        let job = submit(&client, vec![], noop_spec(), tasks).await?;
+        let counts = client.wait(job, |_| {}).await?;
+        let elapsed = began.elapsed().as_secs_f64();
+        let (cpu_after, _) = usage(pid);
+        if counts.succeeded != u64::from(tasks) {
+            bail!(
+                "simulated {n}: only {} of {tasks} tasks succeeded",
+                counts.succeeded
+            );
+        }
+        let cpu = cpu_after - cpu_before;
+        // What the heartbeats alone would have cost meanwhile, taken out.
+        let net = (cpu - idle_ms / 1e3 * elapsed).max(0.0);
+        report.row(format!(
+            "| {n} | {managers} | {connect:.1} | {:.0} | {:.1} | {idle_ms:.0} | {tasks} | {:.1} | {:.1} | {:.0} | {:.1} |",
+            rss as f64 / f64::from(1 << 20),
+            rss.saturating_sub(rss_before) as f64 / 1024.0 / f64::from(n + managers),
+            cpu * 1e6 / f64::from(tasks),
+            net * 1e6 / f64::from(tasks),
+            f64::from(tasks) / elapsed,
+            latencies[latencies.len() / 2],
+        ));
+        let _ = stop.send(true);
+        fleet.stop().await;
+        drop(cluster);
+    }
+    report.row(String::new());
+    Ok(())
+}
+
+/// The simulated workers and managers: tasks of this process, one per connection.
+struct Fleet {
+    tasks: JoinSet<Result<()>>,
+}
+
+impl Fleet {
+    /// Connect `workers` workers spread over `managers` managers; returns once every connection
+    /// said hello and registered.
+    async fn start(
+        access: &AccessFile,
+        workers: u32,
+        managers: u32,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Fleet> {
+        let endpoints = ((workers + managers) as usize)
+            .div_ceil(PER_ENDPOINT)
+            .max(1);
+        let endpoints: Vec<quinn::Endpoint> = (0..endpoints)
+            .map(|_| net::client_endpoint(access, Duration::from_secs(60)))
+            .collect::<Result<_, _>>()?;
+        let gate = Arc::new(Semaphore::new(CONNECTING));
+        let access = Arc::new(access.clone());
+        let mut tasks = JoinSet::new();
+        let (ready, mut readied) = tokio::sync::mpsc::unbounded_channel();
+        let per_manager = workers.div_ceil(managers);
+        for m in 0..managers {
+            let names: Vec<String> = (0..per_manager)
+                .map(|i| m * per_manager + i)
+                .filter(|i| *i < workers)
+                .map(|i| format!("sim-{i}"))
+                .collect();
+            let endpoint = endpoints[m as usize % endpoints.len()].clone();
+            let (access, gate, stop, ready) =
+                (access.clone(), gate.clone(), stop.clone(), ready.clone());
+            let id = format!("sim-manager-{m}");
+            tasks.spawn(
+                async move { manager(endpoint, &access, id, names, gate, ready, stop).await },
+            );
+        }
+        for i in 0..workers {
+            let endpoint = endpoints[(managers + i) as usize % endpoints.len()].clone();
+            let (access, gate, stop, ready) =
+                (access.clone(), gate.clone(), stop.clone(), ready.clone());
+            let manager = format!("sim-manager-{}", i / per_manager);
+            tasks.spawn(async move {
+                worker(
+                    endpoint,
+                    &access,
+                    format!("sim-{i}"),
+                    manager,
+                    gate,
+                    ready,
+                    stop,
+                )
+                .await
+            });
+        }
+        drop(ready);
+        let mut up = 0;
+        while up < workers + managers {
+            tokio::select! {
+                Some(()) = readied.recv() => up += 1,
+                Some(ended) = tasks.join_next() => {
+                    ended.context("a simulated peer panicked")??;
+                    bail!("a simulated peer ended before the cluster was up");
+                }
+            }
+        }
+        Ok(Fleet { tasks })
+    }
+
+    async fn stop(mut self) {
+        while let Some(ended) = self.tasks.join_next().await {
+            if let Ok(Err(error)) = ended {
+                tracing::debug!(%error, "simulated peer");
+            }
+        }
+    }
+}
+
+/// A worker that runs nothing: every task handed over is reported returned at once.
+async fn worker(
+    endpoint: quinn::Endpoint,
+    access: &AccessFile,
+    name: String,
+    manager: String,
+    gate: Arc<Semaphore>,
+    ready: tokio::sync::mpsc::UnboundedSender<()>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let permit = gate.acquire_owned().await?;
+    let (connection, send, recv) = connect(&endpoint, access, Role::Worker).await?;
+    let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
+    let info = WorkerInfo {
+        name,
+        slots: 1,
+        capabilities: vec![],
+        worker_type: "default".into(),
+        manager: Some(manager),
+        local_environments: vec!["simulated".into()],
+        running: vec![],
+        instance: rand_instance(),
+        ends_in_ms: None,
+    };
+    let _ = outgoing.send(FromWorker::Register(info));
+    match link.next().await? {
+        ToWorker::Registered { .. } => {}
+        other => bail!("expected Registered, got {other:?}"),
+    }
+    let _ = outgoing.send(FromWorker::Verdicts(vec![(
+        "simulated".into(),
+        EnvVerdict::Match,
+    )]));
+    drop(permit);
+    let _ = ready.send(());
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = heartbeat.tick() => { let _ = outgoing.send(FromWorker::Heartbeat); }
+            message = link.next() => match message? {
+                ToWorker::Run(assignments) => {
+                    let done = assignments
+                        .into_iter()
+                        .map(|a| (a.task, Outcome::Returned { output: Vec::new() }))
+                        .collect();
+                    let _ = outgoing.send(FromWorker::Finished(done));
+                }
+                ToWorker::Revoke { .. } => { let _ = outgoing.send(FromWorker::Revoked(Vec::new())); }
+                _ => {}
+            },
+        }
+    }
+    connection.close(0u32.into(), b"bench over");
+    Ok(())
+}
+
+/// A worker manager that lists its simulated workers and ignores what it is told.
+async fn manager(
+    endpoint: quinn::Endpoint,
+    access: &AccessFile,
+    id: String,
+    workers: Vec<String>,
+    gate: Arc<Semaphore>,
+    ready: tokio::sync::mpsc::UnboundedSender<()>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let permit = gate.acquire_owned().await?;
+    let (connection, send, recv) = connect(&endpoint, access, Role::Manager).await?;
+    let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
+    let state = ManagerState {
+        id,
+        worker_type: "default".into(),
+        max_task_concurrency: workers.len() as u32,
+        worker_slots: 1,
+        capabilities: vec![],
+        workers,
+        environments: vec![],
+        fixed: None,
+        exited: vec![],
+    };
+    drop(permit);
+    let _ = ready.send(());
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = heartbeat.tick() => { let _ = outgoing.send(FromManager::Heartbeat(state.clone())); }
+            message = link.next() => { message?; }
+        }
+    }
+    connection.close(0u32.into(), b"bench over");
+    Ok(())
+}
+
+/// Connect, trying again (as a real peer does) while the scheduler is swamped by the others'
+/// handshakes.
+async fn connect(
+    endpoint: &quinn::Endpoint,
+    access: &AccessFile,
+    role: Role,
+) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream)> {
+    let mut tries = 0;
+    loop {
+        match net::connect_on(endpoint, access, role).await {
+            Ok(connected) => return Ok(connected),
+            Err(error) if tries < 10 => {
+                tries += 1;
+                tracing::debug!(%error, tries, "simulated peer: connecting again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+fn rand_instance() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(std::process::id().into());
+    hasher.finish()
+}

@@ -90,3 +90,37 @@ fn a_worker_that_joins_idle_takes_over_tasks_a_busy_one_holds_ahead() {
         "the second worker was given nothing: {results:?}"
     );
 }
+
+#[test]
+fn a_higher_priority_task_does_not_wait_behind_the_tasks_a_worker_holds_ahead() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("only", &["--slots", "1"]);
+    cluster.await_status(|s| workers(s) == 1);
+    let log = cluster.dir.path().join("order.log");
+    let log = log.to_str().unwrap();
+    let stream = format!("echo stream >> {log}; sleep 0.3");
+    let job = cluster.json(&["submit", "--count", "40", "--", "sh", "-c", &stream]);
+    cluster.await_status(|s| prefetched(s, 0) > 2);
+    std::fs::write(log, "").unwrap();
+    let urgent = format!("echo urgent >> {log}");
+    let high = cluster.json(&[
+        "submit",
+        "--priority",
+        "10",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        &urgent,
+    ]);
+    assert_eq!(high["counts"]["succeeded"], 1, "{high}");
+    // Before it: the task running when it came, and at most one that started before the
+    // worker was asked to give back what it held (16 held ahead ran first before the fix).
+    let order = std::fs::read_to_string(log).unwrap();
+    let before = order.lines().take_while(|l| *l == "stream").count();
+    assert!(
+        before <= 2,
+        "{before} stream tasks started before it:\n{order}"
+    );
+    cluster.json(&["cancel", &job["job"].to_string()]);
+}

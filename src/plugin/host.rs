@@ -33,7 +33,19 @@ pub struct PluginHost {
 impl PluginHost {
     /// A host with the compiled-component cache in `cache_dir` (`None`: memory only).
     pub fn new(cache_dir: Option<PathBuf>) -> Result<PluginHost, PluginError> {
-        let engine = engine()?;
+        PluginHost::with_engine(cache_dir, engine(&[Memory::OnDemand])?)
+    }
+
+    /// A host for a process that makes many short-lived instances (a worker: a fresh instance
+    /// per wasm task): their memory comes from a pool reserved once (terabytes of address
+    /// space, little of it ever touched), falling back to [`PluginHost::new`]'s mapping per
+    /// instance where the pool cannot be had.
+    pub fn pooled(cache_dir: Option<PathBuf>) -> Result<PluginHost, PluginError> {
+        let ladder = [Memory::PoolScanned, Memory::Pool, Memory::OnDemand];
+        PluginHost::with_engine(cache_dir, engine(&ladder)?)
+    }
+
+    fn with_engine(cache_dir: Option<PathBuf>, engine: Engine) -> Result<PluginHost, PluginError> {
         start_epoch_ticker(&engine);
         let linkers = Linkers {
             environment: linker(&engine, |l| {
@@ -163,7 +175,7 @@ fn linker(
     Ok(linker)
 }
 
-/// Most sandboxed instances (tasks, conditions, policies) one process holds at once.
+/// Most sandboxed instances (tasks and conditions) one pooled host holds at once.
 pub const MAX_INSTANCES: u32 = 1000;
 
 /// How instance memory is provided, fastest first: each is tried until the host accepts it.
@@ -206,10 +218,10 @@ fn config(memory: Memory) -> Config {
     config
 }
 
-/// The process's engine, with the fastest memory strategy the host accepts.
-fn engine() -> Result<Engine, PluginError> {
+/// The process's engine, with the first of `ladder`'s memory strategies the host accepts.
+fn engine(ladder: &[Memory]) -> Result<Engine, PluginError> {
     let mut last = None;
-    for memory in [Memory::PoolScanned, Memory::Pool, Memory::OnDemand] {
+    for &memory in ladder {
         match Engine::new(&config(memory)) {
             Ok(engine) => {
                 tracing::debug!(?memory, "wasm engine ready");

@@ -102,7 +102,8 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(settings: Settings) -> Result<Worker, WorkerError> {
-        let host = Arc::new(PluginHost::with_default_cache()?);
+        // A fresh instance per wasm task: pooled memory.
+        let host = Arc::new(PluginHost::pooled(crate::plugin::cache::default_dir())?);
         let facts = env::FactsSource {
             worker_type: settings.info.worker_type.clone(),
             capabilities: settings.info.capabilities.clone(),

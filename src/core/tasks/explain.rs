@@ -42,6 +42,7 @@ impl Tasks {
                     lines.push("no live worker: it runs when one that qualifies joins".into());
                 }
                 let mut could_run = false;
+                let (slow, _) = self.fronts();
                 for (wid, worker) in &self.workers {
                     let mut missing = Vec::new();
                     for (name, need) in &class.capabilities {
@@ -76,7 +77,12 @@ impl Tasks {
                         missing.push("draining: its manager is stopping it".into());
                     }
                     // A quick task may also be held there ahead of a free slot.
-                    let room = match self.quick.contains(&group.id) && worker.slow == 0 {
+                    // (Not while it runs, or could run, a task not known to be quick.)
+                    let keeps_slot = worker.slow > 0
+                        || slow
+                            .iter()
+                            .any(|c| could_ever_run(worker, &self.classes[*c], &self.environments));
+                    let room = match self.quick.contains(&group.id) && !keeps_slot {
                         true => self.limit(worker),
                         false => worker.info.slots,
                     };

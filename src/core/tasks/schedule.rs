@@ -41,7 +41,7 @@ impl Tasks {
                 self.resync(*worker);
             }
         }
-        if self.config.prefetch > 0 && !self.queues.is_empty() && !self.roomy.is_empty() {
+        if self.config.prefetch > 0 && !self.queues.is_empty() {
             self.prefetch(now, &mut dispatch);
             for worker in dispatch.keys() {
                 self.resync(*worker);
@@ -61,18 +61,8 @@ impl Tasks {
     /// of higher priority, never waits behind a stream of quick ones). Nor does one running a
     /// task not known to be quick: what it held would wait behind that.
     fn prefetch(&mut self, now: u64, dispatch: &mut BTreeMap<WorkerId, Vec<TaskId>>) {
-        let mut slow = Vec::new();
-        let mut any_quick = false;
-        for (key, queue) in &self.queues {
-            let front = queue
-                .iter()
-                .find_map(|id| self.tasks.get(*id).filter(|t| t.state == TaskState::Queued));
-            match front {
-                Some(task) if self.quick.contains(&task.group) => any_quick = true,
-                Some(_) => slow.push(key.1),
-                None => {}
-            }
-        }
+        let (slow, any_quick) = self.fronts();
+        self.revoke_for_slow(&slow);
         if !any_quick {
             return;
         }
@@ -104,6 +94,67 @@ impl Tasks {
                 break;
             }
             self.place(now, level, &open, dispatch);
+        }
+    }
+
+    /// The classes whose next queued task is not known to be quick, and whether any queue's
+    /// next task is.
+    pub(super) fn fronts(&self) -> (Vec<usize>, bool) {
+        let mut slow = Vec::new();
+        let mut any_quick = false;
+        for (key, queue) in &self.queues {
+            let front = queue
+                .iter()
+                .find_map(|id| self.tasks.get(*id).filter(|t| t.state == TaskState::Queued));
+            match front {
+                Some(task) if self.quick.contains(&task.group) => any_quick = true,
+                Some(_) => slow.push(key.1),
+                None => {}
+            }
+        }
+        (slow, any_quick)
+    }
+
+    /// A waiting task not known to be quick (a new submission, or one of higher priority) is
+    /// to have the next free slot of a worker that could run it: such workers holding tasks
+    /// ahead are asked to give all of those back, so it waits only for what runs there now.
+    fn revoke_for_slow(&mut self, slow: &[usize]) {
+        if slow.is_empty() || self.holders.is_empty() {
+            return;
+        }
+        let asked: Vec<(WorkerId, Vec<TaskId>, u32)> = self
+            .holders
+            .iter()
+            .filter_map(|id| self.workers.get(id).map(|w| (*id, w)))
+            .filter(|(_, w)| w.revoking.is_none() && !w.revoke_spent)
+            .filter(|(_, w)| {
+                slow.iter()
+                    .any(|class| could_ever_run(w, &self.classes[*class], &self.environments))
+            })
+            .map(|(id, w)| {
+                let mut tasks: Vec<TaskId> = w
+                    .running
+                    .iter()
+                    .copied()
+                    .filter(|t| {
+                        self.tasks
+                            .get(*t)
+                            .is_some_and(|t| t.state == TaskState::Running)
+                    })
+                    .collect();
+                tasks.sort_unstable();
+                (id, tasks, w.held() - w.info.slots)
+            })
+            .collect();
+        for (worker, tasks, count) in asked {
+            if let Some(w) = self.workers.get_mut(&worker) {
+                w.revoking = Some(tasks.iter().copied().collect());
+            }
+            self.actions.push(Action::Revoke {
+                worker,
+                tasks,
+                count,
+            });
         }
     }
 

@@ -132,9 +132,10 @@ pub fn costs(report: &mut Report) -> Result<()> {
     report.row(String::new());
 
     let cache = std::env::temp_dir().join(format!("weir-bench-cache-{}", std::process::id()));
-    let cold_host = PluginHost::new(Some(cache.clone()))?;
+    // Pooled, as on a worker (where conditions run).
+    let cold_host = PluginHost::pooled(Some(cache.clone()))?;
     let cold = cold_host.load("mem_gt", bundled::MEM_GT, Some(World::Environment))?;
-    let cached_host = PluginHost::new(Some(cache.clone()))?;
+    let cached_host = PluginHost::pooled(Some(cache.clone()))?;
     let cached = cached_host.load("mem_gt", bundled::MEM_GT, Some(World::Environment))?;
     let _ = std::fs::remove_dir_all(&cache);
     let facts = Arc::new(HostFacts::probe("", &[], &[]));

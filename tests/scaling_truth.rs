@@ -358,3 +358,34 @@ fn a_worker_its_engine_stops_with_its_tasks_has_them_requeued_not_failed() {
     assert_eq!(done["counts"]["succeeded"], 1, "{done}");
     assert_eq!(done["counts"]["failed"], 0, "{done}");
 }
+
+/// The guard process `kill -9`ed alone: a task started now could outlive the worker, so the
+/// worker starts none; it stops as on SIGTERM, and the task it was given is requeued without a
+/// retry spent and runs on another worker.
+#[test]
+fn a_worker_whose_guard_is_killed_stops_and_its_task_runs_elsewhere() {
+    let mut cluster = Cluster::start("10");
+    let doomed = cluster.worker("guardless", &["--slots", "1"]);
+    cluster.weir(&["workers", "wait", "1"]);
+    // Its only child while it runs nothing is its guard.
+    let guards = common::children_of(cluster.workers[doomed].id());
+    assert_eq!(guards.len(), 1, "one guard process: {guards:?}");
+    common::signal(guards[0], "-9");
+    let job = cluster.json(&["submit", "--retries", "0", "--", "echo", "ran"]);
+    // It stops by itself (and fails nothing meanwhile).
+    let status = loop {
+        if let Some(status) = cluster.workers[doomed].try_wait().unwrap() {
+            break status;
+        }
+        let tasks = &cluster.json(&["status"])["tasks"];
+        assert_eq!(tasks["failed"], 0, "failed instead of stopping: {tasks}");
+        common::pause();
+    };
+    assert!(status.success(), "{status}");
+    cluster.worker("healthy", &["--slots", "1"]);
+    let done = cluster.json(&["wait", &job["job"].to_string()]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    let results = cluster.json(&["results", &job["job"].to_string()]);
+    assert_eq!(results[0]["attempts"], 1, "{results}");
+    assert_eq!(results[0]["stdout"], "ran\n", "{results}");
+}

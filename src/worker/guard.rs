@@ -56,21 +56,29 @@ pub fn start() -> io::Result<()> {
 
 /// Renew the lease for `length` from now.
 pub fn renew(length: std::time::Duration) {
-    tell(LEASE, i32::try_from(length.as_millis()).unwrap_or(i32::MAX));
+    let _ = tell(LEASE, i32::try_from(length.as_millis()).unwrap_or(i32::MAX));
 }
 
-/// Tell the guard about a group. Async-signal-safe: called between fork and exec too.
-fn tell(op: u8, pgid: i32) {
+/// Whether a failed spawn means the guard is gone (killed on its own): a task started now could
+/// outlive this worker, so none is.
+pub fn is_gone(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::EPIPE)
+}
+
+/// Tell the guard about a group; false if the guard is gone (its end of the pipe closed).
+/// Async-signal-safe: called between fork and exec too.
+fn tell(op: u8, pgid: i32) -> bool {
     let fd = GUARD_FD.load(Ordering::SeqCst);
     if fd < 0 {
-        return;
+        return true;
     }
     let mut message = [0u8; 5];
     message[0] = op;
     message[1..].copy_from_slice(&pgid.to_le_bytes());
     // One write of 5 bytes (less than PIPE_BUF) is atomic: messages never interleave.
     // SAFETY: writing a stack buffer to a pipe descriptor this process owns.
-    unsafe { libc::write(fd, message.as_ptr().cast(), message.len()) };
+    let written = unsafe { libc::write(fd, message.as_ptr().cast(), message.len()) };
+    written == message.len() as isize
 }
 
 /// The guard: read groups until EOF, then kill the ones still listed, and exit.
@@ -159,8 +167,15 @@ pub fn contain(command: &mut tokio::process::Command) {
     // SAFETY: only async-signal-safe calls (getpid, write) between fork and exec.
     unsafe {
         command.pre_exec(|| {
-            tell(ADD, libc::getpid());
-            Ok(())
+            // A guard that is gone must fail the spawn, not kill this child with SIGPIPE; the
+            // program itself then starts with SIGPIPE's default, as std gives it.
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+            let listed = tell(ADD, libc::getpid());
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            match listed {
+                true => Ok(()),
+                false => Err(io::Error::from_raw_os_error(libc::EPIPE)),
+            }
         });
     }
 }
@@ -185,6 +200,6 @@ impl Drop for ProcessGroup {
         // group whose leader got the same pid, which needs the pid space to wrap in the moment
         // between the leader's exit and this drop (callers drop it right after the wait).
         unsafe { libc::killpg(self.pgid, libc::SIGKILL) };
-        tell(REMOVE, self.pgid);
+        let _ = tell(REMOVE, self.pgid);
     }
 }

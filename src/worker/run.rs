@@ -235,6 +235,21 @@ impl Runner {
             .spawn()
         {
             Ok(child) => child,
+            Err(error) if super::guard::is_gone(&error) => {
+                // Its tasks would no longer die with it: stop like on SIGTERM (this run, ended
+                // by the worker's own stop, is requeued without a retry; a manager starts a new
+                // worker with a new guard).
+                tracing::error!(
+                    "the worker's guard process is gone (killed?): its tasks would outlive it; stopping this worker"
+                );
+                // SAFETY: raise(2) sends this process the signal its handler already waits for.
+                unsafe { libc::raise(libc::SIGTERM) };
+                return Outcome::Exited {
+                    code: None,
+                    stdout: Vec::new(),
+                    stderr: b"not started: the worker's guard process is gone".to_vec(),
+                };
+            }
             Err(error) => {
                 return Outcome::Error {
                     message: format!("cannot start `{program}`: {error}"),

@@ -49,25 +49,19 @@ impl Cancel {
 
     /// The task starts (or reports its cancel): false if it was given back first.
     pub fn start(&self) -> bool {
-        self.phase
-            .compare_exchange(
-                WAITING,
-                STARTED,
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-            )
-            .is_ok()
+        self.leave_waiting(STARTED)
     }
 
     /// Give the task back: false if it started first.
     pub fn revoke(&self) -> bool {
+        self.leave_waiting(REVOKED)
+    }
+
+    /// Waiting -> `phase`, once: whichever of start and revoke comes first wins.
+    fn leave_waiting(&self, phase: u8) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
         self.phase
-            .compare_exchange(
-                WAITING,
-                REVOKED,
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-            )
+            .compare_exchange(WAITING, phase, SeqCst, SeqCst)
             .is_ok()
     }
 }

@@ -241,6 +241,7 @@ impl Worker {
             }
             ToWorker::Run(assignments) if self.settings.no_execute => {
                 for assignment in assignments {
+                    self.abandoned.remove(&assignment.task);
                     let _ = self
                         .done
                         .send((assignment.task, Outcome::Returned { output: Vec::new() }));
@@ -249,6 +250,11 @@ impl Worker {
             ToWorker::Run(assignments) => {
                 for assignment in assignments {
                     let task = assignment.task;
+                    // Given up here once (its lease ran out), and handed over again now: this
+                    // run's outcome is to be reported. (Left marked, the task's second run
+                    // here was dropped as the first's, and its job never ended: a worker that
+                    // gives up tasks it held ahead, never started, is often handed them again.)
+                    self.abandoned.remove(&task);
                     let Some(group) = self.groups.get(&assignment.group).cloned() else {
                         let message = format!("unknown group {}", assignment.group);
                         let _ = self.done.send((task, Outcome::Error { message }));

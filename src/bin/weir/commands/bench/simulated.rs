@@ -145,37 +145,24 @@ impl Fleet {
         let mut tasks = JoinSet::new();
         let (ready, mut readied) = tokio::sync::mpsc::unbounded_channel();
         let per_manager = workers.div_ceil(managers);
+        let peer = |n: u32| Peer {
+            endpoint: endpoints[n as usize % endpoints.len()].clone(),
+            access: access.clone(),
+            gate: gate.clone(),
+            ready: ready.clone(),
+            stop: stop.clone(),
+        };
         for m in 0..managers {
             let names: Vec<String> = (0..per_manager)
                 .map(|i| m * per_manager + i)
                 .filter(|i| *i < workers)
                 .map(|i| format!("sim-{i}"))
                 .collect();
-            let endpoint = endpoints[m as usize % endpoints.len()].clone();
-            let (access, gate, stop, ready) =
-                (access.clone(), gate.clone(), stop.clone(), ready.clone());
-            let id = format!("sim-manager-{m}");
-            tasks.spawn(
-                async move { manager(endpoint, &access, id, names, gate, ready, stop).await },
-            );
+            tasks.spawn(manager(peer(m), format!("sim-manager-{m}"), names));
         }
         for i in 0..workers {
-            let endpoint = endpoints[(managers + i) as usize % endpoints.len()].clone();
-            let (access, gate, stop, ready) =
-                (access.clone(), gate.clone(), stop.clone(), ready.clone());
             let manager = format!("sim-manager-{}", i / per_manager);
-            tasks.spawn(async move {
-                worker(
-                    endpoint,
-                    &access,
-                    format!("sim-{i}"),
-                    manager,
-                    gate,
-                    ready,
-                    stop,
-                )
-                .await
-            });
+            tasks.spawn(worker(peer(managers + i), format!("sim-{i}"), manager));
         }
         drop(ready);
         let mut up = 0;
@@ -200,18 +187,40 @@ impl Fleet {
     }
 }
 
-/// A worker that runs nothing: every task handed over is reported returned at once.
-async fn worker(
+/// What each simulated peer shares: its endpoint, the access file, the gate that limits
+/// connections opened at once, where it says it is up, and the stop.
+struct Peer {
     endpoint: quinn::Endpoint,
-    access: &AccessFile,
-    name: String,
-    manager: String,
+    access: Arc<AccessFile>,
     gate: Arc<Semaphore>,
     ready: tokio::sync::mpsc::UnboundedSender<()>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<()> {
-    let permit = gate.acquire_owned().await?;
-    let (connection, send, recv) = connect(&endpoint, access, Role::Worker).await?;
+    stop: watch::Receiver<bool>,
+}
+
+impl Peer {
+    /// Connect as `role` (at most [`CONNECTING`] peers at once; the permit is held until the
+    /// peer has registered).
+    async fn connect(
+        &self,
+        role: Role,
+    ) -> Result<(
+        tokio::sync::OwnedSemaphorePermit,
+        quinn::Connection,
+        quinn::SendStream,
+        quinn::RecvStream,
+    )> {
+        let permit = self.gate.clone().acquire_owned().await?;
+        let (connection, send, recv) = connect(&self.endpoint, &self.access, role).await?;
+        Ok((permit, connection, send, recv))
+    }
+}
+
+/// A worker that runs nothing: every task handed over is reported returned at once.
+async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
+    let (permit, connection, send, recv) = peer.connect(Role::Worker).await?;
+    let Peer {
+        ready, mut stop, ..
+    } = peer;
     let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
     let info = WorkerInfo {
         name,
@@ -258,17 +267,11 @@ async fn worker(
 }
 
 /// A worker manager that lists its simulated workers and ignores what it is told.
-async fn manager(
-    endpoint: quinn::Endpoint,
-    access: &AccessFile,
-    id: String,
-    workers: Vec<String>,
-    gate: Arc<Semaphore>,
-    ready: tokio::sync::mpsc::UnboundedSender<()>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<()> {
-    let permit = gate.acquire_owned().await?;
-    let (connection, send, recv) = connect(&endpoint, access, Role::Manager).await?;
+async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
+    let (permit, connection, send, recv) = peer.connect(Role::Manager).await?;
+    let Peer {
+        ready, mut stop, ..
+    } = peer;
     let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
     let state = ManagerState {
         id,

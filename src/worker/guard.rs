@@ -56,13 +56,48 @@ pub fn start() -> io::Result<()> {
 
 /// Renew the lease for `length` from now.
 pub fn renew(length: std::time::Duration) {
+    let until = lease_epoch().elapsed().saturating_add(length).as_millis();
+    LEASE_UNTIL.store(
+        u64::try_from(until).unwrap_or(u64::MAX - 1),
+        Ordering::SeqCst,
+    );
     let _ = tell(LEASE, i32::try_from(length.as_millis()).unwrap_or(i32::MAX));
 }
 
+/// Set once a spawn found the guard gone: the worker stops at its next chance (in a session,
+/// on the SIGTERM raised then; between sessions, at the next one's start).
+static GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Whether a failed spawn means the guard is gone (killed on its own): a task started now could
-/// outlive this worker, so none is.
+/// outlive this worker, so none is. Notes it for [`gone`].
 pub fn is_gone(error: &io::Error) -> bool {
-    error.raw_os_error() == Some(libc::EPIPE)
+    let gone = error.raw_os_error() == Some(libc::EPIPE);
+    if gone {
+        GONE.store(true, Ordering::SeqCst);
+    }
+    gone
+}
+
+/// Whether a spawn found the guard gone.
+pub fn gone() -> bool {
+    GONE.load(Ordering::SeqCst)
+}
+
+/// When the lease the worker holds runs out, in milliseconds since [`lease_epoch`]
+/// (`u64::MAX`: no lease). Shared with the tasks waiting for a slot: past it, none starts.
+static LEASE_UNTIL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+fn lease_epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
+/// Whether the lease ran out (the scheduler may have the worker's tasks run elsewhere by now,
+/// and the guard no longer kills what starts): a task waiting here must not start then.
+pub fn lease_expired() -> bool {
+    let until = LEASE_UNTIL.load(Ordering::SeqCst);
+    until != u64::MAX
+        && u64::try_from(lease_epoch().elapsed().as_millis()).unwrap_or(u64::MAX) >= until
 }
 
 /// Tell the guard about a group; false if the guard is gone (its end of the pipe closed).

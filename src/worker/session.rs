@@ -22,6 +22,14 @@ impl Worker {
     pub async fn session(&mut self, access: &AccessFile) -> Result<SessionEnd, WorkerError> {
         let (endpoint, connection, send, recv) =
             net::connect(access, Role::Worker, self.settings.idle_timeout).await?;
+        if super::guard::gone() {
+            // Found between sessions (the SIGTERM raised then had no listener): stop now, and
+            // report none of the runs that could not start.
+            tracing::error!("the worker's guard process is gone: stopping this worker");
+            self.shutdown().await;
+            net::close_stopping(&endpoint, &connection, "worker stopping").await;
+            return Ok(SessionEnd::Stopped(net::Signal::Term));
+        }
         self.abandon_if_expired();
         // Reported before and never acknowledged (the scheduler may have died before it kept
         // them): reported again, after the ones not sent at all.
@@ -276,6 +284,12 @@ impl Worker {
                                 () = stop.stopped() => None,
                                 slot = slots.acquire_owned() => slot.ok(),
                             };
+                            // Past the lease the scheduler may be running it elsewhere, and the
+                            // guard no longer kills what starts: it waits to be given up (at the
+                            // next session's start) instead.
+                            if super::guard::lease_expired() {
+                                std::future::pending::<()>().await;
+                            }
                             if !stop.start() {
                                 return;
                             }

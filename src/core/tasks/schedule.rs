@@ -73,7 +73,10 @@ impl Tasks {
             .copied()
             .filter(|id| {
                 self.workers.get(id).is_some_and(|w| {
+                    // Not while it is asked to give some back (its answer would not cover
+                    // what it was handed meanwhile).
                     w.slow == 0
+                        && w.revoking.is_none()
                         && !slow.iter().any(|class| {
                             could_ever_run(w, &self.classes[*class], &self.environments)
                         })

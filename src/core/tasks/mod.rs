@@ -19,6 +19,7 @@
 
 mod environments;
 mod explain;
+mod prefetch;
 mod replay;
 mod retention;
 mod schedule;

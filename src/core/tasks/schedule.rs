@@ -23,11 +23,6 @@ pub(super) fn could_ever_run(
 }
 
 impl Tasks {
-    /// The most tasks `worker` may hold: its slots, and the prefetch beyond them.
-    pub(super) fn limit(&self, worker: &Worker) -> u32 {
-        worker.info.slots.saturating_add(self.config.prefetch)
-    }
-
     /// Place queued tasks on workers with room (and time left for them): first every free
     /// slot, then the prefetch one task per worker per round (so a short burst spreads over
     /// the workers instead of piling on the first). Then take prefetched tasks back for workers
@@ -37,15 +32,14 @@ impl Tasks {
         if !self.queues.is_empty() && !self.free.is_empty() {
             let free: Vec<WorkerId> = self.free.iter().copied().collect();
             self.place(now, 0, &free, &mut dispatch);
-            for worker in dispatch.keys() {
-                self.resync(*worker);
-            }
         }
         if self.config.prefetch > 0 && !self.queues.is_empty() {
+            // (The sets may still list a worker the first round just filled: `fits` turns it
+            // away, and its held count, not the sets, decides the rounds.)
             self.prefetch(now, &mut dispatch);
-            for worker in dispatch.keys() {
-                self.resync(*worker);
-            }
+        }
+        for worker in dispatch.keys() {
+            self.resync(*worker);
         }
         for (worker, tasks) in dispatch {
             self.actions.push(Action::Dispatch { worker, tasks });
@@ -55,115 +49,9 @@ impl Tasks {
         }
     }
 
-    /// Hand quick tasks to workers whose slots are full, one per worker per round. A worker
-    /// that could run a waiting task not known to be quick takes nothing ahead: it is to run
-    /// that task in its next free slot, not after what it would hold (a new submission, or one
-    /// of higher priority, never waits behind a stream of quick ones). Nor does one running a
-    /// task not known to be quick: what it held would wait behind that.
-    fn prefetch(&mut self, now: u64, dispatch: &mut BTreeMap<WorkerId, Vec<TaskId>>) {
-        let (slow, any_quick) = self.fronts();
-        self.revoke_for_slow(&slow);
-        if !any_quick {
-            return;
-        }
-        // Workers with room ahead, less those that are to keep a slot for a slow task.
-        let open: Vec<WorkerId> = self
-            .roomy
-            .iter()
-            .copied()
-            .filter(|id| {
-                self.workers.get(id).is_some_and(|w| {
-                    // Not while it is asked to give some back (its answer would not cover
-                    // what it was handed meanwhile).
-                    w.slow == 0
-                        && w.revoking.is_none()
-                        && !slow.iter().any(|class| {
-                            could_ever_run(w, &self.classes[*class], &self.environments)
-                        })
-                })
-            })
-            .collect();
-        // Start at the lowest round some open worker has room in.
-        let Some(first) = open
-            .iter()
-            .filter_map(|id| self.workers.get(id))
-            .map(|w| w.held().saturating_sub(w.info.slots) + 1)
-            .min()
-        else {
-            return;
-        };
-        for level in first..=self.config.prefetch {
-            if self.queues.is_empty() {
-                break;
-            }
-            self.place(now, level, &open, dispatch);
-        }
-    }
-
-    /// The classes whose next queued task is not known to be quick, and whether any queue's
-    /// next task is.
-    pub(super) fn fronts(&self) -> (Vec<usize>, bool) {
-        let mut slow = Vec::new();
-        let mut any_quick = false;
-        for (key, queue) in &self.queues {
-            let front = queue
-                .iter()
-                .find_map(|id| self.tasks.get(*id).filter(|t| t.state == TaskState::Queued));
-            match front {
-                Some(task) if self.quick.contains(&task.group) => any_quick = true,
-                Some(_) => slow.push(key.1),
-                None => {}
-            }
-        }
-        (slow, any_quick)
-    }
-
-    /// A waiting task not known to be quick (a new submission, or one of higher priority) is
-    /// to have the next free slot of a worker that could run it: such workers holding tasks
-    /// ahead are asked to give all of those back, so it waits only for what runs there now.
-    fn revoke_for_slow(&mut self, slow: &[usize]) {
-        if slow.is_empty() || self.holders.is_empty() {
-            return;
-        }
-        let asked: Vec<(WorkerId, Vec<TaskId>, u32)> = self
-            .holders
-            .iter()
-            .filter_map(|id| self.workers.get(id).map(|w| (*id, w)))
-            .filter(|(_, w)| w.revoking.is_none() && !w.revoke_spent)
-            .filter(|(_, w)| {
-                slow.iter()
-                    .any(|class| could_ever_run(w, &self.classes[*class], &self.environments))
-            })
-            .map(|(id, w)| {
-                let mut tasks: Vec<TaskId> = w
-                    .running
-                    .iter()
-                    .copied()
-                    .filter(|t| {
-                        self.tasks
-                            .get(*t)
-                            .is_some_and(|t| t.state == TaskState::Running)
-                    })
-                    .collect();
-                tasks.sort_unstable();
-                (id, tasks, w.held() - w.info.slots)
-            })
-            .collect();
-        for (worker, tasks, count) in asked {
-            if let Some(w) = self.workers.get_mut(&worker) {
-                w.revoking = Some(tasks.iter().copied().collect());
-            }
-            self.actions.push(Action::Revoke {
-                worker,
-                tasks,
-                count,
-            });
-        }
-    }
-
     /// One round of placement over `workers`: each is filled up to its slots plus `level`
     /// (beyond its slots: only quick tasks).
-    fn place(
+    pub(super) fn place(
         &mut self,
         now: u64,
         level: u32,
@@ -233,140 +121,6 @@ impl Tasks {
         for key in emptied {
             self.queues.remove(&key);
         }
-    }
-
-    /// A worker with a free slot that nothing queued fits (it would be placed otherwise) asks
-    /// workers holding more than their slots for tasks it could run: one take-back outstanding
-    /// per holder, for at most what the holder has beyond its slots.
-    fn revoke_for_idle(&mut self, now: u64) {
-        if self.free.is_empty() || self.holders.is_empty() {
-            return;
-        }
-        let mut holders: Vec<(u32, WorkerId)> = self
-            .holders
-            .iter()
-            .filter_map(|id| self.workers.get(id).map(|w| (id, w)))
-            .filter(|(_, w)| w.revoking.is_none() && !w.revoke_spent)
-            .map(|(id, w)| (w.held() - w.info.slots, *id))
-            .collect();
-        if holders.is_empty() {
-            return;
-        }
-        let idle: Vec<(WorkerId, u32)> = self
-            .free
-            .iter()
-            .filter_map(|id| self.workers.get(id).map(|w| (*id, w.info.slots - w.held())))
-            .collect();
-        holders.sort_unstable_by(|a, b| b.cmp(a));
-        for (idle_id, mut need) in idle {
-            for (excess, holder_id) in holders.iter_mut() {
-                if need == 0 {
-                    break;
-                }
-                if *excess == 0 || *holder_id == idle_id {
-                    continue;
-                }
-                let (Some(holder), Some(taker)) =
-                    (self.workers.get(holder_id), self.workers.get(&idle_id))
-                else {
-                    continue;
-                };
-                if holder.revoking.is_some() {
-                    continue;
-                }
-                let mut tasks: Vec<TaskId> = holder
-                    .running
-                    .iter()
-                    .copied()
-                    .filter(|t| {
-                        self.tasks.get(*t).is_some_and(|task| {
-                            task.state == TaskState::Running
-                                && taker.fits(
-                                    &self.classes[self.groups[&task.group].class],
-                                    now,
-                                    taker.info.slots,
-                                )
-                        })
-                    })
-                    .collect();
-                if tasks.is_empty() {
-                    continue;
-                }
-                tasks.sort_unstable();
-                // Half of what it holds ahead (so the two even out), at least what the idle
-                // one lacks, at most what it may hold.
-                let room = self.limit(taker).saturating_sub(taker.held());
-                let count = need.max(*excess / 2).min(*excess).min(room);
-                need = need.saturating_sub(count);
-                *excess -= count;
-                if let Some(holder) = self.workers.get_mut(holder_id) {
-                    holder.revoking = Some(tasks.iter().copied().collect());
-                }
-                self.actions.push(Action::Revoke {
-                    worker: *holder_id,
-                    tasks,
-                    count,
-                });
-            }
-        }
-    }
-
-    /// `worker` gave back these tasks it had not started (answering [`Action::Revoke`]): they
-    /// are queued again at the front, the hand-over not counted as an attempt. A task canceled
-    /// meanwhile is confirmed stopped. Returns how many were taken back.
-    pub fn revoked(&mut self, worker: WorkerId, tasks: &[TaskId]) -> usize {
-        let Some(asked) = self
-            .workers
-            .get_mut(&worker)
-            .and_then(|w| w.revoking.take())
-        else {
-            return 0;
-        };
-        let mut back = 0;
-        // In reverse, so the front of the queue keeps their order.
-        let mut given: Vec<TaskId> = tasks
-            .iter()
-            .copied()
-            .filter(|t| asked.contains(t))
-            .collect();
-        given.sort_unstable();
-        for &id in given.iter().rev() {
-            let Some(task) = self.task(id) else { continue };
-            if task.worker != Some(worker) {
-                continue;
-            }
-            let (state, gid) = (task.state, task.group);
-            let group = self.groups[&gid].clone();
-            let class = self.classes[group.class].clone();
-            let Some(w) = self.workers.get_mut(&worker) else {
-                break;
-            };
-            if !w.running.remove(&id) {
-                continue;
-            }
-            w.release(id);
-            w.waiting.remove(&id);
-            w.give_back(&class);
-            if w.running.is_empty() {
-                w.idle_since = Some(w.last_seen);
-            }
-            if let Some(t) = self.task_mut(id) {
-                t.worker = None;
-                t.attempts = t.attempts.saturating_sub(1);
-            }
-            if state == TaskState::Running {
-                self.set_state(id, TaskState::Queued);
-                let key = (std::cmp::Reverse(group.spec.priority), group.class);
-                self.queues.entry(key).or_default().push_front(id);
-                back += 1;
-            }
-        }
-        if let Some(w) = self.workers.get_mut(&worker) {
-            w.revoke_spent = given.is_empty();
-        }
-        self.resync(worker);
-        self.drop_forgotten();
-        back
     }
 
     /// A worker reports a finished run. Returns false (and changes nothing) when the task is not

@@ -230,7 +230,8 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
         manager: Some(manager),
         local_environments: vec!["simulated".into()],
         running: vec![],
-        instance: rand_instance(),
+        instance: getrandom::u64()
+            .map_err(|e| anyhow::anyhow!("no randomness for the instance: {e}"))?,
         ends_in_ms: None,
     };
     let _ = outgoing.send(FromWorker::Register(info));
@@ -317,11 +318,4 @@ async fn connect(
             Err(error) => return Err(error.into()),
         }
     }
-}
-
-fn rand_instance() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(std::process::id().into());
-    hasher.finish()
 }

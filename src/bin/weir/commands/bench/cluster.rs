@@ -67,6 +67,9 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
         slots,
         prefetch,
     } = run;
+    if tasks == 0 {
+        return Ok(());
+    }
     let sub = dir.join(format!("{label}-{tasks}-{workers}x{slots}"));
     std::fs::create_dir_all(&sub)?;
     let prefetch = prefetch.map(|n| n.to_string());

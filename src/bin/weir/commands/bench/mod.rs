@@ -26,13 +26,13 @@ use weir::proto::{JobId, NewGroup, TaskKind, TaskSpec};
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Task counts for the no-execute throughput runs.
+    /// Task counts for the no-execute throughput runs (0 skips a run).
     #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
     tasks: Vec<u32>,
-    /// Sandboxed wasm tasks to run.
+    /// Sandboxed wasm tasks to run (0: skip).
     #[arg(long, default_value_t = 100_000)]
     wasm_tasks: u32,
-    /// `true` command tasks to run.
+    /// `true` command tasks to run (0: skip).
     #[arg(long, default_value_t = 10_000)]
     command_tasks: u32,
     /// Tasks of each kind (wasm `square`, `true`) in the small-slot rows: 2 workers x 2 slots

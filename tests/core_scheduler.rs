@@ -939,3 +939,67 @@ fn the_idle_workers_of_a_manager_gone_for_a_minute_are_told_to_leave() {
         "once, after a minute without its manager"
     );
 }
+
+#[test]
+fn progress_goes_at_most_every_100_ms_and_the_end_at_once() {
+    use weir::core::scheduler::PROGRESS_EVERY_MS;
+    let mut core = Scheduler::new(config(false));
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            join(1, worker("w1", 4)),
+            from_client(1, submit(4)),
+            from_client(2, Request::Wait { job: 1 }),
+        ],
+    );
+    assert!(matches!(
+        replies(&actions, 2)[..],
+        [(Response::Progress(_), false)]
+    ));
+    let tasks = runs(&actions);
+    assert_eq!(tasks.len(), 4);
+    let finish = |core: &mut Scheduler, now, task| {
+        round(
+            core,
+            now,
+            vec![Input::Finished {
+                worker: 1,
+                results: vec![(task, ok())],
+            }],
+        )
+    };
+    let succeeded = |n| {
+        Response::Progress(JobCounts {
+            succeeded: n,
+            running: 4 - n,
+            ..JobCounts::default()
+        })
+    };
+    // The first change goes at once; the next within the quiet time waits for its end.
+    let actions = finish(&mut core, 10, tasks[0]);
+    assert_eq!(replies(&actions, 2), vec![(&succeeded(1), false)]);
+    let actions = finish(&mut core, 20, tasks[1]);
+    assert!(replies(&actions, 2).is_empty(), "{actions:#?}");
+    assert_eq!(core.poll_timeout(), 10 + PROGRESS_EVERY_MS);
+    core.handle(10 + PROGRESS_EVERY_MS - 1, Input::Timeout);
+    assert!(replies(&core.take_actions(), 2).is_empty());
+    core.handle(10 + PROGRESS_EVERY_MS, Input::Timeout);
+    assert_eq!(
+        replies(&core.take_actions(), 2),
+        vec![(&succeeded(2), false)]
+    );
+    // Nothing due: the timeout is the tick's again.
+    assert!(core.poll_timeout() > 10 + PROGRESS_EVERY_MS);
+    let actions = finish(&mut core, 120, tasks[2]);
+    assert!(replies(&actions, 2).is_empty());
+    // The end is not held back.
+    let actions = finish(&mut core, 130, tasks[3]);
+    let done = JobCounts {
+        succeeded: 4,
+        ..JobCounts::default()
+    };
+    assert_eq!(replies(&actions, 2), vec![(&Response::Done(done), true)]);
+    core.handle(1_000, Input::Timeout);
+    assert!(replies(&core.take_actions(), 2).is_empty());
+}

@@ -13,7 +13,7 @@ use crate::proto::{FromWorker, Outcome, Role, TaskId, ToWorker};
 
 /// The longest a finished task's outcome is held back to go in one frame with others (while
 /// tasks handed over ahead wait here, so the worker is not idle for it).
-pub(super) const HOLD_REPORTS: Duration = Duration::from_millis(2);
+pub(super) const HOLD_REPORTS: Duration = Duration::from_millis(10);
 
 impl Worker {
     /// One session: register (claiming the tasks still running here and the outcomes not yet

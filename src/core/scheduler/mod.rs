@@ -85,6 +85,9 @@ struct PolicyState {
     errors: u64,
 }
 
+/// The least time between two progress answers to `weir wait` (a job's end is answered at once).
+pub const PROGRESS_EVERY_MS: u64 = 100;
+
 pub struct Scheduler {
     config: Config,
     tasks: Tasks,
@@ -100,6 +103,10 @@ pub struct Scheduler {
     /// Workers that reported outcomes not acknowledged yet.
     unacknowledged: std::collections::BTreeSet<WorkerId>,
     waiters: HashMap<JobId, Vec<ClientId>>,
+    /// Jobs whose waiters have progress not sent yet, and until when sending more waits (see
+    /// [`PROGRESS_EVERY_MS`]).
+    progress_due: std::collections::BTreeSet<JobId>,
+    progress_quiet_until: u64,
     env_waits: Vec<EnvWait>,
     worker_waits: Vec<WorkerWait>,
     policy: PolicyState,
@@ -130,6 +137,8 @@ impl Scheduler {
             links: HashMap::new(),
             unacknowledged: Default::default(),
             waiters: HashMap::new(),
+            progress_due: Default::default(),
+            progress_quiet_until: 0,
             env_waits: Vec::new(),
             worker_waits: Vec::new(),
             policy: PolicyState::default(),
@@ -203,7 +212,7 @@ impl Scheduler {
             Input::Timeout => self.timeout(now),
             Input::EndOfBatch => {
                 self.tasks.schedule(now);
-                self.flush();
+                self.flush(now);
                 self.settle_worker_waits();
                 self.scale_soon(now);
             }
@@ -232,7 +241,11 @@ impl Scheduler {
 
     /// When the shell must feed [`Input::Timeout`] next (milliseconds on the `now` clock).
     pub fn poll_timeout(&self) -> u64 {
-        self.next_tick.min(self.next_scale)
+        let progress = match self.progress_due.is_empty() {
+            true => u64::MAX,
+            false => self.progress_quiet_until,
+        };
+        self.next_tick.min(self.next_scale).min(progress)
     }
 
     /// The task core, to read (the metrics page, tests).
@@ -273,6 +286,9 @@ impl Scheduler {
     }
 
     fn timeout(&mut self, now: u64) {
+        if now >= self.progress_quiet_until && !self.progress_due.is_empty() {
+            self.send_progress(now);
+        }
         if now >= self.next_tick {
             self.next_tick = now + self.config.tick_ms;
             self.tick(now);
@@ -329,7 +345,7 @@ impl Scheduler {
             && self.journal_bytes >= self.config.compact_min_bytes
             && self.tasks.forgotten_tasks_since_compaction() >= self.tasks.held_tasks()
         {
-            self.flush();
+            self.flush(now);
             self.actions
                 .push_back(Action::Compact(self.journal_image()));
         }

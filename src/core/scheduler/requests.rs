@@ -36,7 +36,7 @@ impl Scheduler {
             Request::ForgetFinished => {
                 // This round's finished tasks are journaled first: a replay must see them final
                 // before it sees their jobs forgotten.
-                self.flush();
+                self.flush(now);
                 let (jobs, tasks) = self.tasks.forget_finished();
                 for &job in &jobs {
                     self.journal(Record::Forget { job });
@@ -47,7 +47,7 @@ impl Scheduler {
                 self.reply_durable(client, Response::ForgottenFinished { jobs, tasks });
             }
             Request::Forget { job } => {
-                self.flush(); // as for ForgetFinished
+                self.flush(now); // as for ForgetFinished
                 match self.tasks.forget(job) {
                     Err(error) => self.refuse(client, error.code(), error.to_string()),
                     Ok(tasks) => {

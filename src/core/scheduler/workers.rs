@@ -4,7 +4,7 @@
 use super::{Action, ConnectionId, Link, Record, Scheduler};
 use crate::core::tasks::{self, Loss};
 use crate::proto::{
-    Assignment, ComponentHash, EnvironmentDef, GroupId, JobId, Outcome, Response, TaskId, TaskKind,
+    Assignment, ComponentHash, EnvironmentDef, GroupId, Outcome, Response, TaskId, TaskKind,
     ToWorker, WorkerId, WorkerInfo,
 };
 
@@ -231,7 +231,7 @@ impl Scheduler {
     }
 
     /// Turn the task core's actions into frames, journal records and progress answers.
-    pub(super) fn flush(&mut self) {
+    pub(super) fn flush(&mut self, now: u64) {
         let mut touched = std::collections::BTreeSet::new();
         let mut finals = Vec::new();
         let mut dispatches = Vec::new();
@@ -289,26 +289,43 @@ impl Scheduler {
             self.journal(Record::Final(finals));
         }
         for job in touched {
-            self.progress(job);
+            if self.waiters.contains_key(&job) {
+                self.progress_due.insert(job);
+            }
         }
+        self.send_progress(now);
     }
 
-    /// Tell the clients waiting for `job` how far it is (and that it is done, once it is).
-    pub(super) fn progress(&mut self, job: JobId) {
-        let Ok(counts) = self.tasks.job_counts(job).cloned() else {
-            return;
-        };
-        let done = counts.finished() == counts.total();
-        let waiters = match done {
-            true => self.waiters.remove(&job).unwrap_or_default(),
-            false => self.waiters.get(&job).cloned().unwrap_or_default(),
-        };
-        for client in waiters {
-            let response = match done {
-                true => Response::Done(counts.clone()),
-                false => Response::Progress(counts.clone()),
+    /// Tell the clients waiting for the jobs in `progress_due` how far they are: a job that is
+    /// done at once, the others at most once per [`PROGRESS_EVERY_MS`] (a frame per finished
+    /// batch would cost the scheduler as much as the batch).
+    pub(super) fn send_progress(&mut self, now: u64) {
+        let quiet = now < self.progress_quiet_until;
+        let mut sent = false;
+        for job in std::mem::take(&mut self.progress_due) {
+            let Ok(counts) = self.tasks.job_counts(job).cloned() else {
+                continue;
             };
-            self.reply(client, response, done);
+            let done = counts.finished() == counts.total();
+            if quiet && !done {
+                self.progress_due.insert(job);
+                continue;
+            }
+            let waiters = match done {
+                true => self.waiters.remove(&job).unwrap_or_default(),
+                false => self.waiters.get(&job).cloned().unwrap_or_default(),
+            };
+            sent |= !done && !waiters.is_empty();
+            for client in waiters {
+                let response = match done {
+                    true => Response::Done(counts.clone()),
+                    false => Response::Progress(counts.clone()),
+                };
+                self.reply(client, response, done);
+            }
+        }
+        if sent {
+            self.progress_quiet_until = now + super::PROGRESS_EVERY_MS;
         }
     }
 }

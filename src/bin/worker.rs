@@ -42,6 +42,10 @@ struct Args {
     /// Bytes of stdout and of stderr kept per command task.
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
     output_limit: usize,
+    /// Function tasks (`weir` from Python) run in a long-lived runner process per slot; replace
+    /// a runner after this many tasks (0: never), as a guard against leaks in what they run.
+    #[arg(long, default_value_t = 0, value_name = "TASKS")]
+    max_tasks_per_runner: u32,
     /// An environment condition: [NAME=]FILE.wasm[,key=value...] (NAME defaults to the file
     /// stem; `mem_gt` is bundled). Repeatable.
     #[arg(long = "env-plugin", value_name = "[NAME=]FILE.wasm[,k=v...]", value_parser = EnvPluginSpec::parse)]
@@ -156,6 +160,7 @@ fn run(args: Args) -> Result<()> {
         },
         heartbeat_interval: args.heartbeat_interval,
         output_limit: args.output_limit,
+        max_tasks_per_runner: args.max_tasks_per_runner,
         idle_timeout: weir::net::IDLE_TIMEOUT,
         local_environments,
         env_allow: args.env_allow,

@@ -12,6 +12,7 @@
 //! that stops its tasks when it dies.
 
 pub mod env;
+mod functions;
 pub mod guard;
 mod run;
 mod session;
@@ -42,6 +43,8 @@ pub struct Settings {
     pub heartbeat_interval: Duration,
     /// Cap on each of stdout and stderr kept from a command task.
     pub output_limit: usize,
+    /// Tasks a function runner runs before it is replaced (0: no limit).
+    pub max_tasks_per_runner: u32,
     /// The scheduler is gone when silent this long.
     pub idle_timeout: Duration,
     /// Conditions from the worker's own `--env-plugin` flags.
@@ -123,6 +126,7 @@ impl Worker {
         let runner = Arc::new(run::Runner::new(
             host,
             settings.output_limit,
+            settings.max_tasks_per_runner,
             settings.info.clone(),
             values,
         ));

@@ -102,18 +102,22 @@ pub(super) struct Runner {
     /// Idle task instances per component and deadline (an instance's limits are fixed when it
     /// is made: a task must not inherit another one's timeout), reused across tasks.
     pools: Mutex<HashMap<PoolKey, Vec<TaskPlugin>>>,
+    /// Idle function runners.
+    functions: super::functions::Runners,
 }
 
 impl Runner {
     pub fn new(
         host: Arc<PluginHost>,
         output_limit: usize,
+        max_tasks_per_runner: u32,
         info: WorkerInfo,
         values: super::env::SharedValues,
     ) -> Runner {
         Runner {
             host,
             output_limit,
+            functions: super::functions::Runners::new(max_tasks_per_runner, info.name.clone()),
             info,
             values,
             components: RwLock::default(),
@@ -195,6 +199,11 @@ impl Runner {
             }
             TaskKind::Wasm { component } => {
                 self.wasm(*component, input, timeout, environments, cancel)
+                    .await
+            }
+            TaskKind::Function { runner, function } => {
+                self.functions
+                    .run(runner, function, input, timeout, cancel)
                     .await
             }
         }

@@ -103,6 +103,8 @@ pub struct Scheduler {
     /// Workers that reported outcomes not acknowledged yet.
     unacknowledged: std::collections::BTreeSet<WorkerId>,
     waiters: HashMap<JobId, Vec<ClientId>>,
+    /// Clients watching a job's tasks end one by one (`Watch`).
+    watchers: HashMap<JobId, Vec<ClientId>>,
     /// Jobs whose waiters have progress not sent yet, and until when sending more waits (see
     /// [`PROGRESS_EVERY_MS`]).
     progress_due: std::collections::BTreeSet<JobId>,
@@ -137,6 +139,7 @@ impl Scheduler {
             links: HashMap::new(),
             unacknowledged: Default::default(),
             waiters: HashMap::new(),
+            watchers: HashMap::new(),
             progress_due: Default::default(),
             progress_quiet_until: 0,
             env_waits: Vec::new(),
@@ -418,6 +421,10 @@ impl Scheduler {
             waiters.retain(|c| *c != client);
         }
         self.waiters.retain(|_, waiters| !waiters.is_empty());
+        for watchers in self.watchers.values_mut() {
+            watchers.retain(|c| *c != client);
+        }
+        self.watchers.retain(|_, watchers| !watchers.is_empty());
         self.env_waits.retain(|w| w.client != client);
         self.worker_waits.retain(|w| w.client != client);
     }

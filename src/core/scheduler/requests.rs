@@ -26,6 +26,12 @@ impl Scheduler {
                 Err(error) => self.refuse(client, error.code(), error.to_string()),
                 Ok(results) => self.send_results(client, results),
             },
+            Request::Watch { job } => self.watch(client, job),
+            Request::CancelTasks { tasks } => {
+                let canceled = self.tasks.cancel_tasks(&tasks);
+                self.flush(now);
+                self.reply_durable(client, Response::Canceled { tasks: canceled });
+            }
             Request::Cancel { job } => match self.tasks.job_counts(job) {
                 Err(error) => self.refuse(client, error.code(), error.to_string()),
                 Ok(_) => {
@@ -161,9 +167,31 @@ impl Scheduler {
         }
     }
 
+    /// `Watch`: the results final so far, then each as its task ends (see `flush`), then `Done`.
+    fn watch(&mut self, client: ClientId, job: JobId) {
+        let (counts, results) = match (self.tasks.job_counts(job), self.tasks.results(job)) {
+            (Ok(counts), Ok(results)) => (counts.clone(), results),
+            (Err(error), _) | (_, Err(error)) => {
+                return self.refuse(client, error.code(), error.to_string());
+            }
+        };
+        self.send_chunks(client, results);
+        if counts.finished() == counts.total() {
+            self.reply(client, Response::Done(counts), true);
+        } else {
+            self.watchers.entry(job).or_default().push(client);
+        }
+    }
+
     /// A job's results in frames bounded by bytes, then `ResultsEnd` with the count.
     fn send_results(&mut self, client: ClientId, results: Vec<TaskResult>) {
         let count = results.len() as u64;
+        self.send_chunks(client, results);
+        self.reply(client, Response::ResultsEnd { count }, true);
+    }
+
+    /// `results` as `Results` frames of at most [`RESULTS_CHUNK_BYTES`] (or one result each).
+    pub(super) fn send_chunks(&mut self, client: ClientId, results: Vec<TaskResult>) {
         let mut chunk = Vec::new();
         let mut bytes = 0;
         for result in results {
@@ -171,6 +199,12 @@ impl Scheduler {
                 + match &result.outcome {
                     Outcome::Exited { stdout, stderr, .. } => stdout.len() + stderr.len(),
                     Outcome::Returned { output } => output.len(),
+                    Outcome::Function {
+                        value,
+                        stdout,
+                        stderr,
+                        ..
+                    } => value.len() + stdout.len() + stderr.len(),
                     Outcome::Error { message } => message.len(),
                 };
             if !chunk.is_empty() && bytes + size > RESULTS_CHUNK_BYTES {
@@ -183,6 +217,5 @@ impl Scheduler {
         if !chunk.is_empty() {
             self.reply(client, Response::Results(chunk), false);
         }
-        self.reply(client, Response::ResultsEnd { count }, true);
     }
 }

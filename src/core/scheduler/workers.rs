@@ -3,9 +3,11 @@
 
 use super::{Action, ConnectionId, Link, Record, Scheduler};
 use crate::core::tasks::{self, Loss};
+use std::collections::BTreeMap;
+
 use crate::proto::{
-    Assignment, ComponentHash, EnvironmentDef, GroupId, Outcome, Response, TaskId, TaskKind,
-    ToWorker, WorkerId, WorkerInfo,
+    Assignment, ComponentHash, EnvironmentDef, GroupId, JobId, Outcome, Response, TaskId,
+    TaskKind, TaskResult, ToWorker, WorkerId, WorkerInfo,
 };
 
 impl Scheduler {
@@ -233,6 +235,7 @@ impl Scheduler {
     /// Turn the task core's actions into frames, journal records and progress answers.
     pub(super) fn flush(&mut self, now: u64) {
         let mut touched = std::collections::BTreeSet::new();
+        let mut watched: BTreeMap<JobId, Vec<TaskResult>> = BTreeMap::new();
         let mut finals = Vec::new();
         let mut dispatches = Vec::new();
         for action in self.tasks.take_actions() {
@@ -260,6 +263,11 @@ impl Scheduler {
                 }
                 tasks::Action::Finished { job, task } => {
                     touched.insert(job);
+                    if self.watchers.contains_key(&job)
+                        && let Some(result) = self.tasks.result(task)
+                    {
+                        watched.entry(job).or_default().push(result);
+                    }
                     if self.config.journal
                         && let Some((state, outcome, attempts)) = self.tasks.final_record(task)
                     {
@@ -288,7 +296,24 @@ impl Scheduler {
         if !finals.is_empty() {
             self.journal(Record::Final(finals));
         }
+        // Watchers get each result now (not after the journal's sync: a scheduler killed
+        // before it may run a task again, and a watcher then sees its result twice).
+        for (job, results) in watched {
+            let watchers = self.watchers.get(&job).cloned().unwrap_or_default();
+            for client in watchers {
+                self.send_chunks(client, results.clone());
+            }
+        }
         for job in touched {
+            if let Ok(counts) = self.tasks.job_counts(job)
+                && counts.finished() == counts.total()
+                && let Some(watchers) = self.watchers.remove(&job)
+            {
+                let counts = counts.clone();
+                for client in watchers {
+                    self.reply(client, Response::Done(counts.clone()), true);
+                }
+            }
             if self.waiters.contains_key(&job) {
                 self.progress_due.insert(job);
             }

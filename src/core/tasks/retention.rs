@@ -14,20 +14,20 @@ impl Tasks {
         if j.forgotten {
             return Err(JobError::Forgotten(job));
         }
-        let mut results = Vec::new();
-        for id in j.task_ids() {
-            let Some(task) = self.task(id) else { continue };
-            if let (true, Some(outcome)) = (task.state.is_final(), &task.outcome) {
-                results.push(TaskResult {
-                    task: id,
-                    state: task.state,
-                    outcome: (**outcome).clone(),
-                    attempts: task.attempts,
-                    worker: None,
-                });
-            }
-        }
-        Ok(results)
+        Ok(j.task_ids().filter_map(|id| self.result(id)).collect())
+    }
+
+    /// The result of a final task (`None` while it is not final, or once it is forgotten).
+    pub fn result(&self, id: TaskId) -> Option<TaskResult> {
+        let task = self.task(id)?;
+        let outcome = task.outcome.as_ref().filter(|_| task.state.is_final())?;
+        Some(TaskResult {
+            task: id,
+            state: task.state,
+            outcome: (**outcome).clone(),
+            attempts: task.attempts,
+            worker: None,
+        })
     }
 
     /// The newest `limit` held jobs, newest first.

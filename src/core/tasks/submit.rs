@@ -125,7 +125,9 @@ impl Tasks {
                 });
             }
             match &group.spec.kind {
-                TaskKind::Command { argv, .. } if argv.is_empty() => {
+                TaskKind::Command { argv, .. } | TaskKind::Function { runner: argv, .. }
+                    if argv.is_empty() =>
+                {
                     return Err(SubmitError::EmptyArgv { group: index });
                 }
                 TaskKind::Wasm { component }
@@ -248,9 +250,15 @@ impl Tasks {
             return 0;
         };
         let ids: Vec<TaskId> = j.task_ids().collect();
+        self.cancel_tasks(&ids)
+    }
+
+    /// Cancel these tasks (final or unknown ones are skipped); running ones are stopped on
+    /// their workers. Returns how many were canceled.
+    pub fn cancel_tasks(&mut self, ids: &[TaskId]) -> u64 {
         let mut canceled = 0;
         let mut per_worker: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
-        for id in ids {
+        for &id in ids {
             let Some(task) = self.task(id) else { continue };
             if task.state.is_final() {
                 continue;

@@ -19,8 +19,17 @@ pub enum Request {
     Results {
         job: JobId,
     },
+    /// Each task's result as soon as it is final: `Results` with those already final, then
+    /// more `Results` as tasks end, then `Done` (futures resolve per task, not per job).
+    Watch {
+        job: JobId,
+    },
     Cancel {
         job: JobId,
+    },
+    /// Cancel these tasks (running ones are stopped); answered with `Canceled`.
+    CancelTasks {
+        tasks: Vec<TaskId>,
     },
     /// Free a finished job's results and inputs (answered with `Forgotten`).
     Forget {

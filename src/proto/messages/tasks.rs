@@ -14,6 +14,14 @@ pub enum TaskKind {
     },
     /// A component of the `task` world, run on the input bytes.
     Wasm { component: ComponentHash },
+    /// A function, run by a long-lived runner process per slot (`runner`, e.g.
+    /// `["python3", "-m", "weir.runner"]`) on each task's input (the pickled arguments).
+    /// `function` is the pickled function, sent to each runner once; see `weir::worker::runner`
+    /// for the runner protocol.
+    Function {
+        runner: Vec<String>,
+        function: Vec<u8>,
+    },
 }
 
 /// The specification shared by the tasks of a group.
@@ -71,6 +79,14 @@ pub enum Outcome {
     },
     /// A wasm task returned.
     Returned { output: Vec<u8> },
+    /// A function returned (`ok`) or raised: `value` is what the runner pickled (the return
+    /// value, or the exception with its traceback); `stdout`/`stderr` are what the task printed.
+    Function {
+        ok: bool,
+        value: Vec<u8>,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    },
     /// It could not run or did not finish: spawn failure, timeout, trap, lost worker, cancel.
     Error { message: String },
 }
@@ -79,7 +95,9 @@ impl Outcome {
     pub fn succeeded(&self) -> bool {
         matches!(
             self,
-            Outcome::Exited { code: Some(0), .. } | Outcome::Returned { .. }
+            Outcome::Exited { code: Some(0), .. }
+                | Outcome::Returned { .. }
+                | Outcome::Function { ok: true, .. }
         )
     }
 }

@@ -147,6 +147,6 @@ fn correct(index: usize, result: &TaskResult) -> bool {
         && match &result.outcome {
             Outcome::Exited { stdout, .. } => String::from_utf8_lossy(stdout).trim() == expected,
             Outcome::Returned { output } => String::from_utf8_lossy(output) == expected,
-            Outcome::Error { .. } => false,
+            Outcome::Function { .. } | Outcome::Error { .. } => false,
         }
 }

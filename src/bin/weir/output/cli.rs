@@ -49,6 +49,11 @@ impl Output for Cli {
                 } => format!("exit {code}: {}", first_line(stdout)),
                 Outcome::Exited { code: None, .. } => "killed by a signal".to_string(),
                 Outcome::Returned { output } => format!("returned: {}", first_line(output)),
+                Outcome::Function { ok, value, .. } => format!(
+                    "{} {} pickled bytes (read them from Python)",
+                    if *ok { "returned" } else { "raised" },
+                    value.len()
+                ),
                 Outcome::Error { message } => format!("error: {message}"),
             };
             let state = format!("{:?}", result.state).to_lowercase();

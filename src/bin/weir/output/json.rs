@@ -164,6 +164,17 @@ fn result(result: &TaskResult) -> Value {
             value["stderr"] = json!(text(stderr));
         }
         Outcome::Returned { output } => value["output"] = json!(text(output)),
+        Outcome::Function {
+            ok,
+            value: pickled,
+            stdout,
+            stderr,
+        } => {
+            value["raised"] = json!(!ok);
+            value["pickled_bytes"] = json!(pickled.len());
+            value["stdout"] = json!(text(stdout));
+            value["stderr"] = json!(text(stderr));
+        }
         Outcome::Error { message } => value["error"] = json!(message),
     }
     value

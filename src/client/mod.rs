@@ -58,6 +58,21 @@ impl Client {
         Ok(Responses { link })
     }
 
+    /// Each task's result as it becomes final: the stream yields `Response::Results` chunks,
+    /// then `Response::Done` with the job's counts (see [`Request::Watch`]).
+    pub async fn watch(&self, job: JobId) -> Result<Responses, NetError> {
+        self.call(&Request::Watch { job }).await
+    }
+
+    /// Cancel single tasks; returns how many were canceled (the others were final already).
+    pub async fn cancel_tasks(&self, tasks: Vec<TaskId>) -> Result<u64, NetError> {
+        let mut responses = self.call(&Request::CancelTasks { tasks }).await?;
+        match responses.next().await? {
+            Some(Response::Canceled { tasks }) => Ok(tasks),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Submit one job. Returns (job, first task id, number of tasks).
     pub async fn submit(
         &self,

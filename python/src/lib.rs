@@ -1,0 +1,241 @@
+//! `weir._native`: the Rust client (`weir::client`) for the Python package. Futures, `map`,
+//! pickling and the local cluster are in Python (`weir/__init__.py`); this is the connection.
+//! Every call that waits on the network releases the GIL.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use weir::client::{Client, Responses};
+use weir::net::{AccessFile, NetError};
+use weir::proto::{NewGroup, Outcome, Response, TaskKind, TaskResult, TaskSpec};
+
+fn error(error: NetError) -> PyErr {
+    match error {
+        NetError::Request { code, message } => {
+            PyValueError::new_err(format!("refused ({code:?}): {message}"))
+        }
+        other => PyConnectionError::new_err(other.to_string()),
+    }
+}
+
+/// One connection to a scheduler, with the runtime that drives it.
+#[pyclass(module = "weir._native")]
+struct Connection {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+}
+
+/// The results of one job's tasks as they end (`Connection.watch`).
+#[pyclass(module = "weir._native")]
+struct Watch {
+    responses: Option<Responses>,
+}
+
+fn runtime() -> PyResult<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the async runtime: {e}")))
+}
+
+#[pymethods]
+impl Connection {
+    /// Connect with the access file the scheduler wrote; keep trying for `timeout` seconds while
+    /// the file is not there yet or the scheduler does not answer.
+    #[new]
+    #[pyo3(signature = (access_file, timeout = 30.0))]
+    fn new(py: Python<'_>, access_file: PathBuf, timeout: f64) -> PyResult<Connection> {
+        let runtime = runtime()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+        let client = py.detach(|| {
+            runtime.block_on(async {
+                loop {
+                    let attempt = match AccessFile::read(&access_file) {
+                        Ok(access) => Client::connect(&access).await,
+                        Err(error) => Err(error),
+                    };
+                    match attempt {
+                        Ok(client) => return Ok(client),
+                        Err(error) if std::time::Instant::now() >= deadline => return Err(error),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    }
+                }
+            })
+        });
+        Ok(Connection {
+            client: client.map_err(error)?,
+            runtime,
+        })
+    }
+
+    /// Submit one job of one group. `kind` is `"function"` (`program` is the runner's argv,
+    /// `function` the pickled function) or `"command"` (`program` is the argv). Returns
+    /// `(job, first_task, tasks)`; task `i` of `inputs` has id `first_task + i`.
+    #[pyo3(signature = (kind, program, function, inputs, env, capabilities, environments, timeout_ms, retries, priority))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        program: Vec<String>,
+        function: Vec<u8>,
+        inputs: Vec<Vec<u8>>,
+        env: Vec<(String, String)>,
+        capabilities: Vec<(String, u64)>,
+        environments: Vec<String>,
+        timeout_ms: u64,
+        retries: u32,
+        priority: i32,
+    ) -> PyResult<(u64, u64, u64)> {
+        let kind = match kind {
+            "function" => TaskKind::Function {
+                runner: program,
+                function,
+            },
+            "command" => TaskKind::Command { argv: program, env },
+            other => return Err(PyValueError::new_err(format!("unknown task kind {other:?}"))),
+        };
+        let count = u32::try_from(inputs.len())
+            .map_err(|_| PyValueError::new_err("at most 4294967295 tasks in one submission"))?;
+        let group = NewGroup {
+            spec: TaskSpec {
+                kind,
+                capabilities,
+                environments,
+                priority,
+                timeout_ms,
+                retries,
+                input: Vec::new(),
+            },
+            count,
+            inputs,
+        };
+        py.detach(|| {
+            self.runtime
+                .block_on(self.client.submit(Vec::new(), vec![group]))
+        })
+        .map_err(error)
+    }
+
+    /// Stream the results of `job`'s tasks as they end.
+    fn watch(&self, py: Python<'_>, job: u64) -> PyResult<Watch> {
+        let responses = py
+            .detach(|| self.runtime.block_on(self.client.watch(job)))
+            .map_err(error)?;
+        Ok(Watch {
+            responses: Some(responses),
+        })
+    }
+
+    /// The next results of a watch: a list of dicts, or `None` once every task is final.
+    /// `timeout` (seconds) bounds the wait; an empty list when it passes.
+    #[pyo3(signature = (watch, timeout = None))]
+    fn next_results<'py>(
+        &self,
+        py: Python<'py>,
+        watch: &mut Watch,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Vec<Bound<'py, PyDict>>>> {
+        let Some(responses) = watch.responses.as_mut() else {
+            return Ok(None);
+        };
+        let next = py.detach(|| {
+            self.runtime.block_on(async {
+                match timeout {
+                    Some(seconds) => {
+                        tokio::time::timeout(Duration::from_secs_f64(seconds), responses.next())
+                            .await
+                            .ok()
+                    }
+                    None => Some(responses.next().await),
+                }
+            })
+        });
+        let results = match next {
+            None => return Ok(Some(Vec::new())),
+            Some(Ok(Some(Response::Results(results)))) => results,
+            Some(Ok(Some(Response::Done(_)))) | Some(Ok(None)) => {
+                watch.responses = None;
+                return Ok(None);
+            }
+            Some(Ok(Some(other))) => {
+                return Err(PyRuntimeError::new_err(format!(
+                    "unexpected answer to a watch: {other:?}"
+                )));
+            }
+            Some(Err(e)) => {
+                watch.responses = None;
+                return Err(error(e));
+            }
+        };
+        let dicts: PyResult<Vec<_>> = results.iter().map(|r| result_dict(py, r)).collect();
+        dicts.map(Some)
+    }
+
+    /// Cancel these tasks (running ones are stopped); returns how many were canceled.
+    fn cancel_tasks(&self, py: Python<'_>, tasks: Vec<u64>) -> PyResult<u64> {
+        py.detach(|| self.runtime.block_on(self.client.cancel_tasks(tasks)))
+            .map_err(error)
+    }
+
+    /// Live workers and the slots they have: `(workers, slots)`.
+    fn workers(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        let status = py
+            .detach(|| self.runtime.block_on(self.client.status()))
+            .map_err(error)?;
+        let slots = status.workers.iter().map(|w| u64::from(w.slots)).sum();
+        Ok((status.workers.len() as u64, slots))
+    }
+}
+
+fn result_dict<'py>(py: Python<'py>, result: &TaskResult) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("task", result.task)?;
+    dict.set_item("state", format!("{:?}", result.state).to_lowercase())?;
+    dict.set_item("attempts", result.attempts)?;
+    match &result.outcome {
+        Outcome::Function {
+            ok,
+            value,
+            stdout,
+            stderr,
+        } => {
+            dict.set_item("kind", "function")?;
+            dict.set_item("ok", *ok)?;
+            dict.set_item("value", PyBytes::new(py, value))?;
+            dict.set_item("stdout", PyBytes::new(py, stdout))?;
+            dict.set_item("stderr", PyBytes::new(py, stderr))?;
+        }
+        Outcome::Exited {
+            code,
+            stdout,
+            stderr,
+        } => {
+            dict.set_item("kind", "exited")?;
+            dict.set_item("code", *code)?;
+            dict.set_item("stdout", PyBytes::new(py, stdout))?;
+            dict.set_item("stderr", PyBytes::new(py, stderr))?;
+        }
+        Outcome::Returned { output } => {
+            dict.set_item("kind", "returned")?;
+            dict.set_item("value", PyBytes::new(py, output))?;
+        }
+        Outcome::Error { message } => {
+            dict.set_item("kind", "error")?;
+            dict.set_item("message", message)?;
+        }
+    }
+    Ok(dict)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Connection>()?;
+    m.add_class::<Watch>()?;
+    m.add("PROTOCOL_VERSION", weir::proto::PROTOCOL_VERSION)?;
+    Ok(())
+}

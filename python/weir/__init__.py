@@ -1,0 +1,333 @@
+"""weir from Python: submit functions and commands to a weir cluster and get futures.
+
+    import weir
+
+    with weir.LocalCluster(workers=2, slots=2) as cluster, weir.Client(cluster) as client:
+        future = client.submit(pow, 2, 10)
+        print(future.result())                          # 1024
+        print(client.gather(client.map(abs, [-1, -2])))  # [1, 2]
+
+Functions run in a long-lived runner process per worker slot (`python -m weir.runner`, with the
+client's interpreter unless `runner=` says otherwise), not a process per task. Futures are
+`concurrent.futures.Future`s: `weir.wait` and `weir.as_completed` are the standard ones.
+"""
+
+import concurrent.futures as _cf
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import cloudpickle
+
+from . import _native
+
+__all__ = [
+    "Client",
+    "Future",
+    "LocalCluster",
+    "TaskError",
+    "as_completed",
+    "wait",
+    "FIRST_COMPLETED",
+    "FIRST_EXCEPTION",
+    "ALL_COMPLETED",
+]
+
+as_completed = _cf.as_completed
+wait = _cf.wait
+FIRST_COMPLETED = _cf.FIRST_COMPLETED
+FIRST_EXCEPTION = _cf.FIRST_EXCEPTION
+ALL_COMPLETED = _cf.ALL_COMPLETED
+
+_MAGIC = b"WEIRFN1\n"
+
+
+class TaskError(Exception):
+    """A task did not return: it timed out, its worker was lost past its retries, its runner
+    could not run it (a module missing there, another Python version), or it was killed."""
+
+
+class Future(_cf.Future):
+    """The result of one task. `stdout` and `stderr` hold what the task printed once it is done."""
+
+    def __init__(self, client, task):
+        super().__init__()
+        self._client = client
+        self.task = task
+        self.stdout = b""
+        self.stderr = b""
+
+    def cancel(self):
+        """Cancel the task, stopping it if it runs. False if it is done already."""
+        if self.done():
+            return False
+        self._client.cancel([self])
+        return True
+
+    def _cancel_here(self):
+        return super().cancel()
+
+    def __repr__(self):
+        return f"<weir.Future task={self.task} state={self._state}>"
+
+
+def _find_access_file(access_file):
+    if access_file is None:
+        return os.environ.get("WEIR_ACCESS_FILE", os.path.join(".weir", "access.json"))
+    if isinstance(access_file, LocalCluster):
+        return access_file.access_file
+    return os.fspath(access_file)
+
+
+class Client:
+    """A connection to a weir scheduler.
+
+    `access_file`: the file the scheduler wrote (default `$WEIR_ACCESS_FILE` or
+    `.weir/access.json`), or a `LocalCluster`.
+    """
+
+    def __init__(self, access_file=None, timeout=30.0):
+        self._conn = _native.Connection(_find_access_file(access_file), timeout)
+        self._closed = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._closed = True
+
+    # Submitting
+
+    def submit(self, fn, *args, caps=None, env=None, timeout=None, retries=1, priority=0,
+               runner=None, **kwargs):
+        """Run `fn(*args, **kwargs)` on a worker; returns a `Future`."""
+        return self._functions(fn, [(args, kwargs)], caps, env, timeout, retries, priority,
+                               runner)[0]
+
+    def map(self, fn, *iterables, caps=None, env=None, timeout=None, retries=1, priority=0,
+            runner=None, **kwargs):
+        """`fn(*items)` for each items of `zip(*iterables)`, as one job: a list of futures.
+        Keyword arguments are the same for every task and go with the function, once per job
+        (a large constant argument is sent once, not once per task)."""
+        if kwargs:
+            fn = functools.partial(fn, **kwargs)
+        calls = [(items, {}) for items in zip(*iterables)]
+        if not calls:
+            return []
+        return self._functions(fn, calls, caps, env, timeout, retries, priority, runner)
+
+    def submit_command(self, argv, stdin=b"", caps=None, env=None, timeout=None, retries=1,
+                       priority=0, environ=None):
+        """Run a command on a worker; its future's result is a `subprocess.CompletedProcess`
+        (a non-zero exit is a result, not an error, as with `subprocess.run`)."""
+        argv = [os.fspath(a) for a in argv]
+        future = self._submit("command", argv, b"", [bytes(stdin)], caps, env, timeout,
+                              retries, priority, list((environ or {}).items()))[0]
+        future._argv = argv
+        return future
+
+    def _functions(self, fn, calls, caps, env, timeout, retries, priority, runner):
+        header = json.dumps({
+            "python": "%d.%d" % sys.version_info[:2],
+            "cloudpickle": cloudpickle.__version__,
+        }).encode()
+        payload = _MAGIC + header + b"\n" + cloudpickle.dumps(fn)
+        inputs = [cloudpickle.dumps(call) for call in calls]
+        program = list(runner) if runner else [sys.executable, "-m", "weir.runner"]
+        return self._submit("function", program, payload, inputs, caps, env, timeout, retries,
+                            priority, [])
+
+    def _submit(self, kind, program, payload, inputs, caps, env, timeout, retries, priority,
+                environ):
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        caps = sorted((str(k), int(v)) for k, v in (caps or {}).items())
+        envs = [env] if isinstance(env, str) else list(env or [])
+        timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
+        job, first, count = self._conn.submit(kind, program, payload, inputs, environ, caps, envs,
+                                              timeout_ms, int(retries), int(priority))
+        futures = [Future(self, first + i) for i in range(count)]
+        by_task = {f.task: f for f in futures}
+        thread = threading.Thread(target=self._watch, args=(job, by_task), daemon=True,
+                                  name=f"weir-job-{job}")
+        thread.start()
+        return futures
+
+    def _watch(self, job, by_task):
+        """Resolve each future as its task ends (one thread per job)."""
+        try:
+            watch = self._conn.watch(job)
+            while True:
+                results = self._conn.next_results(watch)
+                if results is None:
+                    break
+                for result in results:
+                    future = by_task.get(result["task"])
+                    if future is not None:
+                        _resolve(future, result)
+        except Exception as e:  # noqa: BLE001 - every waiting future learns why
+            error = TaskError(f"lost the results of job {job}: {e}")
+            for future in by_task.values():
+                _settle(future, error=error)
+        for future in by_task.values():
+            _settle(future, error=TaskError(f"job {job} ended without a result for this task"))
+
+    # Waiting and cancelling
+
+    def gather(self, futures, progress=False):
+        """The results of `futures`, in order; the first task exception is raised.
+        `progress=True` prints a progress line to stderr as tasks end."""
+        futures = list(futures)
+        if progress and futures:
+            total = len(futures)
+            for done, _ in enumerate(_cf.as_completed(futures), 1):
+                sys.stderr.write(f"\rweir: {done}/{total} tasks done")
+                sys.stderr.flush()
+            sys.stderr.write("\n")
+        return [f.result() for f in futures]
+
+    def cancel(self, futures):
+        """Cancel these futures' tasks, stopping those that run."""
+        futures = [f for f in futures if not f.done()]
+        if futures:
+            self._conn.cancel_tasks([f.task for f in futures])
+        for future in futures:
+            future._cancel_here()
+
+    def workers(self):
+        """`(live workers, their slots)`."""
+        return self._conn.workers()
+
+
+def _settle(future, result=None, error=None):
+    if future.done():
+        return
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except _cf.InvalidStateError:
+        pass  # canceled meanwhile
+
+
+def _resolve(future, result):
+    if future.done():
+        return  # canceled here, or a second result after a scheduler restart
+    if result["state"] == "canceled":
+        future._cancel_here()
+        return
+    kind = result["kind"]
+    if kind == "function":
+        future.stdout, future.stderr = result["stdout"], result["stderr"]
+        value = cloudpickle.loads(result["value"])
+        if result["ok"]:
+            _settle(future, value)
+            return
+        error, remote = value
+        if hasattr(error, "add_note"):
+            error.add_note("Traceback on the worker:\n" + remote.rstrip())
+        else:
+            error.args = error.args + ("Traceback on the worker:\n" + remote,)
+        _settle(future, error=error)
+    elif kind == "exited":
+        future.stdout, future.stderr = result["stdout"], result["stderr"]
+        if result["code"] is None:
+            _settle(future, error=TaskError("the command was killed by a signal"))
+        else:
+            done = subprocess.CompletedProcess(getattr(future, "_argv", []), result["code"],
+                                               result["stdout"], result["stderr"])
+            _settle(future, done)
+    elif kind == "returned":
+        _settle(future, result["value"])
+    else:
+        _settle(future, error=TaskError(result.get("message", "failed")))
+
+
+def _executable(name):
+    here = os.path.join(os.path.dirname(__file__), "bin", name)
+    if os.access(here, os.X_OK):
+        return here
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(
+            f"weir's `{name}` executable is not on PATH (build it with `cargo build --bins` "
+            f"and put target/debug or target/release on PATH)")
+    return found
+
+
+class LocalCluster:
+    """A scheduler and `workers` workers of `slots` slots each, as processes on this machine
+    (loopback only), in a temporary directory; stopped on `close()` or leaving `with`.
+    The executables come from beside the package (`weir/bin/`) or from PATH."""
+
+    def __init__(self, workers=2, slots=2, worker_args=(), scheduler_args=(), timeout=30.0):
+        self._dir = tempfile.mkdtemp(prefix="weir-local-")
+        self.access_file = os.path.join(self._dir, "access.json")
+        self._processes = []
+        self.workers = {}
+        self._log = open(os.path.join(self._dir, "cluster.log"), "ab")
+        try:
+            scheduler = subprocess.Popen(
+                [_executable("scheduler"), "--listen", "quic://127.0.0.1:0", "--access-file",
+                 self.access_file, *scheduler_args],
+                cwd=self._dir, stdout=self._log, stderr=self._log)
+            self._processes.append(scheduler)
+            deadline = time.monotonic() + timeout
+            while not os.path.exists(self.access_file):
+                if scheduler.poll() is not None:
+                    raise RuntimeError(f"the scheduler exited ({scheduler.returncode}); see "
+                                       f"{self._log.name}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the scheduler did not start")
+                time.sleep(0.01)
+            for i in range(workers):
+                self.add_worker(f"local-{i}", slots, worker_args)
+            with Client(self.access_file, timeout) as client:
+                while client.workers()[0] < workers:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{workers} workers did not register")
+                    time.sleep(0.01)
+        except BaseException:
+            self.close()
+            raise
+
+    def add_worker(self, name, slots=2, args=()):
+        """Start one more worker (its process is `self.workers[name]`)."""
+        process = subprocess.Popen(
+            [_executable("worker"), "--access-file", self.access_file, "--name", name,
+             "--slots", str(slots), *args],
+            cwd=self._dir, stdout=self._log, stderr=self._log)
+        self._processes.append(process)
+        self.workers[name] = process
+        return process
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Stop the workers, then the scheduler (SIGTERM, then SIGKILL after 10 s)."""
+        for process in reversed(self._processes):
+            if process.poll() is None:
+                process.terminate()
+        for process in reversed(self._processes):
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._processes.clear()
+        self._log.close()
+        shutil.rmtree(self._dir, ignore_errors=True)

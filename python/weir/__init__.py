@@ -292,14 +292,19 @@ class LocalCluster:
                 time.sleep(0.01)
             for i in range(workers):
                 self.add_worker(f"local-{i}", slots, worker_args)
-            with Client(self.access_file, timeout) as client:
-                while client.workers()[0] < workers:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{workers} workers did not register")
-                    time.sleep(0.01)
+            self.wait_workers(workers, timeout)
         except BaseException:
             self.close()
             raise
+
+    def wait_workers(self, count, timeout=30.0):
+        """Until at least `count` workers are registered."""
+        deadline = time.monotonic() + timeout
+        with Client(self.access_file, timeout) as client:
+            while client.workers()[0] < count:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{count} workers did not register; see {self._log.name}")
+                time.sleep(0.01)
 
     def add_worker(self, name, slots=2, args=()):
         """Start one more worker (its process is `self.workers[name]`)."""

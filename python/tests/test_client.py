@@ -1,0 +1,149 @@
+import concurrent.futures
+import os
+import signal
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+import weir
+
+
+def wait_for(condition, what, timeout=60):
+    """Poll a condition on the real processes (not a sleep standing in for an event)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_submit_and_map_of_10000_give_every_result_right(client):
+    assert client.submit(pow, 2, 10).result(timeout=60) == 1024
+    futures = client.map(lambda x, y: x * y, range(10_000), range(10_000))
+    assert client.gather(futures) == [x * x for x in range(10_000)]
+    assert len({f.task for f in futures}) == 10_000
+
+
+def test_an_exception_is_raised_with_the_workers_traceback(client):
+    def fails(x):
+        print("printed before failing")
+        raise KeyError(f"no {x}")
+
+    future = client.submit(fails, "such key")
+    with pytest.raises(KeyError, match="no such key") as raised:
+        future.result(timeout=60)
+    notes = "".join(getattr(raised.value, "__notes__", []))
+    assert "Traceback on the worker" in notes and "in fails" in notes
+    assert future.stdout == b"printed before failing\n"
+
+
+def test_what_a_task_prints_is_captured_apart_from_its_result(client):
+    def noisy():
+        import subprocess
+        print("x" * 100_000)
+        subprocess.run(["sh", "-c", "echo from a subprocess; echo on stderr >&2"], check=True)
+        return "result"
+
+    future = client.submit(noisy)
+    assert future.result(timeout=60) == "result"
+    assert future.stdout.startswith(b"x" * 100_000)
+    assert b"from a subprocess" in future.stdout
+    assert future.stderr == b"on stderr\n"
+
+
+def test_cancel_stops_a_running_function_and_its_runner(client, tmp_path):
+    marker = tmp_path / "pid"
+
+    def hangs(path):
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)
+
+    future = client.submit(hangs, str(marker))
+    wait_for(lambda: marker.exists() and marker.read_text(), "the task to start")
+    pid = int(marker.read_text())
+    assert future.cancel()
+    assert future.cancelled()
+    with pytest.raises(concurrent.futures.CancelledError):
+        future.result(timeout=1)
+
+    def gone():
+        try:
+            os.kill(pid, 0)
+            # A zombie until its parent (the worker) reaps it is gone too.
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().split(") ")[1].startswith("Z")
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+
+    wait_for(gone, "the canceled task's runner to be killed")
+    # The slot runs the next task in a fresh runner.
+    assert client.submit(os.getpid).result(timeout=60) != pid
+
+
+def test_a_timeout_fails_the_task_and_the_next_one_runs(client):
+    future = client.submit(time.sleep, 600, timeout=1)
+    with pytest.raises(weir.TaskError, match="timed out"):
+        future.result(timeout=60)
+    assert client.submit(abs, -5).result(timeout=60) == 5
+
+
+def test_caps_and_env_choose_the_worker(client):
+    name = lambda _: os.environ["WEIR_WORKER_NAME"]  # noqa: E731
+    on_gpu = client.map(name, range(8), caps={"gpu": 1})
+    assert set(client.gather(on_gpu)) == {"special"}
+    in_big = client.map(name, range(8), env="big")
+    assert set(client.gather(in_big)) == {"special"}
+
+
+def test_a_constant_argument_goes_with_the_function(client):
+    big = b"\x01" * (8 << 20)
+    futures = client.map(lambda i, blob: i + len(blob), range(50), blob=big)
+    assert client.gather(futures) == [i + len(big) for i in range(50)]
+
+
+def test_a_cloudpickle_version_mismatch_is_refused_naming_both(client, monkeypatch):
+    monkeypatch.setattr(cloudpickle, "__version__", "0.0.1")
+    future = client.submit(abs, -1)
+    with pytest.raises(weir.TaskError, match=r"cloudpickle 0\.0\.1 on the client but .* on worker"):
+        future.result(timeout=60)
+
+
+def test_a_module_missing_on_the_worker_names_it_and_the_worker(client, tmp_path, monkeypatch):
+    (tmp_path / "only_here.py").write_text("def double(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import only_here
+
+    future = client.submit(only_here.double, 4)
+    with pytest.raises(weir.TaskError, match=r"module 'only_here' is missing on worker \S+"):
+        future.result(timeout=60)
+    sys.modules.pop("only_here", None)
+
+
+def test_as_completed_and_wait_are_the_standard_ones(client):
+    futures = client.map(abs, [-1, -2, -3])
+    assert sorted(f.result() for f in weir.as_completed(futures, timeout=60)) == [1, 2, 3]
+    done, not_done = weir.wait(futures, timeout=60)
+    assert len(done) == 3 and not not_done
+
+
+def test_a_command_task_gives_a_completed_process(client):
+    future = client.submit_command(["sh", "-c", "cat; echo err >&2; exit 3"], stdin=b"in\n")
+    done = future.result(timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (3, b"in\n", b"err\n")
+
+
+def test_a_worker_killed_mid_map_loses_no_future(tmp_path):
+    def slow(x):
+        time.sleep(0.02)
+        return x * 2
+
+    with weir.LocalCluster(workers=2, slots=2) as cluster, weir.Client(cluster) as client:
+        futures = client.map(slow, range(400))
+        wait_for(lambda: sum(f.done() for f in futures) >= 50, "the first results")
+        victim = cluster.workers["local-0"]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        # Every future resolves, once, with its own result (the survivor runs the rest).
+        assert client.gather(futures) == [x * 2 for x in range(400)]

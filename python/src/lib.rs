@@ -97,7 +97,11 @@ impl Connection {
                 function,
             },
             "command" => TaskKind::Command { argv: program, env },
-            other => return Err(PyValueError::new_err(format!("unknown task kind {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown task kind {other:?}"
+                )));
+            }
         };
         let count = u32::try_from(inputs.len())
             .map_err(|_| PyValueError::new_err("at most 4294967295 tasks in one submission"))?;

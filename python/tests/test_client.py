@@ -147,3 +147,13 @@ def test_a_worker_killed_mid_map_loses_no_future(tmp_path):
         victim.wait()
         # Every future resolves, once, with its own result (the survivor runs the rest).
         assert client.gather(futures) == [x * 2 for x in range(400)]
+
+
+def test_max_tasks_per_runner_replaces_the_runner():
+    with weir.LocalCluster(workers=1, slots=1,
+                           worker_args=["--max-tasks-per-runner", "2"]) as cluster, \
+            weir.Client(cluster) as client:
+        pids = client.gather(client.map(lambda _: os.getpid(), range(6)))
+        # One slot: tasks run one after another, two per runner.
+        assert len(set(pids)) == 3
+        assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5]

@@ -159,10 +159,10 @@ impl Runners {
             }
         };
         runner.tasks += 1;
-        if self.max_tasks == 0 || runner.tasks < self.max_tasks {
-            if let Ok(mut idle) = self.idle.lock() {
-                idle.entry(argv.to_vec()).or_default().push(runner);
-            }
+        if (self.max_tasks == 0 || runner.tasks < self.max_tasks)
+            && let Ok(mut idle) = self.idle.lock()
+        {
+            idle.entry(argv.to_vec()).or_default().push(runner);
         }
         outcome
     }

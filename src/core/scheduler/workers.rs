@@ -6,8 +6,8 @@ use crate::core::tasks::{self, Loss};
 use std::collections::BTreeMap;
 
 use crate::proto::{
-    Assignment, ComponentHash, EnvironmentDef, GroupId, JobId, Outcome, Response, TaskId,
-    TaskKind, TaskResult, ToWorker, WorkerId, WorkerInfo,
+    Assignment, ComponentHash, EnvironmentDef, GroupId, JobId, Outcome, Response, TaskId, TaskKind,
+    TaskResult, ToWorker, WorkerId, WorkerInfo,
 };
 
 impl Scheduler {

@@ -7,8 +7,8 @@ use weir::core::scaling::{Decision, Tier};
 use weir::core::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
 use weir::core::tasks;
 use weir::proto::{
-    JobCounts, ManagerState, NewGroup, Outcome, Request, Response, TaskKind, TaskSpec, ToManager,
-    ToWorker, WorkerInfo,
+    JobCounts, ManagerState, NewGroup, Outcome, Request, Response, TaskKind, TaskSpec, TaskState,
+    ToManager, ToWorker, WorkerInfo,
 };
 
 fn config(journal: bool) -> Config {
@@ -1002,4 +1002,108 @@ fn progress_goes_at_most_every_100_ms_and_the_end_at_once() {
     assert_eq!(replies(&actions, 2), vec![(&Response::Done(done), true)]);
     core.handle(1_000, Input::Timeout);
     assert!(replies(&core.take_actions(), 2).is_empty());
+}
+
+/// The tasks of `Results` replies to `client`, in order, and whether a `Done` ended them.
+fn watched(actions: &[Action], client: u64) -> (Vec<u64>, bool) {
+    let mut tasks = Vec::new();
+    let mut done = false;
+    for (response, last) in replies(actions, client) {
+        match response {
+            Response::Results(results) => tasks.extend(results.iter().map(|r| r.task)),
+            Response::Done(_) => done = last,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    (tasks, done)
+}
+
+#[test]
+fn a_watch_gets_each_result_as_its_task_ends_and_a_late_one_what_ended_before() {
+    let mut core = Scheduler::new(config(true));
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            join(1, worker("w1", 3)),
+            from_client(1, submit(3)),
+            from_client(2, Request::Watch { job: 1 }),
+        ],
+    );
+    assert_eq!(watched(&actions, 2), (vec![], false));
+    let tasks = runs(&actions);
+    let finish = |core: &mut Scheduler, now, task| {
+        round(
+            core,
+            now,
+            vec![Input::Finished {
+                worker: 1,
+                results: vec![(task, ok())],
+            }],
+        )
+    };
+    // Each result goes at once, not throttled like progress.
+    assert_eq!(watched(&finish(&mut core, 1, tasks[1]), 2), (vec![tasks[1]], false));
+    assert_eq!(watched(&finish(&mut core, 2, tasks[0]), 2), (vec![tasks[0]], false));
+    // A watcher that comes late is sent what ended so far first.
+    let late = round(&mut core, 3, vec![from_client(3, Request::Watch { job: 1 })]);
+    assert_eq!(watched(&late, 3), (vec![tasks[0], tasks[1]], false));
+    let last = finish(&mut core, 4, tasks[2]);
+    assert_eq!(watched(&last, 2), (vec![tasks[2]], true));
+    assert_eq!(watched(&last, 3), (vec![tasks[2]], true));
+    // Once done, a watch is answered whole and ended.
+    let after = round(&mut core, 5, vec![from_client(4, Request::Watch { job: 1 })]);
+    assert_eq!(watched(&after, 4), (tasks.clone(), true));
+    let unknown = round(&mut core, 6, vec![from_client(5, Request::Watch { job: 9 })]);
+    assert!(matches!(
+        replies(&unknown, 5)[..],
+        [(Response::Error { .. }, true)]
+    ));
+}
+
+#[test]
+fn cancelling_single_tasks_stops_the_running_ones_and_journals_them_final() {
+    let mut core = Scheduler::new(config(true));
+    let actions = round(
+        &mut core,
+        0,
+        vec![join(1, worker("w1", 1)), from_client(1, submit(3))],
+    );
+    let running = runs(&actions);
+    assert_eq!(running.len(), 1, "{actions:#?}");
+    let first = running[0];
+    let queued: Vec<u64> = (1..=3).filter(|t| !running.contains(t)).collect();
+    let actions = round(
+        &mut core,
+        1,
+        vec![from_client(
+            2,
+            Request::CancelTasks {
+                tasks: vec![first, queued[0], 999],
+            },
+        )],
+    );
+    // The running one is stopped on its worker; the unknown id is skipped.
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::ToWorker { worker: 1, message: ToWorker::Cancel(tasks) } if *tasks == vec![first]
+    )));
+    let journaled = journaled(&actions);
+    assert!(journaled.iter().any(|r| matches!(
+        r,
+        Record::Final(finals) if finals.len() == 2
+            && finals.iter().all(|(_, state, _, _)| *state == TaskState::Canceled)
+    )), "{journaled:#?}");
+    let counts = core.tasks().status().tasks;
+    assert_eq!(counts.canceled, 2);
+    // The reply waits for the journal (a durable answer).
+    core.handle(2, Input::Synced { journal_bytes: 0 });
+    let answered: Vec<_> = core.take_actions();
+    assert!(
+        replies(&actions, 2)
+            .iter()
+            .chain(replies(&answered, 2).iter())
+            .any(|(r, _)| matches!(r, Response::Canceled { tasks: 2 })),
+        "{actions:#?} {answered:#?}"
+    );
 }

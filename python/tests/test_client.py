@@ -98,6 +98,7 @@ def test_caps_and_env_choose_the_worker(client):
 
 
 def test_a_constant_argument_goes_with_the_function(client):
+    # Once per job: 50 copies (400 MiB) would not fit in one submission (48 MiB at most).
     big = b"\x01" * (8 << 20)
     futures = client.map(lambda i, blob: i + len(blob), range(50), blob=big)
     assert client.gather(futures) == [i + len(big) for i in range(50)]
@@ -157,3 +158,18 @@ def test_max_tasks_per_runner_replaces_the_runner():
         # One slot: tasks run one after another, two per runner.
         assert len(set(pids)) == 3
         assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5]
+
+
+def test_a_scheduler_killed_and_restarted_mid_map_loses_no_future():
+    def slow(x):
+        time.sleep(0.01)
+        return -x
+
+    with weir.LocalCluster(workers=2, slots=2, journal=True) as cluster, \
+            weir.Client(cluster) as client:
+        futures = client.map(slow, range(600))
+        wait_for(lambda: sum(f.done() for f in futures) >= 50, "the first results")
+        cluster.kill_scheduler_and_restart()
+        # The client watches the job again on the restarted scheduler; what it had is not
+        # resolved twice, what ran meanwhile is reported by the workers when they rejoin.
+        assert client.gather(futures) == [-x for x in range(600)]

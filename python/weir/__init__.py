@@ -92,8 +92,13 @@ class Client:
     `.weir/access.json`), or a `LocalCluster`.
     """
 
-    def __init__(self, access_file=None, timeout=30.0):
-        self._conn = _native.Connection(_find_access_file(access_file), timeout)
+    def __init__(self, access_file=None, timeout=30.0, reconnect_timeout=60.0):
+        self._access_file = _find_access_file(access_file)
+        self._timeout = timeout
+        # A scheduler restarted on its journal (kill -9, a new machine) is waited for this long:
+        # futures resolve from where it left off, results seen twice count once.
+        self._reconnect_timeout = reconnect_timeout
+        self._conn = _native.Connection(self._access_file, timeout)
         self._closed = False
 
     def __enter__(self):
@@ -163,23 +168,46 @@ class Client:
         return futures
 
     def _watch(self, job, by_task):
-        """Resolve each future as its task ends (one thread per job)."""
-        try:
-            watch = self._conn.watch(job)
-            while True:
-                results = self._conn.next_results(watch)
-                if results is None:
-                    break
-                for result in results:
-                    future = by_task.get(result["task"])
-                    if future is not None:
-                        _resolve(future, result)
-        except Exception as e:  # noqa: BLE001 - every waiting future learns why
-            error = TaskError(f"lost the results of job {job}: {e}")
-            for future in by_task.values():
-                _settle(future, error=error)
+        """Resolve each future as its task ends (one thread per job). A lost connection is
+        made again (the scheduler may be restarting on its journal) and the job watched anew:
+        the results it sends again resolve nothing twice."""
+        lost_since = None
+        while True:
+            try:
+                conn = self._conn
+                watch = conn.watch(job)
+                while True:
+                    results = conn.next_results(watch)
+                    if results is None:
+                        break
+                    lost_since = None
+                    for result in results:
+                        future = by_task.get(result["task"])
+                        if future is not None:
+                            _resolve(future, result)
+                break
+            except ConnectionError as e:
+                lost_since = lost_since or time.monotonic()
+                if self._closed or time.monotonic() - lost_since > self._reconnect_timeout:
+                    self._fail(job, by_task, e)
+                    return
+                time.sleep(0.1)
+                try:
+                    if conn is self._conn:
+                        self._conn = _native.Connection(self._access_file, 1.0)
+                except ConnectionError:
+                    pass
+            except Exception as e:  # noqa: BLE001 - every waiting future learns why
+                self._fail(job, by_task, e)
+                return
         for future in by_task.values():
             _settle(future, error=TaskError(f"job {job} ended without a result for this task"))
+
+    @staticmethod
+    def _fail(job, by_task, error):
+        error = TaskError(f"lost the results of job {job}: {error}")
+        for future in by_task.values():
+            _settle(future, error=error)
 
     # Waiting and cancelling
 
@@ -270,32 +298,49 @@ class LocalCluster:
     (loopback only), in a temporary directory; stopped on `close()` or leaving `with`.
     The executables come from beside the package (`weir/bin/`) or from PATH."""
 
-    def __init__(self, workers=2, slots=2, worker_args=(), scheduler_args=(), timeout=30.0):
+    def __init__(self, workers=2, slots=2, worker_args=(), scheduler_args=(), timeout=30.0,
+                 journal=False):
         self._dir = tempfile.mkdtemp(prefix="weir-local-")
         self.access_file = os.path.join(self._dir, "access.json")
         self._processes = []
         self.workers = {}
         self._log = open(os.path.join(self._dir, "cluster.log"), "ab")
+        self._scheduler_argv = [
+            _executable("scheduler"), "--listen", "quic://127.0.0.1:0", "--access-file",
+            self.access_file, *scheduler_args]
+        if journal:
+            self._scheduler_argv += ["--journal", os.path.join(self._dir, "journal")]
         try:
-            scheduler = subprocess.Popen(
-                [_executable("scheduler"), "--listen", "quic://127.0.0.1:0", "--access-file",
-                 self.access_file, *scheduler_args],
-                cwd=self._dir, stdout=self._log, stderr=self._log)
-            self._processes.append(scheduler)
-            deadline = time.monotonic() + timeout
-            while not os.path.exists(self.access_file):
-                if scheduler.poll() is not None:
-                    raise RuntimeError(f"the scheduler exited ({scheduler.returncode}); see "
-                                       f"{self._log.name}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the scheduler did not start")
-                time.sleep(0.01)
+            self.scheduler = self._start_scheduler(timeout)
             for i in range(workers):
                 self.add_worker(f"local-{i}", slots, worker_args)
             self.wait_workers(workers, timeout)
         except BaseException:
             self.close()
             raise
+
+    def _start_scheduler(self, timeout):
+        scheduler = subprocess.Popen(self._scheduler_argv, cwd=self._dir, stdout=self._log,
+                                     stderr=self._log)
+        self._processes.insert(0, scheduler)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.access_file):
+            if scheduler.poll() is not None:
+                raise RuntimeError(f"the scheduler exited ({scheduler.returncode}); see "
+                                   f"{self._log.name}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("the scheduler did not start")
+            time.sleep(0.01)
+        return scheduler
+
+    def kill_scheduler_and_restart(self, timeout=30.0):
+        """`kill -9` the scheduler and start it again (on its journal, with `journal=True`);
+        workers and clients reconnect through the access file it writes anew."""
+        self.scheduler.kill()
+        self.scheduler.wait()
+        self._processes.remove(self.scheduler)
+        os.remove(self.access_file)
+        self.scheduler = self._start_scheduler(timeout)
 
     def wait_workers(self, count, timeout=30.0):
         """Until at least `count` workers are registered."""

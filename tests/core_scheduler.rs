@@ -1043,18 +1043,36 @@ fn a_watch_gets_each_result_as_its_task_ends_and_a_late_one_what_ended_before() 
         )
     };
     // Each result goes at once, not throttled like progress.
-    assert_eq!(watched(&finish(&mut core, 1, tasks[1]), 2), (vec![tasks[1]], false));
-    assert_eq!(watched(&finish(&mut core, 2, tasks[0]), 2), (vec![tasks[0]], false));
+    assert_eq!(
+        watched(&finish(&mut core, 1, tasks[1]), 2),
+        (vec![tasks[1]], false)
+    );
+    assert_eq!(
+        watched(&finish(&mut core, 2, tasks[0]), 2),
+        (vec![tasks[0]], false)
+    );
     // A watcher that comes late is sent what ended so far first.
-    let late = round(&mut core, 3, vec![from_client(3, Request::Watch { job: 1 })]);
+    let late = round(
+        &mut core,
+        3,
+        vec![from_client(3, Request::Watch { job: 1 })],
+    );
     assert_eq!(watched(&late, 3), (vec![tasks[0], tasks[1]], false));
     let last = finish(&mut core, 4, tasks[2]);
     assert_eq!(watched(&last, 2), (vec![tasks[2]], true));
     assert_eq!(watched(&last, 3), (vec![tasks[2]], true));
     // Once done, a watch is answered whole and ended.
-    let after = round(&mut core, 5, vec![from_client(4, Request::Watch { job: 1 })]);
+    let after = round(
+        &mut core,
+        5,
+        vec![from_client(4, Request::Watch { job: 1 })],
+    );
     assert_eq!(watched(&after, 4), (tasks.clone(), true));
-    let unknown = round(&mut core, 6, vec![from_client(5, Request::Watch { job: 9 })]);
+    let unknown = round(
+        &mut core,
+        6,
+        vec![from_client(5, Request::Watch { job: 9 })],
+    );
     assert!(matches!(
         replies(&unknown, 5)[..],
         [(Response::Error { .. }, true)]
@@ -1089,11 +1107,14 @@ fn cancelling_single_tasks_stops_the_running_ones_and_journals_them_final() {
         Action::ToWorker { worker: 1, message: ToWorker::Cancel(tasks) } if *tasks == vec![first]
     )));
     let journaled = journaled(&actions);
-    assert!(journaled.iter().any(|r| matches!(
-        r,
-        Record::Final(finals) if finals.len() == 2
-            && finals.iter().all(|(_, state, _, _)| *state == TaskState::Canceled)
-    )), "{journaled:#?}");
+    assert!(
+        journaled.iter().any(|r| matches!(
+            r,
+            Record::Final(finals) if finals.len() == 2
+                && finals.iter().all(|(_, state, _, _)| *state == TaskState::Canceled)
+        )),
+        "{journaled:#?}"
+    );
     let counts = core.tasks().status().tasks;
     assert_eq!(counts.canceled, 2);
     // The reply waits for the journal (a durable answer).

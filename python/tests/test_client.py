@@ -173,3 +173,8 @@ def test_a_scheduler_killed_and_restarted_mid_map_loses_no_future():
         # The client watches the job again on the restarted scheduler; what it had is not
         # resolved twice, what ran meanwhile is reported by the workers when they rejoin.
         assert client.gather(futures) == [-x for x in range(600)]
+
+
+def test_gather_shows_progress_on_request(client, capsys):
+    assert client.gather(client.map(abs, [-1, -2, -3]), progress=True) == [1, 2, 3]
+    assert "3/3 tasks done" in capsys.readouterr().err

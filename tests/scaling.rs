@@ -182,6 +182,43 @@ fn metrics_expose_tasks_workers_policy_and_environments() {
     ] {
         assert!(body.contains(series), "missing {series} in\n{body}");
     }
+    // Scrapers see the same series names and labels as before the exposition was done by
+    // prometheus-client (the hand-written renderer's, listed here).
+    let mut seen = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let series = line.rsplit_once(' ').map_or(line, |(series, _)| series);
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+        let keys = labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter_map(|pair| pair.split_once('=').map(|(k, _)| k.to_string()));
+        seen.entry(name.to_string()).or_default().extend(keys);
+    }
+    let expected: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = [
+        ("weir_tasks", &["state"][..]),
+        ("weir_jobs_total", &[]),
+        ("weir_workers", &["manager"]),
+        ("weir_slots", &["manager", "busy"]),
+        ("weir_manager_workers", &["manager", "kind"]),
+        ("weir_manager_online", &["manager"]),
+        ("weir_policy_decide_seconds_bucket", &["le"]),
+        ("weir_policy_decide_seconds_sum", &[]),
+        ("weir_policy_decide_seconds_count", &[]),
+        ("weir_policy_errors_total", &[]),
+        ("weir_environment_workers", &["environment", "verdict"]),
+    ]
+    .into_iter()
+    .map(|(name, keys)| {
+        (
+            name.to_string(),
+            keys.iter().map(|k| k.to_string()).collect(),
+        )
+    })
+    .collect();
+    assert_eq!(seen, expected, "in\n{body}");
 }
 
 #[test]

@@ -99,7 +99,7 @@ impl Actor {
             journal,
             deferred: Vec::new(),
             journal_error: None,
-            policy_latency: metrics::Histogram::default(),
+            policy_latency: metrics::policy_histogram(),
         }
     }
 
@@ -234,7 +234,7 @@ impl Actor {
                 Input::ManagerHeartbeat { state, first }
             }
             Event::Decided { result, elapsed } => {
-                self.policy_latency.observe(elapsed);
+                self.policy_latency.observe(elapsed.as_secs_f64());
                 Input::Decided { result }
             }
             Event::PolicyTried {

@@ -85,6 +85,7 @@ impl Launcher {
             scheduler: scheduler.child,
             address: scheduler.address,
             metrics: scheduler.metrics,
+            dashboard: scheduler.dashboard,
             workers: Vec::new(),
             launcher: self,
         })
@@ -96,6 +97,7 @@ struct Scheduler {
     child: Child,
     address: String,
     metrics: Option<String>,
+    dashboard: Option<String>,
 }
 
 impl Scheduler {
@@ -113,10 +115,11 @@ impl Scheduler {
         // From here on an error must not leave the process behind.
         let said = Scheduler::read_lines(&mut child, args);
         match said {
-            Ok((address, metrics)) => Ok(Scheduler {
+            Ok((address, metrics, dashboard)) => Ok(Scheduler {
                 child,
                 address,
                 metrics,
+                dashboard,
             }),
             Err(error) => {
                 let _ = child.kill();
@@ -126,11 +129,12 @@ impl Scheduler {
         }
     }
 
-    /// `scheduler listening on ADDRESS`, then with `--metrics`, `metrics on URL`.
+    /// `scheduler listening on ADDRESS`, then with `--metrics`, `metrics on URL`, then with
+    /// `--dashboard`, `dashboard on URL`.
     fn read_lines<S: AsRef<OsStr>>(
         child: &mut Child,
         args: &[S],
-    ) -> Result<(String, Option<String>), LaunchError> {
+    ) -> Result<(String, Option<String>, Option<String>), LaunchError> {
         let stdout = child.stdout.take().ok_or_else(|| {
             LaunchError::Read(std::io::Error::other("the scheduler has no stdout"))
         })?;
@@ -156,7 +160,18 @@ impl Scheduler {
             }
             false => None,
         };
-        Ok((address, metrics))
+        let dashboard = match args.iter().any(|a| a.as_ref() == "--dashboard") {
+            true => {
+                let line = line()?;
+                let url = line.strip_prefix("dashboard on ");
+                Some(
+                    url.ok_or(LaunchError::NotListening(line.clone()))?
+                        .to_string(),
+                )
+            }
+            false => None,
+        };
+        Ok((address, metrics, dashboard))
     }
 }
 
@@ -168,6 +183,8 @@ pub struct Cluster {
     pub address: String,
     /// `http://…/metrics`, when started with `--metrics`.
     pub metrics: Option<String>,
+    /// The dashboard's URL, when started with `--dashboard`.
+    pub dashboard: Option<String>,
     /// Workers and worker managers, in the order they were started.
     pub workers: Vec<Child>,
     launcher: Launcher,
@@ -231,6 +248,7 @@ impl Cluster {
         self.scheduler = scheduler.child;
         self.address = scheduler.address;
         self.metrics = scheduler.metrics;
+        self.dashboard = scheduler.dashboard;
         Ok(())
     }
 

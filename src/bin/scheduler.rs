@@ -73,6 +73,12 @@ struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
+    /// Serve a live web dashboard at http://ADDR/ (e.g. 127.0.0.1:8080): managers by tier,
+    /// workers and tasks over the last 15 minutes, the policy's decisions and errors,
+    /// environment verdicts, jobs, `explain`; also `/metrics` and JSON under `/api/`. Read-only.
+    /// Beyond loopback it asks for the client token: the URL printed at start carries it.
+    #[arg(long, value_name = "ADDR")]
+    dashboard: Option<SocketAddr>,
     /// Most open connections with each token (clients; workers and managers); more are refused.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
@@ -161,6 +167,7 @@ fn run(args: Args) -> Result<()> {
         record_snapshots: args.record_snapshots,
         journal: args.journal,
         metrics: args.metrics,
+        dashboard: args.dashboard,
         max_connections: args.max_connections,
         forget_after: args.forget_after,
         unschedulable_timeout: args.unschedulable_timeout,
@@ -182,15 +189,14 @@ fn run(args: Args) -> Result<()> {
     runtime.block_on(weir::scheduler::run(settings, Some(scaling), |running| {
         // The first line of stdout (and the second, with --metrics), in one write: scripts and
         // tests wait for it.
-        match running.metrics {
-            Some(metrics) => {
-                println!(
-                    "scheduler listening on {}\nmetrics on http://{metrics}/metrics",
-                    running.address
-                )
-            }
-            None => println!("scheduler listening on {}", running.address),
+        let mut lines = format!("scheduler listening on {}", running.address);
+        if let Some(metrics) = running.metrics {
+            lines.push_str(&format!("\nmetrics on http://{metrics}/metrics"));
         }
+        if let Some(url) = &running.dashboard {
+            lines.push_str(&format!("\ndashboard on {url}"));
+        }
+        println!("{lines}");
     }))?;
     Ok(())
 }

@@ -54,6 +54,8 @@ pub(crate) enum Event {
     Metrics {
         reply: oneshot::Sender<String>,
     },
+    /// The dashboard's snapshot or a task's explanation.
+    Dashboard(super::dashboard::View),
 }
 
 pub(super) struct Actor {
@@ -258,6 +260,19 @@ impl Actor {
             }
             Event::Metrics { reply } => {
                 let _ = reply.send(self.render_metrics());
+                return;
+            }
+            Event::Dashboard(super::dashboard::View::Snapshot(reply)) => {
+                let _ = reply.send(super::dashboard::Snapshot {
+                    status: self.core.status(now),
+                    environments: self.core.environment_report(None),
+                    jobs: self.core.tasks().jobs(20),
+                    policy: self.core.policy_report(),
+                });
+                return;
+            }
+            Event::Dashboard(super::dashboard::View::Explain(task, reply)) => {
+                let _ = reply.send(self.core.explain(now, task));
                 return;
             }
         };

@@ -97,7 +97,7 @@ pub(super) async fn serve(
         Role::Client => &access.client_token,
         Role::Worker | Role::Manager => &access.worker_token,
     };
-    if !same(hello.token.as_bytes(), expected.as_bytes()) {
+    if !crate::net::same_token(hello.token.as_bytes(), expected.as_bytes()) {
         tracing::warn!(%peer, role = ?hello.role, "refused a peer with a wrong token");
         return refuse(
             &connection,
@@ -130,11 +130,6 @@ pub(super) async fn serve(
             super::requests::client_session(connection, events, host).await
         }
     }
-}
-
-/// Constant-time comparison of tokens.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn refuse(

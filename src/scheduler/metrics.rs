@@ -42,7 +42,7 @@ pub async fn serve(listener: TcpListener, events: mpsc::UnboundedSender<Event>) 
     }
 }
 
-async fn metrics(State(events): State<mpsc::UnboundedSender<Event>>) -> Response {
+pub(super) async fn metrics(State(events): State<mpsc::UnboundedSender<Event>>) -> Response {
     let (reply, text) = oneshot::channel();
     if events.send(Event::Metrics { reply }).is_err() {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();

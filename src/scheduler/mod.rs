@@ -8,6 +8,7 @@
 
 mod actor;
 mod connection;
+mod dashboard;
 pub mod journal;
 pub mod lock;
 mod metrics;
@@ -53,6 +54,8 @@ pub struct Settings {
     pub journal: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics.
     pub metrics: Option<SocketAddr>,
+    /// Serve the live web dashboard at http://ADDR/ (and `/metrics` there too).
+    pub dashboard: Option<SocketAddr>,
     /// Most open connections per token (clients; workers and managers).
     pub max_connections: usize,
     /// Forget a job (its results and inputs) this long after it finished; `None`: keep it until
@@ -117,6 +120,8 @@ pub struct Running {
     pub access: AccessFile,
     /// Where `/metrics` is served, with `--metrics`.
     pub metrics: Option<SocketAddr>,
+    /// The dashboard's URL, with `--dashboard` (with `?token=` when bound beyond loopback).
+    pub dashboard: Option<String>,
 }
 
 /// Bind, write the access file, and serve until the process ends.
@@ -188,10 +193,34 @@ pub async fn run(
         Some(listener) => Some(listener.local_addr()?),
         None => None,
     };
+    let dashboard_listener = match settings.dashboard {
+        Some(address) => Some(
+            dashboard::bind(address)
+                .await
+                .map_err(|e| NetError::listen(address, e))?,
+        ),
+        None => None,
+    };
+    // Beyond loopback the dashboard asks for the client token; its URL carries it.
+    let dashboard_token = settings
+        .dashboard
+        .filter(|a| !a.ip().is_loopback())
+        .map(|_| access.client_token.clone());
+    let dashboard_url = match &dashboard_listener {
+        Some(listener) => {
+            let address = listener.local_addr()?;
+            Some(match &dashboard_token {
+                Some(token) => format!("http://{address}/?token={token}"),
+                None => format!("http://{address}/"),
+            })
+        }
+        None => None,
+    };
     ready(&Running {
         address: access.address.clone(),
         access: access.clone(),
         metrics: metrics_address,
+        dashboard: dashboard_url,
     });
 
     let host = Arc::new(PluginHost::with_default_cache()?);
@@ -211,6 +240,9 @@ pub async fn run(
     };
     if let Some(listener) = metrics_listener {
         tokio::spawn(metrics::serve(listener, events.clone()));
+    }
+    if let Some(listener) = dashboard_listener {
+        tokio::spawn(dashboard::serve(listener, events.clone(), dashboard_token));
     }
     let tiers = scaling
         .as_ref()

@@ -30,7 +30,7 @@ use super::scaling::Snapshot;
 use super::tasks::{self, Tasks};
 use crate::proto::{
     ComponentHash, EnvironmentDef, EnvironmentStatus, ErrorCode, JobId, Response, StatusReport,
-    ToWorker, WorkerId,
+    TaskId, ToWorker, WorkerId,
 };
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
@@ -262,6 +262,16 @@ impl Scheduler {
         report.managers = self.managers.status(&self.context(now));
         report.policy_error = self.policy.error.clone();
         report
+    }
+
+    /// `weir explain`: why a task is where it is, and what each manager could do for it.
+    pub fn explain(&self, now: u64, task: TaskId) -> Option<Vec<String>> {
+        let mut lines = self.tasks.explain(now, task)?;
+        if let Some((group, _)) = self.tasks.task_group(task) {
+            let (caps, envs) = (&group.spec.capabilities, &group.spec.environments);
+            lines.extend(self.managers.explain(&self.context(now), caps, envs));
+        }
+        Some(lines)
     }
 
     /// Policy calls that failed (or decided nonsense) so far.

@@ -207,7 +207,8 @@ impl Scheduler {
     }
 
     /// The policy in force, its tiers and its last decisions.
-    pub(super) fn policy_report(&self) -> PolicyReport {
+    /// The running policy, its tiers, last decisions and last error (`weir policy show`).
+    pub fn policy_report(&self) -> PolicyReport {
         let policy = &self.config.policy;
         PolicyReport {
             name: policy.name.clone(),

@@ -102,14 +102,8 @@ impl Scheduler {
                 let report = self.policy_report();
                 self.reply(client, Response::Policy(report), true);
             }
-            Request::Explain { task } => match self.tasks.explain(now, task) {
-                Some(mut lines) => {
-                    if let Some((group, _)) = self.tasks.task_group(task) {
-                        let (caps, envs) = (&group.spec.capabilities, &group.spec.environments);
-                        lines.extend(self.managers.explain(&self.context(now), caps, envs));
-                    }
-                    self.reply(client, Response::Explanation { lines }, true);
-                }
+            Request::Explain { task } => match self.explain(now, task) {
+                Some(lines) => self.reply(client, Response::Explanation { lines }, true),
                 None => self.refuse(client, ErrorCode::NotFound, format!("no task {task}")),
             },
         }

@@ -1,0 +1,265 @@
+//! `scheduler --dashboard ADDR`: a live web page of the waterfall, over axum.
+//!
+//! - `/`: the page (`dashboard/index.html`, `app.js`, and uPlot 1.6.32 vendored as
+//!   `uplot.min.js`/`.css`, MIT), embedded in the binary: no CDN, works offline.
+//! - `/api/snapshot`: status, environments, recent jobs (JSON); `/api/history`: the samples of
+//!   the last 15 minutes; `/api/explain/ID`: `weir explain ID`; `/api/events`: a server-sent
+//!   event per second with the snapshot and its sample; `/metrics`: as `--metrics`.
+//!
+//! Read-only. Bound to loopback it needs no token; bound beyond, every request must carry the
+//! client token (`Authorization: Bearer TOKEN` or `?token=TOKEN`): the scheduler prints a URL
+//! with it at start, and the page keeps it in memory, never in what it serves.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::Event;
+use crate::proto::{EnvironmentStatus, JobSummary, PolicyReport, StatusReport, TaskId};
+
+/// Samples kept for the chart: one a second for 15 minutes.
+const HISTORY: usize = 15 * 60;
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// What the actor answers for the page.
+pub(crate) enum View {
+    Snapshot(oneshot::Sender<Snapshot>),
+    Explain(TaskId, oneshot::Sender<Option<Vec<String>>>),
+}
+
+/// One consistent picture of the scheduler, as the page shows it.
+#[derive(Serialize)]
+pub(crate) struct Snapshot {
+    pub status: StatusReport,
+    pub environments: Vec<EnvironmentStatus>,
+    /// The newest jobs, newest first.
+    pub jobs: Vec<JobSummary>,
+    /// Its tiers, last decision per manager with the reason, and last error.
+    pub policy: PolicyReport,
+}
+
+/// A point of the chart.
+#[derive(Clone, Serialize)]
+struct Sample {
+    /// Seconds since the Unix epoch.
+    t: u64,
+    /// Live workers per tier ("tier 1", ..., "not in the policy").
+    tiers: BTreeMap<String, u32>,
+    queued: u64,
+    running: u64,
+}
+
+#[derive(Clone)]
+struct Shared {
+    events: mpsc::UnboundedSender<Event>,
+    history: Arc<Mutex<VecDeque<Sample>>>,
+    updates: broadcast::Sender<String>,
+    token: Option<Arc<str>>,
+}
+
+/// The label of a manager's tier on the page.
+fn tier_label(tier: Option<u32>) -> String {
+    match tier {
+        Some(priority) => format!("tier {priority}"),
+        None => "not in the policy".to_string(),
+    }
+}
+
+fn sample(snapshot: &Snapshot) -> Sample {
+    let mut tiers = BTreeMap::new();
+    for m in &snapshot.status.managers {
+        *tiers.entry(tier_label(m.tier)).or_default() += m.live;
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Sample {
+        t,
+        tiers,
+        queued: snapshot.status.tasks.queued,
+        running: snapshot.status.tasks.running,
+    }
+}
+
+async fn snapshot(events: &mpsc::UnboundedSender<Event>) -> Option<Snapshot> {
+    let (reply, answer) = oneshot::channel();
+    events.send(Event::Dashboard(View::Snapshot(reply))).ok()?;
+    answer.await.ok()
+}
+
+/// Serve the page until the process ends; `token`: required when bound beyond loopback.
+pub async fn serve(
+    listener: TcpListener,
+    events: mpsc::UnboundedSender<Event>,
+    token: Option<String>,
+) {
+    let (updates, _) = broadcast::channel(16);
+    let shared = Shared {
+        events,
+        history: Arc::default(),
+        updates,
+        token: token.map(Arc::from),
+    };
+    tokio::spawn(sampler(shared.clone()));
+    let app = Router::new()
+        .route("/", get(|| asset("text/html; charset=utf-8", INDEX)))
+        .route("/app.js", get(|| asset("text/javascript", APP)))
+        .route("/uplot.min.js", get(|| asset("text/javascript", UPLOT_JS)))
+        .route("/uplot.min.css", get(|| asset("text/css", UPLOT_CSS)))
+        .route("/api/snapshot", get(api_snapshot))
+        .route("/api/history", get(api_history))
+        .route("/api/explain/{task}", get(api_explain))
+        .route("/api/events", get(api_events))
+        .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(shared.clone(), authorize))
+        .with_state(shared);
+    if let Err(error) = axum::serve(listener, app).await {
+        tracing::error!(%error, "the dashboard server stopped");
+    }
+}
+
+const INDEX: &str = include_str!("dashboard/index.html");
+const APP: &str = include_str!("dashboard/app.js");
+const UPLOT_JS: &str = include_str!("dashboard/uplot.min.js");
+const UPLOT_CSS: &str = include_str!("dashboard/uplot.min.css");
+
+async fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// Beyond loopback, the client token as a bearer or `?token=`.
+async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    let Some(token) = &shared.token else {
+        return next.run(request).await;
+    };
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let query = request
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("token="));
+    let given = bearer.or(query).unwrap_or("");
+    if crate::net::same_token(given.as_bytes(), token.as_bytes()) {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            "this dashboard needs the client token: open the URL the scheduler printed\n",
+        )
+            .into_response()
+    }
+}
+
+fn json(value: &impl Serialize) -> Response {
+    match serde_json::to_string(value) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    }
+}
+
+async fn metrics(State(shared): State<Shared>) -> Response {
+    super::metrics::metrics(State(shared.events)).await
+}
+
+async fn api_snapshot(State(shared): State<Shared>) -> Response {
+    match snapshot(&shared.events).await {
+        Some(snapshot) => json(&snapshot),
+        None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+async fn api_history(State(shared): State<Shared>) -> Response {
+    let history: Vec<Sample> = shared
+        .history
+        .lock()
+        .map(|h| h.iter().cloned().collect())
+        .unwrap_or_default();
+    json(&history)
+}
+
+async fn api_explain(State(shared): State<Shared>, Path(task): Path<TaskId>) -> Response {
+    let (reply, answer) = oneshot::channel();
+    if shared
+        .events
+        .send(Event::Dashboard(View::Explain(task, reply)))
+        .is_err()
+    {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    match answer.await {
+        Ok(Some(lines)) => json(&lines),
+        Ok(None) => (StatusCode::NOT_FOUND, format!("no task {task}")).into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// One event a second: `{"snapshot": ..., "sample": ...}`.
+async fn api_events(
+    State(shared): State<Shared>,
+) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
+    let updates = shared.updates.subscribe();
+    let stream = futures_util::stream::unfold(updates, |mut updates| async move {
+        loop {
+            match updates.recv().await {
+                Ok(data) => return Some((Ok(SseEvent::default().data(data)), updates)),
+                // A slow page skips what it missed: the next event is whole.
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// Every second: a snapshot, kept as a sample and sent to the open pages.
+async fn sampler(shared: Shared) {
+    let mut every = tokio::time::interval(SAMPLE_EVERY);
+    loop {
+        every.tick().await;
+        let Some(snapshot) = snapshot(&shared.events).await else {
+            return;
+        };
+        let point = sample(&snapshot);
+        if let Ok(mut history) = shared.history.lock() {
+            if history.len() == HISTORY {
+                history.pop_front();
+            }
+            history.push_back(point.clone());
+        }
+        #[derive(Serialize)]
+        struct Update<'a> {
+            snapshot: &'a Snapshot,
+            sample: &'a Sample,
+        }
+        if shared.updates.receiver_count() > 0
+            && let Ok(data) = serde_json::to_string(&Update {
+                snapshot: &snapshot,
+                sample: &point,
+            })
+        {
+            let _ = shared.updates.send(data);
+        }
+    }
+}
+
+pub async fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(address).await
+}

@@ -1,0 +1,246 @@
+//! `scheduler --dashboard`: the page in a real browser. Headless Chromium is driven over the
+//! DevTools protocol while a cluster of two tiers takes a burst and an environment is
+//! registered; the page follows the live event stream, nothing reloads it. Ignored in a plain
+//! `cargo test` (it needs Debian's `chromium`); CI installs Chromium and runs it. Leaves a
+//! screenshot at `$CARGO_TARGET_DIR/dashboard.png`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::Cluster;
+use serde_json::{Value, json};
+use tungstenite::{Message, WebSocket};
+
+fn chromium() -> PathBuf {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .map(|name| Path::new("/usr/bin").join(name))
+        .find(|path| path.exists())
+        .expect("NOT RUN: no Chromium (apt-get install chromium); CI installs it")
+}
+
+/// A headless Chromium with one page, driven over the DevTools protocol.
+struct Browser {
+    child: Child,
+    socket: WebSocket<TcpStream>,
+    session: String,
+    next: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Browser {
+    fn open(url: &str) -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        let mut child = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--window-size=1280,900",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("chromium starts");
+        // "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/ID"
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let endpoint = loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "chromium ended");
+            if let Some(at) = line.find("ws://") {
+                break line[at..].trim().to_string();
+            }
+        };
+        // Keep reading its stderr so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        let host = endpoint["ws://".len()..].split('/').next().unwrap();
+        let stream = TcpStream::connect(host).expect("DevTools answers");
+        let (socket, _) =
+            tungstenite::client(endpoint.as_str(), stream).expect("DevTools connects");
+        let mut browser = Browser {
+            child,
+            socket,
+            session: String::new(),
+            next: 0,
+            _profile: profile,
+        };
+        let target = browser.call("Target.createTarget", json!({ "url": url }));
+        let attached = browser.call(
+            "Target.attachToTarget",
+            json!({ "targetId": target["targetId"], "flatten": true }),
+        );
+        browser.session = attached["sessionId"].as_str().unwrap().to_string();
+        browser
+    }
+
+    /// One DevTools command; its result (events that arrive meanwhile are skipped).
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let mut message = json!({ "id": self.next, "method": method, "params": params });
+        if !self.session.is_empty() {
+            message["sessionId"] = json!(self.session);
+        }
+        self.socket
+            .send(Message::text(message.to_string()))
+            .unwrap();
+        loop {
+            let Message::Text(text) = self.socket.read().unwrap() else {
+                continue;
+            };
+            let reply: Value = serde_json::from_str(&text).unwrap();
+            if reply["id"] == json!(self.next) {
+                assert!(reply["error"].is_null(), "{method}: {reply}");
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// The value of a JavaScript expression in the page.
+    fn eval(&mut self, expression: &str) -> Value {
+        let result = self.call(
+            "Runtime.evaluate",
+            json!({ "expression": expression, "returnByValue": true }),
+        );
+        result["result"]["value"].clone()
+    }
+
+    /// Poll the page until `expression` is true (the page updates from its event stream).
+    fn until(&mut self, expression: &str, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.eval(expression) != json!(true) {
+            let text = self.eval("document.body.innerText");
+            assert!(
+                Instant::now() < deadline,
+                "{what}: never true: {expression}\n{text}"
+            );
+            common::pause();
+        }
+    }
+
+    fn screenshot(&mut self, path: &Path) {
+        let shot = self.call("Page.captureScreenshot", json!({ "format": "png" }));
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap())
+            .unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs Debian's chromium (apt-get install chromium): CI runs it"]
+fn the_dashboard_shows_tiers_a_burst_and_verdicts_in_a_browser() {
+    let mut cluster = Cluster::with_policy(
+        "waterfall_v2",
+        "1, fast\n2, slow",
+        &["--dashboard", "127.0.0.1:0"],
+    );
+    cluster.dynamic_manager("first", "fast", 2);
+    cluster.dynamic_manager("second", "slow", 2);
+    cluster.await_managers(2);
+    let url = cluster.dashboard.clone().expect("the dashboard's URL");
+    let mut page = Browser::open(&url);
+
+    // Both managers, each under its tier, and the stream is live.
+    page.until(
+        "!!document.querySelector('tr[data-manager=first]') && \
+         !!document.querySelector('tr[data-manager=second]')",
+        "both managers shown",
+    );
+    page.until(
+        "document.getElementById('live').textContent === 'live'",
+        "the event stream open",
+    );
+    let text = page.eval("document.getElementById('managers').innerText");
+    let text = text.as_str().unwrap();
+    assert!(
+        text.find("tier 1").unwrap() < text.find("first").unwrap()
+            && text.find("tier 2").unwrap() < text.find("second").unwrap(),
+        "{text}"
+    );
+    let samples = |page: &mut Browser| {
+        page.eval("Number(document.getElementById('chart').dataset.samples)")
+            .as_u64()
+            .unwrap()
+    };
+    let before = samples(&mut page);
+
+    // A burst fills the first tier and spills into the second: the chart's series grow.
+    cluster.json(&["submit", "--count", "8", "--", "sleep", "3"]);
+    page.until(
+        "Number(document.getElementById('chart').dataset.peakTasks) >= 8",
+        "the burst in the chart",
+    );
+    page.until(
+        "Number(document.getElementById('chart').dataset.peakWorkers) >= 2",
+        "workers of both tiers in the chart",
+    );
+    assert!(samples(&mut page) > before);
+    page.until(
+        "/tier 1: [1-9]/.test(document.getElementById('managers').innerText) && \
+         /tier 2: [1-9]/.test(document.getElementById('managers').innerText)",
+        "live workers in both tiers",
+    );
+    let screenshot = Path::new(env!("CARGO_BIN_EXE_scheduler"))
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("dashboard.png");
+    page.screenshot(&screenshot);
+    assert!(std::fs::metadata(&screenshot).unwrap().len() > 10_000);
+
+    // An environment registered now shows its verdicts, per manager.
+    cluster.env_register("big", "mem_gt", "threshold=1");
+    page.until(
+        "!!document.querySelector('tr[data-environment=big]') && \
+         document.querySelector('tr[data-environment=big]').innerText.includes('✓')",
+        "the verdicts of `big`",
+    );
+}
+
+#[test]
+fn the_dashboard_beyond_loopback_asks_for_the_token() {
+    // 0.0.0.0 is "beyond loopback" for the rule; the test still only connects to 127.0.0.1.
+    let cluster = Cluster::start_with(&["--dashboard", "0.0.0.0:0"]);
+    let url = cluster.dashboard.clone().unwrap();
+    let (base, token) = url
+        .split_once("?token=")
+        .expect("the URL carries the token");
+    let port = base.rsplit(':').next().unwrap().trim_end_matches('/');
+    let local = format!("http://127.0.0.1:{port}/");
+    let get = |path: &str| {
+        use std::io::{Read, Write};
+        let mut stream = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        response
+    };
+    assert!(get("/api/snapshot").starts_with("HTTP/1.0 401"), "{local}");
+    assert!(get("/").starts_with("HTTP/1.0 401"));
+    assert!(get("/api/snapshot?token=wrong").starts_with("HTTP/1.0 401"));
+    assert!(get(&format!("/api/snapshot?token={token}")).starts_with("HTTP/1.0 200"));
+    // The page itself does not carry the token: it reads it from its own URL.
+    let page = get(&format!("/?token={token}"));
+    assert!(page.starts_with("HTTP/1.0 200") && !page.contains(token));
+}

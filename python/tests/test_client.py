@@ -178,3 +178,80 @@ def test_a_scheduler_killed_and_restarted_mid_map_loses_no_future():
 def test_gather_shows_progress_on_request(client, capsys):
     assert client.gather(client.map(abs, [-1, -2, -3]), progress=True) == [1, 2, 3]
     assert "3/3 tasks done" in capsys.readouterr().err
+
+
+def test_cancelled_futures_count_as_done_for_wait(client, tmp_path):
+    marker = tmp_path / "started"
+
+    def hangs(path):
+        open(path, "w").close()
+        time.sleep(600)
+
+    running = client.submit(hangs, str(marker))
+    wait_for(marker.exists, "the task to start")
+    assert running.cancel()
+    done, not_done = weir.wait([running], timeout=30)
+    assert done == {running} and not not_done
+
+
+def test_one_result_that_cannot_be_unpickled_fails_only_its_future(client):
+    class NeedsTwo(Exception):
+        def __init__(self, a, b):
+            super().__init__(f"{a}/{b}")
+
+    def task(i):
+        if i == 0:
+            raise NeedsTwo(1, 2)
+        return i
+
+    futures = client.map(task, range(4))
+    with pytest.raises(weir.TaskError, match="cannot be unpickled"):
+        futures[0].result(timeout=60)
+    assert [f.result(timeout=60) for f in futures[1:]] == [1, 2, 3]
+
+
+def test_a_task_that_exits_does_not_end_the_client(client):
+    future = client.submit(sys.exit, 0)
+    with pytest.raises(weir.TaskError, match="SystemExit"):
+        future.result(timeout=60)
+
+
+def test_a_result_too_big_to_send_fails_its_task_and_the_worker_goes_on(client):
+    future = client.submit(lambda: b"x" * (40 << 20))
+    with pytest.raises(weir.TaskError, match="at most"):
+        future.result(timeout=120)
+    assert client.submit(abs, -3).result(timeout=60) == 3
+
+
+def test_what_a_task_leaves_behind_does_not_reach_the_next_one():
+    def leaves_a_child_and_closes_stdout():
+        if os.fork() == 0:
+            time.sleep(0.5)
+            print("late output from a forked child", flush=True)
+            os._exit(0)
+        os.close(1)
+        return os.getpid()
+
+    def prints():
+        time.sleep(1)
+        print("mine")
+        return os.getpid()
+
+    # One slot: the second task runs in the same runner as the first.
+    with weir.LocalCluster(workers=1, slots=1) as cluster, weir.Client(cluster) as client:
+        pid = client.submit(leaves_a_child_and_closes_stdout).result(timeout=60)
+        future = client.submit(prints)
+        assert future.result(timeout=60) == pid
+        assert future.stdout == b"mine\n"
+
+
+def test_a_runner_killed_while_a_forked_child_holds_its_pipe_fails_at_once(client):
+    def dies_leaving_a_child():
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        os._exit(3)
+
+    future = client.submit(dies_leaving_a_child, timeout=300)
+    with pytest.raises(weir.TaskError, match="ended"):
+        future.result(timeout=60)

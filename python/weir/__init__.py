@@ -71,7 +71,12 @@ class Future(_cf.Future):
         return True
 
     def _cancel_here(self):
-        return super().cancel()
+        # Cancelled *and notified*: weir.wait and weir.as_completed count it as done.
+        with self._condition:
+            if self.done():
+                return
+            super().cancel()
+            self.set_running_or_notify_cancel()
 
     def __repr__(self):
         return f"<weir.Future task={self.task} state={self._state}>"
@@ -257,11 +262,20 @@ def _resolve(future, result):
     kind = result["kind"]
     if kind == "function":
         future.stdout, future.stderr = result["stdout"], result["stderr"]
-        value = cloudpickle.loads(result["value"])
+        try:
+            value = cloudpickle.loads(result["value"])
+        except Exception as e:  # noqa: BLE001 - this future fails, not the others of its job
+            what = "result" if result["ok"] else "exception"
+            _settle(future, error=TaskError(
+                f"the task's {what} came back but cannot be unpickled here: {e!r}"))
+            return
         if result["ok"]:
             _settle(future, value)
             return
         error, remote = value
+        if not isinstance(error, Exception):
+            # SystemExit, KeyboardInterrupt...: the task's, not this program's.
+            error = TaskError(f"the task raised {type(error).__name__}({error})")
         if hasattr(error, "add_note"):
             error.add_note("Traceback on the worker:\n" + remote.rstrip())
         else:

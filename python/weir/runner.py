@@ -6,7 +6,9 @@ points fds 0-2 elsewhere: fd 0 at /dev/null, fds 1 and 2 at files emptied before
 so what a task prints (from Python or from a subprocess) is captured apart from the protocol.
 """
 
+import collections
 import os
+import signal
 import struct
 import sys
 import tempfile
@@ -20,6 +22,9 @@ except ImportError as e:  # pragma: no cover - reported to the worker as the run
 
 # What a task may print and still have it all sent back (the rest is cut, and said so).
 OUTPUT_LIMIT = 1 << 20
+# Functions kept, oldest dropped first: the worker drops them in the same order (it sends each
+# once per runner, and again once dropped). Must match KEEP_FUNCTIONS in src/worker/functions.rs.
+KEEP_FUNCTIONS = 8
 MAGIC = b"WEIRFN1\n"
 
 
@@ -99,26 +104,77 @@ def _take(capture):
     return data
 
 
+_forked = False
+
+
+def _note_fork():
+    global _forked
+    _forked = True
+
+
+def _kill_leftovers():
+    """Kill what a task started and left running in this runner's process group (a fork, a
+    background subprocess), as a command task's leftovers are killed: it must not print into,
+    or compete with, the next task."""
+    me, group = os.getpid(), os.getpgid(0)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) == group:
+                os.kill(int(entry), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            pass
+    # Reap what was killed (and what ended by itself).
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+
+
+def _has_children():
+    """Whether this runner has a child left (`subprocess` forks without the at-fork hooks)."""
+    pid = os.getpid()
+    try:
+        with open(f"/proc/self/task/{pid}/children") as children:
+            return bool(children.read().strip())
+    except OSError:
+        return True  # cannot tell: look
+
+
 def main():
     worker = os.environ.get("WEIR_WORKER_NAME", "(unknown)")
     # The protocol keeps the original stdin/stdout; the task sees /dev/null and capture files.
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
     proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    protocol_fds = (proto_in.fileno(), proto_out.fileno())
+    # A child a task forks must not hold the protocol open (the worker would wait on it).
+    os.register_at_fork(after_in_child=lambda: [os.close(fd) for fd in protocol_fds],
+                        after_in_parent=_note_fork)
     devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
     out_capture = tempfile.TemporaryFile()
     err_capture = tempfile.TemporaryFile()
-    os.dup2(out_capture.fileno(), 1)
-    os.dup2(err_capture.fileno(), 2)
-    sys.stdin = open(os.devnull)
-    functions = {}
+    functions = collections.OrderedDict()
+    global _forked
     while True:
+        # Each task starts with fds 0-2 as the first did, whatever the last one closed.
+        os.dup2(devnull, 0)
+        os.dup2(out_capture.fileno(), 1)
+        os.dup2(err_capture.fileno(), 2)
+        sys.stdin = open(os.devnull)
         frame = _read_frame(proto_in)
         if frame is None:
             return
         kind, key, body = frame[:1], frame[1:33], frame[33:]
         if kind == b"F":
             functions[key] = _load_function(body, worker)
+            while len(functions) > KEEP_FUNCTIONS:
+                functions.popitem(last=False)
             continue
         if kind != b"T":
             _write_reply(proto_out, 2, b"", b"", b"weir.runner: unknown frame %r" % kind)
@@ -133,14 +189,24 @@ def main():
             message = f"module {e.name!r} is missing on worker {worker}: {e}"
             _write_reply(proto_out, 2, b"", b"", message.encode())
             continue
+        except Exception as e:  # noqa: BLE001 - the task fails, saying why; the runner goes on
+            message = f"cannot unpickle the task's arguments on worker {worker}: {e!r}"
+            _write_reply(proto_out, 2, b"", b"", message.encode())
+            continue
         try:
             value = function(*args, **kwargs)
             status = 0
         except BaseException as e:  # noqa: BLE001 - the task's exception goes to its future
             status = 1
             value = (e, traceback.format_exc())
-        sys.stdout.flush()
-        sys.stderr.flush()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:
+            pass  # the task closed them
+        if _forked or _has_children():
+            _kill_leftovers()
+            _forked = False
         try:
             pickled = cloudpickle.dumps(value)
         except Exception as e:  # noqa: BLE001 - an unpicklable result fails its task

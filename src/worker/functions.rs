@@ -19,7 +19,7 @@
 //!
 //! [`TaskKind::Function`]: crate::proto::TaskKind::Function
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -32,8 +32,13 @@ use super::guard::{self, ProcessGroup};
 use super::run::{Cancel, canceled};
 use crate::proto::Outcome;
 
-/// The largest frame a runner may send (a result bigger than this fails its task).
-const MAX_REPLY: usize = 256 << 20;
+/// The largest reply a runner may send: a result bigger than this fails its task (it must fit,
+/// with the task's output, in one frame to the scheduler).
+const MAX_REPLY: usize = 32 << 20;
+
+/// Functions a runner keeps (oldest dropped first; the runner drops them in the same order, as
+/// it gets them in the order they are sent), so a long-lived runner's memory stays bounded.
+const KEEP_FUNCTIONS: usize = 8;
 
 /// Idle runners by argv, and how many tasks a runner runs before it is replaced.
 pub(super) struct Runners {
@@ -49,8 +54,8 @@ struct RunnerProcess {
     stdout: BufReader<ChildStdout>,
     /// Killed, every process in it, when the runner is dropped.
     _group: Option<ProcessGroup>,
-    /// Functions it has been sent.
-    known: HashSet<[u8; 32]>,
+    /// Functions it has been sent and keeps, oldest first (at most [`KEEP_FUNCTIONS`]).
+    known: VecDeque<[u8; 32]>,
     tasks: u32,
 }
 
@@ -71,7 +76,8 @@ enum RunnerError {
 
 /// How waiting for a reply ended.
 enum Waited {
-    Reply(Result<Vec<u8>, std::io::Error>),
+    /// The reply, or the length of one too big to take.
+    Reply(Result<Result<Vec<u8>, usize>, std::io::Error>),
     TimedOut(Duration),
     Canceled,
 }
@@ -112,13 +118,23 @@ impl Runners {
         };
         let hash: [u8; 32] = Sha256::digest(function).into();
         let waited = {
+            let RunnerProcess {
+                child,
+                stdin,
+                stdout,
+                known,
+                ..
+            } = &mut runner;
             let exchange = async {
-                if !runner.known.contains(&hash) {
-                    write_frame(&mut runner.stdin, b'F', &hash, function).await?;
-                    runner.known.insert(hash);
+                if !known.contains(&hash) {
+                    write_frame(stdin, b'F', &hash, function).await?;
+                    known.push_back(hash);
+                    if known.len() > KEEP_FUNCTIONS {
+                        known.pop_front();
+                    }
                 }
-                write_frame(&mut runner.stdin, b'T', &hash, &input).await?;
-                read_frame(&mut runner.stdout).await
+                write_frame(stdin, b'T', &hash, &input).await?;
+                read_frame(stdout).await
             };
             let timed = async {
                 match timeout {
@@ -130,14 +146,25 @@ impl Runners {
                 }
             };
             tokio::select! {
+                biased;
                 waited = timed => waited,
                 () = cancel.stopped() => Waited::Canceled,
+                // The runner died while something it started still holds its pipe open.
+                _ = child.wait() => Waited::Reply(Err(std::io::Error::other("it exited"))),
             }
         };
         // On a timeout or cancel the runner (and whatever the task started) is killed with its
         // group as it is dropped here; the next task starts a fresh one.
         let reply = match waited {
-            Waited::Reply(Ok(reply)) => reply,
+            Waited::Reply(Ok(Ok(reply))) => reply,
+            // Its reply is left unread in the pipe: the runner goes (killed as it is dropped).
+            Waited::Reply(Ok(Err(length))) => {
+                return Outcome::Error {
+                    message: format!(
+                        "the function's result and output take {length} bytes; at most {MAX_REPLY} go back through the scheduler (return less, or write it to shared storage)"
+                    ),
+                };
+            }
             Waited::Reply(Err(error)) => {
                 return Outcome::Error {
                     message: runner.ended(argv, error).await.to_string(),
@@ -198,7 +225,7 @@ impl Runners {
             stdin,
             stdout: BufReader::new(stdout),
             _group: group,
-            known: HashSet::new(),
+            known: VecDeque::new(),
             tasks: 0,
         })
     }
@@ -248,18 +275,17 @@ async fn write_frame(
     to.flush().await
 }
 
-async fn read_frame(from: &mut BufReader<ChildStdout>) -> std::io::Result<Vec<u8>> {
+/// A reply, or `Err(length)` for one longer than [`MAX_REPLY`] (left unread).
+async fn read_frame(from: &mut BufReader<ChildStdout>) -> std::io::Result<Result<Vec<u8>, usize>> {
     let mut length = [0u8; 4];
     from.read_exact(&mut length).await?;
     let length = u32::from_le_bytes(length) as usize;
     if length > MAX_REPLY {
-        return Err(std::io::Error::other(format!(
-            "a reply of {length} bytes (at most {MAX_REPLY})"
-        )));
+        return Ok(Err(length));
     }
     let mut body = vec![0u8; length];
     from.read_exact(&mut body).await?;
-    Ok(body)
+    Ok(Ok(body))
 }
 
 /// An `R` frame's body as the task's outcome.

@@ -69,6 +69,10 @@ pub struct Settings {
     pub ends_at: Option<std::time::Instant>,
 }
 
+/// The most outcome bytes one `Finished` frame carries (a single bigger outcome goes alone: a
+/// function result is capped below the frame limit, command output by `--output-limit`).
+const REPORT_FRAME_BYTES: usize = 16 << 20;
+
 pub(crate) struct Group {
     pub job: JobId,
     pub spec: TaskSpec,
@@ -218,6 +222,21 @@ impl Worker {
         }
         self.reported += batch.len() as u64;
         self.unacknowledged.extend(batch.iter().cloned());
-        let _ = outgoing.send(FromWorker::Finished(batch));
+        // Frames well below the frame limit, however big the outputs (the scheduler counts
+        // outcomes, not frames, when it acknowledges them).
+        let mut frame = Vec::new();
+        let mut bytes = 0;
+        for (task, outcome) in batch {
+            let size = outcome.size_hint();
+            if !frame.is_empty() && bytes + size > REPORT_FRAME_BYTES {
+                let _ = outgoing.send(FromWorker::Finished(std::mem::take(&mut frame)));
+                bytes = 0;
+            }
+            bytes += size;
+            frame.push((task, outcome));
+        }
+        if !frame.is_empty() {
+            let _ = outgoing.send(FromWorker::Finished(frame));
+        }
     }
 }

@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use super::{ClientId, PolicyInfo, Record, Scheduler};
-use crate::proto::{
-    ComponentHash, ErrorCode, JobId, NewGroup, Outcome, Request, Response, TaskResult,
-};
+use crate::proto::{ComponentHash, ErrorCode, JobId, NewGroup, Request, Response, TaskResult};
 
 /// Most bytes of results in one `Results` frame (well under `MAX_FRAME`: a task's output is
 /// capped by the worker's `--output-limit`, 1 MiB per stream by default).
@@ -189,18 +187,7 @@ impl Scheduler {
         let mut chunk = Vec::new();
         let mut bytes = 0;
         for result in results {
-            let size = 64
-                + match &result.outcome {
-                    Outcome::Exited { stdout, stderr, .. } => stdout.len() + stderr.len(),
-                    Outcome::Returned { output } => output.len(),
-                    Outcome::Function {
-                        value,
-                        stdout,
-                        stderr,
-                        ..
-                    } => value.len() + stdout.len() + stderr.len(),
-                    Outcome::Error { message } => message.len(),
-                };
+            let size = result.outcome.size_hint();
             if !chunk.is_empty() && bytes + size > RESULTS_CHUNK_BYTES {
                 self.reply(client, Response::Results(std::mem::take(&mut chunk)), false);
                 bytes = 0;

@@ -92,6 +92,21 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// About how many bytes it takes in a frame (for splitting batches below the frame limit).
+    pub fn size_hint(&self) -> usize {
+        64 + match self {
+            Outcome::Exited { stdout, stderr, .. } => stdout.len() + stderr.len(),
+            Outcome::Returned { output } => output.len(),
+            Outcome::Function {
+                value,
+                stdout,
+                stderr,
+                ..
+            } => value.len() + stdout.len() + stderr.len(),
+            Outcome::Error { message } => message.len(),
+        }
+    }
+
     pub fn succeeded(&self) -> bool {
         matches!(
             self,

@@ -255,3 +255,12 @@ def test_a_runner_killed_while_a_forked_child_holds_its_pipe_fails_at_once(clien
     future = client.submit(dies_leaving_a_child, timeout=300)
     with pytest.raises(weir.TaskError, match="ended"):
         future.result(timeout=60)
+
+
+def test_a_runner_keeps_a_bounded_set_of_functions_and_gets_old_ones_again():
+    # One slot, one runner: more functions than it keeps (8), then the first ones again.
+    with weir.LocalCluster(workers=1, slots=1) as cluster, weir.Client(cluster) as client:
+        functions = [(lambda k: (lambda x: x + k))(k) for k in range(12)]
+        assert [client.submit(f, 100).result(timeout=60) for f in functions] == \
+            [100 + k for k in range(12)]
+        assert [client.submit(f, 0).result(timeout=60) for f in functions[:3]] == [0, 1, 2]

@@ -149,28 +149,19 @@ impl Scheduler {
             .strip_prefix("scheduler listening on ")
             .ok_or_else(|| LaunchError::NotListening(first.clone()))?
             .to_string();
-        let metrics = match args.iter().any(|a| a.as_ref() == "--metrics") {
-            true => {
-                let second = line()?;
-                let url = second.strip_prefix("metrics on ");
-                Some(
-                    url.ok_or(LaunchError::NotListening(second.clone()))?
-                        .to_string(),
-                )
+        // With `flag`, the next line is `PREFIX URL`.
+        let mut url = |flag: &str, prefix: &str| -> Result<Option<String>, LaunchError> {
+            if !args.iter().any(|a| a.as_ref() == flag) {
+                return Ok(None);
             }
-            false => None,
-        };
-        let dashboard = match args.iter().any(|a| a.as_ref() == "--dashboard") {
-            true => {
-                let line = line()?;
-                let url = line.strip_prefix("dashboard on ");
-                Some(
-                    url.ok_or(LaunchError::NotListening(line.clone()))?
-                        .to_string(),
-                )
+            let said = line()?;
+            match said.strip_prefix(prefix) {
+                Some(url) => Ok(Some(url.to_string())),
+                None => Err(LaunchError::NotListening(said)),
             }
-            false => None,
         };
+        let metrics = url("--metrics", "metrics on ")?;
+        let dashboard = url("--dashboard", "dashboard on ")?;
         Ok((address, metrics, dashboard))
     }
 }

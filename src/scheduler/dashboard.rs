@@ -12,7 +12,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -258,8 +257,4 @@ async fn sampler(shared: Shared) {
             let _ = shared.updates.send(data);
         }
     }
-}
-
-pub async fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(address).await
 }

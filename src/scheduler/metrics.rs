@@ -4,7 +4,6 @@
 //! replaced (tests/scaling.rs compares them), so existing scrapers and dashboards keep working.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
 use axum::Router;
 use axum::extract::State;
@@ -58,10 +57,6 @@ pub(super) async fn metrics(State(events): State<mpsc::UnboundedSender<Event>>) 
             .into_response(),
         Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
-}
-
-pub async fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(address).await
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -181,26 +181,21 @@ pub async fn run(
     };
     access.write(&settings.access_file)?;
     tracing::info!(address = %access.address, access_file = %settings.access_file.display(), "scheduler listening");
-    let metrics_listener = match settings.metrics {
-        Some(address) => Some(
-            metrics::bind(address)
+    let bind = |address: Option<SocketAddr>| async move {
+        match address {
+            Some(address) => tokio::net::TcpListener::bind(address)
                 .await
-                .map_err(|e| NetError::listen(address, e))?,
-        ),
-        None => None,
+                .map(Some)
+                .map_err(|e| NetError::listen(address, e)),
+            None => Ok(None),
+        }
     };
+    let metrics_listener = bind(settings.metrics).await?;
     let metrics_address = match &metrics_listener {
         Some(listener) => Some(listener.local_addr()?),
         None => None,
     };
-    let dashboard_listener = match settings.dashboard {
-        Some(address) => Some(
-            dashboard::bind(address)
-                .await
-                .map_err(|e| NetError::listen(address, e))?,
-        ),
-        None => None,
-    };
+    let dashboard_listener = bind(settings.dashboard).await?;
     // Beyond loopback the dashboard asks for the client token; its URL carries it.
     let dashboard_token = settings
         .dashboard

@@ -113,17 +113,22 @@ pub async fn serve(
         token: token.map(Arc::from),
     };
     tokio::spawn(sampler(shared.clone()));
-    let app = Router::new()
-        .route("/", get(|| asset("text/html; charset=utf-8", INDEX)))
-        .route("/app.js", get(|| asset("text/javascript", APP)))
-        .route("/uplot.min.js", get(|| asset("text/javascript", UPLOT_JS)))
-        .route("/uplot.min.css", get(|| asset("text/css", UPLOT_CSS)))
+    // What shows the cluster needs the token (beyond loopback); the page's own files hold no
+    // data and load without it (a browser fetches them without the page's `?token=`).
+    let data = Router::new()
         .route("/api/snapshot", get(api_snapshot))
         .route("/api/history", get(api_history))
         .route("/api/explain/{task}", get(api_explain))
         .route("/api/events", get(api_events))
         .route("/metrics", get(metrics))
-        .layer(middleware::from_fn_with_state(shared.clone(), authorize))
+        .layer(middleware::from_fn_with_state(shared.clone(), authorize));
+    let app = Router::new()
+        .route("/", get(|| asset("text/html; charset=utf-8", INDEX)))
+        .route("/app.js", get(|| asset("text/javascript", APP)))
+        .route("/uplot.min.js", get(|| asset("text/javascript", UPLOT_JS)))
+        .route("/uplot.min.css", get(|| asset("text/css", UPLOT_CSS)))
+        .merge(data)
+        .layer(middleware::from_fn_with_state(shared.clone(), same_host))
         .with_state(shared);
     if let Err(error) = axum::serve(listener, app).await {
         tracing::error!(%error, "the dashboard server stopped");
@@ -139,6 +144,32 @@ async fn asset(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
+/// Bound to loopback, only requests for a loopback host name: a web page elsewhere cannot read
+/// the dashboard through a name it points at 127.0.0.1 (DNS rebinding).
+async fn same_host(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    if shared.token.is_some() {
+        return next.run(request).await;
+    }
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    if matches!(name, "127.0.0.1" | "localhost" | "::1" | "") {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            "this dashboard answers only to 127.0.0.1, localhost or [::1]\n",
+        )
+            .into_response()
+    }
+}
+
 /// Beyond loopback, the client token as a bearer or `?token=`.
 async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -> Response {
     let Some(token) = &shared.token else {
@@ -148,7 +179,9 @@ async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     let query = request
         .uri()
         .query()

@@ -87,6 +87,15 @@ struct VerdictLabel {
     verdict: &'static str,
 }
 
+/// A label value as the exposition needs it: prometheus-client writes label values as they are,
+/// so a manager id with a quote or a newline would break (or forge) the scrape.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// A gauge's value from a count (saturating: gauges are signed).
 fn value(n: impl TryInto<i64>) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
@@ -117,7 +126,7 @@ impl super::actor::Actor {
         let mut by_manager: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
         for w in &status.workers {
             let entry = by_manager
-                .entry(w.manager.clone().unwrap_or_default())
+                .entry(escape(w.manager.as_deref().unwrap_or_default()))
                 .or_default();
             entry.0 += 1;
             entry.1 += u64::from(w.slots);
@@ -157,13 +166,13 @@ impl super::actor::Actor {
                 ("starting", m.starting),
             ] {
                 let label = KindLabel {
-                    manager: m.id.clone(),
+                    manager: escape(&m.id),
                     kind,
                 };
                 manager_workers.get_or_create(&label).set(value(n));
             }
             let manager = ManagerLabel {
-                manager: m.id.clone(),
+                manager: escape(&m.id),
             };
             online.get_or_create(&manager).set(i64::from(m.online));
             if let Some(n) = m.fixed {
@@ -204,7 +213,7 @@ impl super::actor::Actor {
                 ("pending", env.pending.len()),
             ] {
                 let label = VerdictLabel {
-                    environment: env.name.clone(),
+                    environment: escape(&env.name),
                     verdict,
                 };
                 environments.get_or_create(&label).set(value(n));
@@ -221,5 +230,16 @@ impl super::actor::Actor {
             tracing::error!(%error, "cannot render the metrics");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(
+            super::escape("evil\"} 1\nweir_tasks 9 \\"),
+            "evil\\\"} 1\\nweir_tasks 9 \\\\"
+        );
     }
 }

@@ -292,3 +292,37 @@ fn the_page_beyond_loopback_works_from_the_printed_url() {
         "the event stream open with the token",
     );
 }
+
+#[test]
+fn connections_that_never_send_a_request_do_not_hold_the_dashboard() {
+    use std::io::{Read, Write};
+    let cluster = Cluster::start_with(&["--dashboard", "127.0.0.1:0"]);
+    let url = cluster.dashboard.clone().unwrap();
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    // More half-sent requests than the server keeps connections (256).
+    let stalled: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut stream = TcpStream::connect(&address).unwrap();
+            stream.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+            stream
+        })
+        .collect();
+    // Each is closed by the server (its head never completes), not kept for ever.
+    for mut stream in stalled {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let mut rest = Vec::new();
+        let closed = match stream.read_to_end(&mut rest) {
+            Ok(_) => true,
+            Err(error) => error.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        assert!(closed, "a stalled connection was kept");
+    }
+    // And the dashboard answers again.
+    let body = common::http_get(&format!("{url}api/snapshot"));
+    assert!(body.contains("\"status\""), "{body}");
+}

@@ -130,9 +130,7 @@ pub async fn serve(
         .merge(data)
         .layer(middleware::from_fn_with_state(shared.clone(), same_host))
         .with_state(shared);
-    if let Err(error) = axum::serve(listener, app).await {
-        tracing::error!(%error, "the dashboard server stopped");
-    }
+    super::metrics::serve_http(listener, app, "dashboard").await;
 }
 
 const INDEX: &str = include_str!("dashboard/index.html");

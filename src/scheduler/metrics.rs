@@ -36,8 +36,45 @@ pub async fn serve(listener: TcpListener, events: mpsc::UnboundedSender<Event>) 
         .route("/metrics", get(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try GET /metrics\n") })
         .with_state(events);
-    if let Err(error) = axum::serve(listener, app).await {
-        tracing::error!(%error, "the metrics server stopped");
+    serve_http(listener, app, "metrics").await;
+}
+
+/// At most this many HTTP connections at once (metrics and dashboard each); more are closed
+/// as they come.
+pub(super) const MAX_HTTP_CONNECTIONS: usize = 256;
+
+/// A client must send its request head within this time, or its connection is closed.
+pub(super) const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serve `app` until the process ends: HTTP/1.1, a bounded number of connections, and a bound
+/// on how long a request head may take (a peer that opens connections and sends nothing must
+/// not hold the server).
+pub(super) async fn serve_http(listener: TcpListener, app: Router, what: &'static str) {
+    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_HTTP_CONNECTIONS));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, server = what, "cannot accept an HTTP connection");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = open.clone().try_acquire_owned() else {
+            tracing::warn!(server = what, "too many HTTP connections: one closed");
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, server = what, "HTTP connection ended");
+            }
+        });
     }
 }
 

@@ -37,12 +37,10 @@ def main():
     import struct
     import sys
     import cloudpickle
-    import json
+    from weir.runner import function_payload
     runner = subprocess.Popen([sys.executable, "-m", "weir.runner"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE)
-    header = json.dumps({"python": "%d.%d" % sys.version_info[:2],
-                         "cloudpickle": cloudpickle.__version__}).encode()
-    payload = b"WEIRFN1\n" + header + b"\n" + cloudpickle.dumps(identity)
+    payload = function_payload(identity)
     key = b"k" * 32
 
     def send(kind, body):

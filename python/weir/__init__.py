@@ -14,7 +14,6 @@ client's interpreter unless `runner=` says otherwise), not a process per task. F
 
 import concurrent.futures as _cf
 import functools
-import json
 import os
 import shutil
 import subprocess
@@ -44,8 +43,6 @@ wait = _cf.wait
 FIRST_COMPLETED = _cf.FIRST_COMPLETED
 FIRST_EXCEPTION = _cf.FIRST_EXCEPTION
 ALL_COMPLETED = _cf.ALL_COMPLETED
-
-_MAGIC = b"WEIRFN1\n"
 
 
 class TaskError(Exception):
@@ -146,11 +143,10 @@ class Client:
         return future
 
     def _functions(self, fn, calls, caps, env, timeout, retries, priority, runner):
-        header = json.dumps({
-            "python": "%d.%d" % sys.version_info[:2],
-            "cloudpickle": cloudpickle.__version__,
-        }).encode()
-        payload = _MAGIC + header + b"\n" + cloudpickle.dumps(fn)
+        # Imported here: `python -m weir.runner` imports this package first.
+        from .runner import function_payload
+
+        payload = function_payload(fn)
         inputs = [cloudpickle.dumps(call) for call in calls]
         program = list(runner) if runner else [sys.executable, "-m", "weir.runner"]
         return self._submit("function", program, payload, inputs, caps, env, timeout, retries,

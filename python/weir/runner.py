@@ -67,6 +67,14 @@ def _versions():
     }
 
 
+def function_payload(fn):
+    """What the client sends for `fn`: the versions it was pickled with, then the pickle
+    (read back by `_load_function`, which refuses other versions)."""
+    import json
+
+    return MAGIC + json.dumps(_versions()).encode() + b"\n" + cloudpickle.dumps(fn)
+
+
 def _load_function(payload, worker):
     """The function in a payload the client made (see weir.Client), or why it cannot run here."""
     import json

@@ -959,16 +959,6 @@ fn progress_goes_at_most_every_100_ms_and_the_end_at_once() {
     ));
     let tasks = runs(&actions);
     assert_eq!(tasks.len(), 4);
-    let finish = |core: &mut Scheduler, now, task| {
-        round(
-            core,
-            now,
-            vec![Input::Finished {
-                worker: 1,
-                results: vec![(task, ok())],
-            }],
-        )
-    };
     let succeeded = |n| {
         Response::Progress(JobCounts {
             succeeded: n,
@@ -1004,6 +994,18 @@ fn progress_goes_at_most_every_100_ms_and_the_end_at_once() {
     assert!(replies(&core.take_actions(), 2).is_empty());
 }
 
+/// Worker 1 reports `task` succeeded at `now`; what the core asks for.
+fn finish(core: &mut Scheduler, now: u64, task: u64) -> Vec<Action> {
+    round(
+        core,
+        now,
+        vec![Input::Finished {
+            worker: 1,
+            results: vec![(task, ok())],
+        }],
+    )
+}
+
 /// The tasks of `Results` replies to `client`, in order, and whether a `Done` ended them.
 fn watched(actions: &[Action], client: u64) -> (Vec<u64>, bool) {
     let mut tasks = Vec::new();
@@ -1032,16 +1034,6 @@ fn a_watch_gets_each_result_as_its_task_ends_and_a_late_one_what_ended_before() 
     );
     assert_eq!(watched(&actions, 2), (vec![], false));
     let tasks = runs(&actions);
-    let finish = |core: &mut Scheduler, now, task| {
-        round(
-            core,
-            now,
-            vec![Input::Finished {
-                worker: 1,
-                results: vec![(task, ok())],
-            }],
-        )
-    };
     // Each result goes at once, not throttled like progress.
     assert_eq!(
         watched(&finish(&mut core, 1, tasks[1]), 2),

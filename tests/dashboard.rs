@@ -228,14 +228,8 @@ fn the_dashboard_beyond_loopback_asks_for_the_token() {
         .expect("the URL carries the token");
     let port = base.rsplit(':').next().unwrap().trim_end_matches('/');
     let local = format!("http://127.0.0.1:{port}/");
-    let get = |path: &str, host: &str| {
-        use std::io::{Read, Write};
-        let mut stream = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        response
-    };
+    let address = format!("127.0.0.1:{port}");
+    let get = |path: &str, host: &str| common::http_request(&address, path, host);
     for path in ["/api/snapshot", "/api/history", "/api/events", "/metrics"] {
         assert!(get(path, "x").starts_with("HTTP/1.0 401"), "{local}{path}");
     }
@@ -257,14 +251,7 @@ fn the_dashboard_on_loopback_answers_only_to_loopback_names() {
     let cluster = Cluster::start_with(&["--dashboard", "127.0.0.1:0"]);
     let url = cluster.dashboard.clone().unwrap();
     let address = url.trim_start_matches("http://").trim_end_matches('/');
-    let get = |host: &str| {
-        use std::io::{Read, Write};
-        let mut stream = TcpStream::connect(address).unwrap();
-        write!(stream, "GET /api/snapshot HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        response
-    };
+    let get = |host: &str| common::http_request(address, "/api/snapshot", host);
     // A name a web page elsewhere pointed at 127.0.0.1 (DNS rebinding) is refused.
     assert!(get("attacker.example:80").starts_with("HTTP/1.0 421"));
     for host in [address, "localhost:1", "[::1]:1"] {

@@ -262,16 +262,23 @@ pub fn pause() {
 
 /// GET a URL on loopback (plain HTTP/1.0), returning the body.
 pub fn http_get(url: &str) -> String {
-    use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').unwrap();
-    let mut stream = std::net::TcpStream::connect(host).unwrap();
-    write!(stream, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
+    let response = http_request(host, &format!("/{path}"), host);
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
     body.to_string()
+}
+
+/// `GET path` from `address` (HOST:PORT) naming `host` in its Host header: the whole response,
+/// status line first, whatever the status.
+pub fn http_request(address: &str, path: &str, host: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
 }
 
 /// Each live process of this machine: (pid, parent pid, command line). From /proc.

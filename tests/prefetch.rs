@@ -1,4 +1,4 @@
-//! Tasks held ahead of a free slot (`scheduler --prefetch`, 16 by default), with real processes:
+//! Tasks held ahead of a free slot (`scheduler --prefetch`, 32 by default), with real processes:
 //! a worker killed while it holds them loses none and spends an attempt only on what it ran, and
 //! a worker that joins idle has held tasks taken back for it.
 
@@ -62,7 +62,7 @@ fn a_worker_that_joins_idle_takes_over_tasks_a_busy_one_holds_ahead() {
     let mut cluster = Cluster::start("10");
     cluster.worker("first", &["--slots", "1"]);
     cluster.await_status(|s| workers(s) == 1);
-    // One runs alone (nothing is known of the group yet), then the other 17 fill the worker's
+    // One runs alone (nothing is known of the group yet), then the other 17 go to the worker's
     // slot and its prefetch: nothing stays queued for a new worker to take.
     let job = cluster.json(&["submit", "--count", "18", "--", "sh", "-c", SCRIPT]);
     let job = job["job"].to_string();

@@ -106,7 +106,7 @@ struct Args {
     /// run a waiting task not known to be that quick (it gets the next free slot). A worker
     /// with a free slot has held tasks taken back for it; a held task its worker never started
     /// does not count as an attempt. 0: a worker holds only what it runs.
-    #[arg(long, default_value_t = 16, value_name = "TASKS", value_parser = clap::value_parser!(u32).range(0..=1024))]
+    #[arg(long, default_value_t = 32, value_name = "TASKS", value_parser = clap::value_parser!(u32).range(0..=1024))]
     prefetch: u32,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
@@ -185,7 +185,14 @@ fn run(args: Args) -> Result<()> {
         },
         limits,
     };
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    // One thread, as HyperQueue's server: every message goes through the one actor anyway, and
+    // a second thread only added cross-thread wake-ups (about a fifth of the scheduler's CPU per
+    // task with short tasks; BENCHMARKS.md). The policy, journal-free blocking work and the
+    // epoch ticker have threads of their own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     runtime.block_on(weir::scheduler::run(settings, Some(scaling), |running| {
         // The first line of stdout (and the second, with --metrics), in one write: scripts and
         // tests wait for it.

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::bindings::environment::{Environment, EnvironmentPre, weir::plugin::host};
+use super::epoch::Epoch;
 use super::facts::HostFacts;
 use super::sandbox::{Sandboxed, State};
 use super::{Limits, PluginError};
@@ -72,9 +73,9 @@ impl ConditionPlugin {
         plugin: Arc<str>,
         pre: EnvironmentPre<State>,
         limits: Limits,
+        epoch: Epoch,
     ) -> ConditionPlugin {
-        let engine = pre.engine().clone();
-        let sandbox = Sandboxed::new(plugin, limits, engine, move |store| {
+        let sandbox = Sandboxed::new(plugin, limits, epoch, move |store| {
             Ok(Ok(pre.instantiate(store)?))
         });
         ConditionPlugin { sandbox }

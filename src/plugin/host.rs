@@ -9,10 +9,11 @@ use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Config, Engine};
 
+use super::epoch::Epoch;
 use super::sandbox::State;
 use super::{
-    ConditionPlugin, EPOCH_TICK, Limits, Loaded, Origin, PluginError, PolicyPlugin, TaskPlugin,
-    World, bindings, cache,
+    ConditionPlugin, Limits, Loaded, Origin, PluginError, PolicyPlugin, TaskPlugin, World,
+    bindings, cache,
 };
 
 struct Linkers {
@@ -23,6 +24,8 @@ struct Linkers {
 
 pub struct PluginHost {
     pub(super) engine: Engine,
+    /// Ticks `engine`'s epoch while a call runs, for deadlines.
+    epoch: Epoch,
     linkers: Linkers,
     pub(super) disk: Option<cache::DiskCache>,
     pub(super) loaded: Mutex<HashMap<[u8; 32], Component>>,
@@ -46,7 +49,7 @@ impl PluginHost {
     }
 
     fn with_engine(cache_dir: Option<PathBuf>, engine: Engine) -> Result<PluginHost, PluginError> {
-        start_epoch_ticker(&engine);
+        let epoch = Epoch::start(&engine);
         let linkers = Linkers {
             environment: linker(&engine, |l| {
                 bindings::environment::Environment::add_to_linker::<_, HasSelf<_>>(l, |s| s)
@@ -61,6 +64,7 @@ impl PluginHost {
         let disk = cache_dir.map(|dir| cache::DiskCache::new(dir, &engine));
         Ok(PluginHost {
             engine,
+            epoch,
             linkers,
             disk,
             loaded: Mutex::new(HashMap::new()),
@@ -110,7 +114,13 @@ impl PluginHost {
         limits: Limits,
     ) -> Result<PolicyPlugin, PluginError> {
         let pre = self.typed_pre(loaded, World::Policy, bindings::policy::PolicyPre::new)?;
-        PolicyPlugin::new(loaded.name.clone(), pre, content, limits)
+        PolicyPlugin::new(
+            loaded.name.clone(),
+            pre,
+            content,
+            limits,
+            self.epoch.clone(),
+        )
     }
 
     pub fn condition(
@@ -123,12 +133,22 @@ impl PluginHost {
             World::Environment,
             bindings::environment::EnvironmentPre::new,
         )?;
-        Ok(ConditionPlugin::new(loaded.name.clone(), pre, limits))
+        Ok(ConditionPlugin::new(
+            loaded.name.clone(),
+            pre,
+            limits,
+            self.epoch.clone(),
+        ))
     }
 
     pub fn task(&self, loaded: &Loaded, limits: Limits) -> Result<TaskPlugin, PluginError> {
         let pre = self.typed_pre(loaded, World::Task, bindings::task::TaskPre::new)?;
-        Ok(TaskPlugin::new(loaded.name.clone(), pre, limits))
+        Ok(TaskPlugin::new(
+            loaded.name.clone(),
+            pre,
+            limits,
+            self.epoch.clone(),
+        ))
     }
 
     /// What `weir plugin inspect` shows.
@@ -245,22 +265,5 @@ fn engine_error(what: &str, error: wasmtime::Error) -> PluginError {
     PluginError::Compile {
         plugin: "(host)".to_string(),
         detail: format!("{what}: {error:#}"),
-    }
-}
-
-fn start_epoch_ticker(engine: &Engine) {
-    let weak = engine.weak();
-    let spawned = std::thread::Builder::new()
-        .name("weir-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        });
-    if let Err(error) = spawned {
-        // Without the ticker deadlines never fire; say so loudly rather than fail the process.
-        tracing::error!(%error, "cannot start the epoch thread: plugin deadlines will not be enforced");
     }
 }

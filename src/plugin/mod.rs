@@ -1,7 +1,7 @@
 //! The wasmtime host: loads, checks, caches and runs plugin components.
 //!
-//! - One [`PluginHost`] (one `Engine`) per process; an epoch thread ticks every [`EPOCH_TICK`] so
-//!   every call can be given a deadline (`host.rs`).
+//! - One [`PluginHost`] (one `Engine`) per process; an epoch thread ticks every [`EPOCH_TICK`]
+//!   while calls run, so every call can be given a deadline (`epoch.rs`, `host.rs`).
 //! - [`PluginHost::load`] checks the bytes are a component of the expected [`World`] and compiles
 //!   it once: in memory per process, on disk across processes ([`cache`]); `load.rs`.
 //! - [`sandbox`]: WASI that grants nothing, the summed memory cap, deadlines, output capture, and
@@ -12,6 +12,7 @@ mod bindings;
 pub mod bundled;
 pub mod cache;
 pub mod condition;
+mod epoch;
 mod error;
 pub mod facts;
 mod host;

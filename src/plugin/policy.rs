@@ -8,6 +8,7 @@ use std::sync::Arc;
 use wasmtime::component::ResourceAny;
 
 use super::bindings::policy::{Policy, PolicyPre, exports::weir::plugin::scaling as wit};
+use super::epoch::Epoch;
 use super::sandbox::{Sandboxed, State};
 use super::{Limits, PluginError};
 use crate::core::scaling::{
@@ -29,10 +30,10 @@ impl PolicyPlugin {
         pre: PolicyPre<State>,
         content: &str,
         limits: Limits,
+        epoch: Epoch,
     ) -> Result<PolicyPlugin, PluginError> {
         let content = content.to_string();
-        let engine = pre.engine().clone();
-        let sandbox = Sandboxed::new(plugin, limits, engine, move |store| {
+        let sandbox = Sandboxed::new(plugin, limits, epoch, move |store| {
             let bindings: Policy = pre.instantiate(&mut *store)?;
             let created = bindings
                 .weir_plugin_scaling()

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{Engine, ResourceLimiter, Store, Trap};
+use wasmtime::{ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::environment::weir::plugin::log;
+use super::epoch::Epoch;
 use super::facts::HostFacts;
 use super::{EPOCH_TICK, Limits, PluginError};
 
@@ -182,7 +183,8 @@ type Make<B> = Box<dyn Fn(&mut Store<State>) -> wasmtime::Result<Result<B, Refus
 pub struct Sandboxed<B> {
     pub(super) plugin: Arc<str>,
     pub(super) limits: Limits,
-    engine: Engine,
+    /// The engine, and the ticker that must tick while a call runs.
+    epoch: Epoch,
     make: Make<B>,
     live: Option<(Store<State>, B)>,
     /// Set from another thread to stop the running call at its next epoch tick.
@@ -193,13 +195,13 @@ impl<B> Sandboxed<B> {
     pub fn new(
         plugin: Arc<str>,
         limits: Limits,
-        engine: Engine,
+        epoch: Epoch,
         make: impl Fn(&mut Store<State>) -> wasmtime::Result<Result<B, Refusal>> + Send + 'static,
     ) -> Sandboxed<B> {
         Sandboxed {
             plugin,
             limits,
-            engine,
+            epoch,
             make: Box::new(make),
             live: None,
             cancel: None,
@@ -223,10 +225,13 @@ impl<B> Sandboxed<B> {
             return Ok(());
         }
         let state = State::new(self.plugin.clone(), &self.limits);
-        let mut store = Store::new(&self.engine, state);
+        let mut store = Store::new(self.epoch.engine(), state);
         store.limiter(|state| &mut state.memory);
         self.arm(&mut store);
-        let made = (self.make)(&mut store);
+        let made = {
+            let _busy = self.epoch.busy();
+            (self.make)(&mut store)
+        };
         let stderr = store.data_mut().drain_output();
         match made {
             Ok(Ok(bindings)) => {
@@ -254,7 +259,10 @@ impl<B> Sandboxed<B> {
             unreachable!("ensure_live leaves an instance");
         };
         self.arm(&mut store);
-        let result = f(&mut store, &bindings);
+        let result = {
+            let _busy = self.epoch.busy();
+            f(&mut store, &bindings)
+        };
         let stderr = store.data_mut().drain_output();
         match result {
             Ok(value) => {

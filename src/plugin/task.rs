@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::bindings::task::{Task, TaskPre, weir::plugin::environment_values};
 use super::condition::Config;
+use super::epoch::Epoch;
 use super::sandbox::{Sandboxed, State};
 use super::{Limits, PluginError};
 
@@ -21,9 +22,13 @@ pub struct TaskPlugin {
 }
 
 impl TaskPlugin {
-    pub(super) fn new(plugin: Arc<str>, pre: TaskPre<State>, limits: Limits) -> TaskPlugin {
-        let engine = pre.engine().clone();
-        let sandbox = Sandboxed::new(plugin, limits, engine, move |store| {
+    pub(super) fn new(
+        plugin: Arc<str>,
+        pre: TaskPre<State>,
+        limits: Limits,
+        epoch: Epoch,
+    ) -> TaskPlugin {
+        let sandbox = Sandboxed::new(plugin, limits, epoch, move |store| {
             Ok(Ok(pre.instantiate(store)?))
         });
         TaskPlugin { sandbox }

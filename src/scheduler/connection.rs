@@ -219,6 +219,7 @@ async fn worker_session(
         }
     };
     drop(link);
+    tracing::debug!(?worker, stats = ?connection.stats(), "worker connection ended");
     // A worker that stops closes its connection right after its stream ends: give the close
     // a moment to arrive, so a planned stop is not taken for a loss.
     if from_peer && connection.close_reason().is_none() {

@@ -11,9 +11,12 @@ use super::{Group, Worker, WorkerError, env, run};
 use crate::net::{self, AccessFile, Link, NetError, Outbox, SessionEnd, Signals};
 use crate::proto::{FromWorker, Outcome, Role, TaskId, ToWorker};
 
-/// The longest a finished task's outcome is held back to go in one frame with others (while
-/// tasks handed over ahead wait here, so the worker is not idle for it).
-pub(super) const HOLD_REPORTS: Duration = Duration::from_millis(10);
+/// The longest a finished task's outcome is held back to go in one frame with others (only
+/// while tasks handed over ahead wait here, so the worker is not idle for it, and the last
+/// outcome of a backlog goes at once). Each frame costs the scheduler tens of µs of wake-up and
+/// UDP on a busy machine; 100 ms lets a 1-slot worker running ~35 ms tasks send three outcomes
+/// a frame instead of one (BENCHMARKS.md, "Fewer wake-ups per task").
+pub(super) const HOLD_REPORTS: Duration = Duration::from_millis(100);
 
 impl Worker {
     /// One session: register (claiming the tasks still running here and the outcomes not yet

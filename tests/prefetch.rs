@@ -1,4 +1,4 @@
-//! Tasks held ahead of a free slot (`scheduler --prefetch`, 32 by default), with real processes:
+//! Tasks held ahead of a free slot (`scheduler --prefetch`, 64 by default), with real processes:
 //! a worker killed while it holds them loses none and spends an attempt only on what it ran, and
 //! a worker that joins idle has held tasks taken back for it.
 

@@ -476,6 +476,44 @@ fn only_tasks_of_a_group_that_ran_quickly_are_prefetched() {
 }
 
 #[test]
+fn a_task_held_ahead_is_timed_from_its_start_so_a_long_wait_there_keeps_its_group_quick() {
+    let mut core = with_prefetch(64);
+    let (_, tasks) = quick_job(&mut core, 100, &[], 3);
+    let a = core.worker_joined(0, worker(1, &[])).unwrap().0;
+    core.schedule(0);
+    // Its slot and 64 ahead; 35 stay queued.
+    let mut held: std::collections::VecDeque<u64> =
+        dispatched(&core.take_actions())[&a].clone().into();
+    assert_eq!(held.len(), 65);
+    // Each runs 35 ms, one after the other, and the worker reports each start and end. The
+    // 30th has waited there over PREFETCH_BELOW_MS when it ends, yet it ran only 35 ms: the
+    // group stays quick, so nothing is asked back (timed from hand-over, the group turned
+    // slow while tasks were still queued and the worker was asked to give back all it held).
+    let mut now = 0;
+    let mut done = 0;
+    while let Some(task) = held.pop_front() {
+        if done > 0 {
+            core.started(now, a, &[task]);
+        }
+        now += 35;
+        assert!(core.finished(now, a, task, ok()));
+        done += 1;
+        core.schedule(now);
+        let actions = core.take_actions();
+        assert!(
+            revokes(&actions).is_empty(),
+            "asked back after {done} tasks, at {now} ms"
+        );
+        if let Some(sent) = dispatched(&actions).get(&a) {
+            held.extend(sent);
+        }
+    }
+    assert_eq!(done, tasks.len());
+    assert!(now > 2 * weir::core::tasks::PREFETCH_BELOW_MS);
+    core.sanity_check().unwrap();
+}
+
+#[test]
 fn no_prefetch_while_another_fitting_worker_has_a_free_slot() {
     let mut core = with_prefetch(4);
     quick_job(&mut core, 2, &[], 3);
@@ -584,7 +622,7 @@ fn a_worker_killed_before_it_started_its_prefetched_tasks_spends_no_attempt_on_t
     core.schedule(10);
     assert_eq!(dispatched(&core.take_actions())[&w], tasks);
     // The first went into its free slot; of the two held ahead, it reported the first started.
-    core.started(w, &[tasks[1]]);
+    core.started(15, w, &[tasks[1]]);
     core.worker_lost(20, w, "killed", Loss::Exited);
     let counts = core.status().tasks;
     assert_eq!((counts.failed, counts.queued), (2, 1), "{counts:?}");

@@ -8,7 +8,7 @@ use common::{Cluster, workers};
 use serde_json::Value;
 
 /// Tasks of 0.3 s: quick (the group's first run, hand-over to report, is under a second), so
-/// once one has run, a worker is handed its slots' worth and 16 more.
+/// once one has run, a worker is handed its slots' worth and up to 64 more.
 const SCRIPT: &str = "sleep 0.3; echo $WEIR_TASK_INDEX $WEIR_WORKER_NAME";
 
 fn prefetched(status: &Value, worker: usize) -> u64 {

@@ -51,8 +51,15 @@ impl Drop for Busy<'_> {
 }
 
 impl Epoch {
-    /// Start the ticker thread of `engine` (asleep until the first call).
+    /// Start the ticker thread of `engine`: it ticks for [`LINGER_TICKS`], then sleeps until
+    /// a call begins.
     pub fn start(engine: &Engine) -> Epoch {
+        Epoch::with_check(engine, CHECK_ENGINE)
+    }
+
+    /// As [`Epoch::start`], the sleeping ticker looking every `check` whether its engine is
+    /// gone (tests make it long, so only a call's wake-up can wake it).
+    fn with_check(engine: &Engine, check: Duration) -> Epoch {
         let shared = Arc::new(Shared {
             running: AtomicUsize::new(0),
             asleep: AtomicBool::new(false),
@@ -64,7 +71,7 @@ impl Epoch {
         let ticker = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("weir-epoch".into())
-            .spawn(move || tick(&weak, &ticker));
+            .spawn(move || tick(&weak, &ticker, check));
         if let Err(error) = spawned {
             // Without the ticker deadlines never fire; say so loudly rather than fail the process.
             tracing::error!(%error, "cannot start the epoch thread: plugin deadlines will not be enforced");
@@ -99,7 +106,7 @@ impl Epoch {
     }
 }
 
-fn tick(engine: &EngineWeak, shared: &Shared) {
+fn tick(engine: &EngineWeak, shared: &Shared, check: Duration) {
     let mut quiet = 0;
     loop {
         if quiet >= LINGER_TICKS {
@@ -108,7 +115,7 @@ fn tick(engine: &EngineWeak, shared: &Shared) {
             while shared.running.load(SeqCst) == 0 {
                 let (next, _) = shared
                     .wake
-                    .wait_timeout(guard, CHECK_ENGINE)
+                    .wait_timeout(guard, check)
                     .unwrap_or_else(|e| e.into_inner());
                 guard = next;
                 if engine.upgrade().is_none() {
@@ -136,31 +143,39 @@ fn tick(engine: &EngineWeak, shared: &Shared) {
 mod tests {
     use super::*;
 
-    /// Waits (by polling the tick count, bounded) until the ticker is asleep.
+    /// Long enough that a test waiting for a tick fails (by its bound) rather than passes
+    /// by the ticker's own periodic look, if a call did not wake it.
+    const NEVER: Duration = Duration::from_secs(3600);
+
+    /// How long the tests wait for what must happen before failing.
+    const BOUND: Duration = Duration::from_secs(20);
+
+    /// Waits (polling its flag, bounded) until the ticker is asleep.
     fn until_asleep(epoch: &Epoch) {
-        for _ in 0..10_000 {
-            if epoch.shared.asleep.load(SeqCst) {
-                return;
-            }
+        let started = std::time::Instant::now();
+        while !epoch.shared.asleep.load(SeqCst) {
+            assert!(started.elapsed() < BOUND, "the ticker never fell asleep");
             std::thread::sleep(Duration::from_millis(1));
         }
-        panic!("the ticker never fell asleep");
     }
 
     #[test]
-    fn the_ticker_sleeps_without_calls_and_ticks_through_one() {
+    fn the_ticker_sleeps_without_calls_and_a_call_wakes_it() {
         let engine = Engine::default();
-        let epoch = Epoch::start(&engine);
+        let epoch = Epoch::with_check(&engine, NEVER);
         until_asleep(&epoch);
         let asleep_at = epoch.ticks();
         assert!(asleep_at >= LINGER_TICKS as usize, "it lingers first");
         // Asleep: no ticks while nothing runs (a time in which it would otherwise tick 20 times).
         std::thread::sleep(EPOCH_TICK * 20);
         assert_eq!(epoch.ticks(), asleep_at);
-        // A call wakes it, and it ticks while the call runs.
+        // A call wakes it (only the call can: its own look is an hour away), and it ticks
+        // while the call runs.
         {
             let _busy = epoch.busy();
+            let started = std::time::Instant::now();
             while epoch.ticks() < asleep_at + 3 {
+                assert!(started.elapsed() < BOUND, "a call did not wake the ticker");
                 std::thread::sleep(EPOCH_TICK);
             }
         }
@@ -172,9 +187,8 @@ mod tests {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         let engine = Engine::new(&config).expect("engine");
-        let epoch = Epoch::start(&engine);
+        let epoch = Epoch::with_check(&engine, NEVER);
         until_asleep(&epoch);
-        // An endless loop, given a deadline of 3 ticks.
         // (module (func (export "spin") (loop (br 0)))), assembled by hand.
         let spin_wasm: &[u8] = &[
             0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
@@ -184,18 +198,25 @@ mod tests {
             0x0a, 0x09, 0x01, 0x07, 0x00, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b, // loop br 0
         ];
         let module = wasmtime::Module::new(&engine, spin_wasm).expect("module");
-        let mut store = wasmtime::Store::new(&engine, ());
-        store.set_epoch_deadline(3);
-        store.epoch_deadline_trap();
-        let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instance");
-        let spin = instance
-            .get_typed_func::<(), ()>(&mut store, "spin")
-            .expect("spin");
-        let _busy = epoch.busy();
-        let error = spin.call(&mut store, ()).expect_err("interrupted");
-        assert_eq!(
-            error.downcast_ref::<wasmtime::Trap>(),
-            Some(&wasmtime::Trap::Interrupt)
-        );
+        // The endless loop, given a deadline of 3 ticks, on a thread of its own: if the call
+        // never woke the ticker it would spin for ever, and the bound below fails the test.
+        let (done, result) = std::sync::mpsc::channel();
+        let caller = epoch.clone();
+        std::thread::spawn(move || {
+            let mut store = wasmtime::Store::new(caller.engine(), ());
+            store.set_epoch_deadline(3);
+            store.epoch_deadline_trap();
+            let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instance");
+            let spin = instance
+                .get_typed_func::<(), ()>(&mut store, "spin")
+                .expect("spin");
+            let _busy = caller.busy();
+            let error = spin.call(&mut store, ()).expect_err("interrupted");
+            let _ = done.send(error.downcast_ref::<wasmtime::Trap>().copied());
+        });
+        let trap = result
+            .recv_timeout(BOUND)
+            .expect("the deadline never interrupted the call");
+        assert_eq!(trap, Some(wasmtime::Trap::Interrupt));
     }
 }

@@ -90,6 +90,10 @@ pub struct Worker {
     running: HashMap<TaskId, (AbortHandle, Arc<run::Cancel>)>,
     /// One permit per slot: a held task runs once it has one.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Resolves once the task handed over last has its slot (or is gone): the next one asks
+    /// for a slot only then, so held tasks start in the order they were handed over (each is
+    /// a tokio task of its own, and tokio polls new tasks in no set order).
+    queue_tail: Option<tokio::sync::oneshot::Receiver<()>>,
     done: mpsc::UnboundedSender<(TaskId, Outcome)>,
     finished: mpsc::UnboundedReceiver<(TaskId, Outcome)>,
     /// Tasks that got a slot and started, to be reported with the next outcomes.
@@ -148,6 +152,7 @@ impl Worker {
             finished,
             start,
             started,
+            queue_tail: None,
             abandoned: std::collections::HashSet::new(),
             unacknowledged: std::collections::VecDeque::new(),
             reported: 0,

@@ -278,15 +278,26 @@ impl Worker {
                     let cancel = Arc::new(run::Cancel::default());
                     let stop = cancel.clone();
                     let span = tracing::debug_span!("task", task, group = assignment.group);
+                    // In turn: after the task handed over before this one has its slot.
+                    let (my_turn, next_turn) = tokio::sync::oneshot::channel::<()>();
+                    let ahead = self.queue_tail.replace(next_turn);
                     let handle = tokio::spawn(tracing::Instrument::instrument(
                         async move {
-                            // Handed over ahead of a free slot: wait for one. Canceled
-                            // meanwhile, it reports so unrun; given back, it never runs.
+                            // Handed over ahead of a free slot: wait for one, in turn.
+                            // Canceled meanwhile, it reports so unrun; given back, it never
+                            // runs. Gone without a slot, it lets the next one ask (dropping
+                            // `my_turn` resolves the next one's wait).
                             let slot = tokio::select! {
                                 biased;
                                 () = stop.stopped() => None,
-                                slot = slots.acquire_owned() => slot.ok(),
+                                slot = async {
+                                    if let Some(ahead) = ahead {
+                                        let _ = ahead.await;
+                                    }
+                                    slots.acquire_owned().await
+                                } => slot.ok(),
                             };
+                            let _ = my_turn.send(());
                             // Past the lease the scheduler may be running it elsewhere, and the
                             // guard no longer kills what starts: it waits to be given up (at the
                             // next session's start) instead.

@@ -163,7 +163,7 @@ impl Scheduler {
             Input::WorkerJoined { connection, info } => self.worker_joined(now, connection, info),
             Input::Heartbeat { worker } => self.tasks.heartbeat(now, worker),
             Input::Finished { worker, results } => self.finished(now, worker, results),
-            Input::Started { worker, tasks } => self.tasks.started(worker, &tasks),
+            Input::Started { worker, tasks } => self.tasks.started(now, worker, &tasks),
             Input::Revoked { worker, tasks } => {
                 let back = self.tasks.revoked(worker, &tasks);
                 tracing::debug!(worker, back, "prefetched tasks taken back");

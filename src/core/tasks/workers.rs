@@ -298,12 +298,20 @@ impl Tasks {
     }
 
     /// The worker started these tasks (those it held ahead of a free slot now count as run).
-    pub fn started(&mut self, worker: WorkerId, tasks: &[TaskId]) {
+    /// A task held ahead is timed from here, not from its hand-over: whether its group is
+    /// quick ([`PREFETCH_BELOW_MS`]) is a matter of how long it runs, not of how long it
+    /// waited behind the others held there (64 tasks of 35 ms wait 2.2 s, and the group would
+    /// flap between quick and not, every holder asked to give all back each time).
+    pub fn started(&mut self, now: u64, worker: WorkerId, tasks: &[TaskId]) {
         if let Some(w) = self.workers.get_mut(&worker)
             && !w.waiting.is_empty()
         {
             for task in tasks {
-                w.waiting.remove(task);
+                if w.waiting.remove(task)
+                    && let Some((since, _)) = w.since.get_mut(task)
+                {
+                    *since = now;
+                }
             }
         }
     }

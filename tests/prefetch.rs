@@ -1,6 +1,7 @@
 //! Tasks held ahead of a free slot (`scheduler --prefetch`, 64 by default), with real processes:
 //! a worker killed while it holds them loses none and spends an attempt only on what it ran, and
-//! a worker that joins idle has held tasks taken back for it.
+//! a worker that joins idle has held tasks taken back for it, and held tasks start in the order
+//! they were handed over.
 
 mod common;
 
@@ -159,4 +160,26 @@ fn a_worker_that_gave_up_tasks_it_held_reports_them_when_handed_them_again() {
     );
     let results = cluster.json(&["results", &job]);
     assert_eq!(results.as_array().unwrap().len(), 20, "{results}");
+}
+
+#[test]
+fn tasks_held_ahead_start_in_the_order_they_were_handed_over() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("one", &["--slots", "1"]);
+    cluster.await_status(|s| workers(s) == 1);
+    // Each task appends its index to one file as it starts: with one slot, the file is the
+    // order they ran in. The first runs alone (the group is not known quick yet), then the
+    // other 39 are handed over together and wait there for the slot.
+    let log = cluster.dir.path().join("order.log");
+    let script = format!("echo $WEIR_TASK_INDEX >> {}", log.display());
+    let job = cluster.json(&["submit", "--count", "40", "--", "sh", "-c", &script]);
+    let job = job["job"].to_string();
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 40, "{done}");
+    let order: Vec<u32> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(order, (0..40).collect::<Vec<u32>>());
 }

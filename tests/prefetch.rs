@@ -1,7 +1,7 @@
 //! Tasks held ahead of a free slot (`scheduler --prefetch`, 64 by default), with real processes:
-//! a worker killed while it holds them loses none and spends an attempt only on what it ran, and
-//! a worker that joins idle has held tasks taken back for it, and held tasks start in the order
-//! they were handed over.
+//! a worker killed while it holds them loses none and spends an attempt only on what it ran; a
+//! worker that joins idle has held tasks taken back for it; held tasks start in the order they
+//! were handed over.
 
 mod common;
 

@@ -23,8 +23,7 @@ struct Linkers {
 }
 
 pub struct PluginHost {
-    pub(super) engine: Engine,
-    /// Ticks `engine`'s epoch while a call runs, for deadlines.
+    /// The engine, and the thread that ticks its epoch while a call runs (for deadlines).
     epoch: Epoch,
     linkers: Linkers,
     pub(super) disk: Option<cache::DiskCache>,
@@ -63,7 +62,6 @@ impl PluginHost {
         };
         let disk = cache_dir.map(|dir| cache::DiskCache::new(dir, &engine));
         Ok(PluginHost {
-            engine,
             epoch,
             linkers,
             disk,
@@ -78,7 +76,7 @@ impl PluginHost {
     }
 
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.epoch.engine()
     }
 
     /// Link `loaded` against `world`'s imports and check its exports have the WIT's types.
@@ -157,11 +155,11 @@ impl PluginHost {
         Inspection {
             world: loaded.world,
             imports: ty
-                .imports(&self.engine)
+                .imports(self.engine())
                 .map(|(n, _)| n.to_string())
                 .collect(),
             exports: ty
-                .exports(&self.engine)
+                .exports(self.engine())
                 .map(|(n, _)| n.to_string())
                 .collect(),
             size_bytes: loaded.size,

@@ -64,7 +64,7 @@ impl PluginHost {
         let world = World::of_exports(
             component
                 .component_type()
-                .exports(&self.engine)
+                .exports(self.engine())
                 .map(|(n, _)| n),
         );
         if let Some(expected) = expected
@@ -154,7 +154,7 @@ impl PluginHost {
         let from_disk = self
             .disk
             .as_ref()
-            .and_then(|d| d.load(&self.engine, sha256));
+            .and_then(|d| d.load(self.engine(), sha256));
         let (component, origin) = match from_disk {
             Some(component) => (component, Origin::Disk),
             None => {
@@ -163,11 +163,11 @@ impl PluginHost {
                     detail: format!("{e:#}"),
                 };
                 let precompiled = self
-                    .engine
+                    .engine()
                     .precompile_component(bytes)
                     .map_err(not_a_component)?;
                 // SAFETY: `precompiled` was produced just now by this engine.
-                let component = unsafe { Component::deserialize(&self.engine, &precompiled) }
+                let component = unsafe { Component::deserialize(self.engine(), &precompiled) }
                     .map_err(not_a_component)?;
                 if let Some(disk) = &self.disk {
                     disk.store(sha256, &precompiled);

@@ -12,6 +12,16 @@ use serde_json::Value;
 /// once one has run, a worker is handed its slots' worth and up to 64 more.
 const SCRIPT: &str = "sleep 0.3; echo $WEIR_TASK_INDEX $WEIR_WORKER_NAME";
 
+/// A cluster with one worker of one slot, and the path of a log its tasks append to (in the
+/// order they start, since only one runs at a time).
+fn one_slot_with_log() -> (Cluster, std::path::PathBuf) {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("one", &["--slots", "1"]);
+    cluster.await_status(|s| workers(s) == 1);
+    let log = cluster.dir.path().join("order.log");
+    (cluster, log)
+}
+
 fn prefetched(status: &Value, worker: usize) -> u64 {
     status["workers"][worker]["prefetched"]
         .as_u64()
@@ -94,10 +104,7 @@ fn a_worker_that_joins_idle_takes_over_tasks_a_busy_one_holds_ahead() {
 
 #[test]
 fn a_higher_priority_task_does_not_wait_behind_the_tasks_a_worker_holds_ahead() {
-    let mut cluster = Cluster::start("10");
-    cluster.worker("only", &["--slots", "1"]);
-    cluster.await_status(|s| workers(s) == 1);
-    let log = cluster.dir.path().join("order.log");
+    let (cluster, log) = one_slot_with_log();
     let log = log.to_str().unwrap();
     let stream = format!("echo stream >> {log}; sleep 0.3");
     let job = cluster.json(&["submit", "--count", "40", "--", "sh", "-c", &stream]);
@@ -164,13 +171,9 @@ fn a_worker_that_gave_up_tasks_it_held_reports_them_when_handed_them_again() {
 
 #[test]
 fn tasks_held_ahead_start_in_the_order_they_were_handed_over() {
-    let mut cluster = Cluster::start("10");
-    cluster.worker("one", &["--slots", "1"]);
-    cluster.await_status(|s| workers(s) == 1);
-    // Each task appends its index to one file as it starts: with one slot, the file is the
-    // order they ran in. The first runs alone (the group is not known quick yet), then the
-    // other 39 are handed over together and wait there for the slot.
-    let log = cluster.dir.path().join("order.log");
+    // Each task appends its index to the log as it starts. The first runs alone (the group is
+    // not known quick yet), then the other 39 are handed over together and wait for the slot.
+    let (cluster, log) = one_slot_with_log();
     let script = format!("echo $WEIR_TASK_INDEX >> {}", log.display());
     let job = cluster.json(&["submit", "--count", "40", "--", "sh", "-c", &script]);
     let job = job["job"].to_string();

@@ -1,4 +1,4 @@
-//! Tasks held ahead of a free slot (`scheduler --prefetch`, 64 by default), with real processes:
+//! Tasks held ahead of a free slot (`scheduler --prefetch`, 256 by default), with real processes:
 //! a worker killed while it holds them loses none and spends an attempt only on what it ran; a
 //! worker that joins idle has held tasks taken back for it; held tasks start in the order they
 //! were handed over.
@@ -9,7 +9,7 @@ use common::{Cluster, workers};
 use serde_json::Value;
 
 /// Tasks of 0.3 s: quick (the group's first run, hand-over to report, is under a second), so
-/// once one has run, a worker is handed its slots' worth and up to 64 more.
+/// once one has run, a worker is handed its slots' worth and up to 256 more.
 const SCRIPT: &str = "sleep 0.3; echo $WEIR_TASK_INDEX $WEIR_WORKER_NAME";
 
 /// A cluster with one worker of one slot, and the path of a log its tasks append to (in the

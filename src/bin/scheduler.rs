@@ -106,7 +106,7 @@ struct Args {
     /// run a waiting task not known to be that quick (it gets the next free slot). A worker
     /// with a free slot has held tasks taken back for it; a held task its worker never started
     /// does not count as an attempt. 0: a worker holds only what it runs.
-    #[arg(long, default_value_t = 64, value_name = "TASKS", value_parser = clap::value_parser!(u32).range(0..=1024))]
+    #[arg(long, default_value_t = 256, value_name = "TASKS", value_parser = clap::value_parser!(u32).range(0..=1024))]
     prefetch: u32,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]

@@ -13,10 +13,11 @@ use crate::proto::{FromWorker, Outcome, Role, TaskId, ToWorker};
 
 /// The longest a finished task's outcome is held back to go in one frame with others (only
 /// while tasks handed over ahead wait here, so the worker is not idle for it, and the last
-/// outcome of a backlog goes at once). Each frame costs the scheduler tens of µs of wake-up and
-/// UDP on a busy machine; 100 ms lets a 1-slot worker running ~35 ms tasks send three outcomes
-/// a frame instead of one (BENCHMARKS.md, "Fewer wake-ups per task").
-pub(super) const HOLD_REPORTS: Duration = Duration::from_millis(100);
+/// outcome of a backlog goes at once). Each frame costs the scheduler tens of µs of wake-up,
+/// UDP and the acknowledgement that answers it on a busy machine; 200 ms lets a 1-slot worker
+/// running ~35 ms tasks send six outcomes a frame instead of one (BENCHMARKS.md, "Fewer
+/// wake-ups per task" and "Bigger batches").
+pub(super) const HOLD_REPORTS: Duration = Duration::from_millis(200);
 
 impl Worker {
     /// One session: register (claiming the tasks still running here and the outcomes not yet

@@ -38,21 +38,30 @@ impl ScalingPolicy for weir_waterfall::Policy {
 /// a manager above its cap is brought down to it, never kept there), and stops only idle
 /// workers of that manager. The scheduler applies this to every policy's decisions.
 pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), String> {
-    let managers: HashMap<&str, &Manager> = snapshot
-        .managers
-        .iter()
-        .map(|m| (m.id.as_str(), m))
-        .collect();
-    let mut seen: HashSet<&str> = HashSet::with_capacity(decisions.len());
-    for decision in decisions {
+    // Policies mostly answer in the snapshot's order: the decision at position i is then found
+    // at position i without hashing; the map by id is built only for one that is not.
+    let mut by_id: Option<HashMap<&str, usize>> = None;
+    let mut decided = vec![false; snapshot.managers.len()];
+    for (position, decision) in decisions.iter().enumerate() {
         let id = decision.manager_id.as_str();
-        let Some(manager) = managers.get(id) else {
+        let index = match snapshot.managers.get(position) {
+            Some(m) if m.id == id => Some(position),
+            _ => by_id
+                .get_or_insert_with(|| {
+                    let managers = snapshot.managers.iter().enumerate();
+                    managers.map(|(i, m)| (m.id.as_str(), i)).collect()
+                })
+                .get(id)
+                .copied(),
+        };
+        let Some(index) = index else {
             return Err(format!("unknown manager `{id}`"));
         };
+        let manager = &snapshot.managers[index];
         if !manager.online {
             return Err(format!("manager `{id}` is offline"));
         }
-        if !seen.insert(id) {
+        if std::mem::replace(&mut decided[index], true) {
             return Err(format!("two decisions for manager `{id}`"));
         }
         let allowed = manager.max_workers_for(manager.max_task_concurrency);
@@ -139,6 +148,41 @@ mod tests {
             Ok(())
         );
         assert_eq!(validate_decisions(&snapshot(), &[]), Ok(()));
+    }
+
+    #[test]
+    fn decisions_are_found_in_any_order_and_a_second_one_anywhere_is_refused() {
+        let mut snapshot = snapshot();
+        let mut b = snapshot.managers[0].clone();
+        b.id = "b".into();
+        b.workers.iter_mut().for_each(|w| w.id += 10);
+        snapshot.managers.push(b);
+        let two = |id: &str| Err(format!("two decisions for manager `{id}`"));
+        let check = |decisions: &[Decision]| validate_decisions(&snapshot, decisions);
+        assert_eq!(
+            check(&[decision("b", 1, &[11]), decision("a", 1, &[1])]),
+            Ok(())
+        );
+        let again_out_of_order = [
+            decision("a", 1, &[]),
+            decision("b", 1, &[]),
+            decision("a", 1, &[]),
+        ];
+        assert_eq!(check(&again_out_of_order), two("a"));
+        let again_in_order = [
+            decision("b", 1, &[]),
+            decision("a", 1, &[]),
+            decision("b", 1, &[]),
+        ];
+        assert_eq!(check(&again_in_order), two("b"));
+        assert_eq!(
+            check(&[decision("b", 1, &[]), decision("b", 1, &[])]),
+            two("b")
+        );
+        assert_eq!(
+            check(&[decision("a", 1, &[]), decision("b", 1, &[1])]),
+            Err("stops `1`, which is not a worker of manager `b`".into())
+        );
     }
 
     #[test]

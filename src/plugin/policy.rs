@@ -22,6 +22,10 @@ struct Live {
 
 pub struct PolicyPlugin {
     sandbox: Sandboxed<Live>,
+    /// The last snapshot in the WIT types, overwritten in place by the next call: its strings
+    /// and lists keep their capacity, so a cluster whose shape holds converts without
+    /// allocating (at 1,000 managers that was thousands of allocations per call).
+    input: wit::Snapshot,
 }
 
 impl PolicyPlugin {
@@ -41,7 +45,15 @@ impl PolicyPlugin {
                 .call_create(&mut *store, &content)?;
             Ok(created.map(|engine| Live { bindings, engine }))
         });
-        let mut plugin = PolicyPlugin { sandbox };
+        let mut plugin = PolicyPlugin {
+            sandbox,
+            input: wit::Snapshot {
+                now_ms: 0,
+                scale_down_delay_ms: 0,
+                managers: Vec::new(),
+                demand: Vec::new(),
+            },
+        };
         plugin.sandbox.ensure_live("create")?;
         Ok(plugin)
     }
@@ -63,12 +75,13 @@ impl PolicyPlugin {
 
     /// Run `decide` and check the result can be applied to `snapshot`.
     pub fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PluginError> {
-        let input = convert::snapshot_to_wit(snapshot);
+        reuse::snapshot_into_wit(snapshot, &mut self.input);
+        let input = &self.input;
         let output = self.sandbox.call("decide", |store, live| {
             live.bindings
                 .weir_plugin_scaling()
                 .engine()
-                .call_decide(store, live.engine, &input)
+                .call_decide(store, live.engine, input)
         })?;
         let decisions: Vec<Decision> = output.into_iter().map(convert::decision_from_wit).collect();
         validate_decisions(snapshot, &decisions).map_err(|detail| PluginError::Nonsense {
@@ -89,8 +102,191 @@ impl ScalingPolicy for PolicyPlugin {
     }
 }
 
+/// The snapshot written into the last call's WIT values instead of new ones (the decisions come
+/// back owned, so `convert` serves for those).
+mod reuse {
+    use super::wit;
+    use crate::core::scaling::{Snapshot, Verdict};
+
+    pub fn snapshot_into_wit(s: &Snapshot, out: &mut wit::Snapshot) {
+        out.now_ms = s.now_ms;
+        out.scale_down_delay_ms = s.scale_down_delay_ms;
+        out.managers.truncate(s.managers.len());
+        for (i, m) in s.managers.iter().enumerate() {
+            if i == out.managers.len() {
+                out.managers.push(wit::Manager {
+                    id: String::new(),
+                    worker_type: String::new(),
+                    max_task_concurrency: 0,
+                    worker_slots: 0,
+                    online: false,
+                    workers: Vec::new(),
+                    starting: 0,
+                    capabilities: Vec::new(),
+                    environments: Vec::new(),
+                });
+            }
+            let w = &mut out.managers[i];
+            w.id.clone_from(&m.id);
+            w.worker_type.clone_from(&m.worker_type);
+            w.max_task_concurrency = m.max_task_concurrency;
+            w.worker_slots = m.worker_slots;
+            w.online = m.online;
+            w.starting = m.starting;
+            w.workers.clear();
+            w.workers.extend(m.workers.iter().map(|k| wit::Worker {
+                id: k.id,
+                slots: k.slots,
+                busy: k.busy,
+                idle_ms: k.idle_ms,
+            }));
+            named(&mut w.capabilities, &m.capabilities, |amount| *amount);
+            named(
+                &mut w.environments,
+                &m.environments,
+                |verdict| match verdict {
+                    Verdict::Match => wit::Verdict::Match,
+                    Verdict::NoMatch => wit::Verdict::NoMatch,
+                    Verdict::Unknown => wit::Verdict::Unknown,
+                },
+            );
+        }
+        out.demand.truncate(s.demand.len());
+        for (i, d) in s.demand.iter().enumerate() {
+            if i == out.demand.len() {
+                out.demand.push(wit::Demand {
+                    capabilities: Vec::new(),
+                    environments: Vec::new(),
+                    queued: 0,
+                    running: 0,
+                });
+            }
+            let w = &mut out.demand[i];
+            named(&mut w.capabilities, &d.capabilities, |amount| *amount);
+            w.environments.clone_from(&d.environments);
+            w.queued = d.queued;
+            w.running = d.running;
+        }
+    }
+
+    /// `out` made equal to `from` (names with a value each), reusing its strings.
+    fn named<A, B>(out: &mut Vec<(String, B)>, from: &[(String, A)], value: impl Fn(&A) -> B) {
+        out.truncate(from.len());
+        for (i, (name, a)) in from.iter().enumerate() {
+            match out.get_mut(i) {
+                Some(slot) => {
+                    slot.0.clone_from(name);
+                    slot.1 = value(a);
+                }
+                None => out.push((name.clone(), value(a))),
+            }
+        }
+    }
+}
+
 /// The conversions `weir-waterfall` writes once for host and guests.
 mod convert {
     use super::wit;
     weir_waterfall::wit_conversions!(wit);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{convert, reuse, wit};
+    use crate::core::scaling::{Demand, Manager, Snapshot, Verdict, Worker};
+    use proptest::prelude::*;
+
+    fn names(max: usize) -> impl Strategy<Value = Vec<String>> {
+        prop::collection::vec("[a-z]{0,12}", 0..max)
+    }
+
+    fn manager() -> impl Strategy<Value = Manager> {
+        let workers = prop::collection::vec((any::<u64>(), 0u32..4, 0u32..4, any::<u64>()), 0..6);
+        let verdicts = prop::collection::vec(0u8..3, 0..4);
+        (
+            names(3),
+            workers,
+            names(4),
+            verdicts,
+            any::<(u32, u32, bool, u32)>(),
+        )
+            .prop_map(
+                |(ids, workers, capabilities, verdicts, (cap, slots, online, starting))| Manager {
+                    id: ids.first().cloned().unwrap_or_default(),
+                    worker_type: ids.last().cloned().unwrap_or_default(),
+                    max_task_concurrency: cap,
+                    worker_slots: slots,
+                    online,
+                    workers: workers
+                        .into_iter()
+                        .map(|(id, slots, busy, idle_ms)| Worker {
+                            id,
+                            slots,
+                            busy,
+                            idle_ms,
+                        })
+                        .collect(),
+                    starting,
+                    capabilities: capabilities
+                        .iter()
+                        .map(|n| (n.clone(), n.len() as u64))
+                        .collect(),
+                    environments: capabilities
+                        .into_iter()
+                        .zip(verdicts)
+                        .map(|(n, v)| {
+                            (
+                                n,
+                                [Verdict::Match, Verdict::NoMatch, Verdict::Unknown][v as usize],
+                            )
+                        })
+                        .collect(),
+                },
+            )
+    }
+
+    fn snapshot() -> impl Strategy<Value = Snapshot> {
+        let demand = (names(3), names(3), any::<(u32, u32)>()).prop_map(
+            |(caps, environments, (queued, running))| Demand {
+                capabilities: caps.into_iter().map(|n| (n, 2)).collect(),
+                environments,
+                queued,
+                running,
+            },
+        );
+        (
+            prop::collection::vec(manager(), 0..6),
+            prop::collection::vec(demand, 0..4),
+            any::<(u64, u64)>(),
+        )
+            .prop_map(
+                |(managers, demand, (now_ms, scale_down_delay_ms))| Snapshot {
+                    now_ms,
+                    scale_down_delay_ms,
+                    managers,
+                    demand,
+                },
+            )
+    }
+
+    proptest! {
+        /// Written over whatever the last call left (more managers, fewer, longer names), the
+        /// reused snapshot is exactly the one a fresh conversion makes.
+        #[test]
+        fn a_snapshot_written_over_the_last_equals_a_fresh_conversion(
+            snapshots in prop::collection::vec(snapshot(), 1..6)
+        ) {
+            let mut reused = wit::Snapshot {
+                now_ms: 0,
+                scale_down_delay_ms: 0,
+                managers: Vec::new(),
+                demand: Vec::new(),
+            };
+            for snapshot in &snapshots {
+                reuse::snapshot_into_wit(snapshot, &mut reused);
+                let fresh = convert::snapshot_to_wit(snapshot);
+                prop_assert_eq!(format!("{reused:?}"), format!("{fresh:?}"));
+            }
+        }
+    }
 }

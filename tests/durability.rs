@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Cluster, text};
+use common::{Cluster, text, workers};
 
 /// A scheduler that must refuse to start: its exit status and what it printed.
 fn refused_scheduler(dir: &std::path::Path, args: &[&str]) -> String {
@@ -270,6 +270,55 @@ fn a_journal_that_cannot_be_written_acknowledges_nothing() {
     assert_eq!(ids, [1], "{jobs}");
     let next = cluster.json(&["submit", "--", "true"]);
     assert_eq!(next["job"], 2, "{next}");
+}
+
+#[test]
+fn a_journal_sync_stalled_past_the_idle_timeout_drops_no_connection() {
+    // A disk that stalls for longer than the 5 s QUIC idle timeout and the default 5 s
+    // heartbeat timeout (debug builds: a sync waits while the file `stall` exists). The
+    // scheduler runs on one thread; a sync on that thread starved QUIC, so the worker's
+    // connection timed out and it came back as a new worker (checked: fails 2 of 2 with the
+    // sync on the actor's thread). After the stall, the heartbeats that waited in the inbox
+    // are taken in before a timeout judges the worker (checked: fails 2 of 4 without that).
+    let dir = tempfile::tempdir().unwrap();
+    let stall = dir.path().join("stall");
+    let held = dir.path().join("stall.held");
+    let journal = dir.path().join("journal");
+    let mut cluster = Cluster::start_with_env(
+        &["--journal", journal.to_str().unwrap()],
+        &[("WEIR_TEST_STALL_JOURNAL", stall.as_os_str())],
+    );
+    cluster.worker("w", &[]);
+    let id = cluster.await_status(|s| workers(s) == 1)["workers"][0]["id"].clone();
+    std::fs::write(&stall, "").unwrap();
+    // Journaled, so its acknowledgement waits for the stalled sync.
+    let access = cluster.access_file();
+    let submit = cluster
+        .weir_command(
+            &access,
+            &[
+                "--output", "json", "submit", "--count", "3", "--wait", "--", "true",
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !held.exists() {
+        common::pause();
+    }
+    // The fault itself, not a wait for something: the disk stays stalled this long.
+    std::thread::sleep(std::time::Duration::from_secs(7));
+    std::fs::remove_file(&stall).unwrap();
+    let out = submit.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["counts"]["succeeded"], 3, "{done}");
+    let status = cluster.json(&["status"]);
+    assert_eq!(workers(&status), 1, "{status}");
+    assert_eq!(
+        status["workers"][0]["id"], id,
+        "the worker reconnected: {status}"
+    );
 }
 
 #[test]

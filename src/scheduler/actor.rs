@@ -121,16 +121,60 @@ impl Actor {
         }
     }
 
+    /// At start, before any connection: on this thread.
     fn compact_journal(&mut self, records: Vec<journal::Record>) {
         let Some(journal) = &mut self.journal else {
             return;
         };
-        match journal.rewrite(&records) {
+        let result = journal.rewrite(&records);
+        self.compacted(result);
+    }
+
+    fn compacted(&mut self, result: Result<(u64, u64), journal::JournalError>) {
+        match result {
             Ok((before, after)) => {
                 self.core.handle(self.now(), Input::Compacted);
                 tracing::info!(before, after, "journal compacted (forgotten jobs dropped)")
             }
             Err(error) => tracing::error!(%error, "journal not compacted"),
+        }
+    }
+
+    /// Run `work` on the journal on a blocking thread and wait for it. The actor waits as if
+    /// it ran here, but the runtime's one thread goes on serving QUIC (acknowledgements,
+    /// keep-alives, new connections), so a slow disk does not drop every connection at the
+    /// idle timeout; what arrives meanwhile waits in the inbox. `None` without a journal, or
+    /// if the thread panicked (the journal is then gone: the caller stops).
+    async fn off_thread<R: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut journal::Journal) -> R + Send + 'static,
+    ) -> Option<R> {
+        let mut journal = self.journal.take()?;
+        let done = tokio::task::spawn_blocking(move || {
+            let result = work(&mut journal);
+            (journal, result)
+        })
+        .await;
+        match done {
+            Ok((journal, result)) => {
+                self.journal = Some(journal);
+                Some(result)
+            }
+            Err(error) => {
+                self.journal_error
+                    .get_or_insert(format!("the journal's thread failed: {error}"));
+                None
+            }
+        }
+    }
+
+    /// Carry out the core's actions; a compaction runs off this thread, before the actions
+    /// after it (records journaled after the image belong in the rewritten file).
+    async fn perform_all(&mut self) {
+        while let Some(records) = self.perform() {
+            if let Some(result) = self.off_thread(move |j| j.rewrite(&records)).await {
+                self.compacted(result);
+            }
         }
     }
 
@@ -161,6 +205,15 @@ impl Actor {
                     }
                 }
                 _ = &mut timer => {
+                    // What waits in the inbox came before this timeout (heartbeats that arrived
+                    // while the actor waited on the disk): taken in first, so no worker is
+                    // judged silent on news it already sent.
+                    for _ in 0..10_000 {
+                        match inbox.try_recv() {
+                            Ok(event) => self.event(event),
+                            Err(_) => break,
+                        }
+                    }
                     let now = self.now();
                     self.core.handle(now, Input::Timeout);
                     // A timer that fired is set again, even to the same time.
@@ -169,9 +222,9 @@ impl Actor {
             }
             let now = self.now();
             self.core.handle(now, Input::EndOfBatch);
-            self.perform();
-            if let Some(journal) = &mut self.journal
-                && let Err(error) = journal.sync()
+            self.perform_all().await;
+            if self.journal.as_ref().is_some_and(journal::Journal::dirty)
+                && let Some(Err(error)) = self.off_thread(journal::Journal::sync).await
             {
                 self.journal_error.get_or_insert(error.to_string());
             }
@@ -196,7 +249,7 @@ impl Actor {
             }
             let journal_bytes = self.journal.as_ref().map_or(0, journal::Journal::size);
             self.core.handle(now, Input::Synced { journal_bytes });
-            self.perform();
+            self.perform_all().await;
         }
     }
 
@@ -284,8 +337,9 @@ impl Actor {
         self.next_id
     }
 
-    /// Carry out the core's actions, in order.
-    fn perform(&mut self) {
+    /// Carry out the core's actions, in order, up to a compaction: its records are returned
+    /// (see [`Actor::perform_all`]).
+    fn perform(&mut self) -> Option<Vec<journal::Record>> {
         while let Some(action) = self.core.poll_action() {
             match action {
                 Action::Registered { connection, worker } => {
@@ -327,7 +381,7 @@ impl Actor {
                     record,
                     write_through,
                 } => self.append(&record, write_through),
-                Action::Compact(records) => self.compact_journal(records),
+                Action::Compact(records) => return Some(records),
                 Action::Decide(snapshot) => self.decide(snapshot),
                 Action::SwapPolicy {
                     client,
@@ -336,6 +390,7 @@ impl Actor {
                 } => self.swap_policy(client, policy, snapshot),
             }
         }
+        None
     }
 
     fn append(&mut self, record: &journal::Record, write_through: bool) {

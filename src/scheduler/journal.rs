@@ -170,11 +170,18 @@ impl Journal {
         self.writer.flush().map_err(|e| self.fail(e.to_string()))
     }
 
+    /// Whether something was appended that the next [`Journal::sync`] must put on disk.
+    pub fn dirty(&self) -> bool {
+        self.dirty
+    }
+
     /// Flush and fsync what was appended since the last sync.
     pub fn sync(&mut self) -> Result<(), JournalError> {
         if !self.dirty {
             return Ok(());
         }
+        #[cfg(debug_assertions)]
+        stall_for_tests();
         self.writer.flush().map_err(|e| self.fail(e.to_string()))?;
         self.writer
             .get_ref()
@@ -189,6 +196,25 @@ impl Journal {
             path: self.path.clone(),
             error,
         }
+    }
+}
+
+/// A disk that stalls, for the tests (debug builds only): while the file named by
+/// `WEIR_TEST_STALL_JOURNAL` exists, a sync waits (and says so by creating that path with
+/// `.held` added).
+#[cfg(debug_assertions)]
+fn stall_for_tests() {
+    let Some(path) = std::env::var_os("WEIR_TEST_STALL_JOURNAL") else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    if path.exists() {
+        let mut held = path.clone().into_os_string();
+        held.push(".held");
+        let _ = File::create(held);
+    }
+    while path.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

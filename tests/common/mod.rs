@@ -52,13 +52,20 @@ impl Cluster {
     }
 
     pub fn start_with(args: &[&str]) -> Cluster {
+        Cluster::start_with_env(args, &[])
+    }
+
+    /// `start_with`, every process of the cluster also given the variables `env`.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let bin = Path::new(env!("CARGO_BIN_EXE_scheduler")).parent().unwrap();
-        let processes = Launcher::new(bin, dir.path())
+        let mut launcher = Launcher::new(bin, dir.path())
             .env("WEIR_CACHE_DIR", dir.path().join("cache"))
-            .env("RUST_LOG", "error")
-            .start(args)
-            .expect("scheduler starts");
+            .env("RUST_LOG", "error");
+        for (name, value) in env {
+            launcher = launcher.env(name, value);
+        }
+        let processes = launcher.start(args).expect("scheduler starts");
         assert!(
             processes.address.starts_with("quic://127.0.0.1:"),
             "{}",
@@ -128,14 +135,21 @@ impl Cluster {
     }
 
     pub fn weir_with(&self, access_file: &Path, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_weir"))
+        self.weir_command(access_file, args)
+            .output()
+            .expect("weir runs")
+    }
+
+    /// A `weir` command to run (or spawn) against `access_file`.
+    pub fn weir_command(&self, access_file: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        command
             .arg("--access-file")
             .arg(access_file)
             .args(args)
             .env("WEIR_CACHE_DIR", self.dir.path().join("cache"))
-            .env_remove("RUST_LOG")
-            .output()
-            .expect("weir runs")
+            .env_remove("RUST_LOG");
+        command
     }
 
     pub fn json(&self, args: &[&str]) -> Value {

@@ -65,6 +65,29 @@ fn a_thousand_command_tasks_and_ten_thousand_wasm_tasks_all_succeed_with_correct
 }
 
 #[test]
+fn a_scheduler_on_two_threads_runs_every_task_with_its_output() {
+    // `scheduler --threads 2` (for clusters of thousands of workers): the connections and the
+    // actor on a multi-thread runtime, everything else alike.
+    let mut cluster = Cluster::start_with(&["--threads", "2"]);
+    cluster.worker("a", &["--slots", "2"]);
+    cluster.worker("b", &["--slots", "2"]);
+    let script = "echo $((WEIR_TASK_INDEX * 3))";
+    let done = cluster.json(&[
+        "submit", "--count", "300", "--wait", "--", "sh", "-c", script,
+    ]);
+    assert_eq!(done["counts"]["succeeded"], 300, "{done}");
+    let results = cluster.json(&["results", &done["job"].to_string()]);
+    let outputs: Vec<String> = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["stdout"].as_str().unwrap().trim().to_string())
+        .collect();
+    let expected: Vec<String> = (0..300).map(|i| (i * 3).to_string()).collect();
+    assert_eq!(outputs, expected);
+}
+
+#[test]
 fn a_task_needing_a_gpu_waits_while_the_others_run_past_it() {
     let mut cluster = Cluster::start("10");
     cluster.worker("cpu-only", &["--slots", "2", "--capabilities", "cpu=2"]);

@@ -108,6 +108,15 @@ struct Args {
     /// does not count as an attempt. 0: a worker holds only what it runs.
     #[arg(long, default_value_t = 256, value_name = "TASKS", value_parser = clap::value_parser!(u32).range(0..=1024))]
     prefetch: u32,
+    /// Threads that serve the connections and the actor. 1, the default, costs the least per
+    /// task: every message goes through the one actor anyway, and a second thread adds a
+    /// cross-thread wake-up to most of them. With thousands of workers, QUIC (handshakes,
+    /// acknowledgements, a heartbeat a second from each) outgrows one core: 2 threads
+    /// registered 10,000 workers in 21 s instead of 51 and answered `weir status` in 145 ms
+    /// instead of 432 (BENCHMARKS.md). The policy, journal syncs and the epoch ticker have
+    /// threads of their own either way.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
     /// Load and check the policy, print its tiers, and exit.
     #[arg(long)]
     check: bool,
@@ -185,11 +194,18 @@ fn run(args: Args) -> Result<()> {
         },
         limits,
     };
-    // One thread, as HyperQueue's server: every message goes through the one actor anyway, and
-    // a second thread only added cross-thread wake-ups (about a fifth of the scheduler's CPU per
-    // task with short tasks; BENCHMARKS.md). The policy, journal-free blocking work and the
-    // epoch ticker have threads of their own.
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // One thread by default, as HyperQueue's server: every message goes through the one actor
+    // anyway, and a second thread only added cross-thread wake-ups (about a fifth of the
+    // scheduler's CPU per task with short tasks; BENCHMARKS.md). `--threads` for large clusters.
+    let mut runtime = match args.threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(usize::from(n));
+            builder
+        }
+    };
+    let runtime = runtime
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

@@ -54,6 +54,8 @@ struct Run<'a> {
     slots: u32,
     /// The scheduler's `--prefetch`, when not its default.
     prefetch: Option<u32>,
+    /// The scheduler's `--threads`.
+    threads: u16,
 }
 
 async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()> {
@@ -66,6 +68,7 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
         workers,
         slots,
         prefetch,
+        threads,
     } = run;
     if tasks == 0 {
         return Ok(());
@@ -73,10 +76,11 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
     let sub = dir.join(format!("{label}-{tasks}-{workers}x{slots}"));
     std::fs::create_dir_all(&sub)?;
     let prefetch = prefetch.map(|n| n.to_string());
-    let scheduler_args: Vec<&std::ffi::OsStr> = match &prefetch {
-        Some(n) => vec!["--prefetch".as_ref(), n.as_ref()],
-        None => vec![],
-    };
+    let threads = threads.to_string();
+    let mut scheduler_args: Vec<&std::ffi::OsStr> = vec!["--threads".as_ref(), threads.as_ref()];
+    if let Some(n) = &prefetch {
+        scheduler_args.extend([std::ffi::OsStr::new("--prefetch"), n.as_ref()]);
+    }
     let mut cluster = launch(&sub, &scheduler_args)?;
     for i in 0..workers {
         let slots = slots.to_string();
@@ -127,6 +131,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
             workers: args.workers,
             slots: args.slots,
             prefetch: args.prefetch,
+            threads: args.scheduler_threads,
         };
         throughput(dir, report, run).await?;
     }
@@ -142,6 +147,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
         workers: args.workers,
         slots: args.slots,
         prefetch: args.prefetch,
+        threads: args.scheduler_threads,
     };
     throughput(dir, report, run).await?;
     let run = Run {
@@ -153,6 +159,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
         workers: args.workers,
         slots: args.slots,
         prefetch: args.prefetch,
+        threads: args.scheduler_threads,
     };
     throughput(dir, report, run).await?;
     // Few slots per worker, tasks as short as their dispatch: where the per-task round trip
@@ -168,6 +175,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
                 workers,
                 slots,
                 prefetch: args.prefetch,
+                threads: args.scheduler_threads,
             };
             throughput(dir, report, wasm).await?;
             let command = Run {
@@ -179,6 +187,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
                 workers,
                 slots,
                 prefetch: args.prefetch,
+                threads: args.scheduler_threads,
             };
             throughput(dir, report, command).await?;
         }

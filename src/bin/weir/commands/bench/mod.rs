@@ -76,6 +76,9 @@ pub struct BenchArgs {
     /// Manager connections the simulated workers are spread over (at most one per worker).
     #[arg(long, default_value_t = 1000, value_name = "M")]
     simulated_managers: u32,
+    /// The scheduler's `--threads` in the throughput and simulated-worker runs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    scheduler_threads: u16,
 }
 
 pub struct Report {
@@ -107,6 +110,7 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
         let result = simulated::simulated(
             &args.simulated_workers,
             args.simulated_managers,
+            args.scheduler_threads,
             &dir,
             &mut report,
         )

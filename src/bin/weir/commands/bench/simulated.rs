@@ -38,11 +38,12 @@ const IDLE: Duration = Duration::from_secs(5);
 pub async fn simulated(
     workers: &[u32],
     managers: u32,
+    threads: u16,
     dir: &std::path::Path,
     report: &mut Report,
 ) -> Result<()> {
     report.row(format!(
-        "Simulated workers (1 slot each) under {managers} simulated managers, every one heartbeating every second:"
+        "Simulated workers (1 slot each) under {managers} simulated managers, every one heartbeating every second (scheduler --threads {threads}):"
     ));
     report.row(String::new());
     report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());
@@ -52,9 +53,12 @@ pub async fn simulated(
         let sub = dir.join(format!("simulated-{n}"));
         std::fs::create_dir_all(&sub)?;
         let connections = (n + managers + 64).to_string();
+        let threads = threads.to_string();
         let cluster = launch(
             &sub,
             &[
+                "--threads".as_ref(),
+                threads.as_ref(),
                 "--max-connections".as_ref(),
                 connections.as_ref(),
                 // Registration of thousands at once takes longer than the default silence.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use weir::core::tasks::{Action, Config, JobError, Loss, SubmitError, Tasks};
+use weir::core::tasks::{Action, Config, JobError, Loss, MAX_SPARED, SubmitError, Tasks};
 use weir::proto::{EnvVerdict, NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
 
 fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
@@ -631,6 +631,33 @@ fn a_worker_killed_before_it_started_its_prefetched_tasks_spends_no_attempt_on_t
     assert_eq!(dispatched(&core.take_actions())[&other], vec![tasks[2]]);
     assert!(core.finished(40, other, tasks[2], ok()));
     assert_eq!(core.final_record(tasks[2]).unwrap().2, 1);
+}
+
+#[test]
+fn a_task_held_ahead_by_workers_lost_before_reporting_its_start_is_spared_at_most_twice() {
+    // A start is reported with the next outcomes, so a task that kills its worker at once looks
+    // unstarted. Sparing it every time would let it kill workers forever: MAX_SPARED bounds it.
+    let mut core = with_prefetch(1);
+    let (_, tasks) = quick_job(&mut core, 2, &[], 5);
+    let (first, held) = (tasks[0], tasks[1]);
+    for round in 0..=u64::from(MAX_SPARED) {
+        let now = 10 + round * 10;
+        let w = core.worker_joined(now, worker(1, &[])).unwrap().0;
+        core.schedule(now);
+        let handed = dispatched(&core.take_actions());
+        assert_eq!(handed[&w], vec![first, held], "round {round}");
+        core.worker_lost(now + 5, w, "killed", Loss::Exited);
+    }
+    let w = core.worker_joined(100, worker(1, &[])).unwrap().0;
+    core.schedule(100);
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![first, held]);
+    assert!(core.finished(110, w, first, ok()));
+    assert!(core.finished(120, w, held, ok()));
+    // `first` ran in the slot every time: each loss an attempt, then its run.
+    let rounds = MAX_SPARED + 1;
+    assert_eq!(core.final_record(first).unwrap().2, rounds + 1);
+    // `held` was spared MAX_SPARED times; the loss after that counted, then its run.
+    assert_eq!(core.final_record(held).unwrap().2, 2);
 }
 
 #[test]

@@ -113,20 +113,17 @@ mod reuse {
         out.scale_down_delay_ms = s.scale_down_delay_ms;
         out.managers.truncate(s.managers.len());
         for (i, m) in s.managers.iter().enumerate() {
-            if i == out.managers.len() {
-                out.managers.push(wit::Manager {
-                    id: String::new(),
-                    worker_type: String::new(),
-                    max_task_concurrency: 0,
-                    worker_slots: 0,
-                    online: false,
-                    workers: Vec::new(),
-                    starting: 0,
-                    capabilities: Vec::new(),
-                    environments: Vec::new(),
-                });
-            }
-            let w = &mut out.managers[i];
+            let w = at(&mut out.managers, i, || wit::Manager {
+                id: String::new(),
+                worker_type: String::new(),
+                max_task_concurrency: 0,
+                worker_slots: 0,
+                online: false,
+                workers: Vec::new(),
+                starting: 0,
+                capabilities: Vec::new(),
+                environments: Vec::new(),
+            });
             w.id.clone_from(&m.id);
             w.worker_type.clone_from(&m.worker_type);
             w.max_task_concurrency = m.max_task_concurrency;
@@ -153,20 +150,25 @@ mod reuse {
         }
         out.demand.truncate(s.demand.len());
         for (i, d) in s.demand.iter().enumerate() {
-            if i == out.demand.len() {
-                out.demand.push(wit::Demand {
-                    capabilities: Vec::new(),
-                    environments: Vec::new(),
-                    queued: 0,
-                    running: 0,
-                });
-            }
-            let w = &mut out.demand[i];
+            let w = at(&mut out.demand, i, || wit::Demand {
+                capabilities: Vec::new(),
+                environments: Vec::new(),
+                queued: 0,
+                running: 0,
+            });
             named(&mut w.capabilities, &d.capabilities, |amount| *amount);
             w.environments.clone_from(&d.environments);
             w.queued = d.queued;
             w.running = d.running;
         }
+    }
+
+    /// `out[i]`, a blank one pushed first where `out` ends at `i` (it is filled in order).
+    fn at<T>(out: &mut Vec<T>, i: usize, blank: impl FnOnce() -> T) -> &mut T {
+        if i == out.len() {
+            out.push(blank());
+        }
+        &mut out[i]
     }
 
     /// `out` made equal to `from` (names with a value each), reusing its strings.

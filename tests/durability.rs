@@ -303,7 +303,12 @@ fn a_journal_sync_stalled_past_the_idle_timeout_drops_no_connection() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let asked = std::time::Instant::now();
     while !held.exists() {
+        assert!(
+            asked.elapsed() < std::time::Duration::from_secs(120),
+            "the submission never reached a journal sync"
+        );
         common::pause();
     }
     // The fault itself, not a wait for something: the disk stays stalled this long.

@@ -112,8 +112,8 @@ struct Args {
     /// task: every message goes through the one actor anyway, and a second thread adds a
     /// cross-thread wake-up to most of them. With thousands of workers, QUIC (handshakes,
     /// acknowledgements, a heartbeat a second from each) outgrows one core: 2 threads
-    /// registered 10,000 workers in 21 s instead of 51 and answered `weir status` in 145 ms
-    /// instead of 432 (BENCHMARKS.md). The policy, journal syncs and the epoch ticker have
+    /// registered 10,000 simulated workers in 15 s instead of 39 and answered `weir status` in
+    /// 58 ms instead of 578 (BENCHMARKS.md). The policy, journal syncs and the epoch ticker have
     /// threads of their own either way.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,

@@ -36,7 +36,9 @@ impl ScalingPolicy for weir_waterfall::Policy {
 /// Checks that `decisions` can be applied to `snapshot`: each names an online manager of the
 /// snapshot once, asks for no more workers than the manager's cap allows (whatever it runs now:
 /// a manager above its cap is brought down to it, never kept there), and stops only idle
-/// workers of that manager. The scheduler applies this to every policy's decisions.
+/// workers of that manager. The scheduler applies this to every policy's decisions. The
+/// snapshot's manager ids are unique (the scheduler keys managers by id; `weir policy test`
+/// refuses a scenario that repeats one).
 pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), String> {
     // Policies mostly answer in the snapshot's order: the decision at position i is then found
     // at position i without hashing; the map by id is built only for one that is not.

@@ -136,7 +136,13 @@ impl Actor {
                 self.core.handle(self.now(), Input::Compacted);
                 tracing::info!(before, after, "journal compacted (forgotten jobs dropped)")
             }
-            Err(error) => tracing::error!(%error, "journal not compacted"),
+            // The rewrite starts with a sync of what was appended: if that failed, a later
+            // sync may report success for pages the kernel dropped, so this is the journal
+            // failing, not only the compaction.
+            Err(error) if self.journal.as_ref().is_some_and(journal::Journal::dirty) => {
+                self.journal_error.get_or_insert(error.to_string());
+            }
+            Err(error) => tracing::error!(%error, "journal not compacted (the old one stays)"),
         }
     }
 
@@ -206,9 +212,10 @@ impl Actor {
                 }
                 _ = &mut timer => {
                     // What waits in the inbox came before this timeout (heartbeats that arrived
-                    // while the actor waited on the disk): taken in first, so no worker is
-                    // judged silent on news it already sent.
-                    for _ in 0..10_000 {
+                    // while the actor waited on the disk, one a second from each of thousands
+                    // of workers): all of it taken in first, so no worker is judged silent on
+                    // news it already sent. Only what is there now: the loop ends.
+                    for _ in 0..inbox.len() {
                         match inbox.try_recv() {
                             Ok(event) => self.event(event),
                             Err(_) => break,
@@ -250,6 +257,12 @@ impl Actor {
             let journal_bytes = self.journal.as_ref().map_or(0, journal::Journal::size);
             self.core.handle(now, Input::Synced { journal_bytes });
             self.perform_all().await;
+            // A compaction just now may have failed the journal: stop before another round
+            // appends to a journal that is gone or broken.
+            if let Some(error) = self.journal_error.take() {
+                tracing::error!(%error, "the journal cannot be written: stopping; start the scheduler again once the disk is fixed (nothing acknowledged is lost)");
+                return Some(format!("the journal cannot be written: {error}"));
+            }
         }
     }
 

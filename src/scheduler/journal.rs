@@ -115,12 +115,16 @@ impl Journal {
             }
             let file = writer.into_inner().map_err(|e| e.into_error())?;
             file.sync_all()?;
+            let size = file.metadata()?.len();
             // Opened and locked before the rename: the same file, at the journal's path after.
             let appender = OpenOptions::new().append(true).open(&fresh)?;
             crate::scheduler::lock::lock_file(&appender, "journal")
                 .map_err(std::io::Error::other)?;
+            // The last step that can fail: after it, the new file is the journal and the
+            // appender must be used (an error past this point would leave appends going to
+            // the old, unlinked file).
             std::fs::rename(&fresh, &self.path)?;
-            Ok((file.metadata()?.len(), appender))
+            Ok((size, appender))
         })();
         let (new_size, appender) = match written {
             Ok(done) => done,

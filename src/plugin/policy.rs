@@ -111,19 +111,18 @@ mod reuse {
     pub fn snapshot_into_wit(s: &Snapshot, out: &mut wit::Snapshot) {
         out.now_ms = s.now_ms;
         out.scale_down_delay_ms = s.scale_down_delay_ms;
-        out.managers.truncate(s.managers.len());
-        for (i, m) in s.managers.iter().enumerate() {
-            let w = at(&mut out.managers, i, || wit::Manager {
-                id: String::new(),
-                worker_type: String::new(),
-                max_task_concurrency: 0,
-                worker_slots: 0,
-                online: false,
-                workers: Vec::new(),
-                starting: 0,
-                capabilities: Vec::new(),
-                environments: Vec::new(),
-            });
+        let blank_manager = |_: &_| wit::Manager {
+            id: String::new(),
+            worker_type: String::new(),
+            max_task_concurrency: 0,
+            worker_slots: 0,
+            online: false,
+            workers: Vec::new(),
+            starting: 0,
+            capabilities: Vec::new(),
+            environments: Vec::new(),
+        };
+        overwrite(&mut out.managers, &s.managers, blank_manager, |w, m| {
             w.id.clone_from(&m.id);
             w.worker_type.clone_from(&m.worker_type);
             w.max_task_concurrency = m.max_task_concurrency;
@@ -147,42 +146,46 @@ mod reuse {
                     Verdict::Unknown => wit::Verdict::Unknown,
                 },
             );
-        }
-        out.demand.truncate(s.demand.len());
-        for (i, d) in s.demand.iter().enumerate() {
-            let w = at(&mut out.demand, i, || wit::Demand {
-                capabilities: Vec::new(),
-                environments: Vec::new(),
-                queued: 0,
-                running: 0,
-            });
+        });
+        let blank_demand = |_: &_| wit::Demand {
+            capabilities: Vec::new(),
+            environments: Vec::new(),
+            queued: 0,
+            running: 0,
+        };
+        overwrite(&mut out.demand, &s.demand, blank_demand, |w, d| {
             named(&mut w.capabilities, &d.capabilities, |amount| *amount);
             w.environments.clone_from(&d.environments);
             w.queued = d.queued;
             w.running = d.running;
-        }
+        });
     }
 
-    /// `out[i]`, a blank one pushed first where `out` ends at `i` (it is filled in order).
-    fn at<T>(out: &mut Vec<T>, i: usize, blank: impl FnOnce() -> T) -> &mut T {
-        if i == out.len() {
-            out.push(blank());
+    /// `out` made as long as `from`, each element written over from its counterpart by `write`
+    /// (one made by `blank` first where `out` was shorter), so strings and lists inside keep
+    /// their capacity from call to call.
+    fn overwrite<S, T>(
+        out: &mut Vec<T>,
+        from: &[S],
+        blank: impl Fn(&S) -> T,
+        mut write: impl FnMut(&mut T, &S),
+    ) {
+        out.truncate(from.len());
+        for (i, source) in from.iter().enumerate() {
+            if i == out.len() {
+                out.push(blank(source));
+            }
+            write(&mut out[i], source);
         }
-        &mut out[i]
     }
 
     /// `out` made equal to `from` (names with a value each), reusing its strings.
     fn named<A, B>(out: &mut Vec<(String, B)>, from: &[(String, A)], value: impl Fn(&A) -> B) {
-        out.truncate(from.len());
-        for (i, (name, a)) in from.iter().enumerate() {
-            match out.get_mut(i) {
-                Some(slot) => {
-                    slot.0.clone_from(name);
-                    slot.1 = value(a);
-                }
-                None => out.push((name.clone(), value(a))),
-            }
-        }
+        let blank = |(_, a): &(String, A)| (String::new(), value(a));
+        overwrite(out, from, blank, |slot, (name, a)| {
+            slot.0.clone_from(name);
+            slot.1 = value(a);
+        });
     }
 }
 

@@ -203,24 +203,15 @@ impl Actor {
                 event = inbox.recv() => {
                     self.event(event?);
                     // Take everything already waiting before scheduling once.
-                    for _ in 0..10_000 {
-                        match inbox.try_recv() {
-                            Ok(event) => self.event(event),
-                            Err(_) => break,
-                        }
-                    }
+                    self.take_in(&mut inbox, 10_000);
                 }
                 _ = &mut timer => {
                     // What waits in the inbox came before this timeout (heartbeats that arrived
                     // while the actor waited on the disk, one a second from each of thousands
                     // of workers): all of it taken in first, so no worker is judged silent on
                     // news it already sent. Only what is there now: the loop ends.
-                    for _ in 0..inbox.len() {
-                        match inbox.try_recv() {
-                            Ok(event) => self.event(event),
-                            Err(_) => break,
-                        }
-                    }
+                    let waiting = inbox.len();
+                    self.take_in(&mut inbox, waiting);
                     let now = self.now();
                     self.core.handle(now, Input::Timeout);
                     // A timer that fired is set again, even to the same time.
@@ -251,8 +242,7 @@ impl Actor {
                 self.reply(client, response, true);
             }
             if let Some(error) = failed {
-                tracing::error!(%error, "the journal cannot be written: stopping; start the scheduler again once the disk is fixed (nothing acknowledged is lost)");
-                return Some(format!("the journal cannot be written: {error}"));
+                return Some(stopping(&error));
             }
             let journal_bytes = self.journal.as_ref().map_or(0, journal::Journal::size);
             self.core.handle(now, Input::Synced { journal_bytes });
@@ -260,8 +250,17 @@ impl Actor {
             // A compaction just now may have failed the journal: stop before another round
             // appends to a journal that is gone or broken.
             if let Some(error) = self.journal_error.take() {
-                tracing::error!(%error, "the journal cannot be written: stopping; start the scheduler again once the disk is fixed (nothing acknowledged is lost)");
-                return Some(format!("the journal cannot be written: {error}"));
+                return Some(stopping(&error));
+            }
+        }
+    }
+
+    /// Feed the core up to `most` events already waiting in the inbox.
+    fn take_in(&mut self, inbox: &mut mpsc::UnboundedReceiver<Event>, most: usize) {
+        for _ in 0..most {
+            match inbox.try_recv() {
+                Ok(event) => self.event(event),
+                Err(_) => break,
             }
         }
     }
@@ -475,4 +474,10 @@ impl Actor {
             );
         }
     }
+}
+
+/// Why the event loop ends when the journal failed, logged once and returned.
+fn stopping(error: &str) -> String {
+    tracing::error!(%error, "the journal cannot be written: stopping; start the scheduler again once the disk is fixed (nothing acknowledged is lost)");
+    format!("the journal cannot be written: {error}")
 }

@@ -52,10 +52,8 @@ struct Run<'a> {
     spec: TaskSpec,
     workers: u32,
     slots: u32,
-    /// The scheduler's `--prefetch`, when not its default.
-    prefetch: Option<u32>,
-    /// The scheduler's `--threads`.
-    threads: u16,
+    /// The scheduler's flags (`--threads`, `--prefetch`), the same for every run.
+    scheduler: &'a [String],
 }
 
 async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()> {
@@ -67,20 +65,14 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
         spec,
         workers,
         slots,
-        prefetch,
-        threads,
+        scheduler,
     } = run;
     if tasks == 0 {
         return Ok(());
     }
     let sub = dir.join(format!("{label}-{tasks}-{workers}x{slots}"));
     std::fs::create_dir_all(&sub)?;
-    let prefetch = prefetch.map(|n| n.to_string());
-    let threads = threads.to_string();
-    let mut scheduler_args: Vec<&std::ffi::OsStr> = vec!["--threads".as_ref(), threads.as_ref()];
-    if let Some(n) = &prefetch {
-        scheduler_args.extend([std::ffi::OsStr::new("--prefetch"), n.as_ref()]);
-    }
+    let scheduler_args: Vec<&std::ffi::OsStr> = scheduler.iter().map(|a| a.as_ref()).collect();
     let mut cluster = launch(&sub, &scheduler_args)?;
     for i in 0..workers {
         let slots = slots.to_string();
@@ -118,6 +110,10 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
 
 pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Result<()> {
     Launcher::beside_current_exe(dir)?.command("scheduler")?;
+    let mut scheduler = vec!["--threads".to_string(), args.scheduler_threads.to_string()];
+    if let Some(n) = args.prefetch {
+        scheduler.extend(["--prefetch".to_string(), n.to_string()]);
+    }
     report.row("| tasks | N | workers x slots | seconds | tasks/s | scheduler CPU µs/task | scheduler peak MiB |".into());
     report.row("|---|---:|---|---:|---:|---:|---:|".into());
     let noop = noop_spec();
@@ -130,8 +126,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
             spec: noop.clone(),
             workers: args.workers,
             slots: args.slots,
-            prefetch: args.prefetch,
-            threads: args.scheduler_threads,
+            scheduler: &scheduler,
         };
         throughput(dir, report, run).await?;
     }
@@ -146,8 +141,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
         spec: spec(square.clone(), b"7"),
         workers: args.workers,
         slots: args.slots,
-        prefetch: args.prefetch,
-        threads: args.scheduler_threads,
+        scheduler: &scheduler,
     };
     throughput(dir, report, run).await?;
     let run = Run {
@@ -158,8 +152,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
         spec: noop.clone(),
         workers: args.workers,
         slots: args.slots,
-        prefetch: args.prefetch,
-        threads: args.scheduler_threads,
+        scheduler: &scheduler,
     };
     throughput(dir, report, run).await?;
     // Few slots per worker, tasks as short as their dispatch: where the per-task round trip
@@ -174,8 +167,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
                 spec: spec(square.clone(), b"7"),
                 workers,
                 slots,
-                prefetch: args.prefetch,
-                threads: args.scheduler_threads,
+                scheduler: &scheduler,
             };
             throughput(dir, report, wasm).await?;
             let command = Run {
@@ -186,8 +178,7 @@ pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Resul
                 spec: noop.clone(),
                 workers,
                 slots,
-                prefetch: args.prefetch,
-                threads: args.scheduler_threads,
+                scheduler: &scheduler,
             };
             throughput(dir, report, command).await?;
         }

@@ -70,6 +70,15 @@ fn worker(name: &str, slots: u32) -> WorkerInfo {
     }
 }
 
+/// A manager's connection registers with its first heartbeat.
+fn manager_joins(state: ManagerState) -> Input {
+    Input::ManagerJoined {
+        connection: 1_000,
+        state,
+        peer: "127.0.0.1:1".into(),
+    }
+}
+
 fn manager(id: &str) -> ManagerState {
     ManagerState {
         id: id.into(),
@@ -245,13 +254,7 @@ fn the_core_refuses_a_policys_nonsense_whatever_the_policy() {
     round(
         &mut core,
         0,
-        vec![
-            Input::ManagerHeartbeat {
-                state: manager("m1"),
-                first: true,
-            },
-            from_client(1, submit(10)),
-        ],
+        vec![manager_joins(manager("m1")), from_client(1, submit(10))],
     );
     assert_eq!(
         core.poll_timeout(),
@@ -422,10 +425,7 @@ fn what_a_managers_worker_answered_outlives_it_without_a_heartbeat_in_between() 
         &mut core,
         0,
         vec![
-            Input::ManagerHeartbeat {
-                state: declaring,
-                first: true,
-            },
+            manager_joins(declaring),
             Input::WorkerJoined {
                 connection: 1,
                 info,
@@ -797,14 +797,7 @@ fn with_unit_worker() -> Scheduler {
     info.manager = Some("m1".into());
     let mut state = manager("m1");
     state.workers = vec!["m1-7-1".into()];
-    round(
-        &mut core,
-        0,
-        vec![
-            Input::ManagerHeartbeat { state, first: true },
-            join(1, info),
-        ],
-    );
+    round(&mut core, 0, vec![manager_joins(state), join(1, info)]);
     core
 }
 
@@ -815,10 +808,7 @@ fn asks_policy(actions: &[Action]) -> bool {
 #[test]
 fn new_demand_nothing_live_can_take_calls_the_policy_early_at_most_ten_times_an_interval() {
     let mut core = Scheduler::new(config(false));
-    let heartbeat = Input::ManagerHeartbeat {
-        state: manager("m1"),
-        first: true,
-    };
+    let heartbeat = manager_joins(manager("m1"));
     round(&mut core, 0, vec![heartbeat]);
     assert_eq!(
         core.poll_timeout(),
@@ -853,10 +843,7 @@ fn new_demand_nothing_live_can_take_calls_the_policy_early_at_most_ten_times_an_
 #[test]
 fn a_policy_still_deciding_is_asked_again_soon_not_a_whole_interval_on() {
     let mut core = Scheduler::new(config(false));
-    let heartbeat = Input::ManagerHeartbeat {
-        state: manager("m1"),
-        first: true,
-    };
+    let heartbeat = manager_joins(manager("m1"));
     round(&mut core, 0, vec![heartbeat, from_client(1, submit(3))]);
     core.handle(0, Input::Timeout);
     assert!(asks_policy(&core.take_actions()));
@@ -927,7 +914,13 @@ fn the_idle_workers_of_a_manager_gone_for_a_minute_are_told_to_leave() {
     // The manager falls silent (kill -9); its worker, a unit elsewhere, stays in touch.
     let mut told = Vec::new();
     for now in (5_000..=70_000).step_by(5_000) {
-        core.handle(now, Input::Heartbeat { worker: 1 });
+        core.handle(
+            now,
+            Input::Heartbeat {
+                worker: 1,
+                renew: None,
+            },
+        );
         core.handle(now, Input::Timeout);
         if leave(&core.take_actions()) {
             told.push(now);
@@ -1119,4 +1112,101 @@ fn cancelling_single_tasks_stops_the_running_ones_and_journals_them_final() {
             .any(|(r, _)| matches!(r, Response::Canceled { tasks: 2 })),
         "{actions:#?} {answered:#?}"
     );
+}
+
+#[test]
+fn a_lease_is_renewed_only_in_answer_to_a_request_and_only_while_the_worker_is_live() {
+    let mut core = Scheduler::new(config(false));
+    let actions = round(&mut core, 0, vec![join(1, worker("w", 1))]);
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::ToWorker {
+            message: ToWorker::Registered {
+                lease_ms: 10_000,
+                ..
+            },
+            ..
+        }
+    )));
+    let leases = |actions: &[Action]| -> Vec<u64> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ToWorker {
+                    message: ToWorker::Lease { seq },
+                    ..
+                } => Some(*seq),
+                _ => None,
+            })
+            .collect()
+    };
+    let renew = |seq| Input::Heartbeat {
+        worker: 1,
+        renew: Some(seq),
+    };
+    // Each request is answered with its own sequence number; a plain heartbeat grants nothing.
+    let plain = Input::Heartbeat {
+        worker: 1,
+        renew: None,
+    };
+    assert_eq!(
+        leases(&round(&mut core, 100, vec![renew(1), plain])),
+        vec![1]
+    );
+    assert_eq!(leases(&round(&mut core, 200, vec![renew(2)])), vec![2]);
+    // Declared lost (its connection broke): a request that arrives after that grants nothing.
+    round(
+        &mut core,
+        300,
+        vec![Input::WorkerGone {
+            worker: 1,
+            reason: "connection lost".into(),
+            planned: false,
+        }],
+    );
+    assert!(leases(&round(&mut core, 400, vec![renew(3)])).is_empty());
+}
+
+#[test]
+fn one_process_per_manager_id_a_second_is_refused_naming_the_first() {
+    let mut core = Scheduler::new(config(false));
+    let joined = |connection, peer: &str| Input::ManagerJoined {
+        connection,
+        state: manager("m1"),
+        peer: peer.into(),
+    };
+    let actions = round(&mut core, 0, vec![joined(7, "10.0.0.1:4000")]);
+    assert!(matches!(
+        actions[0],
+        Action::ManagerRegistered { connection: 7, .. }
+    ));
+    let actions = round(&mut core, 10, vec![joined(8, "10.0.0.2:4000")]);
+    match &actions[..] {
+        [
+            Action::ManagerRefused {
+                connection: 8,
+                reason,
+            },
+            ..,
+        ] => {
+            assert!(
+                reason.contains("`m1`") && reason.contains("10.0.0.1:4000"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected a refusal first, got {other:?}"),
+    }
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::ManagerRegistered { .. })),
+        "{actions:?}"
+    );
+    // The first's connection is gone (closed, or timed out): a restarted manager takes over.
+    round(&mut core, 20, vec![Input::ManagerGone { id: "m1".into() }]);
+    let actions = round(&mut core, 30, vec![joined(9, "10.0.0.2:4000")]);
+    assert!(matches!(
+        actions[0],
+        Action::ManagerRegistered { connection: 9, .. }
+    ));
 }

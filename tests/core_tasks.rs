@@ -769,14 +769,19 @@ fn event() -> impl Strategy<Value = Event> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
     fn no_task_lost_none_finished_twice_capacity_never_exceeded(events in prop::collection::vec(event(), 1..120), prefetch in 0u32..4) {
         // Finished jobs are also forgotten by age, so forgetting races everything else.
         // Lost workers' tasks are fenced, and lost workers come back claiming what they ran.
         // Workers may hold tasks ahead of a free slot, and give some back when asked.
-        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: 200, undrain_ms: 20_000, prefetch });
+        // A lost worker goes on running what it held until its lease runs out, LEASE after the
+        // last thing the core heard from it; the fence is longer (as `scheduler::fence` is).
+        const LEASE: u64 = 150;
+        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: LEASE + 50, undrain_ms: 20_000, prefetch });
+        // When the core last heard from each worker.
+        let mut heard: HashMap<u64, u64> = HashMap::new();
         // Revokes asked and not answered: worker -> (tasks, count).
         let mut asked: HashMap<u64, (Vec<u64>, u32)> = HashMap::new();
         let mut stale: Vec<(u64, Vec<u64>)> = Vec::new();
@@ -824,6 +829,7 @@ proptest! {
                     let info = worker(slots, &[("gpu", gpu)]);
                     let id = core.worker_joined(now, info.clone()).expect("joins").0;
                     infos.insert(id, info);
+                    heard.insert(id, now);
                     live.push(id);
                 }
                 Event::Lose(pick) if !live.is_empty() => {
@@ -843,6 +849,7 @@ proptest! {
                     info.running = tasks.clone();
                     let (id, refused) = core.worker_joined(now, info.clone()).expect("the same process joins again");
                     infos.insert(id, info);
+                    heard.insert(id, now);
                     live.push(id);
                     let adopted: Vec<u64> = tasks.iter().copied().filter(|t| !refused.contains(t)).collect();
                     running.entry(id).or_default().extend(adopted);
@@ -859,6 +866,7 @@ proptest! {
                     let (id, refused) = core.worker_joined(now, info.clone()).expect("the same process joins again");
                     // Its running tasks move over; those canceled meanwhile are stopped there.
                     infos.insert(id, info);
+                    heard.insert(id, now);
                     live.push(id);
                     let adopted: Vec<u64> = tasks.iter().copied().filter(|t| !refused.contains(t)).collect();
                     running.insert(id, adopted);
@@ -870,7 +878,7 @@ proptest! {
                         running.get_mut(&w).unwrap().retain(|x| *x != t);
                         let outcome = if success { ok() } else { Outcome::Exited { code: Some(1), stdout: vec![], stderr: vec![] } };
                         prop_assert!(core.finished(now, w, t, outcome), "report of a dispatched task refused");
-                        for other in &live { core.heartbeat(now, *other); }
+                        for other in &live { core.heartbeat(now, *other); heard.insert(*other, now); }
                     }
                 }
                 Event::Duplicate(pick) => {
@@ -919,6 +927,17 @@ proptest! {
                 for t in tasks {
                     if let Some(other) = holders.insert(*t, *w) {
                         prop_assert!(false, "task {} held by workers {} and {}", t, other, w);
+                    }
+                }
+            }
+            // Never twice at once: a lost worker whose lease may still hold runs what it held,
+            // and none of that is held by a live worker meanwhile.
+            for (w, tasks) in &stale {
+                if now < heard[w] + LEASE {
+                    for t in tasks {
+                        if let Some(other) = holders.get(t) {
+                            prop_assert!(false, "task {} runs on worker {} while lost worker {} may still run it (heard at {}, now {})", t, other, w, heard[w], now);
+                        }
                     }
                 }
             }
@@ -1139,5 +1158,113 @@ fn a_drained_worker_its_manager_does_not_stop_takes_tasks_again() {
     core.tick(20_000);
     core.schedule(20_000);
     assert_eq!(dispatched(&core.take_actions())[&w], vec![1]);
+    core.sanity_check().unwrap();
+}
+
+/// One task, fenced for 1,000 ms, with a 100 ms heartbeat timeout.
+fn fenced_core() -> Tasks {
+    let mut core = Tasks::new(Config {
+        heartbeat_timeout_ms: 100,
+        fence_ms: 1_000,
+        ..Config::default()
+    });
+    core.submit(vec![group(1, &[])]).unwrap();
+    core
+}
+
+#[test]
+fn a_silent_workers_tasks_are_fenced_from_when_it_was_last_heard_not_when_it_was_declared_lost() {
+    let mut core = fenced_core();
+    let a = core.worker_joined(0, worker(1, &[])).expect("joins").0;
+    core.schedule(0);
+    core.take_actions();
+    core.heartbeat(200, a);
+    // Its lease was last renewed for a request sent before 200: it has run out by 1,200.
+    // Declared lost much later (a slow link keeps a connection open for ~30 s): the task may
+    // run elsewhere at once, not 1,000 ms after that.
+    core.worker_lost(5_000, a, "connection timed out", Loss::Silent);
+    let b = core.worker_joined(5_000, worker(1, &[])).expect("joins").0;
+    core.schedule(5_000);
+    assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
+    core.sanity_check().unwrap();
+
+    // Declared lost soon after it was last heard: the fence holds until heard + fence_ms.
+    let mut core = fenced_core();
+    let a = core.worker_joined(0, worker(1, &[])).expect("joins").0;
+    core.schedule(0);
+    core.take_actions();
+    core.heartbeat(200, a);
+    core.worker_lost(300, a, "connection closed", Loss::Silent);
+    let b = core.worker_joined(300, worker(1, &[])).expect("joins").0;
+    for now in [300, 700, 1_199] {
+        core.heartbeat(now, b);
+        core.tick(now);
+        core.schedule(now);
+        assert!(dispatched(&core.take_actions()).is_empty(), "at {now}");
+    }
+    core.heartbeat(1_200, b);
+    core.tick(1_200);
+    core.schedule(1_200);
+    assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn a_worker_back_claims_a_task_only_if_it_was_handed_to_no_one_else_since() {
+    let mut core = fenced_core();
+    let a_info = worker(1, &[]);
+    let a = core.worker_joined(0, a_info.clone()).expect("joins").0;
+    core.schedule(0);
+    core.take_actions();
+    core.worker_lost(0, a, "partition", Loss::Silent);
+    // After the fence the task runs on b, which is then lost in turn (it may still run it).
+    let b_info = worker(1, &[]);
+    let b = core.worker_joined(1_000, b_info.clone()).expect("joins").0;
+    core.tick(1_000);
+    core.schedule(1_000);
+    assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
+    core.worker_lost(1_100, b, "partition", Loss::Silent);
+    // a comes back claiming it (finished, or still running): refused, b may be running it.
+    let mut back = a_info;
+    back.running = vec![1];
+    let (a2, refused) = core.worker_joined(1_200, back).expect("joins");
+    assert_eq!(refused, vec![1]);
+    assert!(
+        !core.finished(1_200, a2, 1, ok()),
+        "its outcome is not taken"
+    );
+    // b comes back claiming it: its own run, taken.
+    let mut back = b_info;
+    back.running = vec![1];
+    let (b2, refused) = core.worker_joined(1_300, back).expect("joins");
+    assert!(refused.is_empty());
+    assert!(core.finished(1_300, b2, 1, ok()));
+    let results = core.results(1).unwrap();
+    assert_eq!(results[0].state, TaskState::Succeeded);
+    assert_eq!(results[0].attempts, 2, "two runs started: on a, then on b");
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn finished_is_finished_an_outcome_brought_back_after_the_fence_is_taken_if_nothing_ran_it_since() {
+    let mut core = fenced_core();
+    let info = worker(1, &[]);
+    let a = core.worker_joined(0, info.clone()).expect("joins").0;
+    core.schedule(0);
+    core.take_actions();
+    // Partitioned longer than the fence; nothing else could take the task meanwhile.
+    core.worker_lost(100, a, "partition", Loss::Silent);
+    core.tick(5_000);
+    core.schedule(5_000);
+    assert!(dispatched(&core.take_actions()).is_empty());
+    // Back with the outcome it produced under its lease: taken, run once.
+    let mut back = info;
+    back.running = vec![1];
+    let (a2, refused) = core.worker_joined(5_000, back).expect("joins");
+    assert!(refused.is_empty());
+    assert!(core.finished(5_000, a2, 1, ok()));
+    let results = core.results(1).unwrap();
+    assert_eq!(results[0].state, TaskState::Succeeded);
+    assert_eq!(results[0].attempts, 1);
     core.sanity_check().unwrap();
 }

@@ -151,7 +151,7 @@ fn a_worker_that_gave_up_tasks_it_held_reports_them_when_handed_them_again() {
     // Lost after a second of silence, by when its one-second lease has run out too.
     cluster.await_status(|s| workers(s) == 0);
     common::signal(pid, "-CONT");
-    // Its tasks run again (after the fence, lease + 7 s) on it, as a new registration. Bounded
+    // Its tasks run again (after the fence, ~lease + 1 s) on it, as a new registration. Bounded
     // wait: with the bug the job never ends.
     for _ in 0..3000 {
         let counts = &cluster.json(&["status"])["tasks"];

@@ -91,11 +91,15 @@ struct Args {
     /// they wait for a worker that qualifies, and `weir explain TASK` says why.
     #[arg(long, value_parser = seconds, value_name = "SECONDS")]
     unschedulable_timeout: Option<Duration>,
-    /// The lease on a worker's running tasks. A worker that loses the scheduler keeps running
-    /// them (a reconnecting worker, or a restarted scheduler, re-adopts them) for this long, then
-    /// stops them; a worker lost without a word has its tasks run elsewhere only after the lease
-    /// plus 7 s, so no task ever runs twice at once. Unfinished tasks in the journal wait as
-    /// long at start for their workers to come back.
+    /// The lease on a worker's running tasks. Each heartbeat of a worker asks for it, and only
+    /// the scheduler's answer renews it, for this long from when the worker sent that
+    /// heartbeat: a worker whose answers stop (a partition, a link too slow, the scheduler gone)
+    /// keeps running its tasks this long, then kills them and starts none (a reconnecting
+    /// worker, or a restarted scheduler, re-adopts them meanwhile). A worker lost without a
+    /// word has its tasks run elsewhere once the lease plus 1/32 of it plus 1 s has passed
+    /// since the scheduler last heard from it, so no task ever runs twice at once, whatever the
+    /// network does. Unfinished tasks in the journal wait that long at start for their workers
+    /// to come back.
     #[arg(long, default_value = "10", value_parser = positive_seconds, value_name = "SECONDS")]
     worker_lease: Duration,
     /// Tasks each worker may hold beyond its slots, waiting there for a free slot: it starts

@@ -94,6 +94,15 @@ pub async fn run_dynamic(
         net::close_stopping(&endpoint, &connection, "manager stopping").await;
     } else {
         drop(link);
+        if let Some(quinn::ConnectionError::ApplicationClosed(close)) = connection.close_reason()
+            && close.error_code == net::CLOSE_ID_TAKEN
+        {
+            // Another process holds this id: nothing was started in this session; tried again
+            // (a restarted manager waits for its predecessor's connection to time out).
+            let reason = String::from_utf8_lossy(&close.reason).into_owned();
+            tracing::error!(%reason, "refused by the scheduler");
+            return Err(NetError::Refused(reason).into());
+        }
         connection.close(0u32.into(), b"manager stopping");
     }
     Ok(end)

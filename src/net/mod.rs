@@ -113,6 +113,10 @@ pub const CLOSE_STOPPING: quinn::VarInt = quinn::VarInt::from_u32(2);
 /// worker): the reason says why, and the peer is not lost but refused.
 pub const CLOSE_REFUSED: quinn::VarInt = quinn::VarInt::from_u32(3);
 
+/// The close code of a worker manager refused because a live connection holds its id (one
+/// process per manager id): the reason names the other, and the manager tries again later.
+pub const CLOSE_ID_TAKEN: quinn::VarInt = quinn::VarInt::from_u32(4);
+
 /// Whether `connection` was closed by its peer with [`CLOSE_STOPPING`].
 pub fn peer_stopped(connection: &Connection) -> bool {
     matches!(

@@ -87,6 +87,10 @@ pub enum SessionEnd<E = Infallible> {
     /// The scheduler said what it must not (`Registered` twice): reconnect.
     #[error("{0}")]
     Protocol(&'static str),
+    /// No grant renewed the scheduler's lease in time (the link is cut, or too slow for its
+    /// answers to arrive within the lease): this worker gave its tasks up; reconnect.
+    #[error("the scheduler's lease ran out (its answers stopped arriving in time)")]
+    LeaseExpired,
     /// This side failed: end the session, reconnect, and try again.
     #[error(transparent)]
     Failed(E),

@@ -20,6 +20,9 @@ use crate::proto::{
 /// The answer to a joining worker's connection: its id, or why it is refused.
 pub(crate) type JoinReply = oneshot::Sender<Result<WorkerId, String>>;
 
+/// The answer to a joining manager's connection: its id, or why it is refused.
+pub(crate) type ManagerReply = oneshot::Sender<Result<String, String>>;
+
 /// Messages from connection tasks (and the policy thread, and `/metrics`) to the actor: the
 /// core's own inputs, and those that bring a channel the actor keeps.
 pub(crate) enum Event {
@@ -35,11 +38,12 @@ pub(crate) enum Event {
         components: Vec<(ComponentHash, Arc<[u8]>)>,
         reply: mpsc::UnboundedSender<Response>,
     },
-    ManagerHeartbeat {
+    /// A manager connection's first heartbeat: registered, or refused (its id is taken).
+    ManagerJoined {
         state: ManagerState,
+        peer: String,
         link: mpsc::UnboundedSender<ToManager>,
-        /// The first on its connection.
-        first: bool,
+        reply: ManagerReply,
     },
     Decided {
         result: Result<Vec<crate::core::scaling::Decision>, String>,
@@ -66,6 +70,8 @@ pub(super) struct Actor {
     workers: HashMap<WorkerId, mpsc::UnboundedSender<ToWorker>>,
     clients: HashMap<ClientId, mpsc::UnboundedSender<Response>>,
     managers: HashMap<String, mpsc::UnboundedSender<ToManager>>,
+    /// Manager connections waiting to be registered or refused.
+    joining_managers: HashMap<ConnectionId, (mpsc::UnboundedSender<ToManager>, ManagerReply)>,
     next_id: u64,
     /// Work for the policy thread; `None` without a policy.
     pub policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
@@ -94,6 +100,7 @@ impl Actor {
             workers: HashMap::new(),
             clients: HashMap::new(),
             managers: HashMap::new(),
+            joining_managers: HashMap::new(),
             next_id: 0,
             policy,
             trials: None,
@@ -296,9 +303,19 @@ impl Actor {
                     components,
                 }
             }
-            Event::ManagerHeartbeat { state, link, first } => {
-                self.managers.insert(state.id.clone(), link);
-                Input::ManagerHeartbeat { state, first }
+            Event::ManagerJoined {
+                state,
+                peer,
+                link,
+                reply,
+            } => {
+                let connection = self.next_id();
+                self.joining_managers.insert(connection, (link, reply));
+                Input::ManagerJoined {
+                    connection,
+                    state,
+                    peer,
+                }
             }
             Event::Decided { result, elapsed } => {
                 self.policy_latency.observe(elapsed.as_secs_f64());
@@ -375,6 +392,17 @@ impl Actor {
                 }
                 // Dropping the sender ends the connection's writer, which closes it.
                 Action::CloseWorker { worker } => drop(self.workers.remove(&worker)),
+                Action::ManagerRegistered { connection, id } => {
+                    if let Some((link, reply)) = self.joining_managers.remove(&connection) {
+                        self.managers.insert(id.clone(), link);
+                        let _ = reply.send(Ok(id));
+                    }
+                }
+                Action::ManagerRefused { connection, reason } => {
+                    if let Some((_, reply)) = self.joining_managers.remove(&connection) {
+                        let _ = reply.send(Err(reason));
+                    }
+                }
                 Action::ToManager { manager, message } => {
                     if let Some(link) = self.managers.get(&manager) {
                         let _ = link.send(message);

@@ -118,7 +118,7 @@ pub(super) async fn serve(
     match hello.role {
         Role::Manager => {
             frame::write(&mut send, &HelloReply::Welcome).await?;
-            manager_session(connection, send, recv, events).await
+            manager_session(connection, peer, send, recv, events).await
         }
         Role::Worker => {
             frame::write(&mut send, &HelloReply::Welcome).await?;
@@ -195,7 +195,16 @@ async fn worker_session(
     let (reason, from_peer) = loop {
         match link.next().await {
             Ok(FromWorker::Heartbeat) => {
-                let _ = events.send(Event::Core(Input::Heartbeat { worker }));
+                let _ = events.send(Event::Core(Input::Heartbeat {
+                    worker,
+                    renew: None,
+                }));
+            }
+            Ok(FromWorker::Renew { seq }) => {
+                let _ = events.send(Event::Core(Input::Heartbeat {
+                    worker,
+                    renew: Some(seq),
+                }));
             }
             Ok(FromWorker::Finished(results)) => {
                 let _ = events.send(Event::Core(Input::Finished { worker, results }));
@@ -241,22 +250,47 @@ async fn worker_session(
 
 async fn manager_session(
     connection: Connection,
+    peer: std::net::SocketAddr,
     send: SendStream,
     recv: RecvStream,
     events: mpsc::UnboundedSender<Event>,
 ) -> Result<(), NetError> {
     let (mut link, outbox) = Link::<FromManager>::open::<ToManager, _>(send, recv);
-    let mut id: Option<String> = None;
+    // Its first heartbeat registers it, unless another live connection holds its id.
+    let state = match tokio::time::timeout(HELLO_TIMEOUT, link.next()).await {
+        Ok(Ok(FromManager::Heartbeat(state))) => state,
+        _ => {
+            connection.close(1u32.into(), b"expected a heartbeat");
+            return Ok(());
+        }
+    };
+    let (reply, joined) = oneshot::channel();
+    let joining = Event::ManagerJoined {
+        state,
+        peer: peer.to_string(),
+        link: outbox.into(),
+        reply,
+    };
+    if events.send(joining).is_err() {
+        return Ok(());
+    }
+    let mut id = match joined.await {
+        Ok(Ok(id)) => Some(id),
+        Ok(Err(reason)) => {
+            // Its own close code: the manager says why and tries again later (the other may
+            // be a dead connection not timed out yet), instead of taking it for a lost link.
+            connection.close(crate::net::CLOSE_ID_TAKEN, reason.as_bytes());
+            return Ok(());
+        }
+        Err(_) => return Ok(()),
+    };
     let reason = loop {
         match link.next().await {
             Ok(FromManager::Heartbeat(state)) => {
                 if id.as_ref().is_some_and(|known| *known != state.id) {
                     break "a manager changed its id".to_string();
                 }
-                let first = id.is_none();
-                id = Some(state.id.clone());
-                let link = outbox.clone().into();
-                let _ = events.send(Event::ManagerHeartbeat { state, link, first });
+                let _ = events.send(Event::Core(Input::ManagerHeartbeat { state }));
             }
             Ok(FromManager::Goodbye) => {
                 if let Some(id) = id.take() {

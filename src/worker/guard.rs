@@ -8,10 +8,11 @@
 //! the fork, so no task escapes the list) and kills every one of them when its end of a pipe
 //! from the worker closes — the kernel closes it when the worker dies, however it dies.
 //!
-//! The guard also holds the scheduler's lease on the worker's tasks: the worker renews it while
-//! its connection lives. When the worker cannot (it is stopped with SIGSTOP, hung, or cut off
-//! and its reconnection fails), the lease runs out and the guard kills the task groups, since
-//! the scheduler gives those tasks to other workers once the lease it granted is over.
+//! The guard also holds the scheduler's lease on the worker's tasks: the worker passes on each
+//! end the scheduler granted (`lease.rs`). When no grant comes in time (the worker is stopped
+//! with SIGSTOP or hung, the link is cut, or so slow that answers come too late), the lease runs
+//! out and the guard kills the task groups, since the scheduler gives those tasks to other
+//! workers once every lease it granted is over.
 //!
 //! A task that moves itself into another session or group (`setsid`) escapes, as it escapes
 //! Slurm's `proctrack/pgid`; a cgroup would hold it, and is not used here.
@@ -24,7 +25,7 @@ static GUARD_FD: AtomicI32 = AtomicI32::new(-1);
 
 const ADD: u8 = b'+';
 const REMOVE: u8 = b'-';
-/// The scheduler's lease, renewed: its length in milliseconds follows.
+/// The scheduler's lease, renewed: the milliseconds left of it follow.
 const LEASE: u8 = b'L';
 
 /// Fork the guard process. Call it at the very start of the worker process, while it has one
@@ -54,14 +55,14 @@ pub fn start() -> io::Result<()> {
     }
 }
 
-/// Renew the lease for `length` from now.
-pub fn renew(length: std::time::Duration) {
-    let until = lease_epoch().elapsed().saturating_add(length).as_millis();
-    LEASE_UNTIL.store(
-        u64::try_from(until).unwrap_or(u64::MAX - 1),
-        Ordering::SeqCst,
-    );
-    let _ = tell(LEASE, i32::try_from(length.as_millis()).unwrap_or(i32::MAX));
+/// The lease now runs until `until` (here and in the guard process, which kills the task
+/// groups then even if this process is stopped). The guard learns it as time left, so it may
+/// kill up to the pipe's latency later: `scheduler::KILL_MARGIN` covers that.
+pub fn renew_until(until: std::time::Instant) {
+    let at = until.saturating_duration_since(lease_epoch()).as_millis();
+    LEASE_UNTIL.store(u64::try_from(at).unwrap_or(u64::MAX - 1), Ordering::SeqCst);
+    let left = until.saturating_duration_since(std::time::Instant::now());
+    let _ = tell(LEASE, i32::try_from(left.as_millis()).unwrap_or(i32::MAX));
 }
 
 /// Set once a spawn found the guard gone: the worker stops at its next chance (in a session,

@@ -9,11 +9,12 @@
 //!
 //! Here: what a worker keeps across sessions. `session.rs`: one session with the scheduler;
 //! `run.rs`: running one task; `env.rs`: its environment conditions; `guard.rs`: the process
-//! that stops its tasks when it dies.
+//! that stops its tasks when it dies or its lease runs out; `lease.rs`: the lease rule.
 
 pub mod env;
 mod functions;
 pub mod guard;
+mod lease;
 mod run;
 mod session;
 
@@ -69,6 +70,26 @@ pub struct Settings {
     pub ends_at: Option<std::time::Instant>,
 }
 
+/// A task's run ended here: its outcome, and whether it ended while the lease held (checked
+/// after the outcome was produced, so a run that ended just before the lease ran out may count
+/// as after it: given up, never the reverse).
+pub(crate) struct Done {
+    task: TaskId,
+    outcome: Outcome,
+    in_lease: bool,
+}
+
+impl Done {
+    /// A run that ended now.
+    fn now(task: TaskId, outcome: Outcome) -> Done {
+        Done {
+            task,
+            outcome,
+            in_lease: !guard::lease_expired(),
+        }
+    }
+}
+
 /// The most outcome bytes one `Finished` frame carries (a single bigger outcome goes alone: a
 /// function result is capped below the frame limit, command output by `--output-limit`).
 const REPORT_FRAME_BYTES: usize = 16 << 20;
@@ -94,21 +115,19 @@ pub struct Worker {
     /// for a slot only then, so held tasks start in the order they were handed over (each is
     /// a tokio task of its own, and tokio polls new tasks in no set order).
     queue_tail: Option<tokio::sync::oneshot::Receiver<()>>,
-    done: mpsc::UnboundedSender<(TaskId, Outcome)>,
-    finished: mpsc::UnboundedReceiver<(TaskId, Outcome)>,
+    done: mpsc::UnboundedSender<Done>,
+    finished: mpsc::UnboundedReceiver<Done>,
     /// Tasks that got a slot and started, to be reported with the next outcomes.
     start: mpsc::UnboundedSender<TaskId>,
     started: mpsc::UnboundedReceiver<TaskId>,
-    /// Tasks given up when the lease ran out: their outcomes are dropped, not reported.
-    abandoned: std::collections::HashSet<TaskId>,
     /// Outcomes reported in this session and not yet acknowledged as durable, oldest first;
     /// those left when a session ends are claimed and reported again on the next one.
     unacknowledged: std::collections::VecDeque<(TaskId, Outcome)>,
     /// How many outcomes this session reported, of which the first `acknowledged` are durable.
     reported: u64,
     acknowledged: u64,
-    /// The scheduler's lease on this worker's tasks, and when it runs out unless renewed.
-    lease: Option<(Duration, std::time::Instant)>,
+    /// The scheduler's lease on this worker's tasks (`None`: the scheduler grants none).
+    lease: Option<lease::Lease>,
 }
 
 impl Worker {
@@ -153,7 +172,6 @@ impl Worker {
             start,
             started,
             queue_tail: None,
-            abandoned: std::collections::HashSet::new(),
             unacknowledged: std::collections::VecDeque::new(),
             reported: 0,
             acknowledged: 0,
@@ -161,31 +179,29 @@ impl Worker {
         })
     }
 
-    /// Renew the lease (the scheduler is there): here and in the guard process.
-    fn renew(&mut self) {
-        if let Some((length, deadline)) = &mut self.lease {
-            *deadline = std::time::Instant::now() + *length;
-            guard::renew(*length);
-        }
+    /// Whether the lease ran out (always false without one).
+    fn lease_expired(&self) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|l| l.expired(std::time::Instant::now()))
     }
 
-    /// Past the lease, the scheduler has given this worker's tasks to others (or will once it
-    /// restarts): stop them and never report them.
-    fn abandon_if_expired(&mut self) {
-        let Some((_, deadline)) = self.lease else {
-            return;
-        };
-        if std::time::Instant::now() < deadline || self.running.is_empty() {
+    /// Past the lease, the scheduler runs this worker's tasks elsewhere (once its fence is
+    /// over): give up every task that has not finished — kill what runs (the guard has killed
+    /// the command tasks' groups already), start nothing held ahead — and never report them.
+    /// What finished under the lease is kept, and reported: an outcome already produced is in
+    /// `finished`, and says itself whether it was produced under the lease ([`Done`]).
+    fn give_up_if_expired(&mut self) {
+        if !self.lease_expired() || self.running.is_empty() {
             return;
         }
         tracing::warn!(
             tasks = self.running.len(),
-            "the scheduler's lease ran out while away: stopping this worker's tasks"
+            "the scheduler's lease ran out: stopping this worker's tasks (they run elsewhere)"
         );
-        for (task, (handle, cancel)) in self.running.drain() {
+        for (_, (handle, cancel)) in self.running.drain() {
             cancel.cancel();
             handle.abort();
-            self.abandoned.insert(task);
         }
     }
 

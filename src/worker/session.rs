@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{Group, Worker, WorkerError, env, run};
+use super::lease::Lease;
+use super::{Done, Group, Worker, WorkerError, env, run};
 use crate::net::{self, AccessFile, Link, NetError, Outbox, SessionEnd, Signals};
 use crate::proto::{FromWorker, Outcome, Role, TaskId, ToWorker};
 
@@ -34,16 +35,18 @@ impl Worker {
             net::close_stopping(&endpoint, &connection, "worker stopping").await;
             return Ok(SessionEnd::Stopped(net::Signal::Term));
         }
-        self.abandon_if_expired();
+        self.give_up_if_expired();
         // Reported before and never acknowledged (the scheduler may have died before it kept
         // them): reported again, after the ones not sent at all.
         let mut unsent: Vec<(TaskId, Outcome)> = self.unacknowledged.drain(..).collect();
         self.reported = 0;
         self.acknowledged = 0;
-        while let Ok((task, outcome)) = self.finished.try_recv() {
-            self.running.remove(&task);
-            if !self.abandoned.remove(&task) {
-                unsent.push((task, outcome));
+        // Finished is finished: what ended under the lease is claimed and reported (the
+        // scheduler takes it unless it handed the task to another worker since).
+        while let Ok(done) = self.finished.try_recv() {
+            self.running.remove(&done.task);
+            if done.in_lease {
+                unsent.push((done.task, done.outcome));
             }
         }
         let mut info = self.settings.info.clone();
@@ -64,6 +67,8 @@ impl Worker {
             u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
         });
         let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
+        // The registration is the first request the lease is granted for: it runs from here.
+        let asked = std::time::Instant::now();
         let _ = outgoing.send(FromWorker::Register(info));
         let (id, lease_ms) = match link.next().await {
             Ok(ToWorker::Registered { id, lease_ms }) => (id, lease_ms),
@@ -86,9 +91,10 @@ impl Worker {
                 return Err(NetError::Refused(refused).into());
             }
         };
-        self.lease =
-            (lease_ms > 0).then(|| (Duration::from_millis(lease_ms), std::time::Instant::now()));
-        self.renew();
+        self.lease = (lease_ms > 0).then(|| Lease::granted(Duration::from_millis(lease_ms), asked));
+        if let Some(lease) = &self.lease {
+            super::guard::renew_until(lease.until());
+        }
         tracing::info!(worker = id, address = %access.address, claimed = self.running.len() + unsent.len(), "registered");
 
         // What this worker already knows, for the scheduler that just registered it.
@@ -110,12 +116,14 @@ impl Worker {
             outgoing.clone(),
             self.settings.env_recheck,
         ));
-        let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
-        // The lease is renewed four times within its length, whatever the heartbeat interval.
-        let lease_length = self
-            .lease
-            .map_or(Duration::from_secs(3600), |(length, _)| length);
-        let mut renewal = tokio::time::interval((lease_length / 4).max(Duration::from_millis(10)));
+        // Each heartbeat asks for the lease to be renewed, at least four times within its
+        // length whatever the heartbeat interval: a few answers may be late or lost before it
+        // runs out.
+        let every = match &self.lease {
+            Some(lease) => self.settings.heartbeat_interval.min(lease.length() / 4),
+            None => self.settings.heartbeat_interval,
+        };
+        let mut heartbeat = tokio::time::interval(every.max(Duration::from_millis(10)));
         let mut signals = Signals::term().map_err(NetError::from)?;
         // Outcomes of tasks a signal ended that this worker did not send, held for a moment: a
         // cluster engine that stops the worker (Slurm's scancel, Kubernetes, a user's `kill` of
@@ -131,7 +139,23 @@ impl Worker {
         tokio::pin!(flush);
         let leave = self.settings.ends_at.map(tokio::time::Instant::from_std);
         let end = loop {
+            // Renewed (or not) by the scheduler's answers only; checked again when it is due.
+            let lease_due = self
+                .lease
+                .as_ref()
+                .map(|l| tokio::time::Instant::from_std(l.until()));
             tokio::select! {
+                () = async { match lease_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                } } => {
+                    if self.lease_expired() {
+                        // The scheduler runs these tasks elsewhere once its fence is over:
+                        // stop them now, and register again with what finished in time.
+                        self.give_up_if_expired();
+                        break SessionEnd::LeaseExpired;
+                    }
+                }
                 signal = signals.recv() => break SessionEnd::Stopped(signal),
                 () = async { match leave {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -144,25 +168,24 @@ impl Worker {
                     let batch = std::mem::take(&mut held);
                     self.report(&outgoing, batch);
                 }
-                _ = renewal.tick() => {
-                    if connection.close_reason().is_none() {
-                        self.renew();
-                    }
-                }
                 // A writer that ended refuses this; `link.next()` says why it ended.
                 _ = heartbeat.tick() => {
                     // Starts not reported with outcomes yet (a task that got a slot just after
                     // the last report) go now.
                     self.report(&outgoing, Vec::new());
-                    let _ = outgoing.send(FromWorker::Heartbeat);
+                    let beat = match &mut self.lease {
+                        Some(lease) => FromWorker::Renew { seq: lease.ask(std::time::Instant::now()) },
+                        None => FromWorker::Heartbeat,
+                    };
+                    let _ = outgoing.send(beat);
                 }
                 Some(first) = self.finished.recv() => {
                     let mut batch = Vec::new();
                     let mut next = Some(first);
-                    while let Some((task, outcome)) = next {
+                    while let Some(Done { task, outcome, in_lease }) = next {
                         self.running.remove(&task);
-                        if self.abandoned.remove(&task) {
-                            // Its lease ran out: it runs elsewhere now.
+                        if !in_lease {
+                            // Ended after the lease ran out: given up, it runs elsewhere.
                         } else if matches!(outcome, Outcome::Exited { code: None, .. }) {
                             if held.is_empty() {
                                 let until = tokio::time::Instant::now() + self.settings.signal_grace;
@@ -253,23 +276,16 @@ impl Worker {
             }
             ToWorker::Run(assignments) if self.settings.no_execute => {
                 for assignment in assignments {
-                    self.abandoned.remove(&assignment.task);
-                    let _ = self
-                        .done
-                        .send((assignment.task, Outcome::Returned { output: Vec::new() }));
+                    let output = Outcome::Returned { output: Vec::new() };
+                    let _ = self.done.send(Done::now(assignment.task, output));
                 }
             }
             ToWorker::Run(assignments) => {
                 for assignment in assignments {
                     let task = assignment.task;
-                    // Given up here once (its lease ran out), and handed over again now: this
-                    // run's outcome is to be reported. (Left marked, the task's second run
-                    // here was dropped as the first's, and its job never ended: a worker that
-                    // gives up tasks it held ahead, never started, is often handed them again.)
-                    self.abandoned.remove(&task);
                     let Some(group) = self.groups.get(&assignment.group).cloned() else {
                         let message = format!("unknown group {}", assignment.group);
-                        let _ = self.done.send((task, Outcome::Error { message }));
+                        let _ = self.done.send(Done::now(task, Outcome::Error { message }));
                         continue;
                     };
                     let runner = self.runner.clone();
@@ -300,8 +316,8 @@ impl Worker {
                             };
                             let _ = my_turn.send(());
                             // Past the lease the scheduler may be running it elsewhere, and the
-                            // guard no longer kills what starts: it waits to be given up (at the
-                            // next session's start) instead.
+                            // guard no longer kills what starts: it waits to be given up (when
+                            // the session sees the lease out) instead.
                             if super::guard::lease_expired() {
                                 std::future::pending::<()>().await;
                             }
@@ -313,7 +329,7 @@ impl Worker {
                                 Some(_slot) => runner.run(&group, assignment, &stop).await,
                                 None => run::canceled(),
                             };
-                            let _ = done.send((task, outcome));
+                            let _ = done.send(Done::now(task, outcome));
                         },
                         span,
                     ));
@@ -356,6 +372,11 @@ impl Worker {
                 }
                 tracing::debug!(asked = count, given = given.len(), "tasks taken back");
                 let _ = outgoing.send(FromWorker::Revoked(given));
+            }
+            ToWorker::Lease { seq } => {
+                if let Some(until) = self.lease.as_mut().and_then(|l| l.answered(seq)) {
+                    super::guard::renew_until(until);
+                }
             }
             ToWorker::Leave { reason } => {
                 tracing::warn!(%reason, "the scheduler tells this worker to leave");

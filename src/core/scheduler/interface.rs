@@ -59,8 +59,11 @@ pub enum Input {
         connection: ConnectionId,
         info: WorkerInfo,
     },
+    /// The worker is there; `renew`: it asks for its lease to be renewed (the core answers
+    /// [`ToWorker::Lease`] with that sequence number while the worker is live).
     Heartbeat {
         worker: WorkerId,
+        renew: Option<u64>,
     },
     Finished {
         worker: WorkerId,
@@ -98,23 +101,22 @@ pub enum Input {
         components: Vec<(ComponentHash, Arc<[u8]>)>,
     },
     /// A client's reply channel is closed: forget what it waits for.
-    ClientGone {
-        client: ClientId,
-    },
-    ManagerHeartbeat {
+    ClientGone { client: ClientId },
+    /// The first heartbeat on a manager's connection. The core answers
+    /// [`Action::ManagerRegistered`], or [`Action::ManagerRefused`] while another connection
+    /// of that id is live (one process per manager id). `peer`: where it connects from, to
+    /// name it to a second one.
+    ManagerJoined {
+        connection: ConnectionId,
         state: ManagerState,
-        /// The first on its connection: the manager may be a new process (restarted) that does
-        /// not list yet what the one before it listed, so absence from it proves nothing.
-        first: bool,
+        peer: String,
     },
+    /// A later heartbeat on a registered manager's connection.
+    ManagerHeartbeat { state: ManagerState },
     /// Its connection broke (it stays known, offline, until it comes back or a minute passes).
-    ManagerGone {
-        id: String,
-    },
+    ManagerGone { id: String },
     /// It is stopping on purpose: forget it.
-    ManagerGoodbye {
-        id: String,
-    },
+    ManagerGoodbye { id: String },
     /// The policy's answer to the last [`Action::Decide`].
     Decided {
         result: Result<Vec<Decision>, String>,
@@ -132,9 +134,7 @@ pub enum Input {
     EndOfBatch,
     /// Everything journaled so far is on disk (the journal now holds `journal_bytes`):
     /// outcomes may be acknowledged.
-    Synced {
-        journal_bytes: u64,
-    },
+    Synced { journal_bytes: u64 },
     /// The journal was rewritten from [`Scheduler::journal_image`].
     Compacted,
     /// Starting from a journal: one of its records, in order.
@@ -164,6 +164,17 @@ pub enum Action {
     /// Close the worker's connection (it is considered lost).
     CloseWorker {
         worker: WorkerId,
+    },
+    /// The connection is manager `id`'s from now on (frames to it follow).
+    ManagerRegistered {
+        connection: ConnectionId,
+        id: String,
+    },
+    /// The connection is refused (another live connection holds its id): close it with
+    /// [`crate::net::CLOSE_ID_TAKEN`], saying why.
+    ManagerRefused {
+        connection: ConnectionId,
+        reason: String,
     },
     ToManager {
         manager: String,

@@ -92,8 +92,9 @@ pub struct Scheduler {
     config: Config,
     tasks: Tasks,
     managers: Managers,
-    /// Managers with an open connection (decisions go only to them).
-    connected: std::collections::HashSet<String>,
+    /// Managers with an open connection (decisions go only to them), and where each connects
+    /// from: one live connection per manager id, a second is refused naming the first.
+    connected: HashMap<String, String>,
     /// Run-time environments, sent whole to every worker.
     environments: BTreeMap<String, EnvironmentDef>,
     /// Component bytes, task and condition components alike, shared by every frame that sends
@@ -161,7 +162,16 @@ impl Scheduler {
     pub fn handle(&mut self, now: u64, input: Input) {
         match input {
             Input::WorkerJoined { connection, info } => self.worker_joined(now, connection, info),
-            Input::Heartbeat { worker } => self.tasks.heartbeat(now, worker),
+            Input::Heartbeat { worker, renew } => {
+                self.tasks.heartbeat(now, worker);
+                // Only a live worker's lease is renewed: once it is declared lost its link is
+                // gone, and with it every grant (see RELIABILITY.md, "Leases").
+                if let Some(seq) = renew
+                    && self.tasks.has_worker(worker)
+                {
+                    self.send_worker(worker, ToWorker::Lease { seq });
+                }
+            }
             Input::Finished { worker, results } => self.finished(now, worker, results),
             Input::Started { worker, tasks } => self.tasks.started(now, worker, &tasks),
             Input::Revoked { worker, tasks } => {
@@ -191,11 +201,16 @@ impl Scheduler {
                 components,
             } => self.request(now, client, request, components),
             Input::ClientGone { client } => self.client_gone(client),
-            Input::ManagerHeartbeat { state, first } => {
-                if first {
-                    self.managers.connected_again(&state.id);
+            Input::ManagerJoined {
+                connection,
+                state,
+                peer,
+            } => self.manager_joined(now, connection, state, peer),
+            Input::ManagerHeartbeat { state } => {
+                // Only from the connection that registered it (the shell feeds nothing else).
+                if self.connected.contains_key(&state.id) {
+                    self.manager_heartbeat(now, state)
                 }
-                self.manager_heartbeat(now, state)
             }
             Input::ManagerGone { id } => {
                 tracing::warn!(manager = %id, "worker manager disconnected");

@@ -1,7 +1,7 @@
 //! Managers and the scaling policy: heartbeats, the snapshot handed to the policy, the checks
 //! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
 
-use super::{Action, ClientId, PolicyInfo, Record, Scheduler};
+use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler};
 use crate::core::scaling::{Decision, Tier, validate_decisions};
 use crate::core::tasks::Loss;
 use crate::proto::{ErrorCode, ManagerState, PolicyReport, Response, ToManager};
@@ -10,12 +10,42 @@ use crate::proto::{ErrorCode, ManagerState, PolicyReport, Response, ToManager};
 pub const MAX_POLICY_CONTENT: usize = 1 << 20;
 
 impl Scheduler {
+    /// A manager's connection sent its first heartbeat. One process per manager id: while
+    /// another connection of that id is live, this one is refused (two processes of one id
+    /// would each start workers against the one cap, and each one's heartbeat would omit the
+    /// other's workers). A restarted manager is let in once its previous connection is gone
+    /// (closed, or timed out); what that one listed proves nothing about the new process.
+    pub(super) fn manager_joined(
+        &mut self,
+        now: u64,
+        connection: ConnectionId,
+        state: ManagerState,
+        peer: String,
+    ) {
+        if let Some(first) = self.connected.get(&state.id) {
+            let reason = format!(
+                "a worker manager with id `{}` is already connected (from {first}): manager ids \
+                 must be unique; stop that one, or give this one another --id",
+                state.id
+            );
+            tracing::warn!(manager = %state.id, %peer, %first, "second manager of one id refused");
+            self.actions
+                .push_back(Action::ManagerRefused { connection, reason });
+            return;
+        }
+        tracing::info!(manager = %state.id, worker_type = %state.worker_type, fixed = ?state.fixed, %peer, "worker manager joined");
+        self.actions.push_back(Action::ManagerRegistered {
+            connection,
+            id: state.id.clone(),
+        });
+        self.connected.insert(state.id.clone(), peer);
+        self.managers.connected_again(&state.id);
+        self.manager_heartbeat(now, state);
+    }
+
     pub(super) fn manager_heartbeat(&mut self, now: u64, state: ManagerState) {
         // Back after being forgotten: its workers are its own again.
         self.orphaned.remove(&state.id);
-        if self.connected.insert(state.id.clone()) {
-            tracing::info!(manager = %state.id, worker_type = %state.worker_type, fixed = ?state.fixed, "worker manager joined");
-        }
         self.tasks
             .declare_environments(state.environments.iter().map(|d| d.name.as_str()));
         let id = state.id.clone();
@@ -77,7 +107,7 @@ impl Scheduler {
 
     fn apply_decisions(&mut self, now: u64, decisions: &[Decision]) {
         for decision in decisions {
-            if !self.connected.contains(&decision.manager_id) {
+            if !self.connected.contains_key(&decision.manager_id) {
                 continue;
             }
             let mut stop = self.tasks.drain(now, &decision.stop);

@@ -62,10 +62,12 @@ pub struct Config {
     /// Forget a job this long after its last task finished (`None`: keep it until
     /// [`Tasks::forget`]).
     pub forget_after_ms: Option<u64>,
-    /// The tasks of a worker lost without a word (silent, or its connection broken), and the
-    /// tasks found unfinished in the journal at start, wait this long before they run again:
-    /// until the worker's lease has surely run out and its runs are stopped. A worker that
-    /// comes back meanwhile claims them (see [`Tasks::worker_joined`]).
+    /// The tasks of a worker lost without a word (silent, or its connection broken) wait until
+    /// this long after the last thing heard from it before they run again, and the tasks found
+    /// unfinished in the journal at start this long from the start: by then every lease the
+    /// worker could hold has run out and its runs are stopped (the shell's `fence()` has the
+    /// arithmetic). A worker that comes back meanwhile claims them (see
+    /// [`Tasks::worker_joined`]).
     pub fence_ms: u64,
     /// A drained worker its manager has not stopped after this long takes tasks again.
     pub undrain_ms: u64,
@@ -132,7 +134,8 @@ pub enum Loss {
     /// they run again at once.
     Exited,
     /// It went silent or its connection broke: its tasks may still be running there until its
-    /// lease runs out, so they wait `fence_ms` (unless it comes back and claims them).
+    /// lease runs out, so they wait until `fence_ms` after it was last heard from (unless it
+    /// comes back and claims them).
     Silent,
 }
 
@@ -143,6 +146,10 @@ struct Task {
     attempts: u32,
     /// The worker holding its resources (running, or canceled but not yet confirmed).
     worker: Option<WorkerId>,
+    /// The worker process it was last handed to ([`WorkerInfo::instance`]; 0: none, or not
+    /// known since a restart). A worker that comes back claims a task only when it is this
+    /// one: a task handed to another since may be running there (see [`Tasks::worker_joined`]).
+    holder: u64,
     /// Boxed: a queued task pays 8 bytes for it, not the size of an outcome.
     outcome: Option<Box<Outcome>>,
 }

@@ -87,6 +87,7 @@ impl Tasks {
                     task.state = TaskState::Running;
                     task.attempts += 1;
                     task.worker = Some(*worker_id);
+                    task.holder = worker.info.instance;
                     worker.take(class);
                     worker.running.insert(id);
                     worker.hold(id, now, self.quick.contains(&task.group));

@@ -199,6 +199,7 @@ impl Tasks {
                     state: TaskState::Queued,
                     attempts: 0,
                     worker: None,
+                    holder: 0,
                     outcome: None,
                 });
                 queue.push_back(id);

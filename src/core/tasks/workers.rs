@@ -255,10 +255,16 @@ impl Tasks {
         self.names.insert(worker.info.name.clone(), id);
         self.workers.insert(id, worker);
         let mut refused = Vec::new();
+        let instance = self.workers[&id].info.instance;
         for task in claims {
+            // Waiting (queued or fenced), and handed to no other worker since this one had it:
+            // a task handed elsewhere since may be running there now, and a claim of it (still
+            // running here, or finished here) is refused, the run here stopped or its outcome
+            // dropped.
             let Some(class) = self
                 .task(task)
                 .filter(|t| t.state == TaskState::Queued)
+                .filter(|t| t.holder == 0 || t.holder == instance)
                 .map(|t| self.classes[self.groups[&t.group].class].clone())
             else {
                 refused.push(task);
@@ -284,6 +290,7 @@ impl Tasks {
             self.set_state(task, TaskState::Running);
             if let Some(t) = self.task_mut(task) {
                 t.worker = Some(id);
+                t.holder = instance;
                 t.attempts = t.attempts.max(1);
             }
             if let Some(w) = self.workers.get_mut(&id) {
@@ -340,8 +347,11 @@ impl Tasks {
                 self.by_manager.remove(manager);
             }
         }
+        // Counted from the last thing heard from it, not from now: every lease it holds was
+        // granted in answer to a request it sent before that (RELIABILITY.md, "Leases").
         let fence = (loss == Loss::Silent && self.config.fence_ms > 0)
-            .then(|| now.saturating_add(self.config.fence_ms));
+            .then(|| w.last_seen.saturating_add(self.config.fence_ms))
+            .filter(|until| *until > now);
         let mut running: Vec<TaskId> = w.running.into_iter().collect();
         running.sort_unstable();
         // Requeue in reverse so the front of the queue keeps the original order.

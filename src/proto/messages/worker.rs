@@ -71,15 +71,23 @@ pub enum FromWorker {
     /// moments): a task handed over ahead of a free slot that its worker is lost before it
     /// started does not count as an attempt.
     Started(Vec<TaskId>),
+    /// A heartbeat that asks for the lease to be renewed: the scheduler answers with
+    /// [`ToWorker::Lease`] carrying the same `seq`, and the worker's lease then runs until the
+    /// moment it *sent* this plus the lease length (a slow link shortens it, never stretches
+    /// it).
+    Renew {
+        seq: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToWorker {
     Registered {
         id: WorkerId,
-        /// The lease on this worker's tasks, in milliseconds: renewed while its connection
-        /// lives; once it runs out without one, the worker stops its tasks (the scheduler gives
-        /// them to others only after it). 0: none.
+        /// The lease on this worker's tasks, in milliseconds, counted from when the worker sent
+        /// its registration; renewed by each [`ToWorker::Lease`]. Once it runs out the worker
+        /// stops its tasks and starts none (the scheduler gives them to others only after it).
+        /// 0: none.
         lease_ms: u64,
     },
     Group {
@@ -124,6 +132,12 @@ pub enum ToWorker {
     Revoke {
         tasks: Vec<TaskId>,
         count: u32,
+    },
+    /// The answer to [`FromWorker::Renew`] `seq`: the lease runs `lease_ms` from when the
+    /// worker sent that request. Only the scheduler's answer renews a lease; a connection that
+    /// is merely not closed yet proves nothing.
+    Lease {
+        seq: u64,
     },
 }
 

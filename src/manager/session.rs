@@ -98,9 +98,9 @@ pub async fn run_dynamic(
             && close.error_code == net::CLOSE_ID_TAKEN
         {
             // Another process holds this id: nothing was started in this session; tried again
-            // (a restarted manager waits for its predecessor's connection to time out).
+            // (a restarted manager waits for its predecessor's connection to time out), and
+            // the reconnecting loop says why (once, then every 30 s).
             let reason = String::from_utf8_lossy(&close.reason).into_owned();
-            tracing::error!(%reason, "refused by the scheduler");
             return Err(NetError::Refused(reason).into());
         }
         connection.close(0u32.into(), b"manager stopping");

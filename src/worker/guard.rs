@@ -56,13 +56,23 @@ pub fn start() -> io::Result<()> {
 }
 
 /// The lease now runs until `until` (here and in the guard process, which kills the task
-/// groups then even if this process is stopped). The guard learns it as time left, so it may
-/// kill up to the pipe's latency later: `scheduler::KILL_MARGIN` covers that.
+/// groups then even if this process is stopped).
+///
+/// Order matters: this process takes the lease as over at `until` rounded *down* to the
+/// millisecond, the guard kills at `until` rounded *up* plus a millisecond (it learns the time
+/// left, read a moment later). So a run the guard killed always ends after this process saw
+/// the lease out, and its outcome is never taken as produced under the lease. The guard may
+/// kill up to the pipe's latency later than `until`: `scheduler::KILL_MARGIN` covers that.
 pub fn renew_until(until: std::time::Instant) {
+    if lease_expired() {
+        // It ran out before this renewal: the guard killed every task that ran meanwhile.
+        LAPSES.fetch_add(1, Ordering::SeqCst);
+    }
     let at = until.saturating_duration_since(lease_epoch()).as_millis();
     LEASE_UNTIL.store(u64::try_from(at).unwrap_or(u64::MAX - 1), Ordering::SeqCst);
     let left = until.saturating_duration_since(std::time::Instant::now());
-    let _ = tell(LEASE, i32::try_from(left.as_millis()).unwrap_or(i32::MAX));
+    let left_ms = left.as_micros().div_ceil(1000) + 1;
+    let _ = tell(LEASE, i32::try_from(left_ms).unwrap_or(i32::MAX));
 }
 
 /// Set once a spawn found the guard gone: the worker stops at its next chance (in a session,
@@ -87,6 +97,16 @@ pub fn gone() -> bool {
 /// When the lease the worker holds runs out, in milliseconds since [`lease_epoch`]
 /// (`u64::MAX`: no lease). Shared with the tasks waiting for a slot: past it, none starts.
 static LEASE_UNTIL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// How many times the lease ran out and was renewed after: a run that began before a lapse was
+/// killed in it (or is given up for it), whatever the lease is by the time it ends.
+static LAPSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// See [`LAPSES`]: a run notes this when it is handed over, and is valid only if it is the
+/// same when it ends (and the lease holds then).
+pub fn lapses() -> u64 {
+    LAPSES.load(Ordering::SeqCst)
+}
 
 fn lease_epoch() -> std::time::Instant {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -140,9 +160,10 @@ fn guard(read: i32) -> ! {
     let mut lease: Option<std::time::Instant> = None;
     loop {
         // Wait for a message, or for the lease to run out.
+        // Rounded up: never before the lease's end (see `renew_until`).
         let wait_ms = lease.map_or(-1, |until| {
             let left = until.saturating_duration_since(std::time::Instant::now());
-            i32::try_from(left.as_millis()).unwrap_or(i32::MAX)
+            i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
         });
         let mut poll = libc::pollfd {
             fd: read,
@@ -152,6 +173,9 @@ fn guard(read: i32) -> ! {
         // SAFETY: poll(2) on one descriptor we own.
         let ready = unsafe { libc::poll(&mut poll, 1, wait_ms) };
         if ready == 0 {
+            if lease.is_some_and(|until| std::time::Instant::now() < until) {
+                continue; // woken a little early
+            }
             // The lease ran out: the scheduler gives these tasks to others now.
             for pgid in groups.drain(..) {
                 if pgid > 1 {

@@ -70,9 +70,9 @@ pub struct Settings {
     pub ends_at: Option<std::time::Instant>,
 }
 
-/// A task's run ended here: its outcome, and whether it ended while the lease held (checked
-/// after the outcome was produced, so a run that ended just before the lease ran out may count
-/// as after it: given up, never the reverse).
+/// A task's run ended here: its outcome, and whether the lease held from its hand-over to its
+/// end (checked after the outcome was produced, so a run that ended just before the lease ran
+/// out may count as after it: given up, never the reverse).
 pub(crate) struct Done {
     task: TaskId,
     outcome: Outcome,
@@ -80,12 +80,14 @@ pub(crate) struct Done {
 }
 
 impl Done {
-    /// A run that ended now.
-    fn now(task: TaskId, outcome: Outcome) -> Done {
+    /// A run that ended now; `lapses`: [`guard::lapses`] when it was handed over. A run the
+    /// lease lapsed during (the guard killed it, or it was given up) is not valid even if the
+    /// lease was renewed since.
+    fn now(task: TaskId, outcome: Outcome, lapses: u64) -> Done {
         Done {
             task,
             outcome,
-            in_lease: !guard::lease_expired(),
+            in_lease: !guard::lease_expired() && guard::lapses() == lapses,
         }
     }
 }
@@ -192,7 +194,14 @@ impl Worker {
     /// What finished under the lease is kept, and reported: an outcome already produced is in
     /// `finished`, and says itself whether it was produced under the lease ([`Done`]).
     fn give_up_if_expired(&mut self) {
-        if !self.lease_expired() || self.running.is_empty() {
+        if self.lease_expired() {
+            self.give_up();
+        }
+    }
+
+    /// Stop every task that has not finished and forget it (see [`Worker::give_up_if_expired`]).
+    fn give_up(&mut self) {
+        if self.running.is_empty() {
             return;
         }
         tracing::warn!(

@@ -91,6 +91,11 @@ impl Worker {
                 return Err(NetError::Refused(refused).into());
             }
         };
+        // The previous lease ran out while registering: the guard killed the tasks claimed as
+        // running, which the scheduler has just adopted. Give them up, and register again at
+        // once (the same process replacing this connection), claiming only what finished.
+        let lapsed = self.lease_expired() && !self.running.is_empty();
+        self.give_up_if_expired();
         self.lease = (lease_ms > 0).then(|| Lease::granted(Duration::from_millis(lease_ms), asked));
         if let Some(lease) = &self.lease {
             super::guard::renew_until(lease.until());
@@ -139,6 +144,9 @@ impl Worker {
         tokio::pin!(flush);
         let leave = self.settings.ends_at.map(tokio::time::Instant::from_std);
         let end = loop {
+            if lapsed {
+                break SessionEnd::LeaseExpired;
+            }
             // Renewed (or not) by the scheduler's answers only; checked again when it is due.
             let lease_due = self
                 .lease
@@ -182,10 +190,12 @@ impl Worker {
                 Some(first) = self.finished.recv() => {
                     let mut batch = Vec::new();
                     let mut next = Some(first);
+                    let mut lapsed = false;
                     while let Some(Done { task, outcome, in_lease }) = next {
                         self.running.remove(&task);
                         if !in_lease {
                             // Ended after the lease ran out: given up, it runs elsewhere.
+                            lapsed = true;
                         } else if matches!(outcome, Outcome::Exited { code: None, .. }) {
                             if held.is_empty() {
                                 let until = tokio::time::Instant::now() + self.settings.signal_grace;
@@ -209,6 +219,12 @@ impl Worker {
                         if waiting == 0 || batched.len() >= waiting {
                             self.report(&outgoing, std::mem::take(&mut batched));
                         }
+                    }
+                    if lapsed {
+                        // The lease lapsed during a run: the scheduler counts tasks here that
+                        // the guard killed. Give up the rest and register again, which says so.
+                        self.give_up();
+                        break SessionEnd::LeaseExpired;
                     }
                 }
                 () = &mut flush, if !batched.is_empty() => {
@@ -277,15 +293,19 @@ impl Worker {
             ToWorker::Run(assignments) if self.settings.no_execute => {
                 for assignment in assignments {
                     let output = Outcome::Returned { output: Vec::new() };
-                    let _ = self.done.send(Done::now(assignment.task, output));
+                    let lapses = super::guard::lapses();
+                    let _ = self.done.send(Done::now(assignment.task, output, lapses));
                 }
             }
             ToWorker::Run(assignments) => {
                 for assignment in assignments {
                     let task = assignment.task;
+                    let lapses = super::guard::lapses();
                     let Some(group) = self.groups.get(&assignment.group).cloned() else {
                         let message = format!("unknown group {}", assignment.group);
-                        let _ = self.done.send(Done::now(task, Outcome::Error { message }));
+                        let _ = self
+                            .done
+                            .send(Done::now(task, Outcome::Error { message }, lapses));
                         continue;
                     };
                     let runner = self.runner.clone();
@@ -329,7 +349,7 @@ impl Worker {
                                 Some(_slot) => runner.run(&group, assignment, &stop).await,
                                 None => run::canceled(),
                             };
-                            let _ = done.send(Done::now(task, outcome));
+                            let _ = done.send(Done::now(task, outcome, lapses));
                         },
                         span,
                     ));
@@ -374,6 +394,13 @@ impl Worker {
                 let _ = outgoing.send(FromWorker::Revoked(given));
             }
             ToWorker::Lease { seq } => {
+                if self.lease_expired() {
+                    // It ran out before this answer came (the worker was stopped, or the
+                    // answers were late): the guard killed what ran, and the scheduler still
+                    // counts those tasks here. Give them up and register again, which tells it.
+                    self.give_up_if_expired();
+                    return Some(SessionEnd::LeaseExpired);
+                }
                 if let Some(until) = self.lease.as_mut().and_then(|l| l.answered(seq)) {
                     super::guard::renew_until(until);
                 }

@@ -486,3 +486,41 @@ fn event_streams_cannot_lock_out_a_newcomer() {
     let snapshot = common::http_request(&address, &format!("/api/snapshot?token={token}"), "x");
     assert!(snapshot.starts_with("HTTP/1.0 200"), "{snapshot}");
 }
+
+#[test]
+#[ignore = "needs Debian's chromium (apt-get install chromium): CI runs it"]
+fn a_page_refused_a_live_stream_refreshes_itself() {
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, fast", &["--dashboard", "127.0.0.1:0"]);
+    cluster.dynamic_manager("first", "fast", 2);
+    cluster.await_managers(1);
+    let url = cluster.dashboard.clone().unwrap();
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    // Every stream this address may have, held open: the browser's is refused.
+    let request = format!("GET /api/events HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    let streams = Hog::start(address, 8, request, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while streams.answered() < 8 {
+        assert!(
+            Instant::now() < deadline,
+            "8 streams: {}",
+            streams.answered()
+        );
+        common::pause();
+    }
+    let mut page = Browser::open(&url);
+    page.until(
+        "document.getElementById('live').textContent === 'refreshing every 5 s'",
+        "the page says it refreshes instead",
+    );
+    page.until(
+        "!!document.querySelector('tr[data-manager=first]')",
+        "the manager shown",
+    );
+    // What changes later shows without a stream.
+    cluster.dynamic_manager("second", "fast", 2);
+    page.until(
+        "!!document.querySelector('tr[data-manager=second]')",
+        "a manager registered later shown",
+    );
+}

@@ -313,3 +313,214 @@ fn connections_that_never_send_a_request_do_not_hold_the_dashboard() {
     let body = common::http_get(&format!("{url}api/snapshot"));
     assert!(body.contains("\"status\""), "{body}");
 }
+
+/// A hostile client on this machine: `connections` connections to `address`, each sending
+/// `request` every `every` (once, if `None`) and reading all that comes back; one the server
+/// closes is opened again a second later. Stops when dropped.
+struct Hog {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    opened: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Hog {
+    fn start(address: &str, connections: usize, request: String, every: Option<Duration>) -> Hog {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let (address, counts) = (address.to_string(), (opened.clone(), answered.clone()));
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                for _ in 0..connections {
+                    let (address, request) = (address.clone(), request.clone());
+                    let (opened, answered) = counts.clone();
+                    tokio::spawn(async move {
+                        loop {
+                            if let Ok(stream) = tokio::net::TcpStream::connect(&address).await {
+                                opened.fetch_add(1, Ordering::Relaxed);
+                                let (mut read, mut write) = stream.into_split();
+                                let reading = async {
+                                    let mut buffer = vec![0; 1 << 16];
+                                    while let Ok(n @ 1..) = read.read(&mut buffer).await {
+                                        if buffer[..n].starts_with(b"HTTP/1.1 200") {
+                                            answered.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                    }
+                                };
+                                let writing = async {
+                                    while write.write_all(request.as_bytes()).await.is_ok() {
+                                        match every {
+                                            Some(every) => tokio::time::sleep(every).await,
+                                            None => std::future::pending().await,
+                                        }
+                                    }
+                                };
+                                tokio::select! {
+                                    () = reading => {}
+                                    () = writing => {}
+                                }
+                            }
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    });
+                }
+                let _ = stopped.await;
+            });
+        });
+        let hog = Hog {
+            stop: Some(stop),
+            thread: Some(thread),
+            opened,
+            answered,
+        };
+        // Every connection open (once) before anything is judged.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while hog.opened.load(Ordering::Relaxed) < connections {
+            assert!(
+                Instant::now() < deadline,
+                "the hog could not open its connections"
+            );
+            common::pause();
+        }
+        hog
+    }
+
+    /// Responses that began with `200 OK` (roughly: counted at the start of a read).
+    fn answered(&self) -> usize {
+        self.answered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A newcomer's `GET /` (HTTP/1.0, `Host: host`) on `address`: answered whole, 200, within 2 s.
+fn a_newcomer_is_served(address: &str, host: &str) {
+    use std::io::{Read, Write};
+    let start = Instant::now();
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let _ = write!(stream, "GET / HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    let mut response = Vec::new();
+    let ended = stream.read_to_end(&mut response);
+    let took = start.elapsed();
+    let head = String::from_utf8_lossy(&response[..response.len().min(80)]).into_owned();
+    assert!(
+        ended.is_ok() && head.starts_with("HTTP/1.0 200") && took < Duration::from_secs(2),
+        "a newcomer's GET / after {took:?}: {ended:?}, {head:?}"
+    );
+}
+
+#[test]
+fn keep_alive_connections_from_one_address_cannot_lock_out_a_newcomer() {
+    let cluster = Cluster::start_with(&["--dashboard", "127.0.0.1:0"]);
+    let url = cluster.dashboard.clone().unwrap();
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    // More connections than the server keeps (256), all from 127.0.0.1 like the newcomer, each
+    // asking for the page's script (no token needed) every 8 s to stay busy enough.
+    let request = format!("GET /app.js HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    let hog = Hog::start(address, 300, request, Some(Duration::from_secs(8)));
+    // Newcomers over more than one round of the hog's requests.
+    for _ in 0..5 {
+        a_newcomer_is_served(address, address);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(
+        hog.answered() >= 256,
+        "the hog was served: {}",
+        hog.answered()
+    );
+}
+
+#[test]
+fn event_streams_cannot_lock_out_a_newcomer() {
+    use std::io::{Read, Write};
+    // Beyond loopback, with the token: the streams are a client's who has it.
+    let cluster = Cluster::start_with(&["--dashboard", "0.0.0.0:0"]);
+    let url = cluster.dashboard.clone().unwrap();
+    let (base, token) = url.split_once("?token=").unwrap();
+    let port = base.rsplit(':').next().unwrap().trim_end_matches('/');
+    let address = format!("127.0.0.1:{port}");
+    let request = format!("GET /api/events?token={token} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let hog = Hog::start(&address, 256, request, None);
+    for _ in 0..5 {
+        a_newcomer_is_served(&address, "x");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    // Some streams were given (the stream budget), not none; past it this address is refused
+    // one at once, with the reason (not left to hang).
+    assert!(hog.answered() > 0);
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /api/events?token={token} HTTP/1.0\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut refused = String::new();
+    stream.read_to_string(&mut refused).unwrap();
+    assert!(
+        refused.starts_with("HTTP/1.0 503") && refused.contains("too many live event streams"),
+        "{refused}"
+    );
+    let snapshot = common::http_request(&address, &format!("/api/snapshot?token={token}"), "x");
+    assert!(snapshot.starts_with("HTTP/1.0 200"), "{snapshot}");
+}
+
+#[test]
+#[ignore = "needs Debian's chromium (apt-get install chromium): CI runs it"]
+fn a_page_refused_a_live_stream_refreshes_itself() {
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, fast", &["--dashboard", "127.0.0.1:0"]);
+    cluster.dynamic_manager("first", "fast", 2);
+    cluster.await_managers(1);
+    let url = cluster.dashboard.clone().unwrap();
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    // Every stream this address may have, held open: the browser's is refused.
+    let request = format!("GET /api/events HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    let streams = Hog::start(address, 8, request, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while streams.answered() < 8 {
+        assert!(
+            Instant::now() < deadline,
+            "8 streams: {}",
+            streams.answered()
+        );
+        common::pause();
+    }
+    let mut page = Browser::open(&url);
+    page.until(
+        "document.getElementById('live').textContent === 'refreshing every 5 s'",
+        "the page says it refreshes instead",
+    );
+    page.until(
+        "!!document.querySelector('tr[data-manager=first]')",
+        "the manager shown",
+    );
+    // What changes later shows without a stream.
+    cluster.dynamic_manager("second", "fast", 2);
+    page.until(
+        "!!document.querySelector('tr[data-manager=second]')",
+        "a manager registered later shown",
+    );
+}

@@ -12,10 +12,36 @@ use weir::client::{Client, Responses};
 use weir::net::{AccessFile, NetError};
 use weir::proto::{NewGroup, Outcome, Response, TaskKind, TaskResult, TaskSpec};
 
+pyo3::create_exception!(
+    weir,
+    RequestTooLarge,
+    PyValueError,
+    "A request over the scheduler's limit on one message (`weir.MAX_REQUEST` bytes): nothing \
+     was sent and the connection is fine."
+);
+
 fn error(error: NetError) -> PyErr {
     match error {
         NetError::Request { code, message } => {
             PyValueError::new_err(format!("refused ({code:?}): {message}"))
+        }
+        NetError::RequestTooLarge { size, limit, input } => {
+            let mib = |bytes: usize| bytes as f64 / f64::from(1 << 20);
+            let what = match input {
+                Some(index) => format!(
+                    "the arguments of task {index} (pickled, with the function) make a request \
+                     of {size} bytes ({:.1} MiB)",
+                    mib(size)
+                ),
+                None => format!("the request is {size} bytes ({:.1} MiB)", mib(size)),
+            };
+            RequestTooLarge::new_err(format!(
+                "{what}, over the scheduler's limit of {limit} bytes ({:.0} MiB) on one request; \
+                 nothing was sent. `map` splits its tasks over several requests, but one task's \
+                 arguments, or the function with its keyword arguments, must fit in one: pass \
+                 large data another way (e.g. the path of a file the workers can read)",
+                mib(limit)
+            ))
         }
         other => PyConnectionError::new_err(other.to_string()),
     }
@@ -72,9 +98,12 @@ impl Connection {
         })
     }
 
-    /// Submit one job of one group. `kind` is `"function"` (`program` is the runner's argv,
-    /// `function` the pickled function) or `"command"` (`program` is the argv). Returns
-    /// `(job, first_task, tasks)`; task `i` of `inputs` has id `first_task + i`.
+    /// Submit one group of tasks, one per input. `kind` is `"function"` (`program` is the
+    /// runner's argv, `function` the pickled function) or `"command"` (`program` is the argv).
+    /// As one job, or as several when one request would be over the scheduler's limit on a
+    /// message: returns `[(job, first_task, tasks)]`, in the order of `inputs`; the tasks of
+    /// each job have the ids `first_task ..= first_task + tasks - 1`. `RequestTooLarge` if one
+    /// input cannot go in a request (nothing is submitted).
     #[pyo3(signature = (kind, program, function, inputs, env, capabilities, environments, timeout_ms, retries, priority))]
     #[allow(clippy::too_many_arguments)]
     fn submit(
@@ -90,7 +119,7 @@ impl Connection {
         timeout_ms: u64,
         retries: u32,
         priority: i32,
-    ) -> PyResult<(u64, u64, u64)> {
+    ) -> PyResult<Vec<(u64, u64, u64)>> {
         let kind = match kind {
             "function" => TaskKind::Function {
                 runner: program,
@@ -118,11 +147,8 @@ impl Connection {
             count,
             inputs,
         };
-        py.detach(|| {
-            self.runtime
-                .block_on(self.client.submit(Vec::new(), vec![group]))
-        })
-        .map_err(error)
+        py.detach(|| self.runtime.block_on(self.client.submit_split(group)))
+            .map_err(error)
     }
 
     /// Stream the results of `job`'s tasks as they end.
@@ -241,5 +267,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connection>()?;
     m.add_class::<Watch>()?;
     m.add("PROTOCOL_VERSION", weir::proto::PROTOCOL_VERSION)?;
+    m.add("MAX_REQUEST", weir::proto::MAX_FRAME)?;
+    m.add("RequestTooLarge", m.py().get_type::<RequestTooLarge>())?;
     Ok(())
 }

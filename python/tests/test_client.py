@@ -264,3 +264,30 @@ def test_a_runner_keeps_a_bounded_set_of_functions_and_gets_old_ones_again():
         assert [client.submit(f, 100).result(timeout=60) for f in functions] == \
             [100 + k for k in range(12)]
         assert [client.submit(f, 0).result(timeout=60) for f in functions[:3]] == [0, 1, 2]
+
+
+# The scheduler's limit on one request (proto::MAX_FRAME).
+LIMIT = 48 << 20
+
+
+def test_a_map_over_the_request_limit_goes_as_several_jobs(client):
+    size = LIMIT // 2  # three such arguments: 72 MiB pickled, over the limit
+    futures = client.map(len, [b"x" * size] * 3)
+    assert client.gather(futures) == [size] * 3
+    assert len({f.task for f in futures}) == 3
+
+
+def test_an_argument_over_the_request_limit_is_a_value_error_that_says_so(client):
+    with pytest.raises(ValueError) as raised:
+        client.map(len, [b"small", b"x" * (LIMIT + 1)])
+    assert isinstance(raised.value, weir.RequestTooLarge)
+    message = str(raised.value)
+    # The limit, the size, which task, and what to do instead.
+    assert f"limit of {LIMIT} bytes" in message, message
+    assert "the arguments of task 1 " in message and "make a request of 503" in message, message
+    assert "path of a file" in message, message
+    assert weir.MAX_REQUEST == LIMIT
+    # The same for one task, and the connection is fine afterwards.
+    with pytest.raises(weir.RequestTooLarge):
+        client.submit(len, b"x" * (LIMIT + 1))
+    assert client.submit(pow, 2, 3).result(timeout=60) == 8

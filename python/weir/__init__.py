@@ -30,6 +30,8 @@ __all__ = [
     "Client",
     "Future",
     "LocalCluster",
+    "MAX_REQUEST",
+    "RequestTooLarge",
     "TaskError",
     "as_completed",
     "wait",
@@ -37,6 +39,10 @@ __all__ = [
     "FIRST_EXCEPTION",
     "ALL_COMPLETED",
 ]
+
+RequestTooLarge = _native.RequestTooLarge
+# Most bytes of one request to the scheduler (a submission: the pickled function and arguments).
+MAX_REQUEST = _native.MAX_REQUEST
 
 as_completed = _cf.as_completed
 wait = _cf.wait
@@ -124,7 +130,12 @@ class Client:
             runner=None, **kwargs):
         """`fn(*items)` for each items of `zip(*iterables)`, as one job: a list of futures.
         Keyword arguments are the same for every task and go with the function, once per job
-        (a large constant argument is sent once, not once per task)."""
+        (a large constant argument is sent once, not once per task).
+
+        Tasks whose arguments add up to more than the scheduler takes in one request
+        (`MAX_REQUEST`, 48 MiB pickled) go as several jobs, one after the other. One task's
+        arguments, or the function with its keyword arguments, over it raise `RequestTooLarge`
+        (a `ValueError`) and nothing is submitted."""
         if kwargs:
             fn = functools.partial(fn, **kwargs)
         calls = [(items, {}) for items in zip(*iterables)]
@@ -159,13 +170,17 @@ class Client:
         caps = sorted((str(k), int(v)) for k, v in (caps or {}).items())
         envs = [env] if isinstance(env, str) else list(env or [])
         timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
-        job, first, count = self._conn.submit(kind, program, payload, inputs, environ, caps, envs,
-                                              timeout_ms, int(retries), int(priority))
-        futures = [Future(self, first + i) for i in range(count)]
-        by_task = {f.task: f for f in futures}
-        thread = threading.Thread(target=self._watch, args=(job, by_task), daemon=True,
-                                  name=f"weir-job-{job}")
-        thread.start()
+        # One job, or several in a row when the inputs are over the scheduler's limit on one
+        # request (MAX_REQUEST); RequestTooLarge (a ValueError) when one input alone is.
+        jobs = self._conn.submit(kind, program, payload, inputs, environ, caps, envs,
+                                 timeout_ms, int(retries), int(priority))
+        futures = []
+        for job, first, count in jobs:
+            by_task = {first + i: Future(self, first + i) for i in range(count)}
+            futures.extend(by_task.values())
+            thread = threading.Thread(target=self._watch, args=(job, by_task), daemon=True,
+                                      name=f"weir-job-{job}")
+            thread.start()
         return futures
 
     def _watch(self, job, by_task):

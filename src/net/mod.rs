@@ -61,6 +61,26 @@ pub enum NetError {
     /// The scheduler stayed away longer than the reconnect timeout.
     #[error("gave up reaching the scheduler after {after:?}: {error}")]
     GaveUp { after: Duration, error: String },
+    /// A request too large to send: its message would be `size` bytes, over the frame limit
+    /// (`limit`, [`crate::proto::MAX_FRAME`]). Nothing was sent; the connection is fine.
+    /// `input`: the submission's input that is too large with the rest of its request alone.
+    #[error("{}", too_large(*size, *limit, *input))]
+    RequestTooLarge {
+        size: usize,
+        limit: usize,
+        input: Option<usize>,
+    },
+}
+
+fn too_large(size: usize, limit: usize, input: Option<usize>) -> String {
+    let what = match input {
+        Some(index) => format!("input {index} of the submission makes a request of"),
+        None => "the request is".to_string(),
+    };
+    format!(
+        "{what} {size} bytes, over the {limit}-byte limit on one message to the scheduler \
+         (proto::MAX_FRAME); nothing was sent"
+    )
 }
 
 impl From<quinn::ConnectionError> for NetError {

@@ -15,18 +15,19 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::Event;
+use super::metrics::{Connection, MAX_STREAMS, MAX_STREAMS_PER_ADDRESS};
 use crate::proto::{EnvironmentStatus, JobSummary, PolicyReport, StatusReport, TaskId};
 
 /// Samples kept for the chart: one a second for 15 minutes.
@@ -241,22 +242,45 @@ async fn api_explain(State(shared): State<Shared>, Path(task): Path<TaskId>) -> 
     }
 }
 
-/// One event a second: `{"snapshot": ..., "sample": ...}`.
+/// One event a second: `{"snapshot": ..., "sample": ...}`. Streams have a budget of their own
+/// (`metrics::MAX_STREAMS`, fewer per address): past it, 503, and the page refreshes itself
+/// from `/api/snapshot` instead.
 async fn api_events(
     State(shared): State<Shared>,
-) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
+    Extension(connection): Extension<Connection>,
+) -> Response {
+    let Some(place) = connection.stream() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "30")],
+            format!(
+                "too many live event streams (at most {MAX_STREAMS}, {MAX_STREAMS_PER_ADDRESS} \
+                 per address): the page refreshes from /api/snapshot instead\n"
+            ),
+        )
+            .into_response();
+    };
     let updates = shared.updates.subscribe();
-    let stream = futures_util::stream::unfold(updates, |mut updates| async move {
-        loop {
-            match updates.recv().await {
-                Ok(data) => return Some((Ok(SseEvent::default().data(data)), updates)),
-                // A slow page skips what it missed: the next event is whole.
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
+    // The stream holds its place in the budget until the page goes.
+    let stream =
+        futures_util::stream::unfold((updates, place), |(mut updates, place)| async move {
+            loop {
+                match updates.recv().await {
+                    Ok(data) => {
+                        return Some((
+                            Ok::<_, Infallible>(SseEvent::default().data(data)),
+                            (updates, place),
+                        ));
+                    }
+                    // A slow page skips what it missed: the next event is whole.
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
             }
-        }
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+        });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// Every second: a snapshot, kept as a sample and sent to the open pages.

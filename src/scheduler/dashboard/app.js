@@ -161,13 +161,20 @@ $("explain").addEventListener("submit", (event) => {
 });
 
 // ---- start: history and a snapshot, then live events
-Promise.all([get("/api/history").then((r) => r.json()), get("/api/snapshot").then((r) => r.json())])
-  .then(([history, snapshot]) => { samples = history; drawChart(); show(snapshot); })
-  .catch((why) => { $("live").textContent = `cannot load: ${why}`; });
+const load = () =>
+  Promise.all([get("/api/history").then((r) => r.json()), get("/api/snapshot").then((r) => r.json())])
+    .then(([history, snapshot]) => { samples = history; drawChart(); show(snapshot); });
+load().catch((why) => { $("live").textContent = `cannot load: ${why}`; });
 
 const events = new EventSource(withToken("/api/events"));
+let refreshing = null;
 events.onopen = () => { $("live").textContent = "live"; };
-events.onerror = () => { $("live").textContent = "reconnecting…"; };
+events.onerror = () => {
+  if (events.readyState !== EventSource.CLOSED) { $("live").textContent = "reconnecting…"; return; }
+  // Refused (503: the server has all the live streams it keeps): load again every 5 s instead.
+  $("live").textContent = "refreshing every 5 s";
+  refreshing = refreshing || setInterval(() => load().catch(() => {}), 5000);
+};
 events.onmessage = (message) => {
   const { snapshot, sample } = JSON.parse(message.data);
   samples.push(sample);

@@ -1,17 +1,20 @@
 //! Real network faults (issue 30): the scheduler in a network namespace of its own, workers and
 //! managers in others or behind a UDP relay of the test's own (`common/relay.rs`: delay, jitter,
-//! loss, duplication, one-way and full drops), partitions by `ip link set down` on a veth pair.
-//! Each task run appends `start`, a `tick` every 0.1 s and `end` lines with its pid and the time
-//! to one log file (all namespaces share the file system); each run lasts from its start to the
-//! last line it wrote (a killed run ends at its last tick), and no two runs of one task may
-//! overlap. Every task must also complete exactly once in the results, nothing lost.
+//! loss, duplication, one-way and full drops), partitions by `ip link set down` on a veth pair
+//! (`common/netns.rs`). Each task run appends `start`, a `tick` every 0.1 s and `end` lines with
+//! its index, its pid, the time and its worker to its job's log file (all namespaces share the
+//! file system); each run lasts from its start to the last line it wrote (a killed run ends at its
+//! last tick). No two runs of one task may overlap, every task must complete exactly once in the
+//! results (nothing lost), and where only the workers cut off could run a task, none that ran to
+//! completion may be run to completion again (its outcome was not thrown away).
 //!
 //! The namespace tests need root and `ip` (iproute2): they are `#[ignore]`d like the other tests
 //! that need root (`tests/durability.rs`), and `cargo test -- --include-ignored` (CI, as root)
 //! runs them; asked for on a machine where no namespace can be made, they fail with `NOT RUN:`
-//! and the reason. The manager-id and dashboard tests run on loopback and need nothing.
-//! Each test takes at most 2 minutes. Replay the relay's random draws with
-//! `WEIR_RELAY_SEED=N`.
+//! and the reason. The manager-id and dashboard tests run on loopback and need nothing. Each test
+//! takes at most 2 minutes and deletes its namespaces, links and processes (what a killed run
+//! left is deleted by the next). `WEIR_RELAY_SEED=N` replays a relay's random draws;
+//! `WEIR_NETWORK_KEEP=1` keeps each test's directory (process logs, run logs) and prints it.
 
 #[path = "common/netns.rs"]
 mod netns;
@@ -254,8 +257,7 @@ impl Net {
         );
         assert!(
             out.status.success(),
-            "{} workers did not come: {}{}",
-            n,
+            "{n} workers did not come: {}{}",
             common::text(&out.stdout),
             common::text(&out.stderr)
         );
@@ -852,9 +854,9 @@ fn a_second_manager_with_a_live_managers_id_is_refused_and_the_cap_holds() {
         net.keep(name, child)
     };
     let first = manager(&mut net, "manager-1");
-    let registered = Instant::now();
+    let joining = Instant::now();
     while common::manager(&net.json(&access, &["status"]), "same").is_none() {
-        assert!(registered.elapsed() < Duration::from_secs(30), "no manager");
+        assert!(joining.elapsed() < Duration::from_secs(30), "no manager");
         common::pause();
     }
     let second = manager(&mut net, "manager-2");
@@ -880,10 +882,8 @@ fn a_second_manager_with_a_live_managers_id_is_refused_and_the_cap_holds() {
         if second_exit.is_none() {
             second_exit = net.child("manager-2").try_wait().unwrap();
         }
-        let counts = &status["tasks"];
         let results = net.json(&access, &["results", &job]);
         if results.as_array().is_some_and(|r| r.len() >= 8) {
-            let _ = counts;
             break;
         }
         assert!(Instant::now() < deadline, "job not done: {status}");
@@ -1079,10 +1079,11 @@ fn manager_or_workers_cut(cut_manager: bool, seconds: u64, tasks: usize, task_se
         if run.end.is_some() {
             continue;
         }
-        if let Some((name, at)) = gone.iter().find(|(n, _)| *n == run.worker) {
-            if run.last + 1_500_000_000 >= *at && run.first <= *at {
-                stopped_busy.push(format!("task {task} on {name}"));
-            }
+        if let Some((name, at)) = gone.iter().find(|(n, _)| *n == run.worker)
+            && run.last + 1_500_000_000 >= *at
+            && run.first <= *at
+        {
+            stopped_busy.push(format!("task {task} on {name}"));
         }
     }
     failures.check(stopped_busy.is_empty(), || {
@@ -1153,6 +1154,19 @@ fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
         if libc::bind(fd, (&raw const local).cast(), len) != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // connect() waits at most this long (a server whose backlog is full drops SYNs).
+        let timeout = libc::timeval {
+            tv_sec: 1,
+            tv_usec: 0,
+        };
+        let size = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&raw const timeout).cast(),
+            size,
+        );
         let remote = address(*to.ip(), to.port());
         if libc::connect(fd, (&raw const remote).cast(), len) != 0 {
             return Err(std::io::Error::last_os_error());
@@ -1261,33 +1275,34 @@ fn dashboard_under_held_connections(path: &'static str) {
                 if Instant::now() >= next_round {
                     // A request on each connection; a closed one is opened again.
                     for slot in &mut streams {
-                        if slot.is_none() {
-                            if let Ok(stream) = connect_from(attacker, dashboard) {
-                                stream.set_nonblocking(true).unwrap();
-                                opened += 1;
-                                *slot = Some(stream);
-                            }
+                        if slot.is_none()
+                            && let Ok(stream) = connect_from(attacker, dashboard)
+                        {
+                            stream.set_nonblocking(true).unwrap();
+                            opened += 1;
+                            *slot = Some(stream);
                         }
                         if let Some(stream) = slot {
-                            stream.set_nonblocking(false).unwrap();
-                            if send_get(stream, path, &host).is_err() {
-                                *slot = None;
-                                continue;
+                            match send_get(stream, path, &host) {
+                                Ok(()) => {}
+                                // Its send buffer is full: the server reads nothing from it.
+                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                                Err(_) => *slot = None,
                             }
-                            stream.set_nonblocking(true).unwrap();
                         }
                     }
                     next_round += Duration::from_secs(8);
                 }
                 // Read what came, so the server never waits to write.
                 for slot in &mut streams {
-                    if let Some(stream) = slot {
-                        match stream.read(&mut buf) {
-                            Ok(0) => *slot = None,
-                            Ok(_) => {}
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                            Err(_) => *slot = None,
-                        }
+                    let Some(stream) = slot else {
+                        continue;
+                    };
+                    match stream.read(&mut buf) {
+                        Ok(0) => *slot = None,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => *slot = None,
                     }
                 }
                 std::thread::sleep(Duration::from_millis(50));

@@ -810,6 +810,10 @@ proptest! {
                         *finished_events.entry(task).or_default() += 1;
                     }
                     Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); asked.remove(&worker); }
+                    // Its first worker came back with the outcome: no longer this one's.
+                    Action::TakeBack { worker, tasks } => {
+                        if let Some(held) = running.get_mut(&worker) { held.retain(|t| !tasks.contains(t)) }
+                    }
                     Action::Cancel { .. } | Action::Forgot { .. } | Action::Dropped { .. } => {}
                 }
             }
@@ -1224,7 +1228,8 @@ fn a_worker_back_claims_a_task_only_if_it_was_handed_to_no_one_else_since() {
     core.schedule(1_000);
     assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
     core.worker_lost(1_100, b, "partition", Loss::Silent);
-    // a comes back claiming it (finished, or still running): refused, b may be running it.
+    // a comes back claiming it (finished, or still running): refused, b (lost, its lease not
+    // over) may be running it.
     let mut back = a_info;
     back.running = vec![1];
     let (a2, refused) = core.worker_joined(1_200, back).expect("joins");
@@ -1267,4 +1272,44 @@ fn finished_is_finished_an_outcome_brought_back_after_the_fence_is_taken_if_noth
     assert_eq!(results[0].state, TaskState::Succeeded);
     assert_eq!(results[0].attempts, 1);
     core.sanity_check().unwrap();
+}
+
+#[test]
+fn finished_is_finished_a_worker_back_with_an_outcome_takes_its_task_back_from_the_one_handed_it_since()
+ {
+    let mut core = fenced_core();
+    let info = worker(1, &[]);
+    let a = core.worker_joined(0, info.clone()).expect("joins").0;
+    core.schedule(0);
+    core.take_actions();
+    // a is cut off and finishes the task there, under its lease; after the fence the task is
+    // handed to b, which registered first after the cut.
+    core.worker_lost(100, a, "partition", Loss::Silent);
+    let b = core.worker_joined(2_000, worker(1, &[])).expect("joins").0;
+    core.tick(2_000);
+    core.schedule(2_000);
+    assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
+    // a is back with the outcome: b gives the task up (it is told to stop it) and a's outcome
+    // is the result; b's report of its stopped run changes nothing.
+    let mut back = info;
+    back.running = vec![1];
+    let (a2, refused) = core.worker_joined(2_100, back).expect("joins");
+    assert!(refused.is_empty());
+    assert!(core.take_actions().contains(&Action::TakeBack {
+        worker: b,
+        tasks: vec![1]
+    }));
+    assert!(core.finished(2_100, a2, 1, ok()));
+    assert!(!core.finished(2_200, b, 1, ok()));
+    let results = core.results(1).unwrap();
+    assert_eq!(results[0].state, TaskState::Succeeded);
+    assert_eq!(
+        results[0].attempts, 2,
+        "b had reported no start; still two hand-overs ran"
+    );
+    core.sanity_check().unwrap();
+    // b is free again.
+    core.submit(vec![group(1, &[])]).unwrap();
+    core.schedule(2_300);
+    assert_eq!(dispatched(&core.take_actions())[&b], vec![2]);
 }

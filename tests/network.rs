@@ -454,9 +454,14 @@ impl Runs {
         found
     }
 
-    /// Tasks that ran to completion more than once although their first run's `end` came
-    /// before any other run of them started (its outcome could have been reported).
-    fn completed_twice(&self) -> Vec<(u64, usize)> {
+    /// Tasks that ran to completion more than once although their first run's outcome reached
+    /// the scheduler before any other run of them started: its `end` came first, and every
+    /// other run started on the same worker (which threw its own outcome away), or after that
+    /// worker registered again (claiming the outcome) following the `end`. `registered`: when
+    /// each worker registered, from its log. (Another worker that registers first after a cut
+    /// and is handed the task before its first worker is back runs it legitimately: the
+    /// scheduler had not heard of the outcome.)
+    fn completed_twice(&self, registered: &BTreeMap<String, Vec<u128>>) -> Vec<(u64, usize)> {
         let mut found = Vec::new();
         for (task, runs) in self.by_task() {
             let ended: Vec<&Run> = runs.iter().filter(|r| r.end.is_some()).collect();
@@ -465,11 +470,13 @@ impl Runs {
             }
             let first_end = ended.iter().map(|r| r.end.unwrap()).min().unwrap();
             let first = ended.iter().find(|r| r.end == Some(first_end)).unwrap();
-            if runs
-                .iter()
-                .filter(|r| r.first != first.first)
-                .all(|r| r.first > first_end)
-            {
+            let back = registered
+                .get(&first.worker)
+                .and_then(|times| times.iter().copied().find(|t| *t > first_end));
+            if runs.iter().filter(|r| r.first != first.first).all(|r| {
+                r.first > first_end
+                    && (r.worker == first.worker || back.is_some_and(|t| t < r.first))
+            }) {
                 found.push((task, ended.len()));
             }
         }
@@ -598,14 +605,15 @@ fn check_runs_and_results(
         )
     });
     let twice = if sole_runners {
-        runs.completed_twice()
+        runs.completed_twice(&registrations_of(net, &runs))
     } else {
         Vec::new()
     };
     failures.check(twice.is_empty(), || {
         format!(
-            "{} tasks ran to completion more than once although their first run ended before \
-             any other run of them started (task, completed runs): {}",
+            "{} tasks ran to completion more than once although their first run's outcome \
+             reached the scheduler before any other run of them started (task, completed \
+             runs): {}",
             twice.len(),
             brief(&twice)
         )
@@ -649,6 +657,60 @@ fn brief<T: std::fmt::Debug>(items: &[T]) -> String {
     }
 }
 
+/// When each worker that ran something registered, from its log.
+fn registrations_of(net: &Net, runs: &Runs) -> BTreeMap<String, Vec<u128>> {
+    let workers: std::collections::BTreeSet<&String> =
+        runs.runs.values().map(|r| &r.worker).collect();
+    workers
+        .into_iter()
+        .map(|w| (w.clone(), registrations(&net.path(&format!("{w}.log")))))
+        .collect()
+}
+
+/// When a worker registered (wall-clock nanoseconds), from its log (`RUST_LOG=info`, no
+/// colour: `2026-12-01T15:36:24.707355Z  INFO weir::worker::session: registered ...`).
+fn registrations(log: &Path) -> Vec<u128> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|line| line.contains("weir::worker::session: registered"))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter_map(utc_ns)
+        .collect()
+}
+
+/// Nanoseconds since the Unix epoch of an RFC 3339 UTC time as tracing writes it
+/// (`YYYY-MM-DDTHH:MM:SS.ffffffZ`).
+fn utc_ns(stamp: &str) -> Option<u128> {
+    let (date, time) = stamp.strip_suffix('Z')?.split_once('T')?;
+    let mut ymd = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
+    // Days from 1970-01-01 to y-m-d (Howard Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut parts = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, min, s) = (parts.next()??, parts.next()??, parts.next()??);
+    let seconds = days * 86_400 + h * 3600 + min * 60 + s;
+    let digits = fraction.len().min(9);
+    let nanos: u128 = fraction[..digits].parse().ok()?;
+    let nanos = nanos * 10u128.pow(9 - digits as u32);
+    Some(u128::try_from(seconds).ok()? * 1_000_000_000 + nanos)
+}
+
+#[test]
+fn utc_stamps_are_read_as_the_task_runs_write_them() {
+    // `date -u -d 2026-12-01T15:36:24.707355Z +%s%N`
+    assert_eq!(
+        utc_ns("2026-12-01T15:36:24.707355Z"),
+        Some(1_796_139_384_707_355_000)
+    );
+    assert_eq!(utc_ns("1970-01-01T00:00:00Z"), Some(0));
+}
+
 /// Wall-clock nanoseconds (what the task runs log).
 fn wall_ns() -> u128 {
     std::time::SystemTime::now()
@@ -660,9 +722,9 @@ fn wall_ns() -> u128 {
 /// Scheduler in namespace A, two workers of 2 slots in namespace B joined to A by a veth pair;
 /// 300 tasks of 0.6 s. Once 30 more runs have ended, B's end of the pair goes down for 8 s, then
 /// up; then 14 s, then 30 s. Every task completes once, no two runs of one overlap, and no task
-/// whose first run's outcome could have been reported (it ended before any other run of it
-/// started: the workers were cut off together, nothing else could run it) ran to completion
-/// again: outcomes a worker finished within its lease are not thrown away.
+/// whose first run's outcome reached the scheduler before any other run of it started (its
+/// worker was back, claiming it, first: see `Runs::completed_twice`) ran to completion again:
+/// outcomes a worker finished within its lease are not thrown away.
 #[test]
 #[ignore = "needs root and network namespaces; CI runs it (--include-ignored)"]
 fn partitions_of_8_14_and_30_s_lose_nothing_and_throw_no_finished_work_away() {
@@ -705,7 +767,7 @@ fn partitions_of_8_14_and_30_s_lose_nothing_and_throw_no_finished_work_away() {
     // Where each task completed twice had its first run end: in which partition, or after it.
     let runs = Runs::read(&net.path("runs.txt"));
     let mut when: BTreeMap<String, usize> = BTreeMap::new();
-    for (task, _) in runs.completed_twice() {
+    for (task, _) in runs.completed_twice(&registrations_of(&net, &runs)) {
         let first_end = runs.by_task()[&task]
             .iter()
             .filter_map(|r| r.end)
@@ -738,8 +800,8 @@ fn partitions_of_8_14_and_30_s_lose_nothing_and_throw_no_finished_work_away() {
 /// near one joins after), and 300 tasks of 0.6 s that only the far workers can run (they need
 /// an amount of `far`, which only they have). Once 30 short ones have ended, the relay drops
 /// every datagram of `direction` only, for 20 s. No two runs of one task overlap, each task
-/// completes once, and no short task whose first run ended before any other run of it started
-/// ran to completion again (only the far workers could run it, and they were cut off together).
+/// completes once, and no short task whose first run's outcome reached the scheduler before any
+/// other run of it started ran to completion again (only the far workers could run it).
 fn one_way_drop(direction: Direction) {
     let tag = match direction {
         Direction::Up => "up",
@@ -1001,20 +1063,22 @@ fn manager_or_workers_cut(cut_manager: bool, seconds: u64, tasks: usize, task_se
     let mut most_registered = 0;
     let mut seen: BTreeMap<u32, String> = BTreeMap::new();
     let mut gone: Vec<(String, u128)> = Vec::new();
-    let mut cut_at = None;
+    let mut cut_at: Option<Instant> = None;
     let mut healed = false;
     let deadline = net.started + Duration::from_secs(115);
     let mut last_status: Value;
     loop {
         let elapsed = net.started.elapsed();
-        if cut_at.is_none() {
+        if let Some(at) = cut_at {
+            if !healed && at.elapsed() >= Duration::from_secs(seconds) {
+                relay.set_both(Shape::clear());
+                net.say(&format!("relay: {what} reach the scheduler again"));
+                healed = true;
+            }
+        } else {
             relay.set_both(Shape::cut());
             net.say(&format!("relay: {what} cut off for {seconds} s"));
             cut_at = Some(Instant::now());
-        } else if !healed && cut_at.unwrap().elapsed() >= Duration::from_secs(seconds) {
-            relay.set_both(Shape::clear());
-            net.say(&format!("relay: {what} reach the scheduler again"));
-            healed = true;
         }
         let pids = workers_of(manager);
         for pid in &pids {

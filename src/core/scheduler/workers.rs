@@ -242,7 +242,8 @@ impl Scheduler {
             match action {
                 // Sent below, once the journal has them.
                 tasks::Action::Dispatch { worker, tasks } => dispatches.push((worker, tasks)),
-                tasks::Action::Cancel { worker, tasks } => {
+                tasks::Action::Cancel { worker, tasks }
+                | tasks::Action::TakeBack { worker, tasks } => {
                     self.send_worker(worker, ToWorker::Cancel(tasks))
                 }
                 tasks::Action::Revoke {

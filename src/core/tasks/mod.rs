@@ -105,8 +105,15 @@ pub enum Action {
         tasks: Vec<TaskId>,
         count: u32,
     },
-    /// Tell the worker to stop these tasks.
+    /// Tell the worker to stop these tasks (they stay its until it confirms).
     Cancel {
+        worker: WorkerId,
+        tasks: Vec<TaskId>,
+    },
+    /// Tell the worker to stop these tasks, which are no longer its: their first worker came
+    /// back with their outcomes (see `Tasks::claimable_elsewhere`). Its report of them is
+    /// ignored.
+    TakeBack {
         worker: WorkerId,
         tasks: Vec<TaskId>,
     },
@@ -245,6 +252,10 @@ pub struct Tasks {
     /// How often each task was held ahead by a worker lost before it reported the task started
     /// (not counted as an attempt, up to [`MAX_SPARED`] times).
     spared: HashMap<TaskId, u32>,
+    /// Tasks requeued when their worker was lost without a word, and that worker's process
+    /// ([`WorkerInfo::instance`]): it may come back with their outcomes (see
+    /// `Tasks::claimable_elsewhere`). Dropped when the task ends.
+    left_by: HashMap<TaskId, u64>,
     next_group: GroupId,
     jobs: Dense<Job>,
     /// Jobs whose last task finished since the last tick (for `forget_after_ms`).
@@ -339,6 +350,7 @@ impl Tasks {
     fn finish(&mut self, id: TaskId, state: TaskState, outcome: Outcome) {
         self.set_state(id, state);
         self.spared.remove(&id);
+        self.left_by.remove(&id);
         let Some(task) = self.tasks.get_mut(id) else {
             return;
         };

@@ -260,11 +260,18 @@ impl Tasks {
             // Waiting (queued or fenced), and handed to no other worker since this one had it:
             // a task handed elsewhere since may be running there now, and a claim of it (still
             // running here, or finished here) is refused, the run here stopped or its outcome
-            // dropped.
-            let Some(class) = self
-                .task(task)
-                .filter(|t| t.state == TaskState::Queued)
-                .filter(|t| t.holder == 0 || t.holder == instance)
+            // dropped. Unless it is a task this worker left behind when it was lost, handed
+            // to another since: see `taken_back`.
+            let waiting = self.task(task).is_some_and(|t| {
+                t.state == TaskState::Queued && (t.holder == 0 || t.holder == instance)
+            });
+            let elsewhere = match waiting {
+                true => None,
+                false => self.claimable_elsewhere(task, id, instance),
+            };
+            let Some(class) = (waiting || elsewhere.is_some())
+                .then(|| self.task(task))
+                .flatten()
                 .map(|t| self.classes[self.groups[&t.group].class].clone())
             else {
                 refused.push(task);
@@ -285,6 +292,9 @@ impl Tasks {
                 refused.push(task);
                 continue;
             }
+            if let Some(other) = elsewhere {
+                self.taken_back(now, task, other, &class);
+            }
             // Out of where it waits, now: a stale entry would queue it twice should it come back.
             self.unqueue(task);
             self.set_state(task, TaskState::Running);
@@ -302,6 +312,63 @@ impl Tasks {
         }
         self.resync(id);
         Ok((id, refused))
+    }
+
+    /// Finished is finished: a worker lost without a word whose task ran again elsewhere after
+    /// its fence may come back with that task's outcome, produced under its lease. The worker
+    /// holding the task now (`Some(it)`) gives it up to the claim, if the claimer is the worker
+    /// that left it (`left_by`). Safe for "never twice at once": by the time the task was handed
+    /// on, the claimer's lease had run out and its guard had killed any run of it, so what it
+    /// claims is an outcome, not a run; the run elsewhere, if it started, is stopped.
+    fn claimable_elsewhere(
+        &self,
+        task: TaskId,
+        claimer: WorkerId,
+        instance: u64,
+    ) -> Option<WorkerId> {
+        if self.left_by.get(&task) != Some(&instance) {
+            return None;
+        }
+        let t = self.task(task)?;
+        let other = t.worker?;
+        (t.state == TaskState::Running && other != claimer && self.workers.contains_key(&other))
+            .then_some(other)
+    }
+
+    /// Take `task` back from worker `other` for a claim (see `claimable_elsewhere`): it is told
+    /// to stop it (a run held ahead never starts), and its slot and amounts are free again. The
+    /// task waits, unqueued, for the claim to adopt it.
+    fn taken_back(&mut self, now: u64, task: TaskId, other: WorkerId, class: &Class) {
+        let mut started = true;
+        if let Some(w) = self.workers.get_mut(&other) {
+            w.running.remove(&task);
+            // Held ahead there and not reported started: that run does not count.
+            started = !w.waiting.remove(&task);
+            w.release(task);
+            w.give_back(class);
+            if w.running.is_empty() {
+                w.idle_since = Some(now);
+            }
+        }
+        if let Some(r) = self
+            .workers
+            .get_mut(&other)
+            .and_then(|w| w.revoking.as_mut())
+        {
+            r.remove(&task);
+        }
+        self.resync(other);
+        self.actions.push(Action::TakeBack {
+            worker: other,
+            tasks: vec![task],
+        });
+        if let Some(t) = self.task_mut(task) {
+            t.worker = None;
+            if !started {
+                t.attempts = t.attempts.saturating_sub(1);
+            }
+        }
+        self.set_state(task, TaskState::Queued);
     }
 
     /// The worker started these tasks (those it held ahead of a free slot now count as run).
@@ -385,6 +452,9 @@ impl Tasks {
                 self.finish(id, TaskState::Failed, Outcome::Error { message });
             } else {
                 self.set_state(id, TaskState::Queued);
+                if loss == Loss::Silent {
+                    self.left_by.insert(id, w.info.instance);
+                }
                 match fence {
                     Some(until) => self.fenced.entry(until).or_default().push(id),
                     None => {

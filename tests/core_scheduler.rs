@@ -67,6 +67,7 @@ fn worker(name: &str, slots: u32) -> WorkerInfo {
         running: vec![],
         instance: name.bytes().map(u64::from).sum(),
         ends_in_ms: None,
+        finished: vec![],
     }
 }
 

@@ -42,6 +42,7 @@ fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerInfo {
         name: format!("w{instance}"),
         instance,
         ends_in_ms: None,
+        finished: vec![],
         slots,
         capabilities: capabilities
             .iter()
@@ -1264,7 +1265,7 @@ fn finished_is_finished_an_outcome_brought_back_after_the_fence_is_taken_if_noth
     assert!(dispatched(&core.take_actions()).is_empty());
     // Back with the outcome it produced under its lease: taken, run once.
     let mut back = info;
-    back.running = vec![1];
+    back.finished = vec![1];
     let (a2, refused) = core.worker_joined(5_000, back).expect("joins");
     assert!(refused.is_empty());
     assert!(core.finished(5_000, a2, 1, ok()));
@@ -1292,7 +1293,7 @@ fn finished_is_finished_a_worker_back_with_an_outcome_takes_its_task_back_from_t
     // a is back with the outcome: b gives the task up (it is told to stop it) and a's outcome
     // is the result; b's report of its stopped run changes nothing.
     let mut back = info;
-    back.running = vec![1];
+    back.finished = vec![1];
     let (a2, refused) = core.worker_joined(2_100, back).expect("joins");
     assert!(refused.is_empty());
     assert!(core.take_actions().contains(&Action::TakeBack {

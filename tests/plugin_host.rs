@@ -221,7 +221,7 @@ fn hostile_tasks_are_contained_with_the_right_error() {
         .load("hostile_task", HOSTILE_TASK, Some(World::Task))
         .unwrap();
     let mut task = host().task(&loaded, tight()).unwrap();
-    let never = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let never: weir::plugin::StopCheck = std::sync::Arc::new(|| false);
     let mut run = |input: &str| task.run(input.as_bytes(), Vec::new(), never.clone());
     assert!(matches!(
         run("loop"),
@@ -258,7 +258,9 @@ fn a_looping_task_stops_when_canceled_long_before_its_deadline() {
     let mut task = host().task(&loaded, limits).unwrap();
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = cancel.clone();
-    let running = std::thread::spawn(move || task.run(b"loop", Vec::new(), flag));
+    let stop: weir::plugin::StopCheck =
+        std::sync::Arc::new(move || flag.load(std::sync::atomic::Ordering::SeqCst));
+    let running = std::thread::spawn(move || task.run(b"loop", Vec::new(), stop));
     // The loop is entered (no way to observe it from here but the result), then canceled: the
     // run ends with `Canceled` although its deadline is an hour away. Had it not stopped, the
     // join below would hang for that hour (and the test harness would report it).

@@ -196,6 +196,7 @@ proptest! {
                             running: vec![],
                             instance: 0,
                             ends_in_ms: None,
+                            finished: vec![],
                         }).expect("names are unique");
                         pool.registered.insert(name.clone(), id);
                     }

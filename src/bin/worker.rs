@@ -157,6 +157,7 @@ fn run(args: Args) -> Result<()> {
                 anyhow::anyhow!("cannot draw this worker's random instance id: {e}")
             })?,
             ends_in_ms: None,
+            finished: vec![],
         },
         heartbeat_interval: args.heartbeat_interval,
         output_limit: args.output_limit,

@@ -31,6 +31,7 @@ pub use facts::HostFacts;
 pub use host::{Inspection, PluginHost};
 pub use load::Loaded;
 pub use policy::PolicyPlugin;
+pub use sandbox::StopCheck;
 pub use task::TaskPlugin;
 
 /// Granularity of deadlines.

@@ -187,9 +187,13 @@ pub struct Sandboxed<B> {
     epoch: Epoch,
     make: Make<B>,
     live: Option<(Store<State>, B)>,
-    /// Set from another thread to stop the running call at its next epoch tick.
-    cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Asked at every epoch tick: true stops the running call.
+    cancel: Option<StopCheck>,
 }
+
+/// Whether a running call must stop (a canceled task, or one whose worker's lease ran out):
+/// asked at every epoch tick, from the thread that runs the call.
+pub type StopCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl<B> Sandboxed<B> {
     pub fn new(
@@ -208,10 +212,10 @@ impl<B> Sandboxed<B> {
         }
     }
 
-    /// Calls from now on stop (with [`PluginError::Canceled`]) within one epoch tick of `flag`
-    /// being set, instead of running on until their deadline.
-    pub fn set_cancel(&mut self, flag: Option<Arc<std::sync::atomic::AtomicBool>>) {
-        self.cancel = flag;
+    /// Calls from now on stop (with [`PluginError::Canceled`]) within one epoch tick of `stop`
+    /// answering true, instead of running on until their deadline.
+    pub fn set_cancel(&mut self, stop: Option<StopCheck>) {
+        self.cancel = stop;
     }
 
     /// Drop the live instance (the next call starts a fresh one).
@@ -280,14 +284,14 @@ impl<B> Sandboxed<B> {
                 store.set_epoch_deadline(deadline_ticks(self.limits.deadline));
                 store.epoch_deadline_trap();
             }
-            Some(flag) => {
+            Some(stop) => {
                 // Look every tick: interrupted when canceled or when the deadline is reached.
-                let flag = flag.clone();
+                let stop = stop.clone();
                 let mut left = deadline_ticks(self.limits.deadline);
                 store.set_epoch_deadline(1);
                 store.epoch_deadline_callback(move |_| {
                     left = left.saturating_sub(1);
-                    if left == 0 || flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    if left == 0 || stop() {
                         return Ok(wasmtime::UpdateDeadline::Interrupt);
                     }
                     Ok(wasmtime::UpdateDeadline::Continue(1))
@@ -312,10 +316,7 @@ impl<B> Sandboxed<B> {
                 limit: self.limits.memory_bytes,
             };
         }
-        let canceled = self
-            .cancel
-            .as_ref()
-            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::SeqCst));
+        let canceled = self.cancel.as_ref().is_some_and(|stop| stop());
         if canceled && matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
             return PluginError::Canceled { plugin, call };
         }

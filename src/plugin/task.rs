@@ -34,13 +34,13 @@ impl TaskPlugin {
         TaskPlugin { sandbox }
     }
 
-    /// Run the task on `input` with the `setup` values of its environments. Setting `cancel`
-    /// (from any thread) stops the run within one epoch tick with [`PluginError::Canceled`].
+    /// Run the task on `input` with the `setup` values of its environments. Once `cancel`
+    /// answers true the run stops within one epoch tick with [`PluginError::Canceled`].
     pub fn run(
         &mut self,
         input: &[u8],
         environments: Vec<(String, Config)>,
-        cancel: Arc<std::sync::atomic::AtomicBool>,
+        cancel: super::sandbox::StopCheck,
     ) -> Result<Vec<u8>, PluginError> {
         self.sandbox.set_cancel(Some(cancel));
         let plugin = self.sandbox.plugin.to_string();

@@ -100,11 +100,17 @@ impl Runners {
         timeout: Option<Duration>,
         cancel: &Cancel,
     ) -> Outcome {
-        let idle = self
-            .idle
-            .lock()
-            .ok()
-            .and_then(|mut idle| idle.get_mut(argv).and_then(Vec::pop));
+        // A runner that died while idle (killed with the other task groups when the lease ran
+        // out, say) is not used: the task would fail on its pipe.
+        let idle = self.idle.lock().ok().and_then(|mut idle| {
+            let runners = idle.get_mut(argv)?;
+            while let Some(mut runner) = runners.pop() {
+                if matches!(runner.child.try_wait(), Ok(None)) {
+                    return Some(runner);
+                }
+            }
+            None
+        });
         let mut runner = match idle {
             Some(runner) => runner,
             None => match self.start(argv) {

@@ -142,8 +142,19 @@ fn guard(read: i32) -> ! {
     // SAFETY: plain system calls in the single-threaded child.
     unsafe {
         // Outlive the worker: a Ctrl-C or SIGTERM sent to the worker's process group must not
-        // take the guard first. Hold no terminal or pipe of the worker's open either.
-        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+        // take the guard first, and a stop (Ctrl-Z, `kill -STOP -PGID`) must not stop it with
+        // the worker: it has a session and group of its own, and ignores the terminal's stop
+        // signals. Hold no terminal or pipe of the worker's open either.
+        libc::setsid();
+        for signal in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGPIPE,
+            libc::SIGTSTP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+        ] {
             libc::signal(signal, libc::SIG_IGN);
         }
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
@@ -158,6 +169,10 @@ fn guard(read: i32) -> ! {
     let mut buffer = [0u8; 4096];
     let mut pending: Vec<u8> = Vec::new();
     let mut lease: Option<std::time::Instant> = None;
+    // The lease ran out and was not renewed since: a group listed now (a task that passed the
+    // worker's check a moment before the end, or a worker that was stopped in between) is
+    // killed at once.
+    let mut expired = false;
     loop {
         // Wait for a message, or for the lease to run out.
         // Rounded up: never before the lease's end (see `renew_until`).
@@ -184,6 +199,7 @@ fn guard(read: i32) -> ! {
                 }
             }
             lease = None;
+            expired = true;
             continue;
         }
         // SAFETY: reading into a stack buffer from our pipe.
@@ -199,11 +215,16 @@ fn guard(read: i32) -> ! {
         for message in pending[..whole].chunks_exact(5) {
             let pgid = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
             match message[0] {
+                ADD if expired && pgid > 1 => {
+                    // SAFETY: kill(2) of a task's process group.
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                }
                 ADD => groups.push(pgid),
                 REMOVE => groups.retain(|g| *g != pgid),
                 LEASE => {
                     let length = std::time::Duration::from_millis(pgid.max(0) as u64);
                     lease = Some(std::time::Instant::now() + length);
+                    expired = false;
                 }
                 _ => {}
             }

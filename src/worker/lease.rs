@@ -46,6 +46,7 @@ impl Lease {
         self.until
     }
 
+    #[cfg(test)]
     pub fn expired(&self, now: Instant) -> bool {
         now >= self.until
     }

@@ -181,11 +181,10 @@ impl Worker {
         })
     }
 
-    /// Whether the lease ran out (always false without one).
+    /// Whether the lease ran out (always false without one). One notion of it in the whole
+    /// process: the guard module's, which the tasks check too.
     fn lease_expired(&self) -> bool {
-        self.lease
-            .as_ref()
-            .is_some_and(|l| l.expired(std::time::Instant::now()))
+        self.lease.is_some() && guard::lease_expired()
     }
 
     /// Past the lease, the scheduler runs this worker's tasks elsewhere (once its fence is

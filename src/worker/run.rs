@@ -24,6 +24,9 @@ pub(super) struct Cancel {
     notify: tokio::sync::Notify,
     /// [`WAITING`], [`STARTED`] or [`REVOKED`].
     phase: std::sync::atomic::AtomicU8,
+    /// [`super::guard::lapses`] when it was handed over: a run the lease lapsed during is
+    /// stopped (and its outcome not reported).
+    pub lapses: u64,
 }
 
 const WAITING: u8 = 0;
@@ -31,6 +34,14 @@ const STARTED: u8 = 1;
 const REVOKED: u8 = 2;
 
 impl Cancel {
+    /// The controls of a task handed over now, when the lease had lapsed `lapses` times.
+    pub fn handed_over(lapses: u64) -> Cancel {
+        Cancel {
+            lapses,
+            ..Cancel::default()
+        }
+    }
+
     pub fn cancel(&self) {
         self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
         self.notify.notify_one();
@@ -361,10 +372,19 @@ impl Runner {
                 }
             }
         };
+        // Stopped on cancel, and when the lease lapses since it was handed over: wasm runs in
+        // this process, where the guard cannot kill it, and a worker between sessions (its
+        // scheduler unreachable) has no session to give it up.
         let flag = cancel.flag.clone();
+        let lapses = cancel.lapses;
+        let stop: crate::plugin::StopCheck = Arc::new(move || {
+            flag.load(std::sync::atomic::Ordering::SeqCst)
+                || super::guard::lease_expired()
+                || super::guard::lapses() != lapses
+        });
         let result = tokio::task::spawn_blocking(move || {
             let mut plugin = plugin;
-            let output = plugin.run(&input, environments, flag);
+            let output = plugin.run(&input, environments, stop);
             (plugin, output)
         })
         .await;

@@ -56,12 +56,8 @@ impl Worker {
             .iter()
             .map(|e| e.name.clone())
             .collect();
-        info.running = self
-            .running
-            .keys()
-            .copied()
-            .chain(unsent.iter().map(|(task, _)| *task))
-            .collect();
+        info.running = self.running.keys().copied().collect();
+        info.finished = unsent.iter().map(|(task, _)| *task).collect();
         info.ends_in_ms = self.settings.ends_at.map(|end| {
             let left = end.saturating_duration_since(std::time::Instant::now());
             u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
@@ -312,7 +308,7 @@ impl Worker {
                     let done = self.done.clone();
                     let slots = self.slots.clone();
                     let start = self.start.clone();
-                    let cancel = Arc::new(run::Cancel::default());
+                    let cancel = Arc::new(run::Cancel::handed_over(lapses));
                     let stop = cancel.clone();
                     let span = tracing::debug_span!("task", task, group = assignment.group);
                     // In turn: after the task handed over before this one has its slot.
@@ -335,11 +331,12 @@ impl Worker {
                                 } => slot.ok(),
                             };
                             let _ = my_turn.send(());
-                            // Past the lease the scheduler may be running it elsewhere, and the
-                            // guard no longer kills what starts: it waits to be given up (when
-                            // the session sees the lease out) instead.
-                            if super::guard::lease_expired() {
-                                std::future::pending::<()>().await;
+                            // Past the lease (or after a lapse) the scheduler may be running it
+                            // elsewhere: it never starts, and says so (an outcome outside the
+                            // lease, which the session drops, giving the rest up).
+                            if super::guard::lease_expired() || super::guard::lapses() != lapses {
+                                let _ = done.send(Done::now(task, run::canceled(), lapses));
+                                return;
                             }
                             if !stop.start() {
                                 return;

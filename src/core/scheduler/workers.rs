@@ -13,7 +13,7 @@ use crate::proto::{
 impl Scheduler {
     pub(super) fn worker_joined(&mut self, now: u64, connection: ConnectionId, info: WorkerInfo) {
         tracing::info!(name = %info.name, slots = info.slots, "worker joined");
-        let claimed = info.running.len();
+        let claimed = info.running.len() + info.finished.len();
         let (worker, refused) = match self.tasks.worker_joined(now, info) {
             Ok(joined) => joined,
             Err(taken) => {

@@ -185,12 +185,15 @@ impl Tasks {
                 manager: other.info.manager.clone(),
             });
         }
+        // Claimed tasks moved over from an earlier connection: queued, in no queue, until
+        // adopted below (or put back in their queue if they cannot be).
+        let mut moved: HashSet<TaskId> = HashSet::new();
         for old in earlier {
             // Only runs still wanted move over (a canceled one is stopped on the worker).
             let claimed: Vec<TaskId> = self.workers[&old]
                 .running
                 .iter()
-                .filter(|t| info.running.contains(t))
+                .filter(|t| info.running.contains(t) || info.finished.contains(t))
                 .filter(|t| {
                     self.task(**t)
                         .is_some_and(|t| t.state == TaskState::Running)
@@ -213,6 +216,7 @@ impl Tasks {
                 }
                 self.set_state(*task, TaskState::Queued);
             }
+            moved.extend(claimed);
             self.resync(old);
             self.worker_lost(now, old, "replaced by its own reconnection", Loss::Exited);
             self.actions.push(Action::Disconnect {
@@ -227,7 +231,11 @@ impl Tasks {
                 .entry(name.clone())
                 .or_insert(EnvSource::Worker);
         }
-        let claims = info.running.clone();
+        // Each claim once (a task listed twice would be adopted, then refused and stopped).
+        let mut claims: Vec<TaskId> = info.running.iter().chain(&info.finished).copied().collect();
+        claims.sort_unstable();
+        claims.dedup();
+        let outcomes: HashSet<TaskId> = info.finished.iter().copied().collect();
         let ends_at = info.ends_in_ms.map(|ms| now.saturating_add(ms));
         let worker = Worker {
             free: info.capabilities.clone(),
@@ -265,7 +273,9 @@ impl Tasks {
             let waiting = self.task(task).is_some_and(|t| {
                 t.state == TaskState::Queued && (t.holder == 0 || t.holder == instance)
             });
-            let elsewhere = match waiting {
+            // Only an outcome is taken back (a run claimed as still going may be the one its
+            // guard killed as the lease ran out while registering).
+            let elsewhere = match waiting || !outcomes.contains(&task) {
                 true => None,
                 false => self.claimable_elsewhere(task, id, instance),
             };
@@ -289,6 +299,9 @@ impl Tasks {
                         .all(|(name, need)| amount(&w.free, name) >= *need)
             });
             if !room {
+                if moved.contains(&task) {
+                    self.requeue_front(task);
+                }
                 refused.push(task);
                 continue;
             }
@@ -314,12 +327,21 @@ impl Tasks {
         Ok((id, refused))
     }
 
+    /// Put a queued task that is in no queue back at the front of its own.
+    fn requeue_front(&mut self, task: TaskId) {
+        let Some(group) = self.task(task).map(|t| &self.groups[&t.group]) else {
+            return;
+        };
+        let key = (std::cmp::Reverse(group.spec.priority), group.class);
+        self.queues.entry(key).or_default().push_front(task);
+    }
+
     /// Finished is finished: a worker lost without a word whose task ran again elsewhere after
-    /// its fence may come back with that task's outcome, produced under its lease. The worker
-    /// holding the task now (`Some(it)`) gives it up to the claim, if the claimer is the worker
-    /// that left it (`left_by`). Safe for "never twice at once": by the time the task was handed
-    /// on, the claimer's lease had run out and its guard had killed any run of it, so what it
-    /// claims is an outcome, not a run; the run elsewhere, if it started, is stopped.
+    /// its fence may come back with that task's outcome, produced under its lease (a claim in
+    /// [`WorkerInfo::finished`]). The worker holding the task now (`Some(it)`) gives it up to
+    /// the claim, if the claimer is the worker that left it (`left_by`). Safe for "never twice
+    /// at once": the claimer's run is over (it reports its outcome), and the run elsewhere, if
+    /// it started, is stopped.
     fn claimable_elsewhere(
         &self,
         task: TaskId,

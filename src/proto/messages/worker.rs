@@ -13,9 +13,8 @@ pub struct WorkerInfo {
     pub manager: Option<String>,
     /// Names of the environments it evaluates from its own --env-plugin flags.
     pub local_environments: Vec<String>,
-    /// Tasks it runs (or finished and has not reported yet) from before this registration: a
-    /// worker that reconnects, or a scheduler that restarted, re-adopts them instead of running
-    /// them again elsewhere.
+    /// Tasks it runs from before this registration: a worker that reconnects, or a scheduler
+    /// that restarted, re-adopts them instead of running them again elsewhere.
     pub running: Vec<TaskId>,
     /// Random per worker process: a registration under the name of a live worker is the same
     /// worker reconnecting when this matches, and is refused as a second worker of that name
@@ -24,6 +23,10 @@ pub struct WorkerInfo {
     /// Milliseconds it may still run tasks (the end of its allocation, less a margin to leave
     /// cleanly): it is given no task whose timeout would outlive that. `None`: no end.
     pub ends_in_ms: Option<u64>,
+    /// Tasks it finished under its lease and has not had acknowledged (their outcomes follow
+    /// the registration): adopted like `running`, and taken back from a worker they were
+    /// handed to since, if they were requeued from this one when it was lost.
+    pub finished: Vec<TaskId>,
 }
 
 /// One task for a worker to run; the group's spec was sent before (`ToWorker::Group`).

@@ -237,6 +237,7 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
         instance: getrandom::u64()
             .map_err(|e| anyhow::anyhow!("no randomness for the instance: {e}"))?,
         ends_in_ms: None,
+        finished: vec![],
     };
     let _ = outgoing.send(FromWorker::Register(info));
     match link.next().await? {

@@ -792,6 +792,85 @@ fn partitions_of_8_14_and_30_s_lose_nothing_and_throw_no_finished_work_away() {
     failures.finish("partitions of 8, 14 and 30 s");
 }
 
+/// CPU seconds a process has used (user + system), from `/proc/PID/stat`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name in parentheses: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // SAFETY: sysconf(3) reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0)) as f64 / ticks
+}
+
+/// A wasm task runs inside the worker's process, where the guard cannot kill it. Scheduler in
+/// namespace A, one worker in B joined by a veth pair, running a wasm task that loops (a core
+/// busy); B's end goes down for 25 s. Once the lease is over (10 s) the worker must have stopped
+/// the task although it has no session by then (its connection timed out after 5 s, and it is
+/// trying to reconnect): its CPU time stops growing. Before, the loop ran on through the whole
+/// partition while the scheduler, after its fence, could give the task to another worker.
+#[test]
+#[ignore = "needs root and network namespaces; CI runs it (--include-ignored)"]
+fn a_wasm_task_stops_when_the_lease_runs_out_while_its_worker_is_cut_off() {
+    let a = namespace("wasm-sched");
+    let b = namespace("wasm-worker");
+    let to_a = Link::to_root(&a);
+    let ab = Link::between(&a, &b);
+    let mut net = Net::new();
+    net.scheduler(Some(&a), &format!("quic://0.0.0.0:{PORT}"), &[]);
+    let direct = net.access_via("direct", SocketAddr::from((to_a.b.address, PORT)));
+    let far = net.access_via("far", SocketAddr::from((ab.a.address, PORT)));
+    let worker = net.worker(Some(&b), &far, "w-1", &["--slots", "1"]);
+    net.await_workers(&direct, 1, 30);
+    let task = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/plugins/fixtures/hostile_task.wasm"
+    );
+    net.json(
+        &direct,
+        &[
+            "submit",
+            "--wasm",
+            task,
+            "--input",
+            "loop",
+            "--timeout",
+            "600",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while net.json(&direct, &["status"])["tasks"]["running"] != 1 {
+        assert!(Instant::now() < deadline, "the wasm task never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Looping: the worker burns a core.
+    let start = cpu_seconds(worker);
+    std::thread::sleep(Duration::from_secs(2));
+    let busy = cpu_seconds(worker) - start;
+    assert!(
+        busy > 1.0,
+        "the wasm loop is not running: {busy:.2} s of CPU in 2 s"
+    );
+    ab.down(&ab.b);
+    net.say("partition: the worker's link down for 25 s");
+    // The lease ends at most 10 s after the worker's last answered renewal; margin for it.
+    std::thread::sleep(Duration::from_secs(13));
+    let before = cpu_seconds(worker);
+    std::thread::sleep(Duration::from_secs(5));
+    let used = cpu_seconds(worker) - before;
+    std::thread::sleep(Duration::from_secs(7));
+    ab.up(&ab.b);
+    net.say("partition healed");
+    assert!(
+        used < 0.5,
+        "the worker used {used:.2} s of CPU in 5 s after its lease ran out: its wasm task still \
+         runs while the scheduler may run it elsewhere"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. One-way loss.
 

@@ -77,17 +77,20 @@ pub(crate) struct Done {
     task: TaskId,
     outcome: Outcome,
     in_lease: bool,
+    /// Which hand-over of the task here it is ([`run::Cancel::run`]; 0: never held).
+    run: u64,
 }
 
 impl Done {
     /// A run that ended now; `lapses`: [`guard::lapses`] when it was handed over. A run the
     /// lease lapsed during (the guard killed it, or it was given up) is not valid even if the
     /// lease was renewed since.
-    fn now(task: TaskId, outcome: Outcome, lapses: u64) -> Done {
+    fn now(task: TaskId, outcome: Outcome, lapses: u64, run: u64) -> Done {
         Done {
             task,
             outcome,
             in_lease: !guard::lease_expired() && guard::lapses() == lapses,
+            run,
         }
     }
 }
@@ -111,6 +114,8 @@ pub struct Worker {
     groups: HashMap<GroupId, Arc<Group>>,
     /// Tasks held: running, or waiting for a slot.
     running: HashMap<TaskId, (AbortHandle, Arc<run::Cancel>)>,
+    /// Hand-overs so far (each run's [`run::Cancel::run`]).
+    runs: u64,
     /// One permit per slot: a held task runs once it has one.
     slots: Arc<tokio::sync::Semaphore>,
     /// Resolves once the task handed over last has its slot (or is gone): the next one asks
@@ -174,11 +179,25 @@ impl Worker {
             start,
             started,
             queue_tail: None,
+            runs: 0,
             unacknowledged: std::collections::VecDeque::new(),
             reported: 0,
             acknowledged: 0,
             lease: None,
         })
+    }
+
+    /// A run ended: whether it is the one the task is held for here, forgetting it if so. A
+    /// task stopped and handed over again before its first run's end was read holds its new
+    /// run: the first one's `canceled` is not the task's outcome, and is dropped.
+    fn ended(&mut self, done: &Done) -> bool {
+        match self.running.get(&done.task) {
+            Some((_, cancel)) if cancel.run != done.run => false,
+            _ => {
+                self.running.remove(&done.task);
+                true
+            }
+        }
     }
 
     /// Whether the lease ran out (always false without one). One notion of it in the whole

@@ -27,6 +27,9 @@ pub(super) struct Cancel {
     /// [`super::guard::lapses`] when it was handed over: a run the lease lapsed during is
     /// stopped (and its outcome not reported).
     pub lapses: u64,
+    /// Which hand-over of a task to this worker it is (from 1), told apart from an earlier run
+    /// of the same task still ending.
+    pub run: u64,
 }
 
 const WAITING: u8 = 0;
@@ -34,10 +37,11 @@ const STARTED: u8 = 1;
 const REVOKED: u8 = 2;
 
 impl Cancel {
-    /// The controls of a task handed over now, when the lease had lapsed `lapses` times.
-    pub fn handed_over(lapses: u64) -> Cancel {
+    /// The controls of hand-over `run`, when the lease had lapsed `lapses` times.
+    pub fn handed_over(lapses: u64, run: u64) -> Cancel {
         Cancel {
             lapses,
+            run,
             ..Cancel::default()
         }
     }

@@ -44,8 +44,7 @@ impl Worker {
         // Finished is finished: what ended under the lease is claimed and reported (the
         // scheduler takes it unless it handed the task to another worker since).
         while let Ok(done) = self.finished.try_recv() {
-            self.running.remove(&done.task);
-            if done.in_lease {
+            if self.ended(&done) && done.in_lease {
                 unsent.push((done.task, done.outcome));
             }
         }
@@ -187,9 +186,12 @@ impl Worker {
                     let mut batch = Vec::new();
                     let mut next = Some(first);
                     let mut lapsed = false;
-                    while let Some(Done { task, outcome, in_lease }) = next {
-                        self.running.remove(&task);
-                        if !in_lease {
+                    while let Some(done) = next {
+                        let current = self.ended(&done);
+                        let Done { task, outcome, in_lease, .. } = done;
+                        if !current {
+                            // An earlier run of a task handed over again since: not its outcome.
+                        } else if !in_lease {
                             // Ended after the lease ran out: given up, it runs elsewhere.
                             lapsed = true;
                         } else if matches!(outcome, Outcome::Exited { code: None, .. }) {
@@ -290,7 +292,9 @@ impl Worker {
                 for assignment in assignments {
                     let output = Outcome::Returned { output: Vec::new() };
                     let lapses = super::guard::lapses();
-                    let _ = self.done.send(Done::now(assignment.task, output, lapses));
+                    let _ = self
+                        .done
+                        .send(Done::now(assignment.task, output, lapses, 0));
                 }
             }
             ToWorker::Run(assignments) => {
@@ -299,16 +303,18 @@ impl Worker {
                     let lapses = super::guard::lapses();
                     let Some(group) = self.groups.get(&assignment.group).cloned() else {
                         let message = format!("unknown group {}", assignment.group);
-                        let _ = self
-                            .done
-                            .send(Done::now(task, Outcome::Error { message }, lapses));
+                        let _ =
+                            self.done
+                                .send(Done::now(task, Outcome::Error { message }, lapses, 0));
                         continue;
                     };
                     let runner = self.runner.clone();
                     let done = self.done.clone();
                     let slots = self.slots.clone();
                     let start = self.start.clone();
-                    let cancel = Arc::new(run::Cancel::handed_over(lapses));
+                    self.runs += 1;
+                    let cancel = Arc::new(run::Cancel::handed_over(lapses, self.runs));
+                    let this_run = self.runs;
                     let stop = cancel.clone();
                     let span = tracing::debug_span!("task", task, group = assignment.group);
                     // In turn: after the task handed over before this one has its slot.
@@ -335,7 +341,8 @@ impl Worker {
                             // elsewhere: it never starts, and says so (an outcome outside the
                             // lease, which the session drops, giving the rest up).
                             if super::guard::lease_expired() || super::guard::lapses() != lapses {
-                                let _ = done.send(Done::now(task, run::canceled(), lapses));
+                                let _ =
+                                    done.send(Done::now(task, run::canceled(), lapses, this_run));
                                 return;
                             }
                             if !stop.start() {
@@ -346,7 +353,7 @@ impl Worker {
                                 Some(_slot) => runner.run(&group, assignment, &stop).await,
                                 None => run::canceled(),
                             };
-                            let _ = done.send(Done::now(task, outcome, lapses));
+                            let _ = done.send(Done::now(task, outcome, lapses, this_run));
                         },
                         span,
                     ));

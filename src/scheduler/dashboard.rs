@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::Event;
-use super::metrics::{Connection, MAX_STREAMS, MAX_STREAMS_PER_ADDRESS};
+use super::http::{Connection, MAX_STREAMS, MAX_STREAMS_PER_ADDRESS};
 use crate::proto::{EnvironmentStatus, JobSummary, PolicyReport, StatusReport, TaskId};
 
 /// Samples kept for the chart: one a second for 15 minutes.
@@ -131,7 +131,7 @@ pub async fn serve(
         .merge(data)
         .layer(middleware::from_fn_with_state(shared.clone(), same_host))
         .with_state(shared);
-    super::metrics::serve_http(listener, app, "dashboard").await;
+    super::http::serve_http(listener, app, "dashboard").await;
 }
 
 const INDEX: &str = include_str!("dashboard/index.html");
@@ -243,7 +243,7 @@ async fn api_explain(State(shared): State<Shared>, Path(task): Path<TaskId>) -> 
 }
 
 /// One event a second: `{"snapshot": ..., "sample": ...}`. Streams have a budget of their own
-/// (`metrics::MAX_STREAMS`, fewer per address): past it, 503, and the page refreshes itself
+/// (`http::MAX_STREAMS`, fewer per address): past it, 503, and the page refreshes itself
 /// from `/api/snapshot` instead.
 async fn api_events(
     State(shared): State<Shared>,

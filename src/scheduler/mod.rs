@@ -9,6 +9,7 @@
 mod actor;
 mod connection;
 mod dashboard;
+mod http;
 pub mod journal;
 pub mod lock;
 mod metrics;

@@ -116,9 +116,16 @@ fn lease_epoch() -> std::time::Instant {
 /// Whether the lease ran out (the scheduler may have the worker's tasks run elsewhere by now,
 /// and the guard no longer kills what starts): a task waiting here must not start then.
 pub fn lease_expired() -> bool {
+    lease_expired_by(std::time::Duration::ZERO)
+}
+
+/// Whether the lease ran out at least `margin` ago.
+pub fn lease_expired_by(margin: std::time::Duration) -> bool {
     let until = LEASE_UNTIL.load(Ordering::SeqCst);
+    let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
     until != u64::MAX
-        && u64::try_from(lease_epoch().elapsed().as_millis()).unwrap_or(u64::MAX) >= until
+        && u64::try_from(lease_epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+            >= until.saturating_add(margin)
 }
 
 /// Tell the guard about a group; false if the guard is gone (its end of the pipe closed).

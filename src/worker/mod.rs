@@ -70,9 +70,13 @@ pub struct Settings {
     pub ends_at: Option<std::time::Instant>,
 }
 
-/// A task's run ended here: its outcome, and whether the lease held from its hand-over to its
-/// end (checked after the outcome was produced, so a run that ended just before the lease ran
-/// out may count as after it: given up, never the reverse).
+/// A task's run ended here: its outcome, and whether it counts as ended under the lease: the
+/// lease held from its hand-over to its end (checked after the outcome was produced, so a run
+/// that ended just before the lease ran out may count as after it: given up, never the
+/// reverse), or the run ended by itself (not killed, not canceled) within
+/// [`crate::scheduler::KILL_MARGIN`] after the lease's end, before the guard's kill reached it.
+/// That run is over before the scheduler's fence ends (which covers the margin), so nothing
+/// else ran the task meanwhile: its outcome is as good as one from within the lease.
 pub(crate) struct Done {
     task: TaskId,
     outcome: Outcome,
@@ -86,10 +90,18 @@ impl Done {
     /// lease lapsed during (the guard killed it, or it was given up) is not valid even if the
     /// lease was renewed since.
     fn now(task: TaskId, outcome: Outcome, lapses: u64, run: u64) -> Done {
+        let by_itself = matches!(
+            outcome,
+            Outcome::Exited { code: Some(_), .. }
+                | Outcome::Returned { .. }
+                | Outcome::Function { .. }
+        );
+        let in_time = !guard::lease_expired()
+            || (by_itself && !guard::lease_expired_by(crate::scheduler::KILL_MARGIN));
         Done {
             task,
             outcome,
-            in_lease: !guard::lease_expired() && guard::lapses() == lapses,
+            in_lease: in_time && guard::lapses() == lapses,
             run,
         }
     }

@@ -10,38 +10,13 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, children_of, processes_with, try_signal};
-
-/// xorshift64*: a small seeded generator, so a run can be replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use common::{Cluster, Rng, children_of, processes_with, try_signal};
 
 const TASKS: usize = 100;
 
 #[test]
 fn chaos_loses_nothing_and_never_runs_a_task_twice_at_once() {
-    let seed = std::env::var("WEIR_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
+    let seed = common::seed("WEIR_CHAOS_SEED");
     println!("chaos seed: {seed} (replay: WEIR_CHAOS_SEED={seed} cargo test --test chaos)");
     let mut rng = Rng(seed);
 

@@ -1177,12 +1177,19 @@ fn fenced_core() -> Tasks {
     core
 }
 
+/// A worker (its registration, and its id) that joined at 0 and was handed task 1.
+fn joined_with_task_1(core: &mut Tasks) -> (WorkerInfo, u64) {
+    let info = worker(1, &[]);
+    let id = core.worker_joined(0, info.clone()).expect("joins").0;
+    core.schedule(0);
+    core.take_actions();
+    (info, id)
+}
+
 #[test]
 fn a_silent_workers_tasks_are_fenced_from_when_it_was_last_heard_not_when_it_was_declared_lost() {
     let mut core = fenced_core();
-    let a = core.worker_joined(0, worker(1, &[])).expect("joins").0;
-    core.schedule(0);
-    core.take_actions();
+    let (_, a) = joined_with_task_1(&mut core);
     core.heartbeat(200, a);
     // Its lease was last renewed for a request sent before 200: it has run out by 1,200.
     // Declared lost much later (a slow link keeps a connection open for ~30 s): the task may
@@ -1195,9 +1202,7 @@ fn a_silent_workers_tasks_are_fenced_from_when_it_was_last_heard_not_when_it_was
 
     // Declared lost soon after it was last heard: the fence holds until heard + fence_ms.
     let mut core = fenced_core();
-    let a = core.worker_joined(0, worker(1, &[])).expect("joins").0;
-    core.schedule(0);
-    core.take_actions();
+    let (_, a) = joined_with_task_1(&mut core);
     core.heartbeat(200, a);
     core.worker_lost(300, a, "connection closed", Loss::Silent);
     let b = core.worker_joined(300, worker(1, &[])).expect("joins").0;
@@ -1217,10 +1222,7 @@ fn a_silent_workers_tasks_are_fenced_from_when_it_was_last_heard_not_when_it_was
 #[test]
 fn a_worker_back_claims_a_task_only_if_it_was_handed_to_no_one_else_since() {
     let mut core = fenced_core();
-    let a_info = worker(1, &[]);
-    let a = core.worker_joined(0, a_info.clone()).expect("joins").0;
-    core.schedule(0);
-    core.take_actions();
+    let (a_info, a) = joined_with_task_1(&mut core);
     core.worker_lost(0, a, "partition", Loss::Silent);
     // After the fence the task runs on b, which is then lost in turn (it may still run it).
     let b_info = worker(1, &[]);
@@ -1254,10 +1256,7 @@ fn a_worker_back_claims_a_task_only_if_it_was_handed_to_no_one_else_since() {
 #[test]
 fn finished_is_finished_an_outcome_brought_back_after_the_fence_is_taken_if_nothing_ran_it_since() {
     let mut core = fenced_core();
-    let info = worker(1, &[]);
-    let a = core.worker_joined(0, info.clone()).expect("joins").0;
-    core.schedule(0);
-    core.take_actions();
+    let (info, a) = joined_with_task_1(&mut core);
     // Partitioned longer than the fence; nothing else could take the task meanwhile.
     core.worker_lost(100, a, "partition", Loss::Silent);
     core.tick(5_000);
@@ -1279,10 +1278,7 @@ fn finished_is_finished_an_outcome_brought_back_after_the_fence_is_taken_if_noth
 fn finished_is_finished_a_worker_back_with_an_outcome_takes_its_task_back_from_the_one_handed_it_since()
  {
     let mut core = fenced_core();
-    let info = worker(1, &[]);
-    let a = core.worker_joined(0, info.clone()).expect("joins").0;
-    core.schedule(0);
-    core.take_actions();
+    let (info, a) = joined_with_task_1(&mut core);
     // a is cut off and finishes the task there, under its lease; after the fence the task is
     // handed to b, which registered first after the cut.
     core.worker_lost(100, a, "partition", Loss::Silent);

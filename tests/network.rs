@@ -648,6 +648,39 @@ fn check_runs_and_results(
 // ---------------------------------------------------------------------------------------------
 // 2. Partitions of 8, 14 and 30 s during 300 short tasks.
 
+/// The scheduler in a namespace of its own (A), and a second namespace (B) joined to it by a
+/// veth pair: `direct` reaches the scheduler from here, `far` from B. Bind its fields in
+/// declaration order, so that the processes go first, then the links, then the namespaces.
+struct Split {
+    _a: Netns,
+    b: Netns,
+    _to_a: Link,
+    ab: Link,
+    direct: PathBuf,
+    far: PathBuf,
+    net: Net,
+}
+
+fn split(tag: &str) -> Split {
+    let a = namespace(&format!("{tag}-sched"));
+    let b = namespace(&format!("{tag}-workers"));
+    let to_a = Link::to_root(&a);
+    let ab = Link::between(&a, &b);
+    let mut net = Net::new();
+    net.scheduler(Some(&a), &format!("quic://0.0.0.0:{PORT}"), &[]);
+    let direct = net.access_via("direct", SocketAddr::from((to_a.b.address, PORT)));
+    let far = net.access_via("far", SocketAddr::from((ab.a.address, PORT)));
+    Split {
+        _a: a,
+        b,
+        _to_a: to_a,
+        ab,
+        direct,
+        far,
+        net,
+    }
+}
+
 /// At most the first 20 items of a long list, and how many more there are.
 fn brief<T: std::fmt::Debug>(items: &[T]) -> String {
     if items.len() <= 20 {
@@ -728,14 +761,16 @@ fn wall_ns() -> u128 {
 #[test]
 #[ignore = "needs root and network namespaces; CI runs it (--include-ignored)"]
 fn partitions_of_8_14_and_30_s_lose_nothing_and_throw_no_finished_work_away() {
-    let a = namespace("part-sched");
-    let b = namespace("part-workers");
-    let to_a = Link::to_root(&a);
-    let ab = Link::between(&a, &b);
-    let mut net = Net::new();
-    net.scheduler(Some(&a), &format!("quic://0.0.0.0:{PORT}"), &[]);
-    let direct = net.access_via("direct", SocketAddr::from((to_a.b.address, PORT)));
-    let far = net.access_via("far", SocketAddr::from((ab.a.address, PORT)));
+    // Bound in this order so that they drop in the reverse one: processes first.
+    let Split {
+        _a,
+        b,
+        _to_a,
+        ab,
+        direct,
+        far,
+        mut net,
+    } = split("part");
     net.worker(Some(&b), &far, "w-1", &["--slots", "2"]);
     net.worker(Some(&b), &far, "w-2", &["--slots", "2"]);
     net.await_workers(&direct, 2, 30);
@@ -815,14 +850,16 @@ fn cpu_seconds(pid: u32) -> f64 {
 #[test]
 #[ignore = "needs root and network namespaces; CI runs it (--include-ignored)"]
 fn a_wasm_task_stops_when_the_lease_runs_out_while_its_worker_is_cut_off() {
-    let a = namespace("wasm-sched");
-    let b = namespace("wasm-worker");
-    let to_a = Link::to_root(&a);
-    let ab = Link::between(&a, &b);
-    let mut net = Net::new();
-    net.scheduler(Some(&a), &format!("quic://0.0.0.0:{PORT}"), &[]);
-    let direct = net.access_via("direct", SocketAddr::from((to_a.b.address, PORT)));
-    let far = net.access_via("far", SocketAddr::from((ab.a.address, PORT)));
+    // Bound in this order so that they drop in the reverse one: processes first.
+    let Split {
+        _a,
+        b,
+        _to_a,
+        ab,
+        direct,
+        far,
+        mut net,
+    } = split("wasm");
     let worker = net.worker(Some(&b), &far, "w-1", &["--slots", "1"]);
     net.await_workers(&direct, 1, 30);
     let task = concat!(

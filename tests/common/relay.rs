@@ -15,6 +15,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::common::Rng;
+
 /// Which way a datagram goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
@@ -64,23 +66,6 @@ impl Shape {
             drop_all: true,
             ..Shape::default()
         }
-    }
-}
-
-/// xorshift64*: a small seeded generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -150,16 +135,7 @@ pub struct Relay {
 
 /// A seed from the environment (`WEIR_RELAY_SEED`) or the clock.
 pub fn seed() -> u64 {
-    std::env::var("WEIR_RELAY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        })
+    crate::common::seed("WEIR_RELAY_SEED")
 }
 
 const POLL: Duration = Duration::from_millis(50);

@@ -778,7 +778,7 @@ proptest! {
         // Lost workers' tasks are fenced, and lost workers come back claiming what they ran.
         // Workers may hold tasks ahead of a free slot, and give some back when asked.
         // A lost worker goes on running what it held until its lease runs out, LEASE after the
-        // last thing the core heard from it; the fence is longer (as `scheduler::fence` is).
+        // last thing the core heard from it; the fence is longer (as `core::lease::fence` is).
         const LEASE: u64 = 150;
         let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: LEASE + 50, undrain_ms: 20_000, prefetch });
         // When the core last heard from each worker.

@@ -2,6 +2,7 @@
 //! Everything here takes `now` as an argument and is tested without a network.
 
 pub mod dense;
+pub mod lease;
 pub mod managers;
 pub mod record;
 pub mod scaling;

@@ -62,7 +62,7 @@ pub fn start() -> io::Result<()> {
 /// millisecond, the guard kills at `until` rounded *up* plus a millisecond (it learns the time
 /// left, read a moment later). So a run the guard killed always ends after this process saw
 /// the lease out, and its outcome is never taken as produced under the lease. The guard may
-/// kill up to the pipe's latency later than `until`: `scheduler::KILL_MARGIN` covers that.
+/// kill up to the pipe's latency later than `until`: `core::lease::KILL_MARGIN` covers that.
 pub fn renew_until(until: std::time::Instant) {
     if lease_expired() {
         // It ran out before this renewal: the guard killed every task that ran meanwhile.

@@ -74,7 +74,7 @@ pub struct Settings {
 /// lease held from its hand-over to its end (checked after the outcome was produced, so a run
 /// that ended just before the lease ran out may count as after it: given up, never the
 /// reverse), or the run ended by itself (not killed, not canceled) within
-/// [`crate::scheduler::KILL_MARGIN`] after the lease's end, before the guard's kill reached it.
+/// [`crate::core::lease::KILL_MARGIN`] after the lease's end, before the guard's kill reached it.
 /// That run is over before the scheduler's fence ends (which covers the margin), so nothing
 /// else ran the task meanwhile: its outcome is as good as one from within the lease.
 pub(crate) struct Done {
@@ -97,7 +97,7 @@ impl Done {
                 | Outcome::Function { .. }
         );
         let in_time = !guard::lease_expired()
-            || (by_itself && !guard::lease_expired_by(crate::scheduler::KILL_MARGIN));
+            || (by_itself && !guard::lease_expired_by(crate::core::lease::KILL_MARGIN));
         Done {
             task,
             outcome,

@@ -65,7 +65,7 @@ pub struct Config {
     /// The tasks of a worker lost without a word (silent, or its connection broken) wait until
     /// this long after the last thing heard from it before they run again, and the tasks found
     /// unfinished in the journal at start this long from the start: by then every lease the
-    /// worker could hold has run out and its runs are stopped (the shell's `fence()` has the
+    /// worker could hold has run out and its runs are stopped (`core::lease::fence` has the
     /// arithmetic). A worker that comes back meanwhile claims them (see
     /// [`Tasks::worker_joined`]).
     pub fence_ms: u64,

@@ -95,7 +95,9 @@ pub async fn run_dynamic(
     } else {
         drop(link);
         // The stream may end before the close that says why arrives: wait for it (briefly).
-        let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+        if let SessionEnd::Link(_) = end {
+            let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+        }
         if let Some(quinn::ConnectionError::ApplicationClosed(close)) = connection.close_reason()
             && close.error_code == net::CLOSE_ID_TAKEN
         {

@@ -119,6 +119,12 @@ pub fn lease_expired() -> bool {
     lease_expired_by(std::time::Duration::ZERO)
 }
 
+/// Whether a run handed over when the lease had lapsed `lapses` times may not go on: the lease
+/// ran out, or lapsed (ran out and was renewed) since.
+pub fn lost_since(lapses: u64) -> bool {
+    lease_expired() || self::lapses() != lapses
+}
+
 /// Whether the lease ran out at least `margin` ago.
 pub fn lease_expired_by(margin: std::time::Duration) -> bool {
     let until = LEASE_UNTIL.load(Ordering::SeqCst);

@@ -86,6 +86,11 @@ pub(crate) struct Done {
 }
 
 impl Done {
+    /// The end of the run `cancel` controls.
+    fn of(cancel: &run::Cancel, task: TaskId, outcome: Outcome) -> Done {
+        Done::now(task, outcome, cancel.lapses, cancel.run)
+    }
+
     /// A run that ended now; `lapses`: [`guard::lapses`] when it was handed over. A run the
     /// lease lapsed during (the guard killed it, or it was given up) is not valid even if the
     /// lease was renewed since.

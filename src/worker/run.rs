@@ -382,9 +382,7 @@ impl Runner {
         let flag = cancel.flag.clone();
         let lapses = cancel.lapses;
         let stop: crate::plugin::StopCheck = Arc::new(move || {
-            flag.load(std::sync::atomic::Ordering::SeqCst)
-                || super::guard::lease_expired()
-                || super::guard::lapses() != lapses
+            flag.load(std::sync::atomic::Ordering::SeqCst) || super::guard::lost_since(lapses)
         });
         let result = tokio::task::spawn_blocking(move || {
             let mut plugin = plugin;

@@ -185,7 +185,7 @@ impl Worker {
                 Some(first) = self.finished.recv() => {
                     let mut batch = Vec::new();
                     let mut next = Some(first);
-                    let mut lapsed = false;
+                    let mut outside_lease = false;
                     while let Some(done) = next {
                         let current = self.ended(&done);
                         let Done { task, outcome, in_lease, .. } = done;
@@ -193,7 +193,7 @@ impl Worker {
                             // An earlier run of a task handed over again since: not its outcome.
                         } else if !in_lease {
                             // Ended after the lease ran out: given up, it runs elsewhere.
-                            lapsed = true;
+                            outside_lease = true;
                         } else if matches!(outcome, Outcome::Exited { code: None, .. }) {
                             if held.is_empty() {
                                 let until = tokio::time::Instant::now() + self.settings.signal_grace;
@@ -218,7 +218,7 @@ impl Worker {
                             self.report(&outgoing, std::mem::take(&mut batched));
                         }
                     }
-                    if lapsed {
+                    if outside_lease {
                         // The lease lapsed during a run: the scheduler counts tasks here that
                         // the guard killed. Give up the rest and register again, which says so.
                         self.give_up();
@@ -314,7 +314,6 @@ impl Worker {
                     let start = self.start.clone();
                     self.runs += 1;
                     let cancel = Arc::new(run::Cancel::handed_over(lapses, self.runs));
-                    let this_run = self.runs;
                     let stop = cancel.clone();
                     let span = tracing::debug_span!("task", task, group = assignment.group);
                     // In turn: after the task handed over before this one has its slot.
@@ -340,9 +339,8 @@ impl Worker {
                             // Past the lease (or after a lapse) the scheduler may be running it
                             // elsewhere: it never starts, and says so (an outcome outside the
                             // lease, which the session drops, giving the rest up).
-                            if super::guard::lease_expired() || super::guard::lapses() != lapses {
-                                let _ =
-                                    done.send(Done::now(task, run::canceled(), lapses, this_run));
+                            if super::guard::lost_since(stop.lapses) {
+                                let _ = done.send(Done::of(&stop, task, run::canceled()));
                                 return;
                             }
                             if !stop.start() {
@@ -353,7 +351,7 @@ impl Worker {
                                 Some(_slot) => runner.run(&group, assignment, &stop).await,
                                 None => run::canceled(),
                             };
-                            let _ = done.send(Done::now(task, outcome, lapses, this_run));
+                            let _ = done.send(Done::of(&stop, task, outcome));
                         },
                         span,
                     ));

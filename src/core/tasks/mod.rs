@@ -17,6 +17,7 @@
 //! - A report for a task that is not running on the reporting worker (late, duplicate, or from a
 //!   worker already declared lost) is ignored: every task is finished exactly once.
 
+mod claims;
 mod environments;
 mod explain;
 mod prefetch;

@@ -237,8 +237,7 @@ impl Tasks {
             }
             if state == TaskState::Running {
                 self.set_state(id, TaskState::Queued);
-                let key = (std::cmp::Reverse(group.spec.priority), group.class);
-                self.queues.entry(key).or_default().push_front(id);
+                self.requeue_front(id);
                 back += 1;
             }
         }

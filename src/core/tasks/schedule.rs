@@ -185,6 +185,16 @@ impl Tasks {
         });
     }
 
+    /// Put a queued task that waits in no queue at the front of its own (the inverse of
+    /// [`Tasks::unqueue`]).
+    pub(super) fn requeue_front(&mut self, id: TaskId) {
+        let Some(group) = self.task(id).and_then(|t| self.groups.get(&t.group)) else {
+            return;
+        };
+        let key = (std::cmp::Reverse(group.spec.priority), group.class);
+        self.queues.entry(key).or_default().push_front(id);
+    }
+
     /// Fenced tasks whose time has come go back to the front of their queues.
     pub(super) fn release_fenced(&mut self, now: u64) {
         while let Some(entry) = self.fenced.first_entry() {
@@ -197,9 +207,7 @@ impl Tasks {
                 if task.state != TaskState::Queued {
                     continue; // claimed by its worker, or canceled, meanwhile
                 }
-                let group = &self.groups[&task.group];
-                let key = (std::cmp::Reverse(group.spec.priority), group.class);
-                self.queues.entry(key).or_default().push_front(id);
+                self.requeue_front(id);
             }
         }
     }

@@ -516,21 +516,17 @@ impl Runs {
 #[test]
 #[ignore = "needs root and network namespaces; CI runs it (--include-ignored)"]
 fn latency_then_partition_never_runs_a_task_twice_at_once() {
-    let a = namespace("lat-sched");
-    let b = namespace("lat-far");
-    let to_a = Link::to_root(&a);
-    let to_b = Link::to_root(&b);
-    let scheduler = SocketAddr::from((to_a.b.address, PORT));
-    let relay = Relay::start(
-        "far",
-        SocketAddr::from((to_b.a.address, 0)),
-        scheduler,
-        relay::seed(),
-    );
-    let mut net = Net::new();
-    net.scheduler(Some(&a), &format!("quic://{scheduler}"), &[]);
-    let direct = net.access_via("direct", scheduler);
-    let far = net.access_via("far", relay.address);
+    // Bound in this order so that they drop in the reverse one: processes first.
+    let Relayed {
+        _a,
+        b,
+        _to_a,
+        _to_b,
+        relay,
+        direct,
+        far,
+        mut net,
+    } = relayed("lat");
     net.worker(Some(&b), &far, "far-1", &["--slots", "2"]);
     net.worker(Some(&b), &far, "far-2", &["--slots", "2"]);
     net.await_workers(&direct, 2, 30);
@@ -647,6 +643,49 @@ fn check_runs_and_results(
 
 // ---------------------------------------------------------------------------------------------
 // 2. Partitions of 8, 14 and 30 s during 300 short tasks.
+
+/// The scheduler in a namespace of its own (A), reached from here directly (`direct`), and a
+/// second namespace (B) whose processes reach it through a relay (`far`). Bind its fields in
+/// declaration order, so that the processes go first, then the relay, the links, the
+/// namespaces.
+struct Relayed {
+    _a: Netns,
+    b: Netns,
+    _to_a: Link,
+    _to_b: Link,
+    relay: Relay,
+    direct: PathBuf,
+    far: PathBuf,
+    net: Net,
+}
+
+fn relayed(tag: &str) -> Relayed {
+    let a = namespace(&format!("{tag}-sched"));
+    let b = namespace(&format!("{tag}-far"));
+    let to_a = Link::to_root(&a);
+    let to_b = Link::to_root(&b);
+    let scheduler = SocketAddr::from((to_a.b.address, PORT));
+    let relay = Relay::start(
+        tag,
+        SocketAddr::from((to_b.a.address, 0)),
+        scheduler,
+        relay::seed(),
+    );
+    let mut net = Net::new();
+    net.scheduler(Some(&a), &format!("quic://{scheduler}"), &[]);
+    let direct = net.access_via("direct", scheduler);
+    let far = net.access_via("far", relay.address);
+    Relayed {
+        _a: a,
+        b,
+        _to_a: to_a,
+        _to_b: to_b,
+        relay,
+        direct,
+        far,
+        net,
+    }
+}
 
 /// The scheduler in a namespace of its own (A), and a second namespace (B) joined to it by a
 /// veth pair: `direct` reaches the scheduler from here, `far` from B. Bind its fields in
@@ -923,21 +962,17 @@ fn one_way_drop(direction: Direction) {
         Direction::Up => "up",
         Direction::Down => "down",
     };
-    let a = namespace(&format!("oneway-{tag}-sched"));
-    let b = namespace(&format!("oneway-{tag}-far"));
-    let to_a = Link::to_root(&a);
-    let to_b = Link::to_root(&b);
-    let scheduler = SocketAddr::from((to_a.b.address, PORT));
-    let relay = Relay::start(
-        tag,
-        SocketAddr::from((to_b.a.address, 0)),
-        scheduler,
-        relay::seed(),
-    );
-    let mut net = Net::new();
-    net.scheduler(Some(&a), &format!("quic://{scheduler}"), &[]);
-    let direct = net.access_via("direct", scheduler);
-    let far = net.access_via("far", relay.address);
+    // Bound in this order so that they drop in the reverse one: processes first.
+    let Relayed {
+        _a,
+        b,
+        _to_a,
+        _to_b,
+        relay,
+        direct,
+        far,
+        mut net,
+    } = relayed(&format!("oneway-{tag}"));
     for name in ["far-1", "far-2"] {
         net.worker(
             Some(&b),

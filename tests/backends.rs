@@ -1,5 +1,6 @@
 //! The command backend: a worker manager that scales through the operator's commands (here a
-//! fake backend script that starts real `worker-manager --fixed` units locally).
+//! fake backend script that starts real `worker-manager --fixed` units locally); and the
+//! allocation view (`weir managers`) of the process and command backends.
 
 mod common;
 
@@ -95,6 +96,17 @@ fn a_command_backend_manager_scales_units_up_and_down_through_its_scripts() {
         log(backend.path())
     );
     assert_eq!(status["workers"].as_array().unwrap().len(), 0, "{status}");
+    // `weir managers` shows both units ended, drained, with their workers gone.
+    let view = cluster.json(&["managers"]);
+    let cloud = &view[0];
+    assert_eq!(cloud["backend"], "command", "{view}");
+    let ended: Vec<&serde_json::Value> = cloud["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["state"] == "ended" && u["reason"] == "drained")
+        .collect();
+    assert_eq!(ended.len(), 2, "{view}");
     stop_leftovers(backend.path());
 }
 
@@ -157,4 +169,56 @@ fn a_unit_ends_when_the_scheduler_dismisses_its_worker() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn weir_managers_shows_each_worker_of_a_local_manager_running_then_ended_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, local", &["--scale-down-delay", "0.5"]);
+    cluster.dynamic_manager("local", "local", 1);
+    let wait_for_gate = format!("while [ ! -e '{}' ]; do sleep 0.05; done", gate.display());
+    let job = cluster.json(&["submit", "--", "sh", "-c", &wait_for_gate])["job"].to_string();
+
+    // Its worker process is a unit of one: running once registered, its worker joined.
+    let running = cluster.await_unit("local", |u| u["state"] == "running");
+    let name = running["id"].as_str().unwrap().to_string();
+    assert_eq!(running["workers"], serde_json::json!([name]), "{running}");
+    let view = cluster.json(&["managers", "units", "local"]);
+    assert_eq!(view["backend"], "process", "{view}");
+    assert_eq!(view["registered"], serde_json::json!([name]), "{view}");
+    let all = cluster.weir(&["managers"]);
+    let line = common::text(&all.stdout);
+    let line = line
+        .lines()
+        .find(|l| l.starts_with("local "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("process") && line.contains("1 live") && line.contains("1 running"),
+        "{line}"
+    );
+    let units = common::text(&cluster.weir(&["managers", "units", "local"]).stdout);
+    let row = units
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_default();
+    assert!(row.contains("running") && row.contains("1/1"), "{units}");
+
+    // Done and idle past the scale-down delay: drained and stopped, it is listed as ended.
+    std::fs::write(&gate, "").unwrap();
+    assert_eq!(cluster.json(&["wait", &job])["counts"]["succeeded"], 1);
+    let ended = cluster.await_unit("local", |u| {
+        u["id"] == name.as_str() && u["state"] == "ended"
+    });
+    assert_eq!(ended["reason"], "drained", "{ended}");
+    assert!(ended["ended_ms"].is_u64(), "{ended}");
+    let units = common::text(&cluster.weir(&["managers", "units", "local"]).stdout);
+    assert!(units.contains("ended (drained)"), "{units}");
+
+    // An unknown manager is an error, with its code in JSON.
+    let unknown = cluster.weir(&["--output", "json", "managers", "units", "nobody"]);
+    assert!(!unknown.status.success());
+    let error: serde_json::Value = serde_json::from_slice(&unknown.stdout).unwrap();
+    assert_eq!(error["code"], "not-found", "{error}");
 }

@@ -1,13 +1,13 @@
 //! The manager controller (`core::managers::Managers`) on its own: which registered workers a
 //! heartbeat reveals gone, when a manager is offline and forgotten, what the snapshot holds
-//! (fixed pools left out, verdicts learned and forgotten).
+//! (fixed pools left out, verdicts learned and forgotten), and the allocation view of units.
 
 use std::collections::BTreeSet;
 
 use weir::core::managers::{Context, Managers};
 use weir::core::scaling::{Demand, Tier, Verdict};
 use weir::core::tasks::WorkerView;
-use weir::proto::{EnvVerdict, ManagerState};
+use weir::proto::{EnvVerdict, ManagerState, UnitReport, UnitState};
 
 fn state(id: &str, workers: &[&str]) -> ManagerState {
     ManagerState {
@@ -20,6 +20,8 @@ fn state(id: &str, workers: &[&str]) -> ManagerState {
         environments: vec![],
         fixed: None,
         exited: vec![],
+        backend: String::new(),
+        units: vec![],
     }
 }
 
@@ -225,4 +227,88 @@ fn a_worker_still_evaluating_a_wanted_environment_is_starting_not_idle() {
     let snapshot = managers.snapshot(&context, 1_000, vec![]);
     assert_eq!(snapshot.managers[0].workers.len(), 2);
     assert_eq!(snapshot.managers[0].starting, 0);
+}
+
+fn unit(id: &str, state: UnitState, reason: Option<&str>, workers: &[&str]) -> UnitReport {
+    UnitReport {
+        id: id.into(),
+        state,
+        reason: reason.map(str::to_string),
+        age_ms: 10_000,
+        workers: workers.iter().map(|w| w.to_string()).collect(),
+        time_left_ms: Some(600_000),
+        ended_ms: None,
+    }
+}
+
+#[test]
+fn the_allocation_view_is_the_last_report_aged_to_now() {
+    let mut managers = Managers::new(60_000);
+    let mut hpc = state(
+        "hpc",
+        &["hpc-12-1", "hpc-12-2", "hpc-13-1", "hpc-13-2", "hpc-14-1"],
+    );
+    hpc.backend = "slurm".into();
+    let mut ended = unit("11", UnitState::Ended, Some("drained"), &[]);
+    (ended.time_left_ms, ended.ended_ms) = (None, Some(1_000));
+    hpc.units = vec![
+        unit("12", UnitState::Running, None, &["hpc-12-1", "hpc-12-2"]),
+        unit(
+            "13",
+            UnitState::Pending,
+            Some("JobHeldUser"),
+            &["hpc-13-1", "hpc-13-2"],
+        ),
+        ended,
+        // Its manager has not heard yet that its worker registered.
+        unit("14", UnitState::Pending, None, &["hpc-14-1"]),
+    ];
+    let workers = vec![
+        view(1, "hpc-12-1", "hpc"),
+        view(2, "local-1", "local"),
+        view(3, "hpc-14-1", "hpc"),
+    ];
+    managers.heartbeat(1_000, hpc, &workers);
+    managers.heartbeat(1_000, state("local", &["local-1"]), &workers);
+
+    // Asked 3 s after the report: the running job is 3 s older with 3 s less left; the held
+    // one's time left is its whole limit still; the ended one lived as long, ended 3 s longer ago.
+    let view = managers
+        .units(&context(4_000, workers.clone(), &[]), Some("hpc"))
+        .expect("hpc reported");
+    assert_eq!(view.len(), 1);
+    let hpc = &view[0];
+    assert_eq!(
+        (hpc.status.id.as_str(), hpc.backend.as_str()),
+        ("hpc", "slurm")
+    );
+    assert_eq!(
+        hpc.registered,
+        ["hpc-12-1", "hpc-14-1"],
+        "only its own registered workers"
+    );
+    let ages: Vec<_> = hpc
+        .units
+        .iter()
+        .map(|u| (u.id.as_str(), u.state, u.age_ms, u.time_left_ms, u.ended_ms))
+        .collect();
+    assert_eq!(
+        ages,
+        [
+            ("12", UnitState::Running, 13_000, Some(597_000), None),
+            ("13", UnitState::Pending, 13_000, Some(600_000), None),
+            ("11", UnitState::Ended, 10_000, None, Some(4_000)),
+            ("14", UnitState::Running, 13_000, Some(597_000), None),
+        ]
+    );
+    assert_eq!(hpc.units[1].reason.as_deref(), Some("JobHeldUser"));
+
+    let all = managers.units(&context(4_000, workers.clone(), &[]), None);
+    let ids: Vec<_> = all.iter().flatten().map(|m| m.status.id.clone()).collect();
+    assert_eq!(ids, ["hpc", "local"]);
+    assert!(
+        managers
+            .units(&context(4_000, workers, &[]), Some("nobody"))
+            .is_none()
+    );
 }

@@ -91,6 +91,8 @@ fn manager(id: &str) -> ManagerState {
         environments: vec![],
         fixed: None,
         exited: vec![],
+        backend: String::new(),
+        units: vec![],
     }
 }
 

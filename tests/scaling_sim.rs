@@ -66,6 +66,8 @@ impl Pool {
                 .take(weir::proto::EXITED_KEPT)
                 .cloned()
                 .collect(),
+            backend: String::new(),
+            units: vec![],
         }
     }
 }

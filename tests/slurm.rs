@@ -418,3 +418,68 @@ fn the_jobs_of_a_manager_that_never_comes_back_end() {
     await_no_jobs(&id);
     await_no_unit_processes(&id);
 }
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn weir_managers_shows_a_held_job_pending_with_slurms_reason_then_running_by_job_id() {
+    require_slurm();
+    let id = unique_id("alloc");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
+    // Submitted held (as `scontrol hold` would), with a walltime to show the time left.
+    slurm_manager(
+        &mut cluster,
+        &id,
+        "hpc",
+        1,
+        &[
+            "--time-limit",
+            "5",
+            "--unit-timeout",
+            "600",
+            "--sbatch-arg=--hold",
+        ],
+    );
+    let job = submit(&cluster, &[], "echo $WEIR_WORKER_NAME");
+
+    // Pending under its Slurm job id, with Slurm's reason.
+    let pending = cluster.await_unit(&id, |u| {
+        u["state"] == "pending"
+            && u["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("JobHeld"))
+    });
+    let slurm_job = pending["id"].as_str().unwrap().to_string();
+    assert_eq!(jobs(&id), [(slurm_job.clone(), "PENDING".to_string())]);
+    assert_eq!(
+        pending["workers"],
+        serde_json::json!([format!("{id}-{slurm_job}-1")])
+    );
+    let units = common::text(&cluster.weir(&["managers", "units", &id]).stdout);
+    let row = units
+        .lines()
+        .find(|l| l.starts_with(&slurm_job))
+        .unwrap_or_default();
+    assert!(row.contains("pending (JobHeld"), "{units}");
+
+    // Released: running, with the time left of its 5 minutes.
+    let out = Command::new("scontrol")
+        .args(["release", &slurm_job])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scontrol release: {out:?}");
+    let running = cluster.await_unit(&id, |u| {
+        u["id"] == slurm_job.as_str() && u["state"] == "running"
+    });
+    let left = running["time_left_ms"].as_u64().unwrap_or_default();
+    assert!(left > 0 && left <= 300_000, "{running}");
+    assert_eq!(ran_on(&cluster, &job, 1), [format!("{id}-{slurm_job}-1")]);
+
+    // Idle past the scale-down delay: cancelled once drained, then listed as ended.
+    let ended = cluster.await_unit(&id, |u| {
+        u["id"] == slurm_job.as_str() && u["state"] == "ended"
+    });
+    assert_eq!(ended["reason"], "drained", "{ended}");
+    await_no_jobs(&id);
+}

@@ -7,8 +7,8 @@ use quinn::{Connection, Endpoint};
 use crate::core::tasks::MAX_TASKS_PER_SUBMIT;
 use crate::net::{self, AccessFile, Link, LinkEnd, NetError};
 use crate::proto::{
-    EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, MAX_FRAME, NewGroup, PolicyReport,
-    Request, Response, Role, StatusReport, TaskId, TaskResult,
+    EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, MAX_FRAME, ManagerUnits, NewGroup,
+    PolicyReport, Request, Response, Role, StatusReport, TaskId, TaskResult,
 };
 
 pub struct Client {
@@ -362,6 +362,14 @@ impl Client {
     pub async fn explain(&self, task: TaskId) -> Result<Vec<String>, NetError> {
         match self.call(&Request::Explain { task }).await?.next().await? {
             Some(Response::Explanation { lines }) => Ok(lines),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Managers and their units (`weir managers`): all, or the one named.
+    pub async fn managers(&self, id: Option<String>) -> Result<Vec<ManagerUnits>, NetError> {
+        match self.call(&Request::Managers { id }).await?.next().await? {
+            Some(Response::Managers(managers)) => Ok(managers),
             other => Err(unexpected(other)),
         }
     }

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use crate::proto::ManagerState;
 
 use super::Settings;
-use super::units::{Book, Unit, Why};
+use super::unit_log::{self, UnitLog};
+use super::units::{self, Book, Unit, Why};
 
 /// A failure of the backend: it counts, and the manager backs off.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +89,8 @@ pub struct Units {
     book: Book,
     next: u64,
     backoff: Backoff,
+    /// The units it stopped, for its report.
+    log: UnitLog,
 }
 
 impl Units {
@@ -104,6 +107,7 @@ impl Units {
             book,
             next: 0,
             backoff: Backoff::default(),
+            log: UnitLog::default(),
         }
     }
 
@@ -144,19 +148,49 @@ impl Units {
 
     pub fn state(&self) -> ManagerState {
         let workers = self.book.workers();
-        self.settings
-            .report(self.backoff.active(), workers, Vec::new())
+        let mut state = self
+            .settings
+            .report(self.backoff.active(), workers, Vec::new());
+        state.backend = "command".into();
+        state.units = self.units(Instant::now());
+        state
+    }
+
+    /// Its units for the report: one with a registered worker runs, the others are pending.
+    fn units(&self, now: Instant) -> Vec<crate::proto::UnitReport> {
+        use crate::proto::UnitState;
+        let live = self
+            .book
+            .units
+            .iter()
+            .map(|unit| {
+                let state = match unit.registered {
+                    true => UnitState::Running,
+                    false => UnitState::Pending,
+                };
+                unit_log::live(&self.book, unit, (state, None, None), now)
+            })
+            .collect();
+        let (manager, size) = (&self.settings.id, self.backend.unit_size);
+        self.log
+            .report(live, |unit| units::names(manager, unit, size), now)
     }
 
     /// Move toward `desired` workers, in whole units. A failed command is not an error of the
     /// manager: it backs off (see [`CommandError`]).
     pub async fn apply(&mut self, desired: u32, stop: &[String], registered: &[String]) {
+        let started = unit_log::started(&self.book);
         let step = self.book.step(desired, stop, registered, Instant::now());
         for (unit, after) in &step.registered {
             tracing::info!(%unit, ?after, "unit registered");
         }
         for (unit, why) in step.stop {
             self.run_stop(&unit).await;
+            let since = started.iter().find(|(id, _)| *id == unit);
+            let said = unit_log::why(why, self.backend.unit_timeout);
+            let now = Instant::now();
+            self.log
+                .ended(&unit, since.map_or(now, |(_, at)| *at), said, now);
             if why == Why::Late {
                 let timeout = self.backend.unit_timeout;
                 self.backoff.fail(&CommandError::Late { unit, timeout });

@@ -21,6 +21,7 @@ mod plan;
 mod pool;
 mod session;
 pub mod slurm;
+mod unit_log;
 mod units;
 
 use std::path::PathBuf;
@@ -84,6 +85,8 @@ impl Settings {
             environments: self.environments.clone(),
             fixed: self.fixed,
             exited,
+            backend: String::new(),
+            units: Vec::new(),
         }
     }
 

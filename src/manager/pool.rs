@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
 
+use super::unit_log::{self, UnitLog};
 use super::{ManagerError, Settings, plan};
-use crate::proto::ManagerState;
+use crate::proto::{ManagerState, UnitReport, UnitState};
 
 /// A worker that exits sooner than this after its start counts as a failed start.
 const YOUNG: Duration = Duration::from_secs(10);
@@ -31,6 +32,9 @@ pub struct Pool {
     /// Workers that died young in a row, and when starting is allowed again.
     failures: u32,
     not_before: Instant,
+    /// Its workers that exited or were stopped, and why: each worker is a unit of its own in
+    /// the report.
+    log: UnitLog,
 }
 
 impl Pool {
@@ -44,6 +48,7 @@ impl Pool {
             dismissed: false,
             failures: 0,
             not_before: Instant::now(),
+            log: UnitLog::default(),
         }
     }
 
@@ -148,6 +153,12 @@ impl Pool {
             });
         for (name, status, lived) in exited {
             self.remember_exited(&name);
+            self.log.ended(
+                &name,
+                now.checked_sub(lived).unwrap_or(now),
+                format!("exited ({status})"),
+                now,
+            );
             if status.code() == Some(crate::proto::EXIT_DISMISSED) {
                 tracing::warn!(worker = %name, "dismissed by the scheduler: its manager is gone");
                 self.dismissed = true;
@@ -175,7 +186,34 @@ impl Pool {
 
     pub(super) fn state(&self) -> ManagerState {
         let exited = self.exited.iter().cloned().collect();
-        self.settings.report(false, self.names(), exited)
+        let mut state = self.settings.report(false, self.names(), exited);
+        state.backend = "process".into();
+        state.units = self.units(Instant::now());
+        state
+    }
+
+    /// Each worker process as a unit of one: running once the scheduler has said it registered.
+    fn units(&self, now: Instant) -> Vec<UnitReport> {
+        let live = self
+            .children
+            .iter()
+            .map(|(name, _, started)| UnitReport {
+                id: name.clone(),
+                state: match self.ever_registered.contains(name) {
+                    true => UnitState::Running,
+                    false => UnitState::Pending,
+                },
+                reason: None,
+                age_ms: unit_log::millis(now.saturating_duration_since(*started)),
+                workers: vec![name.clone()],
+                time_left_ms: self
+                    .settings
+                    .ends_at
+                    .map(|end| unit_log::millis(end.saturating_duration_since(now))),
+                ended_ms: None,
+            })
+            .collect();
+        self.log.report(live, |name| vec![name.to_string()], now)
     }
 
     fn names(&self) -> Vec<String> {
@@ -211,6 +249,13 @@ impl Pool {
             Instant::now() >= self.not_before && !ending && !self.dismissed,
         );
         for name in &plan.stop {
+            let started = self.children.iter().find(|(n, _, _)| n == name);
+            let since = started.map_or(Instant::now(), |(_, _, at)| *at);
+            let why = match stop.contains(name) {
+                true => "drained",
+                false => "not needed",
+            };
+            self.log.ended(name, since, why.into(), Instant::now());
             self.stop(name);
         }
         for _ in 0..plan.start {

@@ -350,6 +350,7 @@ impl Actor {
                     environments: self.core.environment_report(None),
                     jobs: self.core.tasks().jobs(20),
                     policy: self.core.policy_report(),
+                    managers: self.core.managers_view(now, None).unwrap_or_default(),
                 });
                 return;
             }

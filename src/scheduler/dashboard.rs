@@ -28,7 +28,9 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::Event;
 use super::http::{Connection, MAX_STREAMS, MAX_STREAMS_PER_ADDRESS};
-use crate::proto::{EnvironmentStatus, JobSummary, PolicyReport, StatusReport, TaskId};
+use crate::proto::{
+    EnvironmentStatus, JobSummary, ManagerUnits, PolicyReport, StatusReport, TaskId,
+};
 
 /// Samples kept for the chart: one a second for 15 minutes.
 const HISTORY: usize = 15 * 60;
@@ -49,6 +51,8 @@ pub(crate) struct Snapshot {
     pub jobs: Vec<JobSummary>,
     /// Its tiers, last decision per manager with the reason, and last error.
     pub policy: PolicyReport,
+    /// Each manager's units (`weir managers`).
+    pub managers: Vec<ManagerUnits>,
 }
 
 /// A point of the chart.

@@ -212,6 +212,18 @@ impl Cluster {
         })
     }
 
+    /// Poll `weir managers units MANAGER` until one of its units is `ready`; returns the unit.
+    pub fn await_unit(&self, manager: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let view = self.json(&["managers", "units", manager]);
+            let units = view["units"].as_array();
+            if let Some(unit) = units.and_then(|units| units.iter().find(|u| ready(u))) {
+                return unit.clone();
+            }
+            pause();
+        }
+    }
+
     /// Poll `weir status` until `ready` holds for it.
     pub fn await_status(&self, ready: impl Fn(&Value) -> bool) -> Value {
         loop {

@@ -16,7 +16,7 @@ use weir::config::{positive_seconds, seconds};
 use weir::plugin::PluginHost;
 
 use commands::{bench, demo, env, explain, jobs, local, plugin, policy, results, status, submit};
-use commands::{top, wait, workers};
+use commands::{managers, top, wait, workers};
 use connect::Reach;
 use output::{Mode, Output};
 
@@ -82,6 +82,16 @@ enum Command {
     },
     /// Workers and task counts.
     Status,
+    /// Worker managers and their units (Slurm jobs, command-backend units, or each worker
+    /// process of a local manager): one line per manager; `units ID` for one manager's units.
+    ///
+    /// Columns: manager id, worker type, backend (`process`, `command`, `slurm`, or `fixed N`
+    /// for a fixed pool), online, workers (registered live, and started but not registered
+    /// yet), units by state (pending, running, completing, ended: the last 16 that ended).
+    Managers {
+        #[command(subcommand)]
+        command: Option<ManagersCommand>,
+    },
     /// Workers: `wait N` until N are registered (scripts never sleep).
     #[command(subcommand)]
     Workers(WorkersCommand),
@@ -126,6 +136,19 @@ enum WorkersCommand {
         /// Give up after this many seconds.
         #[arg(long, default_value = "60", value_parser = positive_seconds, value_name = "SECONDS")]
         timeout: Duration,
+    },
+}
+
+#[derive(Subcommand)]
+enum ManagersCommand {
+    /// One line per unit of manager ID. Columns: unit (Slurm job id, command-backend unit id,
+    /// or worker name), state (pending with Slurm's reason, e.g. `JobHeldUser`; running;
+    /// completing: being stopped, with why; ended, with why), age (since it was started or
+    /// adopted; for an ended unit, how long it lived), workers (registered of its workers),
+    /// time left (of its Slurm walltime), ended (how long ago).
+    Units {
+        /// The manager's id.
+        id: String,
     },
 }
 
@@ -267,6 +290,12 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
         }),
         Command::Status => connected(&reach, output, async |client| {
             status::run(client, output).await
+        }),
+        Command::Managers { command } => connected(&reach, output, async |client| {
+            let units_of = command
+                .as_ref()
+                .map(|ManagersCommand::Units { id }| id.as_str());
+            managers::run(client, units_of, output).await
         }),
         Command::Workers(WorkersCommand::Wait {
             count,

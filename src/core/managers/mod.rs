@@ -7,6 +7,7 @@
 //! worker is never counted beside its replacement.
 
 mod explain;
+mod units;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

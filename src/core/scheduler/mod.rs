@@ -29,8 +29,8 @@ use super::record::Record;
 use super::scaling::Snapshot;
 use super::tasks::{self, Tasks};
 use crate::proto::{
-    ComponentHash, EnvironmentDef, EnvironmentStatus, ErrorCode, JobId, Response, StatusReport,
-    TaskId, ToWorker, WorkerId,
+    ComponentHash, EnvironmentDef, EnvironmentStatus, ErrorCode, JobId, ManagerUnits, Response,
+    StatusReport, TaskId, ToWorker, WorkerId,
 };
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
@@ -287,6 +287,11 @@ impl Scheduler {
             lines.extend(self.managers.explain(&self.context(now), caps, envs));
         }
         Some(lines)
+    }
+
+    /// `weir managers`: every manager (or the one named; `None` if unknown) with its units.
+    pub fn managers_view(&self, now: u64, only: Option<&str>) -> Option<Vec<ManagerUnits>> {
+        self.managers.units(&self.context(now), only)
     }
 
     /// Policy calls that failed (or decided nonsense) so far.

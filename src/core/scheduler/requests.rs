@@ -104,6 +104,14 @@ impl Scheduler {
                 Some(lines) => self.reply(client, Response::Explanation { lines }, true),
                 None => self.refuse(client, ErrorCode::NotFound, format!("no task {task}")),
             },
+            Request::Managers { id } => match self.managers_view(now, id.as_deref()) {
+                Some(view) => self.reply(client, Response::Managers(view), true),
+                None => self.refuse(
+                    client,
+                    ErrorCode::NotFound,
+                    format!("no manager {}", id.unwrap_or_default()),
+                ),
+            },
         }
     }
 

@@ -7,27 +7,47 @@ use super::Jobs;
 use crate::manager::command::CommandError;
 
 /// A job as `squeue` lists it.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listed {
     pub id: String,
     pub state: String,
+    /// Its time left (`%L`; for a pending job, its whole limit).
+    pub time_left: Option<Duration>,
+    /// Why it is pending (`%r`), if Slurm says (`None` is not a reason).
+    pub reason: Option<String>,
 }
 
-/// Parse `squeue -h -o '%i %T'`: one job a line, id then state. Lines that are not two words
-/// are skipped (and said).
+/// The `squeue -o` format [`parse_squeue`] reads: the reason last, as it may hold spaces.
+pub const SQUEUE_FORMAT: &str = "%i %T %L %r";
+
+/// Parse `squeue -h -o '%i %T %L %r'`: one job a line, id, state, then (optionally) time left
+/// and the pending reason. Lines with less than id and state are skipped (and said).
 pub fn parse_squeue(text: &str) -> Vec<Listed> {
     let mut jobs = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let mut words = line.split_whitespace();
-        match (words.next(), words.next(), words.next()) {
-            (Some(id), Some(state), None) => jobs.push(Listed {
-                id: id.to_string(),
-                state: state.to_string(),
-            }),
-            _ => tracing::warn!(%line, "squeue printed a line that is not `ID STATE`; ignored"),
+        let (id, rest) = word(line);
+        let (state, rest) = word(rest);
+        let (left, reason) = word(rest);
+        if state.is_empty() {
+            tracing::warn!(%line, "squeue printed a line that is not `ID STATE ...`; ignored");
+            continue;
         }
+        jobs.push(Listed {
+            id: id.to_string(),
+            state: state.to_string(),
+            time_left: parse_time_left(left),
+            reason: Some(reason.trim())
+                .filter(|r| !r.is_empty() && *r != "None")
+                .map(str::to_string),
+        });
     }
     jobs
+}
+
+/// The first word of `text`, and the rest.
+fn word(text: &str) -> (&str, &str) {
+    let text = text.trim_start();
+    text.split_at(text.find(char::is_whitespace).unwrap_or(text.len()))
 }
 
 /// The job id `sbatch --parsable` printed: `ID` or `ID;CLUSTER`.
@@ -147,7 +167,7 @@ impl Jobs {
     /// This manager's jobs Slurm still has (pending, running, completing...).
     pub(super) async fn squeue(&self) -> Result<Vec<Listed>, CommandError> {
         let name = format!("--name={}", self.job_name());
-        let args = ["-h", "--me", "-o", "%i %T", &name].map(String::from);
+        let args = ["-h", "--me", "-o", SQUEUE_FORMAT, &name].map(String::from);
         Ok(parse_squeue(
             &run("squeue", &args, None, POLL_TIMEOUT).await?,
         ))
@@ -272,18 +292,26 @@ mod tests {
 
     #[test]
     fn squeue_lines() {
-        let jobs = parse_squeue("12 RUNNING\n 13 PENDING \n\nbad line here\n");
+        let jobs = parse_squeue(
+            "12 RUNNING 1:59 None\n 13 PENDING \n\nbad\n14 PENDING 10:00 ReqNodeNotAvail, UnavailableNodes:n[1-2]\n",
+        );
+        let listed = |id: &str, state: &str, left: Option<u64>, reason: Option<&str>| Listed {
+            id: id.into(),
+            state: state.into(),
+            time_left: left.map(Duration::from_secs),
+            reason: reason.map(str::to_string),
+        };
         assert_eq!(
             jobs,
             vec![
-                Listed {
-                    id: "12".into(),
-                    state: "RUNNING".into()
-                },
-                Listed {
-                    id: "13".into(),
-                    state: "PENDING".into()
-                }
+                listed("12", "RUNNING", Some(119), None),
+                listed("13", "PENDING", None, None),
+                listed(
+                    "14",
+                    "PENDING",
+                    Some(600),
+                    Some("ReqNodeNotAvail, UnavailableNodes:n[1-2]")
+                ),
             ]
         );
     }

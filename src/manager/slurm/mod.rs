@@ -20,12 +20,14 @@
 //! cancelled only when the scheduler has drained all of its workers.
 
 mod commands;
+mod report;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::Settings;
 use super::command::{Backoff, CommandError};
+use super::unit_log::{self, UnitLog};
 use super::units::{self, Book, Unit, Why};
 use crate::proto::ManagerState;
 
@@ -63,6 +65,10 @@ pub struct Jobs {
     /// alive (they are stopping, and say so themselves), and they are not adopted again.
     cancelled: Vec<(String, Instant)>,
     backoff: Backoff,
+    /// What the last successful `squeue` listed, and when (for the report).
+    listed: (Vec<Listed>, Instant),
+    /// The jobs it cancelled or saw end, for the report.
+    log: UnitLog,
 }
 
 impl Jobs {
@@ -79,6 +85,8 @@ impl Jobs {
             book,
             cancelled: Vec::new(),
             backoff: Backoff::default(),
+            listed: (Vec::new(), Instant::now()),
+            log: UnitLog::default(),
         }
     }
 
@@ -87,8 +95,12 @@ impl Jobs {
         for (job, _) in &self.cancelled {
             workers.extend(units::names(&self.settings.id, job, self.slurm.unit_size));
         }
-        self.settings
-            .report(self.backoff.active(), workers, Vec::new())
+        let mut state = self
+            .settings
+            .report(self.backoff.active(), workers, Vec::new());
+        state.backend = "slurm".into();
+        state.units = self.units(Instant::now());
+        state
     }
 
     /// Poll Slurm, then move toward `desired` workers in whole jobs. A failed command is not an
@@ -97,6 +109,7 @@ impl Jobs {
         if !self.poll().await {
             return;
         }
+        let started = unit_log::started(&self.book);
         let step = self.book.step(desired, stop, registered, Instant::now());
         if !step.registered.is_empty() {
             // A job whose workers came up: failures in a row start again from zero.
@@ -109,6 +122,10 @@ impl Jobs {
             tracing::info!(job, ?why, "cancelling unit");
             self.scancel(&job).await;
             self.cancelled.push((job.clone(), Instant::now()));
+            let since = started.iter().find(|(id, _)| *id == job);
+            let said = unit_log::why(why, self.slurm.unit_timeout);
+            self.log
+                .stopping(&job, since.map_or_else(Instant::now, |(_, at)| *at), said);
             if why == Why::Late {
                 let timeout = self.slurm.unit_timeout;
                 self.backoff
@@ -145,6 +162,7 @@ impl Jobs {
             Ok(listed) => {
                 self.track(&listed);
                 self.cancel_again(&listed).await;
+                self.listed = (listed, Instant::now());
                 true
             }
             Err(error) => {
@@ -179,6 +197,12 @@ impl Jobs {
     /// tells the scheduler so itself (its tasks are requeued without spending a retry); were
     /// they dropped from the heartbeat first, the scheduler would take them for dead.
     fn track(&mut self, listed: &[Listed]) {
+        let now = Instant::now();
+        for (job, _) in &self.cancelled {
+            if !listed.iter().any(|l| l.id == *job) {
+                self.log.gone(job, now);
+            }
+        }
         self.cancelled
             .retain(|(job, _)| listed.iter().any(|l| l.id == *job));
         let mut ended_early = Vec::new();
@@ -188,6 +212,9 @@ impl Jobs {
                 if !job.registered {
                     ended_early.push(job.id.clone());
                 }
+                let last = self.listed.0.iter().find(|l| l.id == job.id);
+                self.log
+                    .ended(&job.id, job.since, report::ended_why(last), now);
                 return false;
             };
             if l.state == "PENDING" && (job.registered || job.running) {

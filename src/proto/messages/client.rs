@@ -74,6 +74,11 @@ pub enum Request {
     },
     /// The running policy: `Response::Policy`.
     PolicyShow,
+    /// Managers and their units (`Response::Managers`): all, or the one named (`NotFound` if
+    /// none is).
+    Managers {
+        id: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +129,7 @@ pub enum Response {
         count: u64,
     },
     Policy(PolicyReport),
+    Managers(Vec<ManagerUnits>),
 }
 
 /// The running scaling policy (`weir policy show`, and the answer to `weir policy set`).

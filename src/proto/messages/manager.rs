@@ -27,11 +27,64 @@ pub struct ManagerState {
     /// The last workers it saw exit or stopped (at most [`EXITED_KEPT`]): one that registered
     /// after the manager's last report is known gone all the same.
     pub exited: Vec<String>,
+    /// How it gets workers: `process` (its own), `command` or `slurm` (units).
+    pub backend: String,
+    /// Its units (a Slurm job, a command-backend unit; a worker process of its own), live ones
+    /// first, then the last that ended (at most [`UNITS_ENDED_KEPT`]), for `weir managers`.
+    pub units: Vec<UnitReport>,
 }
+
+/// How many ended units a manager keeps reporting.
+pub const UNITS_ENDED_KEPT: usize = 16;
 
 /// How many exited worker names a manager keeps reporting.
 pub const EXITED_KEPT: usize = 64;
 
+/// One unit as its manager sees it. Times are durations on the manager's clock when it reported
+/// (the scheduler ages them by the time since it heard; never an instant).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitReport {
+    /// The Slurm job id, the command backend's unit id, or the worker's name.
+    pub id: String,
+    pub state: UnitState,
+    /// Why it is in that state: Slurm's pending reason (`Resources`, `JobHeldUser`), or why
+    /// it ended (`drained`, `late`, `exited ...`).
+    pub reason: Option<String>,
+    /// Since it was started (or adopted), in milliseconds; for one that ended, how long it
+    /// lived.
+    pub age_ms: u64,
+    /// Its workers' names (none once it ended).
+    pub workers: Vec<String>,
+    /// Time left in its allocation (Slurm's walltime), in milliseconds.
+    pub time_left_ms: Option<u64>,
+    /// How long ago it ended, in milliseconds.
+    pub ended_ms: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnitState {
+    /// Submitted or started, none of its workers registered yet (Slurm: queued).
+    Pending,
+    Running,
+    /// Stopping: cancelled and not gone yet (Slurm: COMPLETING).
+    Completing,
+    Ended,
+}
+
+impl UnitState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnitState::Pending => "pending",
+            UnitState::Running => "running",
+            UnitState::Completing => "completing",
+            UnitState::Ended => "ended",
+        }
+    }
+}
+
+// Heartbeats are nearly every message a manager sends: boxing them would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromManager {
     Heartbeat(ManagerState),

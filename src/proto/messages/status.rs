@@ -97,6 +97,18 @@ pub struct ManagerStatus {
     pub reason: String,
 }
 
+/// A manager and its units, for `weir managers` (an allocation view).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagerUnits {
+    pub status: ManagerStatus,
+    /// `process`, `command` or `slurm`.
+    pub backend: String,
+    /// As it last reported them, aged to the scheduler's now.
+    pub units: Vec<UnitReport>,
+    /// Its workers registered with the scheduler (a unit's workers among these have joined).
+    pub registered: Vec<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerStatus {
     pub id: WorkerId,

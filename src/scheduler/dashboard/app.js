@@ -62,6 +62,7 @@ function showManagers(snapshot) {
   const body = $("managers").tBodies[0];
   body.replaceChildren();
   const decisions = new Map(snapshot.policy.last.map(([id, desired, reason]) => [id, reason]));
+  const units = new Map((snapshot.managers ?? []).map((m) => [m.status.id, m.units]));
   const byTier = new Map();
   for (const m of snapshot.status.managers) {
     const key = m.tier ?? Infinity;
@@ -73,7 +74,7 @@ function showManagers(snapshot) {
     const head = body.insertRow();
     head.className = "tier";
     const live = managers.reduce((n, m) => n + m.live, 0);
-    cell(head, `${tierLabel(key === Infinity ? null : key)}: ${live} live`).colSpan = 7;
+    cell(head, `${tierLabel(key === Infinity ? null : key)}: ${live} live`).colSpan = 8;
     for (const m of managers) {
       const row = body.insertRow();
       row.dataset.manager = m.id;
@@ -83,6 +84,7 @@ function showManagers(snapshot) {
       cell(row, m.live, "n");
       cell(row, m.starting, "n");
       cell(row, m.max_task_concurrency === 4294967295 ? "∞" : m.max_task_concurrency, "n");
+      unitsCell(row, units.get(m.id) ?? []);
       cell(row, decisions.get(m.id) ?? m.reason ?? "", "muted");
     }
   }
@@ -90,6 +92,15 @@ function showManagers(snapshot) {
   $("policy-error").textContent = snapshot.policy.error ? `policy error: ${snapshot.policy.error}` : "";
   const t = snapshot.status.tasks;
   $("totals").textContent = `${snapshot.status.workers.length} workers · ${t.queued} queued · ${t.running} running · ${t.succeeded} succeeded · ${t.failed} failed`;
+}
+
+// A manager's units by state (`weir managers`), each unit in the tooltip.
+function unitsCell(row, units) {
+  const counts = new Map();
+  for (const u of units) counts.set(u.state, (counts.get(u.state) ?? 0) + 1);
+  const text = ["pending", "running", "completing", "ended"].filter((s) => counts.has(s)).map((s) => `${counts.get(s)} ${s}`);
+  const td = cell(row, text.join(", ") || "–", "units");
+  td.title = units.map((u) => `${u.id}: ${u.state}${u.reason ? ` (${u.reason})` : ""}, ${Math.round(u.age_ms / 1000)} s`).join("\n");
 }
 
 function showEnvironments(snapshot) {

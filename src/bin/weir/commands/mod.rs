@@ -8,6 +8,7 @@ pub mod explain;
 pub mod files;
 pub mod jobs;
 pub mod local;
+pub mod managers;
 pub mod plot;
 pub mod plugin;
 pub mod policy;

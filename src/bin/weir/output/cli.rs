@@ -180,6 +180,14 @@ impl Output for Cli {
         }
     }
 
+    fn managers(&self, managers: &[weir::proto::ManagerUnits]) {
+        super::managers::managers(managers);
+    }
+
+    fn manager_units(&self, manager: &weir::proto::ManagerUnits) {
+        super::managers::units(manager);
+    }
+
     fn workers_ready(&self, ready: &WorkersReady) {
         let what = workers_matching(ready.environment.as_deref());
         println!("{} {what} ready", ready.workers);

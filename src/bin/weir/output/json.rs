@@ -93,6 +93,14 @@ impl Output for Json {
         print(report);
     }
 
+    fn managers(&self, managers: &[weir::proto::ManagerUnits]) {
+        print(&managers);
+    }
+
+    fn manager_units(&self, manager: &weir::proto::ManagerUnits) {
+        print(manager);
+    }
+
     fn workers_ready(&self, ready: &WorkersReady) {
         print(ready);
     }

@@ -4,6 +4,7 @@
 
 mod cli;
 mod json;
+mod managers;
 mod progress;
 mod quiet;
 
@@ -17,7 +18,7 @@ use serde::Serialize;
 use weir::core::scaling::{Decision, Tier};
 use weir::plugin::Inspection;
 use weir::proto::{
-    EnvironmentStatus, JobCounts, JobId, JobSummary, StatusReport, TaskId, TaskResult,
+    EnvironmentStatus, JobCounts, JobId, JobSummary, ManagerUnits, StatusReport, TaskId, TaskResult,
 };
 
 /// The `--output` modes.
@@ -61,6 +62,10 @@ pub trait Output {
     fn explanation(&self, explanation: &Explanation);
 
     fn status(&self, report: &StatusReport);
+    /// `weir managers`: every manager, its workers and its units by state.
+    fn managers(&self, managers: &[ManagerUnits]);
+    /// `weir managers units ID`: one manager's units.
+    fn manager_units(&self, manager: &ManagerUnits);
     fn workers_ready(&self, ready: &WorkersReady);
     fn environments(&self, list: &[EnvironmentStatus]);
     fn environment_removed(&self, name: &str);

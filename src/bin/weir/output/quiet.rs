@@ -37,6 +37,8 @@ impl Output for Quiet {
     fn jobs(&self, _: &[JobSummary]) {}
     fn explanation(&self, _: &Explanation) {}
     fn status(&self, _: &StatusReport) {}
+    fn managers(&self, _: &[weir::proto::ManagerUnits]) {}
+    fn manager_units(&self, _: &weir::proto::ManagerUnits) {}
     fn workers_ready(&self, _: &WorkersReady) {}
     fn environments(&self, _: &[EnvironmentStatus]) {}
     fn environment_removed(&self, _: &str) {}

@@ -289,6 +289,8 @@ async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
         environments: vec![],
         fixed: None,
         exited: vec![],
+        backend: String::new(),
+        units: vec![],
     };
     drop(permit);
     let _ = ready.send(());

@@ -201,6 +201,11 @@ fn the_dashboard_shows_tiers_a_burst_and_verdicts_in_a_browser() {
          /tier 2: [1-9]/.test(document.getElementById('managers').innerText)",
         "live workers in both tiers",
     );
+    // Each manager's units (`weir managers`): the first tier's worker processes run.
+    page.until(
+        "/[1-9] running/.test(document.querySelector('tr[data-manager=first] td.units').textContent)",
+        "the first manager's units running",
+    );
     let screenshot = Path::new(env!("CARGO_BIN_EXE_scheduler"))
         .parent()
         .and_then(Path::parent)

@@ -141,7 +141,9 @@ enum WorkersCommand {
 
 #[derive(Subcommand)]
 enum ManagersCommand {
-    /// One line per unit of manager ID. Columns: unit (Slurm job id, command-backend unit id,
+    /// One manager's units, one line each.
+    ///
+    /// Columns: unit (Slurm job id, command-backend unit id,
     /// or worker name), state (pending with Slurm's reason, e.g. `JobHeldUser`; running;
     /// completing: being stopped, with why; ended, with why), age (since it was started or
     /// adopted; for an ended unit, how long it lived), workers (registered of its workers),

@@ -186,11 +186,9 @@ impl Units {
         }
         for (unit, why) in step.stop {
             self.run_stop(&unit).await;
-            let since = started.iter().find(|(id, _)| *id == unit);
             let said = unit_log::why(why, self.backend.unit_timeout);
-            let now = Instant::now();
-            self.log
-                .ended(&unit, since.map_or(now, |(_, at)| *at), said, now);
+            let since = unit_log::since(&started, &unit);
+            self.log.ended(&unit, since, said, Instant::now());
             if why == Why::Late {
                 let timeout = self.backend.unit_timeout;
                 self.backoff.fail(&CommandError::Late { unit, timeout });

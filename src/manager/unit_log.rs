@@ -112,6 +112,14 @@ pub fn started(book: &Book) -> Vec<(String, Instant)> {
     book.units.iter().map(|u| (u.id.clone(), u.since)).collect()
 }
 
+/// When `unit` started, of those [`started`] returned (now if it is not there).
+pub fn since(started: &[(String, Instant)], unit: &str) -> Instant {
+    started
+        .iter()
+        .find(|(id, _)| id == unit)
+        .map_or_else(Instant::now, |(_, at)| *at)
+}
+
 /// One live unit of a book: `state`, `reason` and `time_left` as its engine says.
 pub fn live(
     book: &Book,

@@ -122,10 +122,9 @@ impl Jobs {
             tracing::info!(job, ?why, "cancelling unit");
             self.scancel(&job).await;
             self.cancelled.push((job.clone(), Instant::now()));
-            let since = started.iter().find(|(id, _)| *id == job);
             let said = unit_log::why(why, self.slurm.unit_timeout);
-            self.log
-                .stopping(&job, since.map_or_else(Instant::now, |(_, at)| *at), said);
+            let since = unit_log::since(&started, &job);
+            self.log.stopping(&job, since, said);
             if why == Why::Late {
                 let timeout = self.slurm.unit_timeout;
                 self.backoff

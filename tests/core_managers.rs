@@ -20,6 +20,7 @@ fn state(id: &str, workers: &[&str]) -> ManagerState {
         environments: vec![],
         fixed: None,
         exited: vec![],
+        usable_ms: None,
     }
 }
 

@@ -66,6 +66,7 @@ impl Pool {
                 .take(weir::proto::EXITED_KEPT)
                 .cloned()
                 .collect(),
+            usable_ms: None,
         }
     }
 }

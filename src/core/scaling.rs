@@ -10,6 +10,56 @@ use std::collections::{HashMap, HashSet};
 pub use weir_waterfall::model::UNLIMITED;
 pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
 
+/// The start of the environment names the scheduler gives demand with a timeout (see
+/// [`walltime_environment`]). User environment names are letters, digits, `_` and `-` only
+/// (`check_env_name`), so they never start with it.
+pub const WALLTIME_PREFIX: &str = "walltime>=";
+
+/// Timeouts are rounded up to this for the policy, so tasks of nearby timeouts share one name.
+pub const WALLTIME_BUCKET_MS: u64 = 60_000;
+
+/// The timeout a manager's workers must have room for to run a task of `timeout_ms` (0: none),
+/// as the policy and `weir explain` count it: rounded up to whole minutes.
+pub fn walltime_bucket_ms(timeout_ms: u64) -> u64 {
+    timeout_ms.div_ceil(WALLTIME_BUCKET_MS) * WALLTIME_BUCKET_MS
+}
+
+/// The environment name under which demand with a timeout reaches the policy: the WIT
+/// (`weir:plugin@0.1.0`) has no walltimes, so the constraint travels in its own terms: a
+/// demand group names `walltime>=SECONDS` and each manager has a verdict on it
+/// ([`walltime_verdict`]). `None` for a task without a timeout (it runs anywhere).
+pub fn walltime_environment(timeout_ms: u64) -> Option<String> {
+    (timeout_ms > 0).then(|| {
+        format!(
+            "{WALLTIME_PREFIX}{}s",
+            walltime_bucket_ms(timeout_ms) / 1000
+        )
+    })
+}
+
+/// The milliseconds a [`walltime_environment`] name stands for (`None`: not such a name).
+pub fn walltime_of(environment: &str) -> Option<u64> {
+    let seconds = environment
+        .strip_prefix(WALLTIME_PREFIX)?
+        .strip_suffix('s')?;
+    seconds.parse::<u64>().ok()?.checked_mul(1000)
+}
+
+/// Whether a worker with `usable_ms` to run tasks (`None`: no limit) has room for a task of
+/// `timeout_ms` (0: none), counted as the policy counts it.
+pub fn usable_covers(usable_ms: Option<u64>, timeout_ms: u64) -> bool {
+    timeout_ms == 0 || usable_ms.is_none_or(|usable| usable >= walltime_bucket_ms(timeout_ms))
+}
+
+/// A manager's verdict on a [`walltime_environment`] of `walltime_ms`: `match` when each worker
+/// it starts has at least that long to run tasks (or no limit), `no-match` otherwise.
+pub fn walltime_verdict(usable_ms: Option<u64>, walltime_ms: u64) -> Verdict {
+    match usable_ms.is_none_or(|usable| usable >= walltime_ms) {
+        true => Verdict::Match,
+        false => Verdict::NoMatch,
+    }
+}
+
 /// Why a policy gave no decision (its own words: a trap, a deadline, an error it returned).
 pub type PolicyFailure = Box<dyn std::error::Error + Send + Sync>;
 

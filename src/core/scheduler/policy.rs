@@ -1,6 +1,7 @@
 //! Managers and the scaling policy: heartbeats, the snapshot handed to the policy, the checks
 //! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
 
+use super::environments::check_env_name;
 use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler};
 use crate::core::scaling::{Decision, Tier, validate_decisions};
 use crate::core::tasks::Loss;
@@ -43,7 +44,16 @@ impl Scheduler {
         self.manager_heartbeat(now, state);
     }
 
-    pub(super) fn manager_heartbeat(&mut self, now: u64, state: ManagerState) {
+    pub(super) fn manager_heartbeat(&mut self, now: u64, mut state: ManagerState) {
+        // A name users cannot give (the checks of `--env-plugin` and `env register`), such as
+        // the scheduler's own walltime names, is not taken from a manager either.
+        state.environments.retain(|def| match check_env_name(&def.name) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(manager = %state.id, %error, "ignored an environment the manager declared");
+                false
+            }
+        });
         // Back after being forgotten: its workers are its own again.
         self.orphaned.remove(&state.id);
         self.tasks
@@ -155,11 +165,13 @@ impl Scheduler {
             registered: self.tasks.registered_environments(),
         };
         let managers = &self.managers;
-        let failed = self
-            .tasks
-            .fail_unschedulable(now, timeout, |capabilities, environments| {
-                managers.could_serve(&context, capabilities, environments)
-            });
+        let failed = self.tasks.fail_unschedulable(
+            now,
+            timeout,
+            |capabilities, environments, timeout_ms| {
+                managers.could_serve(&context, capabilities, environments, timeout_ms)
+            },
+        );
         if failed > 0 {
             tracing::warn!(
                 failed,

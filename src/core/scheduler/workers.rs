@@ -262,6 +262,7 @@ impl Scheduler {
                     tracing::info!(job, "job forgotten (--forget-after)");
                     self.journal(Record::Forget { job });
                 }
+                tasks::Action::Cut(cuts) => self.journal(Record::Cut(cuts)),
                 tasks::Action::Finished { job, task } => {
                     touched.insert(job);
                     if self.watchers.contains_key(&job)

@@ -27,6 +27,10 @@ pub struct ManagerState {
     /// The last workers it saw exit or stopped (at most [`EXITED_KEPT`]): one that registered
     /// after the manager's last report is known gone all the same.
     pub exited: Vec<String>,
+    /// Milliseconds each worker it starts may run tasks (a Slurm manager's `--time-limit` less
+    /// `--leave-before`); `None`: no limit. A task whose timeout is longer never runs on its
+    /// workers: the policy is not asked to start them for it, and `weir explain` says so.
+    pub usable_ms: Option<u64>,
 }
 
 /// How many exited worker names a manager keeps reporting.

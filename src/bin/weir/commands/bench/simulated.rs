@@ -289,6 +289,7 @@ async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
         environments: vec![],
         fixed: None,
         exited: vec![],
+        usable_ms: None,
     };
     drop(permit);
     let _ = ready.send(());

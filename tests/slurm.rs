@@ -378,6 +378,9 @@ fn a_task_longer_than_the_slurm_walltime_runs_on_the_next_tier_and_starts_no_job
     let status = cluster.json(&["status"]);
     let hpc = common::manager(&status, &id).expect("the Slurm manager is registered");
     assert_eq!(hpc["desired"], 0, "{hpc}");
+    assert_eq!(hpc["usable_ms"], 30_000, "{hpc}");
+    let text = common::text(&cluster.weir(&["status"]).stdout);
+    assert!(text.contains("tasks up to 30 s"), "{text}");
     assert!(jobs(&id).is_empty(), "{:?}", jobs(&id));
 }
 

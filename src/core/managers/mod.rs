@@ -328,6 +328,7 @@ impl Managers {
                         (None, None, None) => "not listed in the policy: not scaled".into(),
                         (None, None, Some(_)) => "no decision yet".into(),
                     },
+                    usable_ms: state.usable_ms,
                 }
             })
             .collect()

@@ -1333,10 +1333,10 @@ fn a_task_longer_than_a_managers_walltime_is_not_counted_for_it_and_spills_to_th
     );
 }
 
-/// A manager cannot smuggle in an environment name users cannot give (such as the walltime
-/// names the scheduler makes): it is ignored.
+/// Neither a manager nor a worker can bring in an environment name users cannot give (such as
+/// the walltime names the scheduler makes): it is ignored, and no task may name it.
 #[test]
-fn a_manager_declaring_a_reserved_environment_name_is_not_believed() {
+fn a_reserved_environment_name_from_a_manager_or_worker_is_not_believed() {
     let mut core = Scheduler::new(config(false));
     let mut state = manager("m1");
     state.environments = vec![weir::proto::EnvironmentDef {
@@ -1344,11 +1344,28 @@ fn a_manager_declaring_a_reserved_environment_name_is_not_believed() {
         component: [0; 32],
         config: vec![],
     }];
-    round(&mut core, 0, vec![manager_joins(state)]);
+    let mut info = worker("w1", 1);
+    info.local_environments = vec!["walltime>=60s".into()];
+    round(&mut core, 0, vec![manager_joins(state), join(1, info)]);
+    let verdict = Input::Verdicts {
+        worker: 1,
+        verdicts: vec![("walltime>=60s".into(), weir::proto::EnvVerdict::Match)],
+    };
+    round(&mut core, 1, vec![verdict]);
     assert!(
         core.environment_report(None).is_empty(),
         "{:?}",
         core.environment_report(None)
+    );
+    // So no task can name it.
+    let mut request = submit_timed(0);
+    if let Request::Submit { groups, .. } = &mut request {
+        groups[0].spec.environments = vec!["walltime>=60s".into()];
+    }
+    let answer = round(&mut core, 2, vec![from_client(7, request)]);
+    assert!(
+        format!("{answer:?}").contains("unknown environment `walltime>=60s`"),
+        "{answer:?}"
     );
 }
 

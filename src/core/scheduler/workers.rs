@@ -1,6 +1,7 @@
 //! Workers as the scheduler sees them: joining, reports, loss, and the frames each one is sent
 //! (a group's spec and component once per worker, then assignments).
 
+use super::environments::check_env_name;
 use super::{Action, ConnectionId, Link, Record, Scheduler};
 use crate::core::tasks::{self, Loss};
 use std::collections::BTreeMap;
@@ -11,8 +12,22 @@ use crate::proto::{
 };
 
 impl Scheduler {
-    pub(super) fn worker_joined(&mut self, now: u64, connection: ConnectionId, info: WorkerInfo) {
+    pub(super) fn worker_joined(
+        &mut self,
+        now: u64,
+        connection: ConnectionId,
+        mut info: WorkerInfo,
+    ) {
         tracing::info!(name = %info.name, slots = info.slots, "worker joined");
+        // As for a manager: a name users cannot give (the scheduler's walltime names among
+        // them) is not taken from a worker.
+        info.local_environments.retain(|name| match check_env_name(name) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(worker = %info.name, %error, "ignored an environment the worker evaluates");
+                false
+            }
+        });
         let claimed = info.running.len() + info.finished.len();
         let (worker, refused) = match self.tasks.worker_joined(now, info) {
             Ok(joined) => joined,

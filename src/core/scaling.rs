@@ -15,6 +15,12 @@ pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Wor
 /// (`check_env_name`), so they never start with it.
 pub const WALLTIME_PREFIX: &str = "walltime>=";
 
+/// Whether `environment` is a name the scheduler keeps for itself ([`walltime_environment`]):
+/// not taken from a manager's or worker's own conditions, so no task can name one.
+pub fn is_reserved_environment(environment: &str) -> bool {
+    environment.starts_with(WALLTIME_PREFIX)
+}
+
 /// Timeouts are rounded up to this for the policy, so tasks of nearby timeouts share one name.
 pub const WALLTIME_BUCKET_MS: u64 = 60_000;
 

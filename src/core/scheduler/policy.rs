@@ -1,9 +1,8 @@
 //! Managers and the scaling policy: heartbeats, the snapshot handed to the policy, the checks
 //! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
 
-use super::environments::check_env_name;
 use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler};
-use crate::core::scaling::{Decision, Tier, validate_decisions};
+use crate::core::scaling::{Decision, Tier, is_reserved_environment, validate_decisions};
 use crate::core::tasks::Loss;
 use crate::proto::{ErrorCode, ManagerState, PolicyReport, Response, ToManager};
 
@@ -45,14 +44,14 @@ impl Scheduler {
     }
 
     pub(super) fn manager_heartbeat(&mut self, now: u64, mut state: ManagerState) {
-        // A name users cannot give (the checks of `--env-plugin` and `env register`), such as
-        // the scheduler's own walltime names, is not taken from a manager either.
-        state.environments.retain(|def| match check_env_name(&def.name) {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::warn!(manager = %state.id, %error, "ignored an environment the manager declared");
-                false
+        // The scheduler's own environment names (walltimes) are not taken from a manager: users
+        // cannot give them (`--env-plugin` and `env register` take letters, digits, `_`, `-`).
+        state.environments.retain(|def| {
+            let reserved = is_reserved_environment(&def.name);
+            if reserved {
+                tracing::warn!(manager = %state.id, name = %def.name, "ignored an environment of a reserved name");
             }
+            !reserved
         });
         // Back after being forgotten: its workers are its own again.
         self.orphaned.remove(&state.id);

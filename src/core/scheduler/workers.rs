@@ -1,8 +1,8 @@
 //! Workers as the scheduler sees them: joining, reports, loss, and the frames each one is sent
 //! (a group's spec and component once per worker, then assignments).
 
-use super::environments::check_env_name;
 use super::{Action, ConnectionId, Link, Record, Scheduler};
+use crate::core::scaling::is_reserved_environment;
 use crate::core::tasks::{self, Loss};
 use std::collections::BTreeMap;
 
@@ -19,14 +19,13 @@ impl Scheduler {
         mut info: WorkerInfo,
     ) {
         tracing::info!(name = %info.name, slots = info.slots, "worker joined");
-        // As for a manager: a name users cannot give (the scheduler's walltime names among
-        // them) is not taken from a worker.
-        info.local_environments.retain(|name| match check_env_name(name) {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::warn!(worker = %info.name, %error, "ignored an environment the worker evaluates");
-                false
+        // As for a manager: the scheduler's own environment names are not taken from a worker.
+        info.local_environments.retain(|name| {
+            let reserved = is_reserved_environment(name);
+            if reserved {
+                tracing::warn!(worker = %info.name, %name, "ignored an environment of a reserved name");
             }
+            !reserved
         });
         let claimed = info.running.len() + info.finished.len();
         let (worker, refused) = match self.tasks.worker_joined(now, info) {

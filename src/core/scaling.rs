@@ -196,6 +196,34 @@ mod tests {
     }
 
     #[test]
+    fn walltime_names_round_timeouts_up_to_whole_minutes_and_read_back() {
+        assert_eq!(walltime_environment(0), None);
+        assert_eq!(walltime_environment(1).as_deref(), Some("walltime>=60s"));
+        assert_eq!(
+            walltime_environment(60_000).as_deref(),
+            Some("walltime>=60s")
+        );
+        assert_eq!(
+            walltime_environment(60_001).as_deref(),
+            Some("walltime>=120s")
+        );
+        assert_eq!(walltime_of("walltime>=120s"), Some(120_000));
+        assert_eq!(walltime_of("walltime>=12x"), None);
+        assert_eq!(walltime_of("gpu"), None);
+        assert!(is_reserved_environment("walltime>=60s") && !is_reserved_environment("walltime"));
+        // Counted as the policy counts it: 59 min 10 s needs an hour.
+        assert!(usable_covers(None, 3_550_000));
+        assert!(usable_covers(Some(1_000), 0));
+        assert!(usable_covers(Some(3_600_000), 3_550_000));
+        assert!(!usable_covers(Some(3_570_000), 3_550_000));
+        assert_eq!(
+            walltime_verdict(Some(3_570_000), 3_600_000),
+            Verdict::NoMatch
+        );
+        assert_eq!(walltime_verdict(None, 3_600_000), Verdict::Match);
+    }
+
+    #[test]
     fn sensible_decisions_pass() {
         assert_eq!(
             validate_decisions(&snapshot(), &[decision("a", 2, &[])]),

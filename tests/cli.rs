@@ -354,7 +354,7 @@ fn policy_test_passes_the_waterfall_scenarios_with_both_engines() {
         );
         let text = stdout(&out);
         assert!(
-            text.contains(&format!("{engine}: 7 passed, 0 failed")),
+            text.contains(&format!("{engine}: 12 passed, 0 failed")),
             "{text}"
         );
         assert!(!text.contains("FAIL"), "{text}");

@@ -22,6 +22,7 @@ fn state(id: &str, workers: &[&str]) -> ManagerState {
         exited: vec![],
         backend: String::new(),
         units: vec![],
+        usable_ms: None,
     }
 }
 

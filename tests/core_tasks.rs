@@ -217,10 +217,10 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
         .expect("joins")
         .0;
     // A manager could start a worker with a gpu: nothing fails, however long it waits.
-    assert_eq!(core.fail_unschedulable(0, 1000, |_, _| true), 0);
-    assert_eq!(core.fail_unschedulable(5000, 1000, |_, _| true), 0);
+    assert_eq!(core.fail_unschedulable(0, 1000, |_, _, _| true), 0);
+    assert_eq!(core.fail_unschedulable(5000, 1000, |_, _, _| true), 0);
     // None could: the clock starts now, and the gpu tasks fail once it has run out.
-    let never = |_: &[(String, u64)], _: &[String]| false;
+    let never = |_: &[(String, u64)], _: &[String], _: u64| false;
     assert_eq!(core.fail_unschedulable(6000, 1000, never), 0);
     assert_eq!(core.fail_unschedulable(6999, 1000, never), 0);
     assert_eq!(core.fail_unschedulable(7000, 1000, never), 2);
@@ -298,6 +298,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
         fence_ms: 0,
         undrain_ms: 20_000,
         prefetch: 0,
+        max_walltime_requeues: 3,
     });
     let new = NewGroup {
         spec: spec(&[], 0, 0),
@@ -780,7 +781,7 @@ proptest! {
         // A lost worker goes on running what it held until its lease runs out, LEASE after the
         // last thing the core heard from it; the fence is longer (as `core::lease::fence` is).
         const LEASE: u64 = 150;
-        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: LEASE + 50, undrain_ms: 20_000, prefetch });
+        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: LEASE + 50, undrain_ms: 20_000, prefetch, max_walltime_requeues: 3 });
         // When the core last heard from each worker.
         let mut heard: HashMap<u64, u64> = HashMap::new();
         // Revokes asked and not answered: worker -> (tasks, count).
@@ -815,7 +816,7 @@ proptest! {
                     Action::TakeBack { worker, tasks } => {
                         if let Some(held) = running.get_mut(&worker) { held.retain(|t| !tasks.contains(t)) }
                     }
-                    Action::Cancel { .. } | Action::Forgot { .. } | Action::Dropped { .. } => {}
+                    Action::Cancel { .. } | Action::Forgot { .. } | Action::Dropped { .. } | Action::Cut(_) => {}
                 }
             }
         };
@@ -901,7 +902,7 @@ proptest! {
                     Err(JobError::Forgotten(j)) => prop_assert!(false, "forgetting {} twice is not an error", j),
                 },
                 Event::Unschedulable(managers_could) => {
-                    core.fail_unschedulable(now, 0, |_, _| managers_could);
+                    core.fail_unschedulable(now, 0, |_, _, _| managers_could);
                 }
                 Event::Tick(dt) => { now += dt; core.tick(now); }
                 Event::Answer { pick, mask } if !asked.is_empty() => {
@@ -1115,6 +1116,58 @@ fn a_worker_whose_allocation_ends_soon_takes_only_tasks_that_end_before() {
     let other = core.worker_joined(7_000, worker(8, &[])).expect("joins").0;
     core.schedule(7_000);
     assert_eq!(dispatched(&core.take_actions())[&other], vec![1]);
+    core.sanity_check().unwrap();
+}
+
+/// Item #31.3a: a task whose timeout outlives every live worker's allocation is not "waiting for
+/// a qualifying worker to free a slot": explain says no live worker can ever run it, and why.
+/// The policy sees its demand under a walltime environment (the timeout in whole minutes), one
+/// group for timeouts within one minute, none for tasks without a timeout.
+#[test]
+fn a_task_longer_than_every_live_allocation_is_explained_and_named_for_the_policy() {
+    let mut core = Tasks::new(Config::default());
+    let timed = |timeout_ms| NewGroup {
+        spec: TaskSpec {
+            timeout_ms,
+            ..spec(&[], 0, 3)
+        },
+        count: 1,
+        inputs: vec![],
+    };
+    core.submit(vec![timed(3_600_000)]).unwrap();
+    core.submit(vec![timed(3_590_000)]).unwrap();
+    core.submit(vec![timed(0)]).unwrap();
+    let mut ending = worker(1, &[]);
+    ending.ends_in_ms = Some(1_800_000);
+    let w = core.worker_joined(0, ending).expect("joins").0;
+    core.schedule(0);
+    assert_eq!(dispatched(&core.take_actions())[&w], vec![3]);
+    let why = core.explain(0, 1).expect("task 1").join("\n");
+    assert!(
+        why.contains("its allocation ends before the task's timeout (3600 s) would"),
+        "{why}"
+    );
+    assert!(
+        why.contains(
+            "no live worker can ever run it: 1 would qualify, but their allocations end before \
+             its timeout (3600 s) would"
+        ),
+        "{why}"
+    );
+    assert!(!why.contains("free a slot"), "{why}");
+    let mut demand: Vec<(Vec<String>, u32, u32)> = core
+        .demand()
+        .into_iter()
+        .map(|d| (d.environments, d.queued, d.running))
+        .collect();
+    demand.sort();
+    assert_eq!(
+        demand,
+        vec![(vec![], 0, 1), (vec!["walltime>=3600s".to_string()], 2, 0)]
+    );
+    // Nothing live or startable could run it: `--unschedulable-timeout` fails it in time.
+    assert_eq!(core.fail_unschedulable(0, 1_000, |_, _, _| false), 0);
+    assert_eq!(core.fail_unschedulable(1_000, 1_000, |_, _, _| false), 2);
     core.sanity_check().unwrap();
 }
 

@@ -68,6 +68,7 @@ impl Pool {
                 .collect(),
             backend: String::new(),
             units: vec![],
+            usable_ms: None,
         }
     }
 }

@@ -349,7 +349,8 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
         got,
         vec![("n".into(), 2, vec![]), ("b".into(), 2, vec![22, 21])]
     );
-    // No demand at all: nothing on tier 2 is work tier 1 could take, so tier 1 drains too.
+    // No demand at all: tier 2 still has workers, and the demand that may return is not known,
+    // so tier 1 keeps its idle ones until tier 2 is empty (strictly reverse, DESIGN §4).
     let got = decide(
         Flavor::WorkerType,
         content,
@@ -357,7 +358,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
     );
     assert_eq!(
         got,
-        vec![("n".into(), 0, vec![11, 12]), ("b".into(), 2, vec![22, 21])]
+        vec![("n".into(), 2, vec![]), ("b".into(), 2, vec![22, 21])]
     );
     // Tier 2 runs a gpu task tier 1 could never run: it holds nothing on tier 1 either.
     let gpu_running = Demand {
@@ -404,6 +405,41 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
         got,
         vec![("n".into(), 1, vec![11]), ("b".into(), 0, vec![])]
     );
+}
+
+/// Item #31.3a: demand with a timeout names a walltime environment; a manager whose workers
+/// have too little time says `no-match`. Tier 1 is told nothing for it (even while it starts
+/// workers for other demand, which holds back only what it can serve) and it spills to tier 2.
+#[test]
+fn demand_longer_than_tier_ones_walltime_spills_to_tier_two_even_while_tier_one_fills() {
+    let hour = weir::core::scaling::walltime_environment(3_600_000).expect("a name");
+    assert_eq!(hour, "walltime>=3600s");
+    assert_eq!(weir::core::scaling::walltime_of(&hour), Some(3_600_000));
+    let mut hpc = manager("hpc", "slurm", 8, 1);
+    hpc.starting = 2;
+    hpc.environments = vec![(hour.clone(), Verdict::NoMatch)];
+    let mut local = manager("local", "proc", 8, 1);
+    local.environments = vec![(hour.clone(), Verdict::Match)];
+    let long = Demand {
+        environments: vec![hour],
+        ..queued(3)
+    };
+    let got = decide(
+        Flavor::ManagerId,
+        "1, hpc\n2, local\n",
+        &snapshot(
+            vec![hpc.clone(), local.clone()],
+            vec![queued(2), long.clone()],
+        ),
+    );
+    assert_eq!(desired(&got), vec![("hpc", 2), ("local", 3)]);
+    // Only the long demand: tier 1 is told 0 (its starting workers cancelled), tier 2 runs it.
+    let got = decide(
+        Flavor::ManagerId,
+        "1, hpc\n2, local\n",
+        &snapshot(vec![hpc, local], vec![long]),
+    );
+    assert_eq!(desired(&got), vec![("hpc", 0), ("local", 3)]);
 }
 
 #[test]

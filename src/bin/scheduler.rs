@@ -112,6 +112,12 @@ struct Args {
     /// does not count as an attempt. 0: a worker holds only what it runs.
     #[arg(long, default_value_t = 256, value_name = "TASKS", value_parser = clap::value_parser!(u32).range(0..=1024))]
     prefetch: u32,
+    /// A task whose run is cut short by the end of its worker's allocation (a Slurm walltime,
+    /// `worker --ends-in`) is requeued without spending a retry this many times; cut short once
+    /// more, it fails saying so. (A task with a --timeout never goes to a worker whose
+    /// allocation ends sooner; one without runs anywhere, and may never fit.)
+    #[arg(long, default_value_t = weir::core::tasks::MAX_WALLTIME_REQUEUES, value_name = "N")]
+    max_walltime_requeues: u32,
     /// Threads that serve the connections and the actor. 1, the default, costs the least per
     /// task: every message goes through the one actor anyway, and a second thread adds a
     /// cross-thread wake-up to most of them. With thousands of workers, QUIC (handshakes,
@@ -186,6 +192,7 @@ fn run(args: Args) -> Result<()> {
         unschedulable_timeout: args.unschedulable_timeout,
         worker_lease: args.worker_lease,
         prefetch: args.prefetch,
+        max_walltime_requeues: args.max_walltime_requeues,
     };
     let scaling = weir::scheduler::Scaling {
         policy: Box::new(policy),

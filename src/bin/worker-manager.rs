@@ -250,6 +250,13 @@ fn run(args: Args) -> Result<()> {
             None => None,
         },
         leave_before: args.leave_before,
+        // A Slurm job's workers run tasks for its walltime less --leave-before.
+        usable: match (args.backend, args.time_limit) {
+            (BackendKind::Slurm, Some(minutes)) => {
+                Some(Duration::from_secs(u64::from(minutes) * 60).saturating_sub(args.leave_before))
+            }
+            _ => None,
+        },
     };
     if matches!(args.backend, BackendKind::Slurm | BackendKind::Command)
         && args.fixed.is_none()

@@ -45,4 +45,7 @@ pub enum Record {
         component: Vec<u8>,
         content: String,
     },
+    /// Runs cut short by the end of their worker's allocation: (task, times so far), so that
+    /// `--max-walltime-requeues` holds across a restart.
+    Cut(Vec<(TaskId, u32)>),
 }

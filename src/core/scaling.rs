@@ -10,6 +10,62 @@ use std::collections::{HashMap, HashSet};
 pub use weir_waterfall::model::UNLIMITED;
 pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
 
+/// The start of the environment names the scheduler gives demand with a timeout (see
+/// [`walltime_environment`]). User environment names are letters, digits, `_` and `-` only
+/// (`check_env_name`), so they never start with it.
+pub const WALLTIME_PREFIX: &str = "walltime>=";
+
+/// Whether `environment` is a name the scheduler keeps for itself ([`walltime_environment`]):
+/// not taken from a manager's or worker's own conditions, so no task can name one.
+pub fn is_reserved_environment(environment: &str) -> bool {
+    environment.starts_with(WALLTIME_PREFIX)
+}
+
+/// Timeouts are rounded up to this for the policy, so tasks of nearby timeouts share one name.
+pub const WALLTIME_BUCKET_MS: u64 = 60_000;
+
+/// The timeout a manager's workers must have room for to run a task of `timeout_ms` (0: none),
+/// as the policy and `weir explain` count it: rounded up to whole minutes.
+pub fn walltime_bucket_ms(timeout_ms: u64) -> u64 {
+    timeout_ms.div_ceil(WALLTIME_BUCKET_MS) * WALLTIME_BUCKET_MS
+}
+
+/// The environment name under which demand with a timeout reaches the policy: the WIT
+/// (`weir:plugin@0.1.0`) has no walltimes, so the constraint travels in its own terms: a
+/// demand group names `walltime>=SECONDS` and each manager has a verdict on it
+/// ([`walltime_verdict`]). `None` for a task without a timeout (it runs anywhere).
+pub fn walltime_environment(timeout_ms: u64) -> Option<String> {
+    (timeout_ms > 0).then(|| {
+        format!(
+            "{WALLTIME_PREFIX}{}s",
+            walltime_bucket_ms(timeout_ms) / 1000
+        )
+    })
+}
+
+/// The milliseconds a [`walltime_environment`] name stands for (`None`: not such a name).
+pub fn walltime_of(environment: &str) -> Option<u64> {
+    let seconds = environment
+        .strip_prefix(WALLTIME_PREFIX)?
+        .strip_suffix('s')?;
+    seconds.parse::<u64>().ok()?.checked_mul(1000)
+}
+
+/// Whether a worker with `usable_ms` to run tasks (`None`: no limit) has room for a task of
+/// `timeout_ms` (0: none), counted as the policy counts it.
+pub fn usable_covers(usable_ms: Option<u64>, timeout_ms: u64) -> bool {
+    timeout_ms == 0 || usable_ms.is_none_or(|usable| usable >= walltime_bucket_ms(timeout_ms))
+}
+
+/// A manager's verdict on a [`walltime_environment`] of `walltime_ms`: `match` when each worker
+/// it starts has at least that long to run tasks (or no limit), `no-match` otherwise.
+pub fn walltime_verdict(usable_ms: Option<u64>, walltime_ms: u64) -> Verdict {
+    match usable_ms.is_none_or(|usable| usable >= walltime_ms) {
+        true => Verdict::Match,
+        false => Verdict::NoMatch,
+    }
+}
+
 /// Why a policy gave no decision (its own words: a trap, a deadline, an error it returned).
 pub type PolicyFailure = Box<dyn std::error::Error + Send + Sync>;
 
@@ -137,6 +193,34 @@ mod tests {
             stop: stop.to_vec(),
             reason: String::new(),
         }
+    }
+
+    #[test]
+    fn walltime_names_round_timeouts_up_to_whole_minutes_and_read_back() {
+        assert_eq!(walltime_environment(0), None);
+        assert_eq!(walltime_environment(1).as_deref(), Some("walltime>=60s"));
+        assert_eq!(
+            walltime_environment(60_000).as_deref(),
+            Some("walltime>=60s")
+        );
+        assert_eq!(
+            walltime_environment(60_001).as_deref(),
+            Some("walltime>=120s")
+        );
+        assert_eq!(walltime_of("walltime>=120s"), Some(120_000));
+        assert_eq!(walltime_of("walltime>=12x"), None);
+        assert_eq!(walltime_of("gpu"), None);
+        assert!(is_reserved_environment("walltime>=60s") && !is_reserved_environment("walltime"));
+        // Counted as the policy counts it: 59 min 10 s needs an hour.
+        assert!(usable_covers(None, 3_550_000));
+        assert!(usable_covers(Some(1_000), 0));
+        assert!(usable_covers(Some(3_600_000), 3_550_000));
+        assert!(!usable_covers(Some(3_570_000), 3_550_000));
+        assert_eq!(
+            walltime_verdict(Some(3_570_000), 3_600_000),
+            Verdict::NoMatch
+        );
+        assert_eq!(walltime_verdict(None, 3_600_000), Verdict::Match);
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub struct Settings {
     pub ends_at: Option<std::time::Instant>,
     /// Slurm backend: seconds before the walltime its units' workers leave (`--leave-before`).
     pub leave_before: Duration,
+    /// How long each worker it starts may run tasks (Slurm: `--time-limit` less
+    /// `--leave-before`), reported to the scheduler; `None`: no limit.
+    pub usable: Option<Duration>,
 }
 
 impl Settings {
@@ -87,6 +90,9 @@ impl Settings {
             exited,
             backend: String::new(),
             units: Vec::new(),
+            usable_ms: self
+                .usable
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 

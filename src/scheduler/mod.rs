@@ -71,6 +71,8 @@ pub struct Settings {
     pub worker_lease: Duration,
     /// Tasks a worker may hold beyond its slots, waiting there for a free one (0: none).
     pub prefetch: u32,
+    /// Times a task cut short by its worker's allocation end is requeued before it fails.
+    pub max_walltime_requeues: u32,
 }
 
 pub use crate::core::lease::{KILL_MARGIN, fence};
@@ -248,6 +250,7 @@ pub async fn run(
             forget_after_ms: settings.forget_after.map(millis),
             fence_ms: millis(fence(settings.worker_lease)),
             prefetch: settings.prefetch,
+            max_walltime_requeues: settings.max_walltime_requeues,
             ..tasks::Config::default()
         },
         manager_timeout_ms: millis(settings.heartbeat_timeout),

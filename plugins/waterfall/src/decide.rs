@@ -21,9 +21,13 @@
 //! 4. A manager's target is the workers its placed tasks need. Above its current count it grows;
 //!    below, it first cancels workers still starting, then stops idle workers that have been idle
 //!    for at least the scale-down delay, longest idle first. Scale-down runs the waterfall in
-//!    reverse: a manager gives up workers only while no manager of a later tier with workers
-//!    serves demand (queued or running) that it could serve too; demand it could never run
-//!    does not hold it.
+//!    reverse, strictly: a tier shrinks only when every later tier is empty (no worker, none
+//!    starting), with one exception. A manager of a later tier whose workers serve only demand
+//!    (queued or running) this manager could never run (a GPU task on tier 2 for a CPU tier 1)
+//!    does not hold it: what keeps that tier busy is not work that could come back here. A
+//!    later manager with workers holds it when they serve demand it could serve too, and when
+//!    they serve no demand at all (idle: the demand that may return is not known, and it may
+//!    be any this manager could take).
 //! 5. No decision asks for more workers than the manager's cap: a manager above it (its cap was
 //!    lowered, or dead workers were replaced before the scheduler knew) is brought down to it,
 //!    starting workers first, then idle ones whatever their idle time.
@@ -119,10 +123,14 @@ impl Plan<'_> {
     /// decision would start another to ask again.
     fn learning(&self, active: &[&Demand]) -> bool {
         self.manager.current_workers() > 0
-            && active.iter().filter(|g| g.queued > 0 && self.density(g) > 0).any(|g| {
-                let verdicts = || g.environments.iter().map(|env| self.manager.verdict(env));
-                verdicts().any(|v| v == crate::Verdict::Unknown) && verdicts().all(|v| v != crate::Verdict::NoMatch)
-            })
+            && active
+                .iter()
+                .filter(|g| g.queued > 0 && self.density(g) > 0)
+                .any(|g| {
+                    let verdicts = || g.environments.iter().map(|env| self.manager.verdict(env));
+                    verdicts().any(|v| v == crate::Verdict::Unknown)
+                        && verdicts().all(|v| v != crate::Verdict::NoMatch)
+                })
     }
 
     /// Queued tasks of `group` this manager can still take.
@@ -197,8 +205,13 @@ impl Policy {
                         .take_while(|p| p.priority == priority)
                         .count();
                 remaining -= fill_tier(&mut plans[start..end], group, remaining);
-                let serves = |p: &Plan<'_>| p.density(group) > 0;
-                if remaining > 0 && plans[start..end].iter().any(|p| serves(p) && p.filling()) {
+                // Only a manager that can serve the group holds it back: one whose verdict is
+                // `no-match` (its workers never qualify) never takes it, filling or not.
+                if remaining > 0
+                    && plans[start..end]
+                        .iter()
+                        .any(|p| p.serves(group) && p.filling())
+                {
                     break; // the rest spills once this tier is up
                 }
                 start = end;
@@ -206,13 +219,14 @@ impl Policy {
         }
 
         // Conclude from the lowest tier up: a manager may shrink only while no manager of a later
-        // tier with workers serves demand it could serve too.
+        // tier with workers serves demand it could serve too, or serves no demand at all.
         let active: Vec<&Demand> = snapshot
             .demand
             .iter()
             .filter(|g| g.queued > 0 || g.running > 0)
             .collect();
         let mut served_below = vec![false; active.len()];
+        let mut idle_below = false;
         let mut decisions = Vec::with_capacity(plans.len());
         let mut end = plans.len();
         while end > 0 {
@@ -227,11 +241,17 @@ impl Policy {
             let mut concluded: Vec<Decision> = tier
                 .iter()
                 .map(|plan| {
-                    let held = active
-                        .iter()
-                        .zip(&served_below)
-                        .any(|(group, below)| *below && plan.serves(group));
-                    conclude(plan, snapshot.scale_down_delay_ms, !held, plan.learning(&active))
+                    let held = idle_below
+                        || active
+                            .iter()
+                            .zip(&served_below)
+                            .any(|(group, below)| *below && plan.serves(group));
+                    conclude(
+                        plan,
+                        snapshot.scale_down_delay_ms,
+                        !held,
+                        plan.learning(&active),
+                    )
                 })
                 .collect();
             for (group, below) in active.iter().zip(served_below.iter_mut()) {
@@ -239,6 +259,9 @@ impl Policy {
                     .iter()
                     .any(|p| p.manager.current_workers() > 0 && p.serves(group));
             }
+            idle_below |= tier
+                .iter()
+                .any(|p| p.manager.current_workers() > 0 && !active.iter().any(|g| p.serves(g)));
             concluded.reverse();
             decisions.extend(concluded);
             end = start;
@@ -399,7 +422,12 @@ fn fill_tier(tier: &mut [Plan<'_>], group: &Demand, wanted: u64) -> u64 {
     take as u64
 }
 
-fn conclude(plan: &Plan<'_>, scale_down_delay_ms: u64, may_shrink: bool, learning: bool) -> Decision {
+fn conclude(
+    plan: &Plan<'_>,
+    scale_down_delay_ms: u64,
+    may_shrink: bool,
+    learning: bool,
+) -> Decision {
     let manager = plan.manager;
     let current = manager.current_workers();
     let target = plan.used_workers.max(u64::from(learning));

@@ -2,20 +2,22 @@
 //! others cannot (`weir explain`, `--unschedulable-timeout`).
 
 use super::*;
+use crate::core::scaling::{usable_covers, walltime_bucket_ms};
 
 impl Managers {
     /// For `weir explain`: which managers could start a worker for a task needing `capabilities`
-    /// and `environments`, and why the others cannot.
+    /// and `environments` with a timeout of `timeout_ms` (0: none), and why the others cannot.
     pub fn explain(
         &self,
         context: &Context<'_>,
         capabilities: &[(String, u64)],
         environments: &[String],
+        timeout_ms: u64,
     ) -> Vec<String> {
         let mut lines = Vec::new();
         for entry in self.entries.values() {
             let state = &entry.state;
-            let missing = self.obstacles(entry, context, capabilities, environments);
+            let missing = self.obstacles(entry, context, capabilities, environments, timeout_ms);
             let last = self.last.get(&state.id).map(|d| {
                 format!(
                     "; last decision: {} worker(s), {}",
@@ -41,15 +43,16 @@ impl Managers {
     }
 
     /// Whether some manager could start a worker for a task needing `capabilities` and
-    /// `environments` (for `--unschedulable-timeout`).
+    /// `environments` with a timeout of `timeout_ms` (for `--unschedulable-timeout`).
     pub fn could_serve(
         &self,
         context: &Context<'_>,
         capabilities: &[(String, u64)],
         environments: &[String],
+        timeout_ms: u64,
     ) -> bool {
         self.entries.values().any(|entry| {
-            self.obstacles(entry, context, capabilities, environments)
+            self.obstacles(entry, context, capabilities, environments, timeout_ms)
                 .is_empty()
         })
     }
@@ -61,6 +64,7 @@ impl Managers {
         context: &Context<'_>,
         capabilities: &[(String, u64)],
         environments: &[String],
+        timeout_ms: u64,
     ) -> Vec<String> {
         let state = &entry.state;
         let mine: Vec<&WorkerView> = context.workers_of(&state.id).collect();
@@ -85,6 +89,20 @@ impl Managers {
                     "its workers have {name}={have}, the task needs {need}"
                 ));
             }
+        }
+        if !usable_covers(state.usable_ms, timeout_ms) {
+            let seconds = |ms: u64| ms as f64 / 1000.0;
+            let bucket = walltime_bucket_ms(timeout_ms);
+            let counted = match bucket == timeout_ms {
+                true => String::new(),
+                false => format!(" (counted in whole minutes: {} s)", seconds(bucket)),
+            };
+            missing.push(format!(
+                "no worker it can start will qualify: each has {} s to run tasks (its walltime \
+                 less --leave-before), less than the task's timeout of {} s{counted}",
+                seconds(state.usable_ms.unwrap_or(0)),
+                seconds(timeout_ms),
+            ));
         }
         for env in environments {
             if verdict(entry, &mine, env, context) == Verdict::NoMatch {

@@ -11,7 +11,9 @@ mod units;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::scaling::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
+use super::scaling::{
+    Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker, walltime_of, walltime_verdict,
+};
 use super::tasks::WorkerView;
 use crate::proto::{EnvVerdict, ManagerState, ManagerStatus, WorkerId};
 
@@ -327,6 +329,7 @@ impl Managers {
                         (None, None, None) => "not listed in the policy: not scaled".into(),
                         (None, None, Some(_)) => "no decision yet".into(),
                     },
+                    usable_ms: state.usable_ms,
                 }
             })
             .collect()
@@ -347,8 +350,9 @@ fn answered(workers: &[&WorkerView]) -> BTreeMap<String, Verdict> {
     out
 }
 
-/// A manager's verdict on `environment`: what its workers answer now, else what its workers
-/// answered before (kept after they are gone). Never asked: `unknown` when its workers will
+/// A manager's verdict on `environment`: for a walltime name (`walltime_environment`), whether
+/// its usable time per worker covers it; else what its workers answer now, else what its
+/// workers answered before (kept after they are gone). Never asked: `unknown` when its workers will
 /// evaluate the name (the manager declared it, or it is registered at run time; the policy
 /// starts one worker to learn), `no-match` when they never will.
 fn verdict(
@@ -357,6 +361,9 @@ fn verdict(
     environment: &str,
     context: &Context<'_>,
 ) -> Verdict {
+    if let Some(walltime_ms) = walltime_of(environment) {
+        return walltime_verdict(entry.state.usable_ms, walltime_ms);
+    }
     if let Some(verdict) = answered(workers).get(environment) {
         return *verdict;
     }

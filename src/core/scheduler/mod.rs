@@ -283,8 +283,10 @@ impl Scheduler {
     pub fn explain(&self, now: u64, task: TaskId) -> Option<Vec<String>> {
         let mut lines = self.tasks.explain(now, task)?;
         if let Some((group, _)) = self.tasks.task_group(task) {
-            let (caps, envs) = (&group.spec.capabilities, &group.spec.environments);
-            lines.extend(self.managers.explain(&self.context(now), caps, envs));
+            let spec = &group.spec;
+            let context = self.context(now);
+            let (caps, envs) = (&spec.capabilities, &spec.environments);
+            lines.extend(self.managers.explain(&context, caps, envs, spec.timeout_ms));
         }
         Some(lines)
     }

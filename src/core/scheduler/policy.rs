@@ -2,7 +2,7 @@
 //! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
 
 use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler};
-use crate::core::scaling::{Decision, Tier, validate_decisions};
+use crate::core::scaling::{Decision, Tier, is_reserved_environment, validate_decisions};
 use crate::core::tasks::Loss;
 use crate::proto::{ErrorCode, ManagerState, PolicyReport, Response, ToManager};
 
@@ -43,7 +43,16 @@ impl Scheduler {
         self.manager_heartbeat(now, state);
     }
 
-    pub(super) fn manager_heartbeat(&mut self, now: u64, state: ManagerState) {
+    pub(super) fn manager_heartbeat(&mut self, now: u64, mut state: ManagerState) {
+        // The scheduler's own environment names (walltimes) are not taken from a manager: users
+        // cannot give them (`--env-plugin` and `env register` take letters, digits, `_`, `-`).
+        state.environments.retain(|def| {
+            let reserved = is_reserved_environment(&def.name);
+            if reserved {
+                tracing::warn!(manager = %state.id, name = %def.name, "ignored an environment of a reserved name");
+            }
+            !reserved
+        });
         // Back after being forgotten: its workers are its own again.
         self.orphaned.remove(&state.id);
         self.tasks
@@ -155,11 +164,13 @@ impl Scheduler {
             registered: self.tasks.registered_environments(),
         };
         let managers = &self.managers;
-        let failed = self
-            .tasks
-            .fail_unschedulable(now, timeout, |capabilities, environments| {
-                managers.could_serve(&context, capabilities, environments)
-            });
+        let failed = self.tasks.fail_unschedulable(
+            now,
+            timeout,
+            |capabilities, environments, timeout_ms| {
+                managers.could_serve(&context, capabilities, environments, timeout_ms)
+            },
+        );
         if failed > 0 {
             tracing::warn!(
                 failed,

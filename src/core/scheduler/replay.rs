@@ -55,6 +55,11 @@ impl Scheduler {
                     self.tasks.restore_started(task, attempts);
                 }
             }
+            Record::Cut(tasks) => {
+                for (task, cuts) in tasks {
+                    self.tasks.restore_cuts(task, cuts);
+                }
+            }
             Record::PolicySet {
                 name,
                 component,
@@ -142,6 +147,9 @@ impl Scheduler {
             });
             if !held.started.is_empty() {
                 records.push(Record::Started(held.started));
+            }
+            if !held.cuts.is_empty() {
+                records.push(Record::Cut(held.cuts));
             }
             if !held.finals.is_empty() {
                 records.push(Record::Final(held.finals));

@@ -2,6 +2,7 @@
 //! (a group's spec and component once per worker, then assignments).
 
 use super::{Action, ConnectionId, Link, Record, Scheduler};
+use crate::core::scaling::is_reserved_environment;
 use crate::core::tasks::{self, Loss};
 use std::collections::BTreeMap;
 
@@ -11,8 +12,21 @@ use crate::proto::{
 };
 
 impl Scheduler {
-    pub(super) fn worker_joined(&mut self, now: u64, connection: ConnectionId, info: WorkerInfo) {
+    pub(super) fn worker_joined(
+        &mut self,
+        now: u64,
+        connection: ConnectionId,
+        mut info: WorkerInfo,
+    ) {
         tracing::info!(name = %info.name, slots = info.slots, "worker joined");
+        // As for a manager: the scheduler's own environment names are not taken from a worker.
+        info.local_environments.retain(|name| {
+            let reserved = is_reserved_environment(name);
+            if reserved {
+                tracing::warn!(worker = %info.name, %name, "ignored an environment of a reserved name");
+            }
+            !reserved
+        });
         let claimed = info.running.len() + info.finished.len();
         let (worker, refused) = match self.tasks.worker_joined(now, info) {
             Ok(joined) => joined,
@@ -262,6 +276,7 @@ impl Scheduler {
                     tracing::info!(job, "job forgotten (--forget-after)");
                     self.journal(Record::Forget { job });
                 }
+                tasks::Action::Cut(cuts) => self.journal(Record::Cut(cuts)),
                 tasks::Action::Finished { job, task } => {
                     touched.insert(job);
                     if self.watchers.contains_key(&job)

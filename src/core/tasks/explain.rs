@@ -12,6 +12,13 @@ impl Tasks {
             "task {id} (job {}) is {:?}, {} attempt(s)",
             group.job, task.state, task.attempts
         )];
+        if task.cuts > 0 {
+            lines.push(format!(
+                "cut short {} time(s) by the end of its worker's allocation (walltime; no \
+                 attempt spent); requeued at most {} times (--max-walltime-requeues)",
+                task.cuts, self.config.max_walltime_requeues
+            ));
+        }
         let needs: Vec<String> = class
             .capabilities
             .iter()
@@ -114,11 +121,11 @@ impl Tasks {
                     }
                 }
                 if !could_run && !self.workers.is_empty() {
-                    let ever: Vec<&Worker> = self
+                    let (ever, short): (Vec<&Worker>, Vec<&Worker>) = self
                         .workers
                         .values()
                         .filter(|w| could_ever_run(w, class, &self.environments))
-                        .collect();
+                        .partition(|w| w.outlives(class, now));
                     let decided = ever.iter().any(|w| {
                         class
                             .environments
@@ -129,6 +136,14 @@ impl Tasks {
                         "waiting for a qualifying worker to free a slot".into()
                     } else if !ever.is_empty() {
                         "waiting for workers to evaluate its environments".into()
+                    } else if !short.is_empty() {
+                        format!(
+                            "no live worker can ever run it: {} would qualify, but their \
+                             allocations end before its timeout ({} s) would; it waits for a \
+                             worker with time for it to join",
+                            short.len(),
+                            class.timeout_ms as f64 / 1000.0
+                        )
                     } else {
                         "no live worker can ever run it: it waits for one that qualifies to join"
                             .into()

@@ -13,7 +13,9 @@
 //!   `prefetch` tasks beyond its slots, waiting there (with their amounts held); they are handed
 //!   out only when every fitting worker's slots are full, and taken back for an idle worker.
 //! - A lost worker's running tasks are requeued at the front of their queue while attempts
-//!   remain (`retries + 1` runs in all), otherwise they fail.
+//!   remain (`retries + 1` runs in all), otherwise they fail. A run cut short by the end of its
+//!   worker's allocation (walltime) spends no attempt, but a task cut short more than
+//!   `max_walltime_requeues` times fails (it would never finish in such allocations).
 //! - A report for a task that is not running on the reporting worker (late, duplicate, or from a
 //!   worker already declared lost) is ignored: every task is finished exactly once.
 
@@ -56,6 +58,14 @@ pub const MAX_SPARED: u32 = 2;
 /// Most tasks one submission may create.
 pub const MAX_TASKS_PER_SUBMIT: u64 = 10_000_000;
 
+/// A worker lost this close to the end of its allocation (or after it), whatever the way, was
+/// cut off by it: its workers leave at that moment, which the scheduler knows to within the
+/// registration's transit.
+pub const WALLTIME_SLACK_MS: u64 = 10_000;
+
+/// Default of [`Config::max_walltime_requeues`] (`scheduler --max-walltime-requeues`).
+pub const MAX_WALLTIME_REQUEUES: u32 = 3;
+
 #[derive(Clone, Debug)]
 pub struct Config {
     /// A worker silent for longer than this is lost.
@@ -77,6 +87,9 @@ pub struct Config {
     /// out only once every worker that can run them has its slots full; taken back (without
     /// spending an attempt) for a worker with a free slot that nothing queued fits. 0: none.
     pub prefetch: u32,
+    /// A task whose run was cut short by the end of its worker's allocation (walltime) is
+    /// requeued without spending an attempt, this many times; cut short once more, it fails.
+    pub max_walltime_requeues: u32,
 }
 
 impl Default for Config {
@@ -87,6 +100,7 @@ impl Default for Config {
             fence_ms: 0,
             undrain_ms: 20_000,
             prefetch: 0,
+            max_walltime_requeues: MAX_WALLTIME_REQUEUES,
         }
     }
 }
@@ -124,6 +138,9 @@ pub enum Action {
     Finished { job: JobId, task: TaskId },
     /// A finished job was forgotten after `forget_after_ms` (the shell journals it).
     Forgot { job: JobId },
+    /// Runs cut short by the end of their worker's allocation: (task, times so far). The shell
+    /// journals them, so the cap holds across a restart.
+    Cut(Vec<(TaskId, u32)>),
     /// A forgotten job was dropped: its groups are gone, and so are the wasm components no held
     /// task uses any more (the shell frees their bytes and tells the workers that have them).
     Dropped {
@@ -152,6 +169,9 @@ struct Task {
     state: TaskState,
     /// Runs started.
     attempts: u32,
+    /// Runs cut short by the end of their worker's allocation (walltime), which spend no
+    /// attempt; capped by [`Config::max_walltime_requeues`]. (u16: it fits in the padding.)
+    cuts: u16,
     /// The worker holding its resources (running, or canceled but not yet confirmed).
     worker: Option<WorkerId>,
     /// The worker process it was last handed to ([`WorkerInfo::instance`]; 0: none, or not
@@ -189,6 +209,8 @@ pub struct HeldJob {
     pub finals: Vec<(TaskId, TaskState, Outcome, u32)>,
     /// (task, attempts) of its unfinished tasks that were handed to a worker.
     pub started: Vec<(TaskId, u32)>,
+    /// (task, runs cut short by an allocation's end) of its tasks that have any.
+    pub cuts: Vec<(TaskId, u32)>,
     pub forgotten: bool,
 }
 

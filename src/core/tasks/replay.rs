@@ -26,6 +26,7 @@ impl Tasks {
             let mut groups = Vec::new();
             let mut finals = Vec::new();
             let mut started = Vec::new();
+            let mut cuts = Vec::new();
             for &(first, n) in &job.tasks {
                 let Some(group) = self
                     .tasks
@@ -44,6 +45,9 @@ impl Tasks {
                     },
                 });
                 for task in first..first + n {
+                    if let Some(t) = self.task(task).filter(|t| t.cuts > 0) {
+                        cuts.push((task, u32::from(t.cuts)));
+                    }
                     if let Some((state, outcome, attempts)) = self.final_record(task) {
                         finals.push((task, state, outcome, attempts));
                     } else if let Some(t) = self.task(task).filter(|t| t.attempts > 0) {
@@ -56,6 +60,7 @@ impl Tasks {
                 groups,
                 finals,
                 started,
+                cuts,
                 forgotten: job.forgotten,
             });
         }
@@ -105,6 +110,18 @@ impl Tasks {
         {
             task.attempts = task.attempts.max(attempts);
         }
+    }
+
+    /// Replaying the journal: a task's runs were cut short `cuts` times by allocation ends.
+    pub fn restore_cuts(&mut self, id: TaskId, cuts: u32) {
+        if let Some(task) = self.task_mut(id) {
+            task.cuts = task.cuts.max(u16::try_from(cuts).unwrap_or(u16::MAX));
+        }
+    }
+
+    /// How many runs of a task were cut short by the end of their worker's allocation.
+    pub fn cuts(&self, id: TaskId) -> u32 {
+        self.task(id).map_or(0, |t| u32::from(t.cuts))
     }
 
     /// After the journal's replay: its unfinished tasks that were handed to a worker may still

@@ -1,6 +1,7 @@
 //! Matching queued tasks to free workers, finishing them, fences, and what the policy is told.
 
 use super::*;
+use crate::core::scaling::walltime_environment;
 
 /// Whether `worker` could ever run tasks of `class` (once its slots and amounts are free): it has
 /// the capabilities, and every environment matches there, or its verdict is still pending.
@@ -21,6 +22,9 @@ pub(super) fn could_ever_run(
                 None => worker.evaluates(env, known),
             })
 }
+
+/// What makes a demand group: capabilities, and environments (walltime names included).
+type GroupKey<'a> = (&'a [(String, u64)], Vec<String>);
 
 impl Tasks {
     /// Place queued tasks on workers with room (and time left for them): first every free
@@ -251,15 +255,16 @@ impl Tasks {
     }
 
     /// `--unschedulable-timeout`: fail the queued tasks nothing can ever run. Queued tasks of a
-    /// class are unschedulable while no live worker has the capabilities and a `match` (or a
-    /// verdict still pending) on every environment they name, and `managers_could_serve` says
-    /// no worker manager could start one either. Once that has held for `timeout_ms` they fail,
+    /// class are unschedulable while no live worker has the capabilities, a `match` (or a
+    /// verdict still pending) on every environment they name and time left for their timeout,
+    /// and `managers_could_serve` (capabilities, environments, timeout) says no worker manager
+    /// could start one either. Once that has held for `timeout_ms` they fail,
     /// saying why. Returns how many failed.
     pub fn fail_unschedulable(
         &mut self,
         now: u64,
         timeout_ms: u64,
-        managers_could_serve: impl Fn(&[(String, u64)], &[String]) -> bool,
+        managers_could_serve: impl Fn(&[(String, u64)], &[String], u64) -> bool,
     ) -> u64 {
         let waiting: HashSet<usize> = self
             .queued_by_class
@@ -276,8 +281,10 @@ impl Tasks {
             let workers_could = self
                 .workers
                 .values()
-                .any(|w| could_ever_run(w, class, &self.environments));
-            if workers_could || managers_could_serve(&class.capabilities, &class.environments) {
+                .any(|w| could_ever_run(w, class, &self.environments) && w.outlives(class, now));
+            let managers_could =
+                managers_could_serve(&class.capabilities, &class.environments, class.timeout_ms);
+            if workers_could || managers_could {
                 self.unschedulable_since.remove(&class_id);
                 continue;
             }
@@ -290,9 +297,13 @@ impl Tasks {
                 .iter()
                 .map(|(n, v)| format!("{n}={v}"))
                 .collect();
+            let walltime = match class.timeout_ms {
+                0 => String::new(),
+                ms => format!(", time for its timeout of {} s", ms as f64 / 1000.0),
+            };
             let message = format!(
                 "unschedulable: for {:.1} s no live worker or worker manager could run it \
-                 (it needs capabilities [{}], environments [{}])",
+                 (it needs capabilities [{}], environments [{}]{walltime})",
                 timeout_ms as f64 / 1000.0,
                 needs.join(", "),
                 class.environments.join(", ")
@@ -321,7 +332,10 @@ impl Tasks {
         failed
     }
 
-    /// Queued and running tasks grouped by what they need, for the scaling policy.
+    /// Queued and running tasks grouped by what they need, for the scaling policy. Tasks with
+    /// a timeout also name its [`walltime_environment`] (on which each manager has a verdict
+    /// by its usable time per worker); classes that differ only within one walltime bucket
+    /// are one group.
     pub fn demand(&self) -> Vec<crate::core::scaling::Demand> {
         let queued: BTreeMap<usize, u64> = self
             .queued_by_class
@@ -340,14 +354,33 @@ impl Tasks {
         let classes: HashSet<usize> = queued.keys().chain(running.keys()).copied().collect();
         let mut classes: Vec<usize> = classes.into_iter().collect();
         classes.sort_unstable();
-        classes
-            .into_iter()
-            .map(|c| crate::core::scaling::Demand {
-                capabilities: self.classes[c].capabilities.clone(),
-                environments: self.classes[c].environments.clone(),
-                queued: u32::try_from(queued.get(&c).copied().unwrap_or(0)).unwrap_or(u32::MAX),
-                running: u32::try_from(running.get(&c).copied().unwrap_or(0)).unwrap_or(u32::MAX),
-            })
-            .collect()
+        let mut groups: Vec<crate::core::scaling::Demand> = Vec::with_capacity(classes.len());
+        let mut index: HashMap<GroupKey<'_>, usize> = HashMap::new();
+        for c in classes {
+            let class = &self.classes[c];
+            let mut environments = class.environments.clone();
+            environments.extend(walltime_environment(class.timeout_ms));
+            let count = |counts: &BTreeMap<usize, u64>| {
+                u32::try_from(counts.get(&c).copied().unwrap_or(0)).unwrap_or(u32::MAX)
+            };
+            let key = (class.capabilities.as_slice(), environments.clone());
+            match index.get(&key) {
+                Some(&at) => {
+                    let group = &mut groups[at];
+                    group.queued = group.queued.saturating_add(count(&queued));
+                    group.running = group.running.saturating_add(count(&running));
+                }
+                None => {
+                    index.insert(key, groups.len());
+                    groups.push(crate::core::scaling::Demand {
+                        capabilities: class.capabilities.clone(),
+                        environments,
+                        queued: count(&queued),
+                        running: count(&running),
+                    });
+                }
+            }
+        }
+        groups
     }
 }

@@ -198,6 +198,7 @@ impl Tasks {
                     group: gid,
                     state: TaskState::Queued,
                     attempts: 0,
+                    cuts: 0,
                     worker: None,
                     holder: 0,
                     outcome: None,

@@ -315,6 +315,12 @@ impl Tasks {
         let fence = (loss == Loss::Silent && self.config.fence_ms > 0)
             .then(|| w.last_seen.saturating_add(self.config.fence_ms))
             .filter(|until| *until > now);
+        // Its allocation ended (or is about to): what ran there was cut short by it, whichever
+        // way the end came (the worker left, its unit stopped it, Slurm killed it).
+        let cut = w
+            .ends_at
+            .is_some_and(|end| now.saturating_add(WALLTIME_SLACK_MS) >= end);
+        let mut cuts = Vec::new();
         let mut running: Vec<TaskId> = w.running.into_iter().collect();
         running.sort_unstable();
         // Requeue in reverse so the front of the queue keeps the original order.
@@ -340,9 +346,22 @@ impl Tasks {
             if loss == Loss::Stopped || never_started {
                 task.attempts = task.attempts.saturating_sub(1);
             }
-            let (gid, attempts) = (task.group, task.attempts);
+            if cut && !w.waiting.contains(&id) {
+                task.cuts = task.cuts.saturating_add(1);
+                cuts.push((id, u32::from(task.cuts)));
+            }
+            let (gid, attempts, times_cut) = (task.group, task.attempts, u32::from(task.cuts));
             let group = self.groups[&gid].clone();
-            if attempts > group.spec.retries {
+            let max_cuts = self.config.max_walltime_requeues;
+            if cut && times_cut > max_cuts {
+                let message = format!(
+                    "cut short by the end of its worker's allocation (walltime) {times_cut} \
+                     times; gave up after {max_cuts} walltime requeues (--max-walltime-requeues): \
+                     give it a --timeout, so that it goes only to workers with time for it, or \
+                     run it where allocations are longer"
+                );
+                self.finish(id, TaskState::Failed, Outcome::Error { message });
+            } else if attempts > group.spec.retries {
                 let message =
                     format!("worker {worker} lost ({reason}); gave up after {attempts} attempts");
                 self.finish(id, TaskState::Failed, Outcome::Error { message });
@@ -356,6 +375,9 @@ impl Tasks {
                     None => self.requeue_front(id),
                 }
             }
+        }
+        if !cuts.is_empty() {
+            self.actions.push(Action::Cut(cuts));
         }
         self.drop_forgotten();
     }

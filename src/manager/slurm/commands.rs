@@ -252,6 +252,7 @@ mod tests {
             unit: None,
             ends_at: None,
             leave_before: Duration::from_secs(30),
+            usable: None,
         };
         let slurm = SlurmBackend {
             unit_size: 2,

@@ -32,6 +32,10 @@ pub struct ManagerState {
     /// Its units (a Slurm job, a command-backend unit; a worker process of its own), live ones
     /// first, then the last that ended (at most [`UNITS_ENDED_KEPT`]), for `weir managers`.
     pub units: Vec<UnitReport>,
+    /// Milliseconds each worker it starts may run tasks (a Slurm manager's `--time-limit` less
+    /// `--leave-before`); `None`: no limit. A task whose timeout is longer never runs on its
+    /// workers: the policy is not asked to start them for it, and `weir explain` says so.
+    pub usable_ms: Option<u64>,
 }
 
 /// How many ended units a manager keeps reporting.

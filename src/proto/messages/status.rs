@@ -95,6 +95,9 @@ pub struct ManagerStatus {
     pub live: u32,
     pub starting: u32,
     pub reason: String,
+    /// Milliseconds each worker it starts may run tasks (a Slurm manager's walltime less
+    /// `--leave-before`); `None`: no limit. Tasks with a longer timeout are not scaled for here.
+    pub usable_ms: Option<u64>,
 }
 
 /// A manager and its units, for `weir managers` (an allocation view).

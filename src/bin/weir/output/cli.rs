@@ -144,8 +144,12 @@ impl Output for Cli {
                 (None, None) => "unlisted".to_string(),
             };
             let desired = m.desired.map_or("-".to_string(), |d| d.to_string());
+            // Its workers' walltime: tasks with a longer --timeout are not scaled for here.
+            let usable = m.usable_ms.map_or(String::new(), |ms| {
+                format!(", tasks up to {} s", ms as f64 / 1000.0)
+            });
             println!(
-                "  {:<16} {:<10} {:<11} {} desired {desired}, live {}, starting {}  ({})",
+                "  {:<16} {:<10} {:<11} {} desired {desired}, live {}, starting {}{usable}  ({})",
                 m.id,
                 m.worker_type,
                 tier,

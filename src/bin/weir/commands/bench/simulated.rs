@@ -291,6 +291,7 @@ async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
         exited: vec![],
         backend: String::new(),
         units: vec![],
+        usable_ms: None,
     };
     drop(permit);
     let _ = ready.send(());

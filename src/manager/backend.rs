@@ -47,6 +47,24 @@ impl Backend {
         }
     }
 
+    /// Stopped by a signal, it leaves its workers running (`--on-stop leave`, Slurm only: the
+    /// next manager with its id adopts its jobs). The process and command backends cannot
+    /// adopt what they leave, so they always stop their workers.
+    pub(super) fn leaves_on_stop(&self) -> bool {
+        match self {
+            Backend::Slurm(jobs) => jobs.leaves_on_stop(),
+            Backend::Process(_) | Backend::Command(_) => false,
+        }
+    }
+
+    /// What it leaves running, for the log.
+    pub(super) fn left(&self) -> usize {
+        match self {
+            Backend::Slurm(jobs) => jobs.job_count(),
+            Backend::Process(_) | Backend::Command(_) => 0,
+        }
+    }
+
     pub(super) async fn stop_all(&mut self) {
         match self {
             Backend::Process(pool) => pool.stop_all().await,

@@ -206,11 +206,16 @@ impl Jobs {
     }
 
     /// Tell a unit to end from inside: SIGTERM to its batch step (the unit's manager), which
-    /// stops its workers and exits 0, so the job ends COMPLETED, not CANCELLED.
-    pub(super) async fn end_from_inside(&self, job: &str) {
+    /// stops its workers and exits 0, so the job ends COMPLETED, not CANCELLED. False if Slurm
+    /// could not be told.
+    pub(super) async fn end_from_inside(&self, job: &str) -> bool {
         let args = ["--batch", "--signal=TERM", job].map(String::from);
-        if let Err(error) = run("scancel", &args, None, COMMAND_TIMEOUT).await {
-            tracing::warn!(job, %error, "scancel --signal failed; the job is cancelled later");
+        match run("scancel", &args, None, COMMAND_TIMEOUT).await {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(job, %error, "scancel --signal failed; the job is cancelled later");
+                false
+            }
         }
     }
 

@@ -160,10 +160,11 @@ impl Jobs {
             tracing::info!(job, ?after, "unit registered");
         }
         for (job, why) in step.stop {
-            let from_inside = why == Why::Drained;
+            let mut from_inside = why == Why::Drained;
             if from_inside {
                 tracing::info!(job, "unit drained: telling it to end");
-                self.end_from_inside(&job).await;
+                // Not told: cancelled in the next rounds, as after a failed `scancel`.
+                from_inside = self.end_from_inside(&job).await;
             } else {
                 tracing::info!(job, ?why, "cancelling unit");
                 self.scancel(&job).await;

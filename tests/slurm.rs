@@ -300,6 +300,25 @@ fn a_manager_stopped_by_sigterm_leaves_its_busy_jobs_to_the_next_which_adopts_th
 
 #[test]
 #[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_manager_stopped_by_sigterm_cancels_the_jobs_still_queued() {
+    require_slurm();
+    let id = unique_id("leavequeued");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    // Held: its job waits in the queue, with no work in it.
+    let manager = slurm_manager(&mut cluster, &id, "hpc", 1, &["--sbatch-arg=--hold"]);
+    submit(&cluster, &[], "true");
+    while jobs(&id).is_empty() {
+        pause();
+    }
+    common::signal(cluster.workers[manager].id(), "-TERM");
+    let status = cluster.workers[manager].wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(jobs(&id).is_empty(), "{:?}", jobs(&id));
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
 fn a_manager_told_to_cancel_on_stop_cancels_its_jobs() {
     require_slurm();
     let id = unique_id("oncancel");

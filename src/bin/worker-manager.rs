@@ -106,9 +106,10 @@ struct Args {
     #[arg(long, default_value_t = weir::manager::command::DEFAULT_MAX_PENDING, value_name = "N")]
     max_pending: usize,
     /// Slurm backend: what a SIGTERM or SIGINT of this manager does to its jobs. `leave`
-    /// (default): they run on, their workers keep their tasks, and the next manager with this
-    /// --id adopts them (a service restart loses no work; if none comes back, the scheduler
-    /// dismisses their idle workers after --manager-forget-after and the jobs end). `cancel`:
+    /// (default): running jobs run on, their workers keep their tasks, and the next manager
+    /// with this --id adopts them (a service restart loses no work; if none comes back, the
+    /// scheduler dismisses their idle workers after its --manager-forget-after and the jobs
+    /// end); jobs still queued hold no work and are cancelled. `cancel`:
     /// scancel every job (their running tasks are requeued). The process and command backends
     /// always stop their workers.
     #[arg(long, value_enum, value_name = "WHAT", help_heading = "Slurm backend")]

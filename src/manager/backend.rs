@@ -57,11 +57,10 @@ impl Backend {
         }
     }
 
-    /// What it leaves running, for the log.
-    pub(super) fn left(&self) -> usize {
-        match self {
-            Backend::Slurm(jobs) => jobs.job_count(),
-            Backend::Process(_) | Backend::Command(_) => 0,
+    /// Stopped by a signal, leaving its workers running ([`Backend::leaves_on_stop`]).
+    pub(super) async fn leave(&mut self) {
+        if let Backend::Slurm(jobs) = self {
+            jobs.leave().await;
         }
     }
 

@@ -33,10 +33,7 @@ pub async fn run(
     .await;
     let mut backend = pool.lock().await;
     if ended.is_ok() && backend.leaves_on_stop() {
-        tracing::info!(
-            units = backend.left(),
-            "leaving its units running: the next manager with this id adopts them"
-        );
+        backend.leave().await;
     } else {
         backend.stop_all().await;
     }

@@ -36,7 +36,7 @@ impl Unit {
     }
 
     /// Waiting in the engine's queue: neither running nor registered.
-    fn pending(&self) -> bool {
+    pub fn pending(&self) -> bool {
         !self.registered && !self.running && !self.ending
     }
 }

@@ -26,8 +26,9 @@
 //! Slurm's queue at once. A job with a registered worker is cancelled only when the scheduler
 //! has drained all of its workers.
 //!
-//! Stopped by a signal, the manager leaves its jobs running by default (`--on-stop leave`): their
-//! workers keep their tasks, and the next manager with this id adopts them, as after a crash. It
+//! Stopped by a signal, the manager leaves its running jobs by default (`--on-stop leave`): their
+//! workers keep their tasks, and the next manager with this id adopts them, as after a crash
+//! (jobs still waiting in the queue hold no work, and are cancelled). It
 //! does not say goodbye, so the scheduler keeps its workers, and dismisses the idle ones (their
 //! units then end) only if no manager with this id is back within `--manager-forget-after`.
 //! `--on-stop cancel` cancels every job instead (their running tasks are requeued).
@@ -136,9 +137,22 @@ impl Jobs {
         self.slurm.leave_on_stop
     }
 
-    /// The jobs this manager knows, for its last words.
-    pub fn job_count(&self) -> usize {
-        self.book.units.len()
+    /// Stopped by a signal with `--on-stop leave`: the jobs that run are left to the next
+    /// manager with this id; those still waiting in the queue hold no work and are cancelled,
+    /// or one starting after the scheduler forgot this manager would have nobody to end it.
+    pub async fn leave(&mut self) {
+        let (waiting, running): (Vec<Unit>, Vec<Unit>) = std::mem::take(&mut self.book.units)
+            .into_iter()
+            .partition(Unit::pending);
+        for job in waiting {
+            tracing::info!(job = %job.id, "cancelling a unit still waiting in the queue");
+            self.scancel(&job.id).await;
+        }
+        let left: Vec<&str> = running.iter().map(|j| j.id.as_str()).collect();
+        tracing::info!(
+            jobs = ?left,
+            "leaving its running units: the next manager with this id adopts them"
+        );
     }
 
     /// Poll Slurm, then move toward `desired` workers in whole jobs. A failed command is not an

@@ -48,7 +48,9 @@ pub enum CommandError {
 /// After a failure of the backend: no capacity and no new unit for a while (1 s, doubling with
 /// each failed round in a row to 60 s), so the waterfall spills to the next tier meanwhile.
 /// A round is one poll: several units found late or ended in it are one failure, not several
-/// (one event, such as a full queue or a down controller, fails them together). Until a unit
+/// (one event, such as a full queue or a down controller, fails them together); so are failures
+/// found while already backing off (no unit was started since: they are of the same batch,
+/// found a poll later because they were submitted a little later). Until a unit
 /// comes up again it is `recovering`: units are started one at a time, not the whole batch.
 #[derive(Debug, Default)]
 pub struct Backoff {
@@ -71,6 +73,12 @@ impl Backoff {
         let Some(first) = errors.first() else {
             return;
         };
+        if self.active(now) {
+            for error in &errors {
+                tracing::warn!(%error, "backend failure while backing off: the same event");
+            }
+            return;
+        }
         self.failures += 1;
         let delay = Self::delay(self.failures);
         let more = errors.len() - 1;
@@ -255,6 +263,9 @@ mod tests {
         // Four units late in the same poll: one failure, a 1 s wait.
         backoff.fail(vec![late("1"), late("2"), late("3"), late("4")], t0);
         assert!(backoff.active(t0 + Duration::from_millis(999)));
+        assert!(!backoff.active(t0 + Duration::from_secs(1)));
+        // Another found late a poll later, while backing off: the same event, no longer wait.
+        backoff.fail(vec![late("5")], t0 + Duration::from_millis(200));
         assert!(!backoff.active(t0 + Duration::from_secs(1)));
         // The next round fails too: 2 s.
         let t1 = t0 + Duration::from_secs(1);

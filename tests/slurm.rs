@@ -192,7 +192,7 @@ fn gated(gate: &Path) -> String {
 
 #[test]
 #[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
-fn a_burst_goes_through_sbatch_and_idle_units_are_cancelled() {
+fn a_burst_goes_through_sbatch_and_idle_units_end_completed() {
     require_slurm();
     let id = unique_id("burst");
     let _cancel = CancelJobs(id.clone());

@@ -190,6 +190,27 @@ fn gated(gate: &Path) -> String {
     )
 }
 
+/// A `program` of the test's own first in a `PATH` (returned, for the manager): a shell script of
+/// `body`, given the path of the real one.
+fn fake_first_in_path(cluster: &Cluster, program: &str, body: impl Fn(&str) -> String) -> String {
+    let bin = cluster.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let real = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .unwrap();
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    assert!(!real.is_empty(), "no {program} in PATH");
+    let fake = bin.join(program);
+    std::fs::write(&fake, format!("#!/bin/sh\n{}\n", body(&real))).unwrap();
+    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 #[test]
 #[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
 fn a_burst_goes_through_sbatch_and_idle_units_end_completed() {
@@ -599,32 +620,16 @@ fn a_scancel_that_fails_is_run_again_and_no_job_outlives_the_demand() {
         Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
     // A `scancel` first in the manager's PATH that fails while the flag file exists (slurmctld
     // away, say), and otherwise runs the real one.
-    let bin = cluster.dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
     let flag = cluster.dir.path().join("scancel-fails");
     let failed = cluster.dir.path().join("scancel-failed");
-    let real = Command::new("sh")
-        .args(["-c", "command -v scancel"])
-        .output()
-        .unwrap();
-    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
-    let fake = bin.join("scancel");
-    std::fs::write(
-        &fake,
+    let path = fake_first_in_path(&cluster, "scancel", |real| {
         format!(
-            "#!/bin/sh\nif [ -e {} ]; then echo \"$@\" >> {}; echo 'connection refused' >&2; exit 1; fi\nexec {real} \"$@\"\n",
+            "if [ -e {} ]; then echo \"$@\" >> {}; echo 'connection refused' >&2; exit 1; fi\nexec {real} \"$@\"",
             flag.display(),
             failed.display()
-        ),
-    )
-    .unwrap();
-    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+        )
+    });
     std::fs::write(&flag, "").unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let output = cluster.dir.path().join("job-%j.out");
     let mut manager = cluster.launcher().command("worker-manager").unwrap();
     manager
@@ -677,4 +682,63 @@ fn the_jobs_of_a_manager_that_never_comes_back_end() {
     // Its idle workers are told to leave, their units end, and so do the jobs.
     await_no_jobs(&id);
     await_no_unit_processes(&id);
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn the_workers_gone_from_a_completing_job_do_not_count_as_starting() {
+    require_slurm();
+    let id = unique_id("completing");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    // A `squeue` that lists the job named in the flag file as COMPLETING (Slurm ending it, as
+    // after a scancel from outside, for as long as the test needs).
+    let flag = cluster.dir.path().join("completing");
+    let path = fake_first_in_path(&cluster, "squeue", |real| {
+        format!(
+            "job=$(cat {} 2>/dev/null)\n{real} \"$@\" | sed \"s/^$job RUNNING\\$/$job COMPLETING/\"",
+            flag.display()
+        )
+    });
+    let output = cluster.dir.path().join("job-%j.out");
+    let mut manager = cluster.launcher().command("worker-manager").unwrap();
+    manager
+        .args([
+            "--heartbeat-interval",
+            "0.2",
+            "--backend",
+            "slurm",
+            "--id",
+            &id,
+        ])
+        .args(["--worker-type", "hpc", "--max-task-concurrency", "1"])
+        .args(["--job-output", output.to_str().unwrap()])
+        .env("PATH", path);
+    let child = manager.spawn().unwrap();
+    cluster.keep(child);
+    // One task runs, one waits: the manager wants its one job throughout.
+    let gate = cluster.dir.path().join("gate");
+    submit(&cluster, &["--count", "2"], &gated(&gate));
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    let listed = jobs(&id);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    // The job is ending: its unit's manager is frozen (it would start the worker again) and
+    // its worker stops, requeueing its task.
+    std::fs::write(&flag, &listed[0].0).unwrap();
+    let unit_manager = processes_with(&format!(
+        "--id\u{0}{id}\u{0}--worker-type\u{0}hpc\u{0}--slots\u{0}"
+    ));
+    assert_eq!(unit_manager.len(), 1, "{unit_manager:?}");
+    // Its worker is its child (the worker's own guard process is the worker's).
+    let workers = common::children_of(unit_manager[0]);
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    common::signal(unit_manager[0], "-STOP");
+    common::signal(workers[0], "-TERM");
+    // Gone, and not taken for one starting while Slurm finishes the job (which stays listed).
+    cluster.await_status(|s| {
+        s["tasks"]["queued"] == 2
+            && common::manager(s, &id).is_some_and(|m| m["live"] == 0 && m["starting"] == 0)
+    });
+    assert_eq!(jobs(&id), listed, "still the one job, still listed");
+    common::signal(unit_manager[0], "-CONT");
 }

@@ -29,11 +29,15 @@ pub enum LogFormat {
     Json,
 }
 
+/// Colours only on a terminal: a file (a Slurm job's `--output`, a redirected log) gets plain
+/// text.
 pub fn init(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

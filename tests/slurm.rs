@@ -151,35 +151,316 @@ fn await_no_unit_processes(id: &str) {
     }
 }
 
+/// `scontrol show job -o ID`: the job's fields (Slurm keeps a finished job for `MinJobAge`,
+/// 300 s with start-slurm.sh).
+fn job_fields(job: &str) -> String {
+    let out = Command::new("scontrol")
+        .args(["show", "job", "-o", job])
+        .output()
+        .expect("scontrol runs");
+    assert!(out.status.success(), "scontrol show job {job}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One `KEY=VALUE` field of [`job_fields`].
+fn job_field(job: &str, key: &str) -> String {
+    let fields = job_fields(job);
+    fields
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {fields}"))
+        .to_string()
+}
+
+/// The Slurm job of a worker named `MANAGER-JOBID-N`.
+fn job_of(id: &str, worker: &str) -> String {
+    worker
+        .strip_prefix(&format!("{id}-"))
+        .and_then(|rest| rest.split('-').next())
+        .filter(|job| !job.is_empty() && job.chars().all(|c| c.is_ascii_digit()))
+        .unwrap_or_else(|| panic!("ran on {worker}"))
+        .to_string()
+}
+
+/// A task that waits for `gate` to exist, then prints where it ran.
+fn gated(gate: &Path) -> String {
+    format!(
+        "while [ ! -e {} ]; do sleep 0.1; done; echo $WEIR_WORKER_NAME",
+        gate.display()
+    )
+}
+
+/// A `program` of the test's own first in a `PATH` (returned, for the manager): a shell script of
+/// `body`, given the path of the real one.
+fn fake_first_in_path(cluster: &Cluster, program: &str, body: impl Fn(&str) -> String) -> String {
+    let bin = cluster.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let real = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .unwrap();
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    assert!(!real.is_empty(), "no {program} in PATH");
+    let fake = bin.join(program);
+    std::fs::write(&fake, format!("#!/bin/sh\n{}\n", body(&real))).unwrap();
+    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 #[test]
 #[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
-fn a_burst_goes_through_sbatch_and_idle_units_are_cancelled() {
+fn a_burst_goes_through_sbatch_and_idle_units_end_completed() {
     require_slurm();
     let id = unique_id("burst");
     let _cancel = CancelJobs(id.clone());
     let mut cluster =
         Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
     // Two jobs of two one-slot workers: a job goes only once both of its workers are drained.
-    slurm_manager(&mut cluster, &id, "hpc", 4, &["--unit-size", "2"]);
+    // Logging at info, so each job's own log (a file, not a terminal) has lines to look at.
+    let output = cluster.dir.path().join("job-%j.out");
+    let mut manager = cluster.launcher().command("worker-manager").unwrap();
+    manager
+        .args([
+            "--heartbeat-interval",
+            "0.2",
+            "--backend",
+            "slurm",
+            "--id",
+            &id,
+        ])
+        .args(["--worker-type", "hpc", "--max-task-concurrency", "4"])
+        .args(["--unit-size", "2", "--job-output", output.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(cluster.dir.path().join("manager.log")).unwrap());
+    let child = manager.spawn().unwrap();
+    cluster.keep(child);
     let job = submit(
         &cluster,
         &["--count", "8"],
         "sleep 0.5; echo $WEIR_WORKER_NAME",
     );
     // Each ran on a worker of a batch job: named MANAGER-JOBID-N.
-    for worker in ran_on(&cluster, &job, 8) {
-        let job = worker
-            .strip_prefix(&format!("{id}-"))
-            .and_then(|rest| rest.split('-').next())
-            .unwrap_or_else(|| panic!("ran on {worker}"));
-        assert!(job.chars().all(|c| c.is_ascii_digit()), "ran on {worker}");
-    }
-    // Idle after the delay: every job is cancelled, and nothing of them is left running.
+    let mut ran: Vec<String> = ran_on(&cluster, &job, 8)
+        .iter()
+        .map(|worker| job_of(&id, worker))
+        .collect();
+    ran.sort();
+    ran.dedup();
+    // Idle after the delay: every job ends, and nothing of them is left running.
     cluster.await_status(|s| {
         common::manager(s, &id).is_some_and(|m| m["live"] == 0 && m["starting"] == 0)
     });
     await_no_jobs(&id);
     await_no_unit_processes(&id);
+    // Each ended from inside (its unit's manager stopped its workers and exited 0): COMPLETED in
+    // Slurm's accounting, not CANCELLED.
+    for job in &ran {
+        assert_eq!(
+            job_field(job, "JobState"),
+            "COMPLETED",
+            "{}\n{}",
+            job_fields(job),
+            job_logs(cluster.dir.path())
+        );
+        assert_eq!(job_field(job, "ExitCode"), "0:0", "{}", job_fields(job));
+        // Its log is a file: plain text, no colour escapes.
+        let log = std::fs::read_to_string(cluster.dir.path().join(format!("job-{job}.out")))
+            .unwrap_or_default();
+        assert!(log.contains("worker started"), "{log}");
+        assert!(!log.contains('\u{1b}'), "colour escapes in a file: {log:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_manager_stopped_by_sigterm_leaves_its_busy_jobs_to_the_next_which_adopts_them() {
+    require_slurm();
+    let id = unique_id("leave");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    let first = slurm_manager(&mut cluster, &id, "hpc", 2, &[]);
+    let gate = cluster.dir.path().join("gate");
+    // No retries: a task counted as failed would fail its job.
+    let job = submit(&cluster, &["--count", "2", "--retries", "0"], &gated(&gate));
+    cluster.await_status(|s| s["tasks"]["running"] == 2);
+    let mut before = jobs(&id);
+    before.sort();
+    assert_eq!(before.len(), 2, "{before:?}");
+    // A service restart: SIGTERM, and the manager ends cleanly...
+    common::signal(cluster.workers[first].id(), "-TERM");
+    let status = cluster.workers[first].wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    // ...leaving its jobs running, their workers with their tasks.
+    let mut after = jobs(&id);
+    after.sort();
+    assert_eq!(after, before, "the jobs run on");
+    let status = cluster.json(&["status"]);
+    assert_eq!(status["tasks"]["running"], 2, "{status}");
+    // The next manager with this id adopts them; the tasks finish where they started, once.
+    slurm_manager(&mut cluster, &id, "hpc", 2, &[]);
+    cluster.await_status(|s| {
+        common::manager(s, &id).is_some_and(|m| m["online"] == true && m["live"] == 2)
+    });
+    std::fs::write(&gate, "").unwrap();
+    let mut finished_in: Vec<String> = ran_on(&cluster, &job, 2)
+        .iter()
+        .map(|worker| job_of(&id, worker))
+        .collect();
+    finished_in.sort();
+    let started_in: Vec<String> = before.iter().map(|(job, _)| job.clone()).collect();
+    assert_eq!(finished_in, started_in, "ran on in the jobs left running");
+    let results = cluster.json(&["results", &job]);
+    for result in results.as_array().unwrap() {
+        assert_eq!(result["attempts"], 1, "not run again: {result}");
+    }
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_manager_stopped_by_sigterm_cancels_the_jobs_still_queued() {
+    require_slurm();
+    let id = unique_id("leavequeued");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    // Held: its job waits in the queue, with no work in it.
+    let manager = slurm_manager(&mut cluster, &id, "hpc", 1, &["--sbatch-arg=--hold"]);
+    submit(&cluster, &[], "true");
+    while jobs(&id).is_empty() {
+        pause();
+    }
+    common::signal(cluster.workers[manager].id(), "-TERM");
+    let status = cluster.workers[manager].wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(jobs(&id).is_empty(), "{:?}", jobs(&id));
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_manager_told_to_cancel_on_stop_cancels_its_jobs() {
+    require_slurm();
+    let id = unique_id("oncancel");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    let manager = slurm_manager(&mut cluster, &id, "hpc", 1, &["--on-stop", "cancel"]);
+    let gate = cluster.dir.path().join("gate");
+    submit(&cluster, &[], &gated(&gate));
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    assert_eq!(jobs(&id).len(), 1);
+    common::signal(cluster.workers[manager].id(), "-TERM");
+    let status = cluster.workers[manager].wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    await_no_jobs(&id);
+    await_no_unit_processes(&id);
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_job_asks_slurm_for_the_cpus_and_memory_of_its_unit_unless_told_otherwise() {
+    require_slurm();
+    let id = unique_id("cpus");
+    let other = unique_id("cpusgiven");
+    let _cancel = CancelJobs(id.clone());
+    let _cancel_other = CancelJobs(other.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    // Held: the jobs wait in the queue, where Slurm shows what they asked for. A task for each
+    // manager (only its workers have the capability it asks for).
+    let unit = |capabilities: &'static str| {
+        [
+            "--unit-size",
+            "2",
+            "--slots",
+            "3",
+            "--capabilities",
+            capabilities,
+            "--sbatch-arg=--hold",
+        ]
+    };
+    slurm_manager(&mut cluster, &id, "hpc", 6, &unit("memory=100MB,a=1"));
+    let given = [
+        &unit("memory=100MB,b=1")[..],
+        &["--sbatch-arg=--cpus-per-task=5"],
+    ]
+    .concat();
+    slurm_manager(&mut cluster, &other, "hpc", 6, &given);
+    submit(&cluster, &["--cap", "a=1"], "true");
+    submit(&cluster, &["--cap", "b=1"], "true");
+    let first = |id: &str| loop {
+        if let Some((job, _)) = jobs(id).into_iter().next() {
+            break job;
+        }
+        pause();
+    };
+    // 2 workers x 3 slots; 2 x 100 MB is 191 MiB.
+    let job = first(&id);
+    assert_eq!(job_field(&job, "NumCPUs"), "6", "{}", job_fields(&job));
+    assert_eq!(
+        job_field(&job, "MinMemoryNode"),
+        "191M",
+        "{}",
+        job_fields(&job)
+    );
+    // An explicit --sbatch-arg wins.
+    let job = first(&other);
+    assert_eq!(job_field(&job, "NumCPUs"), "5", "{}", job_fields(&job));
+    assert_eq!(
+        job_field(&job, "MinMemoryNode"),
+        "191M",
+        "{}",
+        job_fields(&job)
+    );
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn at_most_max_pending_jobs_wait_and_one_at_a_time_after_a_failure() {
+    require_slurm();
+    let id = unique_id("pending");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    // Every job is held: none ever starts, each is cancelled as late after 1 s.
+    slurm_manager(
+        &mut cluster,
+        &id,
+        "hpc",
+        8,
+        &[
+            "--unit-timeout",
+            "1",
+            "--max-pending",
+            "2",
+            "--sbatch-arg=--hold",
+        ],
+    );
+    submit(&cluster, &["--count", "8"], "true");
+    let mut seen: Vec<String> = Vec::new();
+    let mut first_round: Vec<String> = Vec::new();
+    while seen.len() < 5 {
+        let now: Vec<String> = jobs(&id)
+            .into_iter()
+            .filter(|(_, state)| state == "PENDING")
+            .map(|(job, _)| job)
+            .collect();
+        assert!(now.len() <= 2, "more than --max-pending wait: {now:?}");
+        if first_round.is_empty() && !now.is_empty() {
+            first_round = now.clone();
+        }
+        let failed_once = !first_round.is_empty() && first_round.iter().all(|j| !now.contains(j));
+        let fresh: Vec<&String> = now.iter().filter(|j| !first_round.contains(j)).collect();
+        if failed_once {
+            // The first jobs were late: until one comes up, one waits at a time.
+            assert!(fresh.len() <= 1, "a batch after a failure: {now:?}");
+        }
+        for job in now {
+            if !seen.contains(&job) {
+                seen.push(job);
+            }
+        }
+        pause();
+    }
 }
 
 #[test]
@@ -433,32 +714,16 @@ fn a_scancel_that_fails_is_run_again_and_no_job_outlives_the_demand() {
         Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
     // A `scancel` first in the manager's PATH that fails while the flag file exists (slurmctld
     // away, say), and otherwise runs the real one.
-    let bin = cluster.dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
     let flag = cluster.dir.path().join("scancel-fails");
     let failed = cluster.dir.path().join("scancel-failed");
-    let real = Command::new("sh")
-        .args(["-c", "command -v scancel"])
-        .output()
-        .unwrap();
-    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
-    let fake = bin.join("scancel");
-    std::fs::write(
-        &fake,
+    let path = fake_first_in_path(&cluster, "scancel", |real| {
         format!(
-            "#!/bin/sh\nif [ -e {} ]; then echo \"$@\" >> {}; echo 'connection refused' >&2; exit 1; fi\nexec {real} \"$@\"\n",
+            "if [ -e {} ]; then echo \"$@\" >> {}; echo 'connection refused' >&2; exit 1; fi\nexec {real} \"$@\"",
             flag.display(),
             failed.display()
-        ),
-    )
-    .unwrap();
-    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+        )
+    });
     std::fs::write(&flag, "").unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let output = cluster.dir.path().join("job-%j.out");
     let mut manager = cluster.launcher().command("worker-manager").unwrap();
     manager
@@ -576,4 +841,63 @@ fn weir_managers_shows_a_held_job_pending_with_slurms_reason_then_running_by_job
     });
     assert_eq!(ended["reason"], "drained", "{ended}");
     await_no_jobs(&id);
+}
+
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn the_workers_gone_from_a_completing_job_do_not_count_as_starting() {
+    require_slurm();
+    let id = unique_id("completing");
+    let _cancel = CancelJobs(id.clone());
+    let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc", &[]);
+    // A `squeue` that lists the job named in the flag file as COMPLETING (Slurm ending it, as
+    // after a scancel from outside, for as long as the test needs).
+    let flag = cluster.dir.path().join("completing");
+    let path = fake_first_in_path(&cluster, "squeue", |real| {
+        format!(
+            "job=$(cat {} 2>/dev/null)\n{real} \"$@\" | sed \"s/^$job RUNNING\\$/$job COMPLETING/\"",
+            flag.display()
+        )
+    });
+    let output = cluster.dir.path().join("job-%j.out");
+    let mut manager = cluster.launcher().command("worker-manager").unwrap();
+    manager
+        .args([
+            "--heartbeat-interval",
+            "0.2",
+            "--backend",
+            "slurm",
+            "--id",
+            &id,
+        ])
+        .args(["--worker-type", "hpc", "--max-task-concurrency", "1"])
+        .args(["--job-output", output.to_str().unwrap()])
+        .env("PATH", path);
+    let child = manager.spawn().unwrap();
+    cluster.keep(child);
+    // One task runs, one waits: the manager wants its one job throughout.
+    let gate = cluster.dir.path().join("gate");
+    submit(&cluster, &["--count", "2"], &gated(&gate));
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    let listed = jobs(&id);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    // The job is ending: its unit's manager is frozen (it would start the worker again) and
+    // its worker stops, requeueing its task.
+    std::fs::write(&flag, &listed[0].0).unwrap();
+    let unit_manager = processes_with(&format!(
+        "--id\u{0}{id}\u{0}--worker-type\u{0}hpc\u{0}--slots\u{0}"
+    ));
+    assert_eq!(unit_manager.len(), 1, "{unit_manager:?}");
+    // Its worker is its child (the worker's own guard process is the worker's).
+    let workers = common::children_of(unit_manager[0]);
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    common::signal(unit_manager[0], "-STOP");
+    common::signal(workers[0], "-TERM");
+    // Gone, and not taken for one starting while Slurm finishes the job (which stays listed).
+    cluster.await_status(|s| {
+        s["tasks"]["queued"] == 2
+            && common::manager(s, &id).is_some_and(|m| m["live"] == 0 && m["starting"] == 0)
+    });
+    assert_eq!(jobs(&id), listed, "still the one job, still listed");
+    common::signal(unit_manager[0], "-CONT");
 }

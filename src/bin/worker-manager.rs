@@ -93,9 +93,27 @@ struct Args {
     /// Command backend: removes one unit (same placeholders).
     #[arg(long, value_name = "TEMPLATE", required_if_eq("backend", "command"))]
     stop_cmd: Option<String>,
-    /// Slurm and command backends: workers per unit (per batch job).
+    /// Slurm and command backends: workers per unit (per batch job). A Slurm job asks for one
+    /// node and one task of unit-size x (the `cpu` capability, else --slots) CPUs
+    /// (`--cpus-per-task`), and unit-size x the `memory` capability (`--mem`) when given; an
+    /// --sbatch-arg of the same kind (`--cpus-per-task`/`-c`, `--ntasks`/`-n`, `--mem...`,
+    /// `--nodes`/`-N`) replaces each.
     #[arg(long, default_value_t = 1)]
     unit_size: u32,
+    /// Slurm and command backends: most units waiting to start at once (jobs in Slurm's queue,
+    /// not running yet), so a long queue holds a few jobs rather than the whole demand. After a
+    /// failure, one at a time until a unit comes up.
+    #[arg(long, default_value_t = weir::manager::command::DEFAULT_MAX_PENDING, value_name = "N")]
+    max_pending: usize,
+    /// Slurm backend: what a SIGTERM or SIGINT of this manager does to its jobs. `leave`
+    /// (default): running jobs run on, their workers keep their tasks, and the next manager
+    /// with this --id adopts them (a service restart loses no work; if none comes back, the
+    /// scheduler dismisses their idle workers after its --manager-forget-after and the jobs
+    /// end); jobs still queued hold no work and are cancelled. `cancel`:
+    /// scancel every job (their running tasks are requeued). The process and command backends
+    /// always stop their workers.
+    #[arg(long, value_enum, value_name = "WHAT", help_heading = "Slurm backend")]
+    on_stop: Option<OnStop>,
     /// Slurm and command backends: seconds a unit may take to register (its queue wait
     /// included) before it is cancelled as failed; the manager then backs off with no capacity,
     /// so the waterfall spills to the next tier.
@@ -130,6 +148,12 @@ fn main() -> ExitCode {
     let args = Args::parse();
     weir::telemetry::init(args.common.log_format);
     weir::telemetry::exit(run(args))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnStop {
+    Leave,
+    Cancel,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -206,6 +230,14 @@ fn run(args: Args) -> Result<()> {
             "--max-task-concurrency is required (or --fixed N): how many tasks this pool may run"
         ),
     };
+    if args.on_stop == Some(OnStop::Leave) && args.backend != BackendKind::Slurm {
+        bail!(
+            "--on-stop leave is for --backend slurm: only its jobs can be adopted by the next manager"
+        );
+    }
+    if args.max_pending == 0 {
+        bail!("--max-pending must be at least 1");
+    }
     if args.backend == BackendKind::Slurm {
         // The id names its jobs (`weir-ID`): a restarted manager finds them by it.
         match &args.id {
@@ -310,6 +342,8 @@ fn run(args: Args) -> Result<()> {
                     unit_timeout: args.unit_timeout,
                     job_output: args.job_output.clone(),
                     manager_command,
+                    max_pending: args.max_pending,
+                    leave_on_stop: args.on_stop != Some(OnStop::Cancel),
                 };
                 weir::manager::Backend::Slurm(weir::manager::slurm::Jobs::new(settings, slurm))
             }
@@ -325,6 +359,7 @@ fn run(args: Args) -> Result<()> {
                     stop: args.stop_cmd.clone().unwrap_or_default(),
                     unit_size: args.unit_size,
                     unit_timeout: args.unit_timeout,
+                    max_pending: args.max_pending,
                     address,
                 };
                 weir::manager::Backend::Command(weir::manager::command::Units::new(

@@ -47,6 +47,23 @@ impl Backend {
         }
     }
 
+    /// Stopped by a signal, it leaves its workers running (`--on-stop leave`, Slurm only: the
+    /// next manager with its id adopts its jobs). The process and command backends cannot
+    /// adopt what they leave, so they always stop their workers.
+    pub(super) fn leaves_on_stop(&self) -> bool {
+        match self {
+            Backend::Slurm(jobs) => jobs.leaves_on_stop(),
+            Backend::Process(_) | Backend::Command(_) => false,
+        }
+    }
+
+    /// Stopped by a signal, leaving its workers running ([`Backend::leaves_on_stop`]).
+    pub(super) async fn leave(&mut self) {
+        if let Backend::Slurm(jobs) = self {
+            jobs.leave().await;
+        }
+    }
+
     pub(super) async fn stop_all(&mut self) {
         match self {
             Backend::Process(pool) => pool.stop_all().await,

@@ -4,9 +4,12 @@
 //!
 //! A unit runs `worker-manager --fixed {count} --id {manager_id} --unit {unit}` on the machines the
 //! cluster engine gives it, so its workers register as `{manager_id}-{unit}-{n}`. A unit none of
-//! whose workers registered within `--unit-timeout` is stopped and counts as a failure. After a
-//! failure the manager backs off (1 s, doubling to 60 s) and reports no capacity meanwhile, so
-//! the waterfall skips its tier until it recovers.
+//! whose workers registered within `--unit-timeout` is stopped and counts as a failure (all
+//! those found in one poll as one). After a failure the manager backs off (1 s, doubling to
+//! 60 s) and reports no capacity meanwhile, so the waterfall skips its tier until it recovers;
+//! until a unit registers again it starts one at a time. At most `--max-pending` units are
+//! started and not registered at once. Stopped by a signal, it runs the stop command of every
+//! unit (it could not adopt them after a restart).
 
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -44,7 +47,12 @@ pub enum CommandError {
 }
 
 /// After a failure of the backend: no capacity and no new unit for a while (1 s, doubling with
-/// each failure in a row to 60 s), so the waterfall spills to the next tier meanwhile.
+/// each failed round in a row to 60 s), so the waterfall spills to the next tier meanwhile.
+/// A round is one poll: several units found late or ended in it are one failure, not several
+/// (one event, such as a full queue or a down controller, fails them together); so are failures
+/// found while already backing off (no unit was started since: they are of the same batch,
+/// found a poll later because they were submitted a little later). Until a unit
+/// comes up again it is `recovering`: units are started one at a time, not the whole batch.
 #[derive(Debug, Default)]
 pub struct Backoff {
     failures: u32,
@@ -52,23 +60,50 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    pub fn active(&self) -> bool {
-        self.until.is_some_and(|until| Instant::now() < until)
+    pub fn active(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| now < until)
     }
 
-    pub fn fail(&mut self, error: &CommandError) {
+    /// Failed since a unit last came up.
+    pub fn recovering(&self) -> bool {
+        self.failures > 0
+    }
+
+    /// The failures of one round: one more failure in a row if there are any.
+    pub fn fail(&mut self, errors: Vec<CommandError>, now: Instant) {
+        let Some(first) = errors.first() else {
+            return;
+        };
+        if self.active(now) {
+            for error in &errors {
+                tracing::warn!(%error, "backend failure while backing off: the same event");
+            }
+            return;
+        }
         self.failures += 1;
-        let delay = Duration::from_secs(1 << self.failures.min(7).saturating_sub(1))
-            .min(Duration::from_secs(60));
-        tracing::warn!(%error, failures = self.failures, ?delay, "backend failure; backing off (no capacity meanwhile)");
-        self.until = Some(Instant::now() + delay);
+        let delay = Self::delay(self.failures);
+        let more = errors.len() - 1;
+        tracing::warn!(error = %first, more, failures = self.failures, ?delay, "backend failure; backing off (no capacity meanwhile)");
+        for error in &errors[1..] {
+            tracing::warn!(%error, "backend failure in the same round");
+        }
+        self.until = Some(now + delay);
     }
 
-    /// A unit started: failures in a row start again from zero.
+    /// The wait after `failures` failed rounds in a row: 1 s, doubling, at most 60 s.
+    fn delay(failures: u32) -> Duration {
+        Duration::from_secs(1 << failures.clamp(1, 7).saturating_sub(1))
+            .min(Duration::from_secs(60))
+    }
+
+    /// A unit came up: failures in a row start again from zero.
     pub fn reset(&mut self) {
         self.failures = 0;
     }
 }
+
+/// Units waiting to start at once, by default (`--max-pending`).
+pub const DEFAULT_MAX_PENDING: usize = 4;
 
 #[derive(Clone, Debug)]
 pub struct CommandBackend {
@@ -79,6 +114,8 @@ pub struct CommandBackend {
     /// Workers per unit.
     pub unit_size: u32,
     pub unit_timeout: Duration,
+    /// Most units started and not registered yet at once.
+    pub max_pending: usize,
     /// The scheduler's address, for `{address}`.
     pub address: String,
 }
@@ -100,6 +137,7 @@ impl Units {
             backend.unit_size,
             backend.unit_timeout,
             settings.max_workers(),
+            backend.max_pending,
         );
         Units {
             settings,
@@ -147,10 +185,11 @@ impl Units {
     }
 
     pub fn state(&self) -> ManagerState {
-        let workers = self.book.workers();
+        // The command backend does not know when a unit ends: all of its workers are reported.
+        let workers = self.book.workers(&[]);
         let mut state = self
             .settings
-            .report(self.backoff.active(), workers, Vec::new());
+            .report(self.backoff.active(Instant::now()), workers, Vec::new());
         state.backend = "command".into();
         state.units = self.units(Instant::now());
         state
@@ -180,10 +219,17 @@ impl Units {
     /// manager: it backs off (see [`CommandError`]).
     pub async fn apply(&mut self, desired: u32, stop: &[String], registered: &[String]) {
         let started = unit_log::started(&self.book);
-        let step = self.book.step(desired, stop, registered, Instant::now());
+        let recovering = self.backoff.recovering();
+        let step = self
+            .book
+            .step(desired, stop, registered, Instant::now(), recovering);
+        if !step.registered.is_empty() {
+            self.backoff.reset();
+        }
         for (unit, after) in &step.registered {
             tracing::info!(%unit, ?after, "unit registered");
         }
+        let mut failures = Vec::new();
         for (unit, why) in step.stop {
             self.run_stop(&unit).await;
             let said = unit_log::why(why, self.backend.unit_timeout);
@@ -191,12 +237,13 @@ impl Units {
             self.log.ended(&unit, since, said, Instant::now());
             if why == Why::Late {
                 let timeout = self.backend.unit_timeout;
-                self.backoff.fail(&CommandError::Late { unit, timeout });
+                failures.push(CommandError::Late { unit, timeout });
             }
         }
+        self.backoff.fail(failures, Instant::now());
         // Too few: start units, unless backing off.
         for _ in 0..step.start {
-            if self.backoff.active() {
+            if self.backoff.active(Instant::now()) {
                 break;
             }
             self.next += 1;
@@ -204,16 +251,10 @@ impl Units {
             match self.run(&self.backend.start.clone(), &unit).await {
                 Ok(()) => {
                     tracing::info!(%unit, "unit started");
-                    self.book.units.push(Unit {
-                        id: unit,
-                        since: Instant::now(),
-                        registered: false,
-                        running: false,
-                    });
-                    self.backoff.reset();
+                    self.book.units.push(Unit::new(unit, Instant::now()));
                 }
                 Err(error) => {
-                    self.backoff.fail(&error);
+                    self.backoff.fail(vec![error], Instant::now());
                     break;
                 }
             }
@@ -231,5 +272,50 @@ impl Units {
         for unit in std::mem::take(&mut self.book.units) {
             self.run_stop(&unit.id).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn late(unit: &str) -> CommandError {
+        CommandError::Late {
+            unit: unit.into(),
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn units_failing_in_one_round_count_once_and_rounds_in_a_row_double_the_wait() {
+        let t0 = Instant::now();
+        let mut backoff = Backoff::default();
+        backoff.fail(Vec::new(), t0);
+        assert!(!backoff.active(t0) && !backoff.recovering(), "no failure");
+        // Four units late in the same poll: one failure, a 1 s wait.
+        backoff.fail(vec![late("1"), late("2"), late("3"), late("4")], t0);
+        assert!(backoff.active(t0 + Duration::from_millis(999)));
+        assert!(!backoff.active(t0 + Duration::from_secs(1)));
+        // Another found late a poll later, while backing off: the same event, no longer wait.
+        backoff.fail(vec![late("5")], t0 + Duration::from_millis(200));
+        assert!(!backoff.active(t0 + Duration::from_secs(1)));
+        // The next round fails too: 2 s.
+        let t1 = t0 + Duration::from_secs(1);
+        backoff.fail(vec![late("5"), late("6")], t1);
+        assert!(backoff.active(t1 + Duration::from_millis(1999)));
+        assert!(!backoff.active(t1 + Duration::from_secs(2)));
+        assert!(backoff.recovering(), "until a unit comes up");
+        backoff.reset();
+        assert!(!backoff.recovering());
+        let t2 = t1 + Duration::from_secs(2);
+        backoff.fail(vec![late("7")], t2);
+        assert!(!backoff.active(t2 + Duration::from_secs(1)), "1 s again");
+    }
+
+    #[test]
+    fn the_wait_is_capped_at_a_minute() {
+        assert_eq!(Backoff::delay(1), Duration::from_secs(1));
+        assert_eq!(Backoff::delay(3), Duration::from_secs(4));
+        assert_eq!(Backoff::delay(40), Duration::from_secs(60));
     }
 }

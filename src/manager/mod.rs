@@ -8,7 +8,8 @@
 //! way and registers with the scheduler as a fixed pool (not scaled), except inside a unit of
 //! the command backend (`--unit`), where the manager that started the unit reports its workers.
 //! Either mode, stopped by SIGTERM or SIGINT, says goodbye to the scheduler and stops its
-//! workers.
+//! workers, except a Slurm manager that leaves its jobs running (`--on-stop leave`, its
+//! default): it closes without a goodbye, and the next manager with its id adopts them.
 //!
 //! `plan.rs` is the pure convergence step, `pool.rs` the process backend, `command.rs` the
 //! command backend, `slurm/` the Slurm backend (its `commands.rs`: what it runs of Slurm),

@@ -10,7 +10,8 @@ use crate::proto::{FromManager, Role, ToManager};
 
 /// Run a manager until a signal stops it (which is returned), or the scheduler stays away for
 /// longer than `reconnect`: sessions with the scheduler, reconnecting between them. A fixed pool
-/// starts its workers at once, before the scheduler answers. Its workers are stopped when it ends.
+/// starts its workers at once, before the scheduler answers. Its workers are stopped when it
+/// ends, unless a signal stopped a manager that leaves them running (`--on-stop leave`).
 pub async fn run(
     access_file: &Path,
     reconnect: Duration,
@@ -30,7 +31,12 @@ pub async fn run(
         async move { run_dynamic(&access, &mut *pool.lock().await).await }
     })
     .await;
-    pool.lock().await.stop_all().await;
+    let mut backend = pool.lock().await;
+    if ended.is_ok() && backend.leaves_on_stop() {
+        backend.leave().await;
+    } else {
+        backend.stop_all().await;
+    }
     ended
 }
 
@@ -83,7 +89,16 @@ pub async fn run_dynamic(
             }
         }
     };
-    if let SessionEnd::Stopped(_) = end {
+    if let SessionEnd::Stopped(_) = end
+        && pool.leaves_on_stop()
+    {
+        // No goodbye: a goodbye makes the scheduler forget this manager, and then nobody would
+        // tell the workers of the jobs left running to leave should no manager come back. The
+        // close is a disconnection: it keeps them, and the next manager with this id adopts them.
+        drop(outgoing);
+        drop(link);
+        net::close_stopping(&endpoint, &connection, "manager stopping; its units run on").await;
+    } else if let SessionEnd::Stopped(_) = end {
         // Goodbye first, so the scheduler forgets this manager at once; it closes the
         // connection when it has read it.
         let _ = outgoing.send(FromManager::Goodbye);

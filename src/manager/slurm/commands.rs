@@ -129,16 +129,68 @@ impl Jobs {
         ))
     }
 
+    /// What a unit asks Slurm for, each unless an `--sbatch-arg` of its kind is given (that one
+    /// wins, and no flag is given twice): one node; one task of `--unit-size` x (the `cpu`
+    /// capability, else `--slots`) CPUs; `--unit-size` x the `memory` capability (in MiB,
+    /// rounded up), when there is one.
+    pub fn resources(&self) -> Vec<String> {
+        let given = |flags: &[&str]| {
+            self.slurm.sbatch_args.iter().any(|arg| {
+                flags.iter().any(|flag| {
+                    arg == flag
+                        || arg.starts_with(&format!("{flag}="))
+                        // `-c4`: a short flag with its value attached.
+                        || (flag.len() == 2 && arg.starts_with(flag))
+                })
+            })
+        };
+        let size = u64::from(self.slurm.unit_size.max(1));
+        let capability = |name: &str| {
+            self.settings
+                .capabilities
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, amount)| *amount)
+        };
+        let mut args = Vec::new();
+        if !given(&["--nodes", "-N"]) {
+            args.push("--nodes=1".to_string());
+        }
+        let cpu_flags = [
+            "--ntasks",
+            "-n",
+            "--ntasks-per-node",
+            "--cpus-per-task",
+            "-c",
+            "--mincpus",
+        ];
+        if !given(&cpu_flags) {
+            let per_worker = capability("cpu").unwrap_or(u64::from(self.settings.slots));
+            args.push("--ntasks=1".to_string());
+            args.push(format!(
+                "--cpus-per-task={}",
+                per_worker.max(1).saturating_mul(size)
+            ));
+        }
+        if let Some(bytes) = capability("memory")
+            && !given(&["--mem", "--mem-per-cpu", "--mem-per-gpu"])
+        {
+            let mib = bytes.saturating_mul(size).div_ceil(1 << 20).max(1);
+            args.push(format!("--mem={mib}M"));
+        }
+        args
+    }
+
     fn sbatch_args(&self) -> Vec<String> {
         let mut args = vec![
             "--parsable".to_string(),
             format!("--job-name={}", self.job_name()),
             format!("--output={}", self.slurm.job_output),
-            "--nodes=1".to_string(),
             // A job Slurm would requeue (a failed node) comes back under the same id: this
             // manager submits a new one instead.
             "--no-requeue".to_string(),
         ];
+        args.extend(self.resources());
         let knobs = [
             ("--partition", self.slurm.partition.clone()),
             ("--time", self.slurm.time_limit.map(|m| m.to_string())),
@@ -171,6 +223,20 @@ impl Jobs {
         Ok(parse_squeue(
             &run("squeue", &args, None, POLL_TIMEOUT).await?,
         ))
+    }
+
+    /// Tell a unit to end from inside: SIGTERM to its batch step (the unit's manager), which
+    /// stops its workers and exits 0, so the job ends COMPLETED, not CANCELLED. False if Slurm
+    /// could not be told.
+    pub(super) async fn end_from_inside(&self, job: &str) -> bool {
+        let args = ["--batch", "--signal=TERM", job].map(String::from);
+        match run("scancel", &args, None, COMMAND_TIMEOUT).await {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(job, %error, "scancel --signal failed; the job is cancelled later");
+                false
+            }
+        }
     }
 
     pub(super) async fn scancel(&self, job: &str) {
@@ -234,9 +300,8 @@ mod tests {
     use super::*;
     use crate::manager::Settings;
 
-    #[test]
-    fn the_batch_script_passes_every_argument_through_the_shell_unchanged() {
-        let settings = Settings {
+    fn settings() -> Settings {
+        Settings {
             id: "hpc".into(),
             worker_type: "big 'one'".into(),
             max_task_concurrency: 8,
@@ -253,7 +318,12 @@ mod tests {
             ends_at: None,
             leave_before: Duration::from_secs(30),
             usable: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_batch_script_passes_every_argument_through_the_shell_unchanged() {
+        let settings = settings();
         let slurm = SlurmBackend {
             unit_size: 2,
             manager_command: "/opt/weir/bin/worker-manager".into(),
@@ -335,5 +405,69 @@ mod tests {
         assert_eq!(secs("NOT_SET"), None);
         assert_eq!(secs(""), None);
         assert_eq!(secs("1:2:3:4"), None);
+    }
+
+    fn resources(
+        slots: u32,
+        capabilities: &[(&str, u64)],
+        unit_size: u32,
+        extra: &[&str],
+    ) -> Vec<String> {
+        let settings = Settings {
+            slots,
+            capabilities: capabilities
+                .iter()
+                .map(|(n, a)| (n.to_string(), *a))
+                .collect(),
+            ..settings()
+        };
+        let slurm = SlurmBackend {
+            unit_size,
+            sbatch_args: extra.iter().map(|a| a.to_string()).collect(),
+            ..SlurmBackend::default()
+        };
+        Jobs::new(settings, slurm).resources()
+    }
+
+    #[test]
+    fn a_job_asks_for_the_cpus_and_memory_its_unit_runs() {
+        // 2 workers of 16 slots: 32 CPUs in one task on one node.
+        assert_eq!(
+            resources(16, &[], 2, &[]),
+            ["--nodes=1", "--ntasks=1", "--cpus-per-task=32"]
+        );
+        // A `cpu` capability says what a worker uses; memory per worker, in MiB rounded up.
+        assert_eq!(
+            resources(16, &[("cpu", 4), ("memory", 1_000_000_000)], 2, &[]),
+            [
+                "--nodes=1",
+                "--ntasks=1",
+                "--cpus-per-task=8",
+                "--mem=1908M"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_sbatch_arg_of_the_same_kind_wins_and_no_flag_is_given_twice() {
+        let memory = [("memory", 1 << 30)];
+        assert_eq!(
+            resources(4, &memory, 1, &["--cpus-per-task=2", "--mem-per-cpu=1G"]),
+            ["--nodes=1"]
+        );
+        assert_eq!(
+            resources(4, &memory, 1, &["-c8", "-N", "2"]),
+            ["--mem=1024M"]
+        );
+        assert_eq!(
+            resources(4, &[], 1, &["--ntasks=4"]),
+            ["--nodes=1"],
+            "tasks given: the CPUs are the operator's"
+        );
+        // Other arguments leave the defaults alone.
+        assert_eq!(
+            resources(4, &[], 1, &["--constraint=fast", "--mem=2G"]),
+            ["--nodes=1", "--ntasks=1", "--cpus-per-task=4"]
+        );
     }
 }

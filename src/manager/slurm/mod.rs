@@ -5,19 +5,33 @@
 //! so its workers register as `{manager_id}-{job_id}-{n}`: unique for as long as Slurm's job ids
 //! are, across restarts of this manager. Every job carries the name `weir-{manager_id}`; a job of
 //! that name this manager does not know (it restarted, or lost track) is adopted, not submitted
-//! again.
+//! again. Each job asks for what its unit runs: one task of `--unit-size` x (the `cpu`
+//! capability, else `--slots`) CPUs, and `--unit-size` x the `memory` capability when one is
+//! given; an `--sbatch-arg` of the same kind wins over each.
 //!
 //! Each poll (every heartbeat interval) asks `squeue` for the jobs of this manager:
 //! - a job no longer listed ended (scancel from outside, preemption, walltime, a node failure;
-//!   one COMPLETING is still there, its workers stopping):
-//!   it is forgotten and, if still wanted, replaced in the same poll. One that ended before any
-//!   of its workers registered counts as a failure;
+//!   one COMPLETING is still there, its workers stopping, and only those still registered are
+//!   reported): it is forgotten and, if still wanted, replaced. One that ended before any of
+//!   its workers registered is a failure;
 //! - a job none of whose workers registered within `--unit-timeout` (a long queue wait, a held
-//!   job) is cancelled and counts as a failure.
+//!   job) is cancelled and is a failure;
+//! - a job whose workers the scheduler has all drained ends from inside: its batch step (the
+//!   unit's manager) gets SIGTERM (`scancel --batch --signal=TERM`), stops its workers and exits
+//!   0, so Slurm records it COMPLETED, not CANCELLED; one still running 20 s later is cancelled.
 //!
-//! After a failure the manager backs off (1 s, doubling to 60 s) and reports no capacity, so the
-//! waterfall spills to the next tier until Slurm recovers. A job with a registered worker is
-//! cancelled only when the scheduler has drained all of its workers.
+//! The failures found in one poll count as one: the manager backs off (1 s, doubling to 60 s)
+//! and reports no capacity, so the waterfall spills to the next tier until Slurm recovers; until
+//! a unit comes up again it submits one job at a time. At most `--max-pending` jobs wait in
+//! Slurm's queue at once. A job with a registered worker is cancelled only when the scheduler
+//! has drained all of its workers.
+//!
+//! Stopped by a signal, the manager leaves its running jobs by default (`--on-stop leave`): their
+//! workers keep their tasks, and the next manager with this id adopts them, as after a crash
+//! (jobs still waiting in the queue hold no work, and are cancelled). It
+//! does not say goodbye, so the scheduler keeps its workers, and dismisses the idle ones (their
+//! units then end) only if no manager with this id is back within `--manager-forget-after`.
+//! `--on-stop cancel` cancels every job instead (their running tasks are requeued).
 
 mod commands;
 mod report;
@@ -28,7 +42,7 @@ use std::time::{Duration, Instant};
 use super::Settings;
 use super::command::{Backoff, CommandError};
 use super::unit_log::{self, UnitLog};
-use super::units::{self, Book, Unit, Why};
+use super::units::{Book, Unit, Why};
 use crate::proto::ManagerState;
 
 pub use commands::{Listed, parse_sbatch, parse_squeue, parse_time_left};
@@ -51,6 +65,26 @@ pub struct SlurmBackend {
     pub job_output: String,
     /// The `worker-manager` the job runs (this executable, on a shared file system).
     pub manager_command: PathBuf,
+    /// Most jobs waiting in Slurm's queue at once (`--max-pending`).
+    pub max_pending: usize,
+    /// Stopped by a signal, leave the jobs running for the next manager (else cancel them).
+    pub leave_on_stop: bool,
+}
+
+/// How long a unit told to end (SIGTERM to its batch step) may take before it is cancelled:
+/// its manager waits up to 10 s for its workers.
+const END_GRACE: Duration = Duration::from_secs(20);
+/// How often `scancel` is run again for a job that is still listed as running.
+const CANCEL_AGAIN: Duration = Duration::from_secs(10);
+
+/// A job this manager stopped that Slurm still lists.
+#[derive(Debug)]
+struct Stopping {
+    job: String,
+    /// When it was last told to end (or cancelled).
+    last: Instant,
+    /// Told to end from inside (SIGTERM to its batch step), not cancelled (yet).
+    from_inside: bool,
 }
 
 /// The batch jobs of a Slurm-backed manager.
@@ -59,11 +93,13 @@ pub struct Jobs {
     slurm: SlurmBackend,
     /// Units by job id.
     book: Book,
-    /// Jobs this manager cancelled that Slurm still lists, and when `scancel` was last run for
-    /// each (it is run again while one is listed and not completing: a failed `scancel` must
-    /// not leave a job running). Their workers are still reported
-    /// alive (they are stopping, and say so themselves), and they are not adopted again.
-    cancelled: Vec<(String, Instant)>,
+    /// Jobs this manager stopped that Slurm still lists (`scancel` is run again while one is
+    /// listed and not completing: a failed `scancel` must not leave a job running). Their
+    /// workers still registered are reported alive (they are stopping, and say so themselves),
+    /// and they are not adopted again.
+    stopping: Vec<Stopping>,
+    /// The workers the scheduler said last that it has registered.
+    registered: Vec<String>,
     backoff: Backoff,
     /// What the last successful `squeue` listed, and when (for the report).
     listed: (Vec<Listed>, Instant),
@@ -78,12 +114,14 @@ impl Jobs {
             slurm.unit_size,
             slurm.unit_timeout,
             settings.max_workers(),
+            slurm.max_pending,
         );
         Jobs {
             settings,
             slurm,
             book,
-            cancelled: Vec::new(),
+            stopping: Vec::new(),
+            registered: Vec::new(),
             backoff: Backoff::default(),
             listed: (Vec::new(), Instant::now()),
             log: UnitLog::default(),
@@ -91,26 +129,56 @@ impl Jobs {
     }
 
     pub fn state(&self) -> ManagerState {
-        let mut workers = self.book.workers();
-        for (job, _) in &self.cancelled {
-            workers.extend(units::names(&self.settings.id, job, self.slurm.unit_size));
+        let mut workers = self.book.workers(&self.registered);
+        for stopping in &self.stopping {
+            workers.extend(
+                self.book
+                    .unit_workers(&stopping.job, true, &self.registered),
+            );
         }
         let mut state = self
             .settings
-            .report(self.backoff.active(), workers, Vec::new());
+            .report(self.backoff.active(Instant::now()), workers, Vec::new());
         state.backend = "slurm".into();
         state.units = self.units(Instant::now());
         state
     }
 
+    /// Stopped by a signal: leave the jobs running (for the next manager with this id).
+    pub fn leaves_on_stop(&self) -> bool {
+        self.slurm.leave_on_stop
+    }
+
+    /// Stopped by a signal with `--on-stop leave`: the jobs that run are left to the next
+    /// manager with this id; those still waiting in the queue hold no work and are cancelled,
+    /// or one starting after the scheduler forgot this manager would have nobody to end it.
+    pub async fn leave(&mut self) {
+        let (waiting, running): (Vec<Unit>, Vec<Unit>) = std::mem::take(&mut self.book.units)
+            .into_iter()
+            .partition(Unit::pending);
+        for job in waiting {
+            tracing::info!(job = %job.id, "cancelling a unit still waiting in the queue");
+            self.scancel(&job.id).await;
+        }
+        let left: Vec<&str> = running.iter().map(|j| j.id.as_str()).collect();
+        tracing::info!(
+            jobs = ?left,
+            "leaving its running units: the next manager with this id adopts them"
+        );
+    }
+
     /// Poll Slurm, then move toward `desired` workers in whole jobs. A failed command is not an
     /// error of the manager: it backs off.
     pub async fn apply(&mut self, desired: u32, stop: &[String], registered: &[String]) {
-        if !self.poll().await {
+        self.registered = registered.to_vec();
+        let Some(mut failures) = self.poll_round().await else {
             return;
-        }
+        };
         let started = unit_log::started(&self.book);
-        let step = self.book.step(desired, stop, registered, Instant::now());
+        let recovering = self.backoff.recovering();
+        let step = self
+            .book
+            .step(desired, stop, registered, Instant::now(), recovering);
         if !step.registered.is_empty() {
             // A job whose workers came up: failures in a row start again from zero.
             self.backoff.reset();
@@ -119,34 +187,41 @@ impl Jobs {
             tracing::info!(job, ?after, "unit registered");
         }
         for (job, why) in step.stop {
-            tracing::info!(job, ?why, "cancelling unit");
-            self.scancel(&job).await;
-            self.cancelled.push((job.clone(), Instant::now()));
+            let mut from_inside = why == Why::Drained;
+            if from_inside {
+                tracing::info!(job, "unit drained: telling it to end");
+                // Not told: cancelled in the next rounds, as after a failed `scancel`.
+                from_inside = self.end_from_inside(&job).await;
+            } else {
+                tracing::info!(job, ?why, "cancelling unit");
+                self.scancel(&job).await;
+            }
+            self.stopping.push(Stopping {
+                job: job.clone(),
+                last: Instant::now(),
+                from_inside,
+            });
             let said = unit_log::why(why, self.slurm.unit_timeout);
             let since = unit_log::since(&started, &job);
             self.log.stopping(&job, since, said);
             if why == Why::Late {
                 let timeout = self.slurm.unit_timeout;
-                self.backoff
-                    .fail(&CommandError::Late { unit: job, timeout });
+                failures.push(CommandError::Late { unit: job, timeout });
             }
         }
+        // One failure for the round, however many jobs it found late or ended.
+        self.backoff.fail(failures, Instant::now());
         for _ in 0..step.start {
-            if self.backoff.active() {
+            if self.backoff.active(Instant::now()) {
                 break;
             }
             match self.sbatch().await {
                 Ok(id) => {
                     tracing::info!(job = %id, "unit submitted");
-                    self.book.units.push(Unit {
-                        id,
-                        since: Instant::now(),
-                        registered: false,
-                        running: false,
-                    });
+                    self.book.units.push(Unit::new(id, Instant::now()));
                 }
                 Err(error) => {
-                    self.backoff.fail(&error);
+                    self.backoff.fail(vec![error], Instant::now());
                     break;
                 }
             }
@@ -157,53 +232,72 @@ impl Jobs {
     /// ones this manager does not know (it restarted). False when `squeue` failed: then nothing
     /// is taken for ended, and the manager backs off.
     pub async fn poll(&mut self) -> bool {
-        match self.squeue().await {
-            Ok(listed) => {
-                self.track(&listed);
-                self.cancel_again(&listed).await;
-                self.listed = (listed, Instant::now());
+        match self.poll_round().await {
+            Some(failures) => {
+                self.backoff.fail(failures, Instant::now());
                 true
             }
+            None => false,
+        }
+    }
+
+    /// [`Jobs::poll`], returning the jobs that ended before they registered (failures of this
+    /// round); `None` when `squeue` failed (then the manager backs off).
+    async fn poll_round(&mut self) -> Option<Vec<CommandError>> {
+        match self.squeue().await {
+            Ok(listed) => {
+                let ended = self.track(&listed);
+                self.cancel_again(&listed).await;
+                self.listed = (listed, Instant::now());
+                Some(ended)
+            }
             Err(error) => {
-                self.backoff.fail(&error);
-                false
+                self.backoff.fail(vec![error], Instant::now());
+                None
             }
         }
     }
 
-    /// Run `scancel` again for cancelled jobs Slurm still lists as not completing, at most every
-    /// 10 s each (the first one failed, or Slurm lost it).
+    /// Run `scancel` for stopped jobs Slurm still lists as not completing: one told to end from
+    /// inside that still runs after [`END_GRACE`], and one cancelled again every
+    /// [`CANCEL_AGAIN`] (the first `scancel` failed, or Slurm lost it).
     async fn cancel_again(&mut self, listed: &[Listed]) {
         let now = Instant::now();
         let mut again = Vec::new();
-        for (job, last) in &mut self.cancelled {
+        for stopping in &mut self.stopping {
             let running = listed
                 .iter()
-                .any(|l| l.id == *job && l.state != "COMPLETING");
-            if running && now.duration_since(*last) >= Duration::from_secs(10) {
-                *last = now;
-                again.push(job.clone());
+                .any(|l| l.id == stopping.job && l.state != "COMPLETING");
+            let wait = match stopping.from_inside {
+                true => END_GRACE,
+                false => CANCEL_AGAIN,
+            };
+            if running && now.duration_since(stopping.last) >= wait {
+                stopping.last = now;
+                stopping.from_inside = false;
+                again.push(stopping.job.clone());
             }
         }
         for job in again {
-            tracing::warn!(job, "a cancelled unit still runs: cancelling it again");
+            tracing::warn!(job, "a stopped unit still runs: cancelling it");
             self.scancel(&job).await;
         }
     }
 
     /// Forget jobs Slurm no longer lists; adopt jobs of this manager it does not know. A job
-    /// that is COMPLETING is still listed, and so are its workers: they are stopping, and each
-    /// tells the scheduler so itself (its tasks are requeued without spending a retry); were
-    /// they dropped from the heartbeat first, the scheduler would take them for dead.
-    fn track(&mut self, listed: &[Listed]) {
+    /// that is COMPLETING is still listed, and so are its workers still registered: they are
+    /// stopping, and each tells the scheduler so itself (its tasks are requeued without
+    /// spending a retry); were they dropped from the heartbeat first, the scheduler would take
+    /// them for dead. Returns the failures: jobs that ended before any worker registered.
+    fn track(&mut self, listed: &[Listed]) -> Vec<CommandError> {
         let now = Instant::now();
-        for (job, _) in &self.cancelled {
-            if !listed.iter().any(|l| l.id == *job) {
-                self.log.gone(job, now);
+        for stopping in &self.stopping {
+            if !listed.iter().any(|l| l.id == stopping.job) {
+                self.log.gone(&stopping.job, now);
             }
         }
-        self.cancelled
-            .retain(|(job, _)| listed.iter().any(|l| l.id == *job));
+        self.stopping
+            .retain(|s| listed.iter().any(|l| l.id == s.job));
         let mut ended_early = Vec::new();
         self.book.units.retain_mut(|job| {
             let Some(l) = listed.iter().find(|l| l.id == job.id) else {
@@ -223,27 +317,28 @@ impl Jobs {
                 job.since = Instant::now();
             }
             job.running = l.state == "RUNNING";
+            job.ending = l.state == "COMPLETING";
             true
         });
-        for job in ended_early {
-            self.backoff.fail(&CommandError::Ended { unit: job });
-        }
         for l in listed {
             let known = self.book.units.iter().any(|j| j.id == l.id)
-                || self.cancelled.iter().any(|(job, _)| *job == l.id);
+                || self.stopping.iter().any(|s| s.job == l.id);
             if l.state != "COMPLETING" && !known {
                 tracing::info!(job = %l.id, state = %l.state, "adopted a unit of this manager");
                 // A running job may have busy workers (not registered again yet, after a
                 // restart of the scheduler too): taken as registered, it is cancelled only
                 // once the scheduler has drained its workers, never as "not started".
                 self.book.units.push(Unit {
-                    id: l.id.clone(),
-                    since: Instant::now(),
                     registered: l.state == "RUNNING",
                     running: l.state == "RUNNING",
+                    ..Unit::new(l.id.clone(), Instant::now())
                 });
             }
         }
+        ended_early
+            .into_iter()
+            .map(|unit| CommandError::Ended { unit })
+            .collect()
     }
 
     pub async fn stop_all(&mut self) {
@@ -251,9 +346,9 @@ impl Jobs {
             tracing::info!(job = %job.id, "cancelling unit");
             self.scancel(&job.id).await;
         }
-        // Again for those cancelled before: one whose `scancel` failed would outlive us.
-        for (job, _) in std::mem::take(&mut self.cancelled) {
-            self.scancel(&job).await;
+        // Again for those stopped before: one whose `scancel` failed would outlive us.
+        for stopping in std::mem::take(&mut self.stopping) {
+            self.scancel(&stopping.job).await;
         }
     }
 }

@@ -855,7 +855,7 @@ fn the_workers_gone_from_a_completing_job_do_not_count_as_starting() {
     let flag = cluster.dir.path().join("completing");
     let path = fake_first_in_path(&cluster, "squeue", |real| {
         format!(
-            "job=$(cat {} 2>/dev/null)\n{real} \"$@\" | sed \"s/^$job RUNNING\\$/$job COMPLETING/\"",
+            "job=$(cat {} 2>/dev/null)\n{real} \"$@\" | sed \"s/^$job RUNNING /$job COMPLETING /\"",
             flag.display()
         )
     });

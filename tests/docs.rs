@@ -1,0 +1,467 @@
+//! Every shell example in README.md and docs/*.md runs as written.
+//!
+//! The ```` ```sh ```` blocks of a file run in order in one `bash` (so `export PATH=...`, `cd` and
+//! processes started with `&` carry from one block to the next, as in a reader's terminal), in a
+//! fresh copy of the repository's tracked files whose `target/debug` is this build (the file must
+//! put it on `PATH` itself), with `cargo build` and `cargo run --bin X --` standing for this
+//! build's executables (they were built for this test). Each
+//! block has a time limit; a block that fails or overruns fails the test with its `file:line` and
+//! its output. After the last block nothing the file started may still run, and the copy's root
+//! holds nothing new but `.weir/` (ignored by git).
+//!
+//! Fence info strings: ```` ```sh ```` runs here; ```` ```sh needs=WHAT ```` needs something a plain
+//! machine lacks (`slurm`: a running Slurm with `SLURM_CONF`; `python`: a venv and PyPI;
+//! `toolchains`: examples/conditions/install-toolchains.sh): `cargo test` prints `NOT RUN` for it,
+//! and the ignored test below runs those files whole (CI, `--include-ignored`, where a missing need
+//! fails). ```` ```sh norun: WHY ```` is never run (e.g. `cargo test` itself, a GPU).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The longest one block may run (`weir local` in a debug build takes well under this).
+const BLOCK_LIMIT: Duration = Duration::from_secs(240);
+/// How long processes may take to end after the file's last block.
+const END_LIMIT: Duration = Duration::from_secs(30);
+/// The examples listen on the scheduler's default port: one file at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const DONE: &str = "__weir_docs_block_done__";
+
+#[derive(Debug, PartialEq)]
+enum Run {
+    Always,
+    Needs(String),
+    Never(String),
+}
+
+#[derive(Debug)]
+struct Block {
+    line: usize,
+    run: Run,
+    text: String,
+}
+
+/// The shell blocks of a markdown file, with the line of their opening fence.
+fn blocks(markdown: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut open: Option<Block> = None;
+    let mut fence_other = false;
+    for (index, line) in markdown.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if let Some(block) = open.as_mut() {
+            if trimmed.starts_with("```") {
+                blocks.extend(open.take());
+            } else {
+                block.text.push_str(line);
+                block.text.push('\n');
+            }
+            continue;
+        }
+        if fence_other {
+            fence_other = !trimmed.starts_with("```");
+            continue;
+        }
+        let Some(info) = trimmed.strip_prefix("```") else {
+            continue;
+        };
+        let info = info.trim();
+        let (lang, rest) = info.split_once(char::is_whitespace).unwrap_or((info, ""));
+        if !matches!(lang, "sh" | "bash" | "shell") {
+            fence_other = true;
+            continue;
+        }
+        let rest = rest.trim();
+        let run = if rest.is_empty() {
+            Run::Always
+        } else if let Some(need) = rest.strip_prefix("needs=") {
+            Run::Needs(need.to_string())
+        } else if let Some(why) = rest.strip_prefix("norun:") {
+            Run::Never(why.trim().to_string())
+        } else {
+            panic!(
+                "line {}: unknown fence `{info}` (sh, sh needs=WHAT or sh norun: WHY)",
+                index + 1
+            );
+        };
+        open = Some(Block {
+            line: index + 1,
+            run,
+            text: String::new(),
+        });
+    }
+    assert!(open.is_none(), "a ```sh block is never closed");
+    blocks
+}
+
+/// Why `need` is missing on this machine, if it is.
+fn missing(need: &str) -> Option<String> {
+    let has = |program: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {program}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    match need {
+        "slurm" => (std::env::var_os("SLURM_CONF").is_none() || !has("sbatch")).then(|| {
+            "a running Slurm: sbatch and SLURM_CONF (examples/backends/slurm/start-slurm.sh)".into()
+        }),
+        "python" => (!Command::new("python3")
+            .args(["-c", "import venv, ensurepip"])
+            .status()
+            .is_ok_and(|status| status.success()))
+        .then(|| "python3 with venv and pip (apt-get install python3-venv) and PyPI".into()),
+        "toolchains" => (!has("componentize-py"))
+            .then(|| "the condition toolchains (examples/conditions/install-toolchains.sh)".into()),
+        other => panic!("unknown need `{other}` (slurm, python, toolchains)"),
+    }
+}
+
+/// The repository's tracked files copied into a fresh directory.
+fn fresh_copy() -> tempfile::TempDir {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listed = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(repo)
+        .output()
+        .expect("git ls-files runs");
+    assert!(listed.status.success(), "git ls-files failed");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for name in listed.stdout.split(|byte| *byte == 0) {
+        if name.is_empty() {
+            continue;
+        }
+        let name = Path::new(std::str::from_utf8(name).expect("a UTF-8 path"));
+        let from = repo.join(name);
+        if !from.is_file() {
+            continue; // deleted in the work tree, not yet committed
+        }
+        let to = dir.path().join(name);
+        std::fs::create_dir_all(to.parent().expect("a parent")).expect("mkdir");
+        std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+    dir
+}
+
+fn root_entries(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .expect("read the copy's root")
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// `cargo build` and `cargo run [-q] [--release] --bin NAME -- ARGS` on this build's executables.
+const PRELUDE: &str = r#"
+exec 2>&1
+set -eo pipefail
+cargo() {
+  case "$1" in
+    build) return 0 ;;
+    run)
+      shift
+      local bin=""
+      while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        case "$1" in --bin) bin="$2"; shift ;; esac
+        shift
+      done
+      [ $# -gt 0 ] && shift
+      "$WEIR_DOCS_BIN/$bin" "$@" ;;
+    *) echo "tests/docs.rs: cargo $1 is not run by the docs test" >&2; return 1 ;;
+  esac
+}
+"#;
+
+/// Runs the blocks of `file` (relative to the repository) in a fresh copy; `with_needs` also runs
+/// the blocks that need more than a plain machine, failing when a need is missing.
+fn run_file(file: &str, with_needs: bool) {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
+    let markdown = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+        .unwrap_or_else(|e| panic!("read {file}: {e}"));
+    let blocks = blocks(&markdown);
+    let copy = fresh_copy();
+    // `target/debug` of the copy is this build, as after `cargo build` in a clone; PATH is the
+    // caller's, so a bare `weir` before the file's `export PATH=...` fails as it would there.
+    let bin = Path::new(env!("CARGO_BIN_EXE_weir"))
+        .parent()
+        .expect("the executables' directory");
+    std::fs::create_dir(copy.path().join("target")).expect("mkdir target");
+    std::os::unix::fs::symlink(bin, copy.path().join("target/debug")).expect("link target/debug");
+    let before = root_entries(copy.path());
+    let scripts = tempfile::tempdir().expect("a temporary directory");
+
+    let mut shell = Command::new("bash")
+        .args(["--noprofile", "--norc", "-s"])
+        .current_dir(copy.path())
+        .env("WEIR_DOCS_BIN", bin)
+        .env_remove("CARGO_TARGET_DIR")
+        .env("WEIR_CACHE_DIR", scripts.path().join("cache"))
+        .env("RUST_LOG", "error")
+        .env_remove("WEIR_ACCESS_FILE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("bash starts");
+    let group = shell.id();
+    let mut input = shell.stdin.take().expect("bash's stdin");
+    let (lines, received) = mpsc::channel();
+    let stdout = shell.stdout.take().expect("bash's stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if lines.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    // Ends the whole group (processes a block left running) when the test ends, failed or not.
+    let _reaper = Reaper(group);
+    writeln!(
+        input,
+        "{PRELUDE}\ntrap 'printf \"\\n{DONE} %d\\n\" $?' EXIT"
+    )
+    .expect("write");
+
+    for (index, block) in blocks.iter().enumerate() {
+        let at = format!("{file}:{}", block.line);
+        match &block.run {
+            Run::Never(why) => {
+                println!("NOT RUN: {at}: {why}");
+                continue;
+            }
+            Run::Needs(need) => match (missing(need), with_needs) {
+                (None, true) => {}
+                (Some(why), true) => panic!("{at} needs {why}"),
+                (_, false) => {
+                    println!(
+                        "NOT RUN: {at}: needs {need} (the ignored test \
+                         docs_examples_that_need_slurm_python_or_toolchains_run runs it; CI does)"
+                    );
+                    continue;
+                }
+            },
+            Run::Always => {}
+        }
+        let script = scripts.path().join(format!("block-{index}.sh"));
+        std::fs::write(&script, &block.text).expect("write the block");
+        writeln!(
+            input,
+            "source {} </dev/null; printf '\\n{DONE} 0\\n'",
+            script.display()
+        )
+        .expect("bash takes the next block");
+        input.flush().expect("flush");
+        let started = Instant::now();
+        let mut output = String::new();
+        let status = loop {
+            let left = BLOCK_LIMIT.saturating_sub(started.elapsed());
+            match received.recv_timeout(left) {
+                Ok(line) => match line.strip_prefix(DONE) {
+                    Some(code) => break code.trim().to_string(),
+                    None => {
+                        output.push_str(&line);
+                        output.push('\n');
+                    }
+                },
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "{at}: still running after {} s\n--- block\n{}--- output\n{output}",
+                    BLOCK_LIMIT.as_secs(),
+                    block.text
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break "the shell ended".into(),
+            }
+        };
+        print!(
+            "{at}: ok in {:.1} s\n{output}",
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(
+            status, "0",
+            "{at}: the block failed (exit status {status})\n--- block\n{}--- output\n{output}",
+            block.text
+        );
+    }
+
+    writeln!(input, "exit 0").expect("bash exits");
+    drop(input);
+    let ended = Instant::now();
+    let mut leftover = String::new();
+    loop {
+        match received.recv_timeout(END_LIMIT.saturating_sub(ended.elapsed())) {
+            Ok(line) => {
+                if !line.starts_with(DONE) && !line.is_empty() {
+                    leftover.push_str(&line);
+                    leftover.push('\n');
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "{file}: processes it started still run {} s after its last block: \
+                 the file must stop what it starts\n{leftover}",
+                END_LIMIT.as_secs()
+            ),
+        }
+    }
+    let _ = shell.wait();
+    let new: Vec<_> = root_entries(copy.path())
+        .difference(&before)
+        .filter(|name| name.as_str() != ".weir")
+        .cloned()
+        .collect();
+    assert!(
+        new.is_empty(),
+        "{file} leaves {new:?} in the repository's root: write to a temporary directory"
+    );
+}
+
+/// Kills a process group when dropped.
+struct Reaper(u32);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0)])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// README.md and every docs/*.md, in a stable order.
+fn doc_files() -> Vec<String> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo.join("docs"))
+        .expect("docs/ exists")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .collect();
+    files.sort();
+    std::iter::once("README.md".to_string())
+        .chain(files.iter().map(|path| {
+            format!(
+                "docs/{}",
+                path.file_name().expect("a name").to_string_lossy()
+            )
+        }))
+        .collect()
+}
+
+#[test]
+fn the_fences_parse_and_every_doc_has_its_test() {
+    let tested = [
+        "README.md",
+        "docs/architecture.md",
+        "docs/cli.md",
+        "docs/conditions.md",
+        "docs/operators.md",
+        "docs/policies.md",
+        "docs/python.md",
+        "docs/slurm.md",
+    ];
+    for file in doc_files() {
+        assert!(
+            tested.contains(&file.as_str()),
+            "{file} has no test in tests/docs.rs: add one"
+        );
+        let markdown = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&file))
+            .expect("read");
+        for block in blocks(&markdown) {
+            if let Run::Needs(need) = &block.run {
+                let _ = missing(need); // an unknown need panics here
+            }
+            if let Run::Never(why) = &block.run {
+                assert!(
+                    !why.is_empty(),
+                    "{file}:{}: norun without a reason",
+                    block.line
+                );
+            }
+        }
+    }
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("read");
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 160,
+        "README.md has {lines} lines: keep it the front door (<= ~150)"
+    );
+}
+
+#[test]
+fn the_block_parser_finds_fences_lines_and_tags() {
+    let markdown = "# t\n```sh\necho a\n```\n```python\nx = 1\n```\n```sh needs=slurm\nsbatch\n```\n\
+                    ```sh norun: a GPU\nnvidia-smi\n```\n";
+    let found = blocks(markdown);
+    assert_eq!(found.len(), 3);
+    assert_eq!((found[0].line, found[0].text.as_str()), (2, "echo a\n"));
+    assert_eq!(found[1].run, Run::Needs("slurm".into()));
+    assert_eq!(found[2].run, Run::Never("a GPU".into()));
+}
+
+#[test]
+fn readme_examples_run_as_written() {
+    run_file("README.md", false);
+}
+
+#[test]
+fn docs_cli_examples_run_as_written() {
+    run_file("docs/cli.md", false);
+}
+
+#[test]
+fn docs_operators_examples_run_as_written() {
+    run_file("docs/operators.md", false);
+}
+
+#[test]
+fn docs_slurm_examples_run_as_written() {
+    run_file("docs/slurm.md", false);
+}
+
+#[test]
+fn docs_policies_examples_run_as_written() {
+    run_file("docs/policies.md", false);
+}
+
+#[test]
+fn docs_conditions_examples_run_as_written() {
+    run_file("docs/conditions.md", false);
+}
+
+#[test]
+fn docs_python_examples_run_as_written() {
+    run_file("docs/python.md", false);
+}
+
+#[test]
+fn docs_architecture_examples_run_as_written() {
+    run_file("docs/architecture.md", false);
+}
+
+#[test]
+#[ignore = "needs Slurm, python3-venv with PyPI and the condition toolchains; CI runs it (--include-ignored)"]
+fn docs_examples_that_need_slurm_python_or_toolchains_run() {
+    for file in doc_files() {
+        let markdown = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&file))
+            .expect("read");
+        if blocks(&markdown)
+            .iter()
+            .any(|block| matches!(block.run, Run::Needs(_)))
+        {
+            run_file(&file, true);
+        }
+    }
+}

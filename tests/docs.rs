@@ -12,8 +12,8 @@
 //! Fence info strings: ```` ```sh ```` runs here; ```` ```sh needs=WHAT ```` needs something a plain
 //! machine lacks (`slurm`: a running Slurm with `SLURM_CONF`; `python`: a venv and PyPI;
 //! `toolchains`: examples/conditions/install-toolchains.sh): `cargo test` prints `NOT RUN` for it,
-//! and the ignored test below runs those files whole (CI, `--include-ignored`, where a missing need
-//! fails). ```` ```sh norun: WHY ```` is never run (e.g. `cargo test` itself, a GPU).
+//! and the ignored test `docs_examples_that_need_WHAT_run` runs those files whole (CI,
+//! `--include-ignored`, where a missing need fails). ```` ```sh norun: WHY ```` is never run (e.g. `cargo test` itself, a GPU).
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
@@ -185,9 +185,9 @@ cargo() {
 }
 "#;
 
-/// Runs the blocks of `file` (relative to the repository) in a fresh copy; `with_needs` also runs
-/// the blocks that need more than a plain machine, failing when a need is missing.
-fn run_file(file: &str, with_needs: bool) {
+/// Runs the blocks of `file` (relative to the repository) in a fresh copy; `need` also runs the
+/// blocks that need it, failing when this machine lacks it.
+fn run_file(file: &str, need: Option<&str>) {
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
@@ -245,17 +245,18 @@ fn run_file(file: &str, with_needs: bool) {
                 println!("NOT RUN: {at}: {why}");
                 continue;
             }
-            Run::Needs(need) => match (missing(need), with_needs) {
-                (None, true) => {}
-                (Some(why), true) => panic!("{at} needs {why}"),
-                (_, false) => {
-                    println!(
-                        "NOT RUN: {at}: needs {need} (the ignored test \
-                         docs_examples_that_need_slurm_python_or_toolchains_run runs it; CI does)"
-                    );
-                    continue;
+            Run::Needs(what) if Some(what.as_str()) == need => {
+                if let Some(why) = missing(what) {
+                    panic!("{at} needs {why}");
                 }
-            },
+            }
+            Run::Needs(what) => {
+                println!(
+                    "NOT RUN: {at}: needs {what} (the ignored test \
+                     docs_examples_that_need_{what}_run runs it; CI does)"
+                );
+                continue;
+            }
             Run::Always => {}
         }
         let script = scripts.path().join(format!("block-{index}.sh"));
@@ -426,60 +427,80 @@ fn the_block_parser_finds_fences_lines_and_tags() {
 
 #[test]
 fn readme_examples_run_as_written() {
-    run_file("README.md", false);
+    run_file("README.md", None);
 }
 
 #[test]
 fn docs_cli_examples_run_as_written() {
-    run_file("docs/cli.md", false);
+    run_file("docs/cli.md", None);
 }
 
 #[test]
 fn docs_development_examples_run_as_written() {
-    run_file("docs/development.md", false);
+    run_file("docs/development.md", None);
 }
 
 #[test]
 fn docs_operators_examples_run_as_written() {
-    run_file("docs/operators.md", false);
+    run_file("docs/operators.md", None);
 }
 
 #[test]
 fn docs_slurm_examples_run_as_written() {
-    run_file("docs/slurm.md", false);
+    run_file("docs/slurm.md", None);
 }
 
 #[test]
 fn docs_policies_examples_run_as_written() {
-    run_file("docs/policies.md", false);
+    run_file("docs/policies.md", None);
 }
 
 #[test]
 fn docs_conditions_examples_run_as_written() {
-    run_file("docs/conditions.md", false);
+    run_file("docs/conditions.md", None);
 }
 
 #[test]
 fn docs_python_examples_run_as_written() {
-    run_file("docs/python.md", false);
+    run_file("docs/python.md", None);
 }
 
 #[test]
 fn docs_architecture_examples_run_as_written() {
-    run_file("docs/architecture.md", false);
+    run_file("docs/architecture.md", None);
 }
 
-#[test]
-#[ignore = "needs Slurm, python3-venv with PyPI and the condition toolchains; CI runs it (--include-ignored)"]
-fn docs_examples_that_need_slurm_python_or_toolchains_run() {
+/// Runs, whole, every file with a block that needs `need`.
+fn run_files_that_need(need: &str) {
+    let mut ran = 0;
     for file in doc_files() {
         let markdown = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&file))
             .expect("read");
         if blocks(&markdown)
             .iter()
-            .any(|block| matches!(block.run, Run::Needs(_)))
+            .any(|block| block.run == Run::Needs(need.to_string()))
         {
-            run_file(&file, true);
+            run_file(&file, Some(need));
+            ran += 1;
         }
     }
+    assert!(ran > 0, "no block needs {need}: remove its test");
+}
+
+#[test]
+#[ignore = "needs a running Slurm (SLURM_CONF; examples/backends/slurm/start-slurm.sh); CI runs it (--include-ignored)"]
+fn docs_examples_that_need_slurm_run() {
+    run_files_that_need("slurm");
+}
+
+#[test]
+#[ignore = "needs python3-venv and PyPI, and compiles the wheel in release; CI runs it (--include-ignored)"]
+fn docs_examples_that_need_python_run() {
+    run_files_that_need("python");
+}
+
+#[test]
+#[ignore = "needs the condition toolchains (examples/conditions/install-toolchains.sh); CI runs it (--include-ignored)"]
+fn docs_examples_that_need_toolchains_run() {
+    run_files_that_need("toolchains");
 }

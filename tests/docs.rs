@@ -101,6 +101,24 @@ fn blocks(markdown: &str) -> Vec<Block> {
     blocks
 }
 
+/// The relative links of `file` (`](path)` or `](path#anchor)`) whose path does not exist.
+fn broken_links(file: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let markdown = std::fs::read_to_string(&path).expect("read");
+    let dir = path.parent().expect("a directory");
+    markdown
+        .split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|target| !target.contains("://") && !target.starts_with('#'))
+        .filter(|target| {
+            let file = target.split('#').next().unwrap_or(target);
+            !dir.join(file).exists()
+        })
+        .map(str::to_string)
+        .collect()
+}
+
 /// Why `need` is missing on this machine, if it is.
 fn missing(need: &str) -> Option<String> {
     let has = |program: &str| {
@@ -195,8 +213,8 @@ fn run_file(file: &str, need: Option<&str>) {
         .unwrap_or_else(|e| panic!("read {file}: {e}"));
     let blocks = blocks(&markdown);
     let copy = fresh_copy();
-    // `target/debug` of the copy is this build, as after `cargo build` in a clone; PATH is the
-    // caller's, so a bare `weir` before the file's `export PATH=...` fails as it would there.
+    // `target/debug` of the copy is this build, as after `cargo build` in a clone; PATH has no
+    // weir, so a bare `weir` before the file's `export PATH=...` fails as it would there.
     let bin = Path::new(env!("CARGO_BIN_EXE_weir"))
         .parent()
         .expect("the executables' directory");
@@ -209,6 +227,7 @@ fn run_file(file: &str, need: Option<&str>) {
         .args(["--noprofile", "--norc", "-s"])
         .current_dir(copy.path())
         .env("WEIR_DOCS_BIN", bin)
+        .env("PATH", path_without_weir())
         .env_remove("CARGO_TARGET_DIR")
         .env("WEIR_CACHE_DIR", scripts.path().join("cache"))
         .env("RUST_LOG", "error")
@@ -335,6 +354,14 @@ fn run_file(file: &str, need: Option<&str>) {
     );
 }
 
+/// The caller's PATH without directories that hold a `weir` executable: a file that uses one
+/// before its own `export PATH=...` fails here as in a fresh clone.
+fn path_without_weir() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::env::split_paths(&path).filter(|dir| !dir.join("weir").exists()))
+        .expect("a PATH")
+}
+
 /// Kills a process group when dropped.
 struct Reaper(u32);
 
@@ -404,6 +431,13 @@ fn the_fences_parse_and_every_doc_has_its_test() {
                 );
             }
         }
+    }
+    for file in doc_files() {
+        let broken = broken_links(&file);
+        assert!(
+            broken.is_empty(),
+            "{file} links to missing files: {broken:?}"
+        );
     }
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
         .expect("read");

@@ -206,12 +206,18 @@ cargo() {
 /// Runs the blocks of `file` (relative to the repository) in a fresh copy; `need` also runs the
 /// blocks that need it, failing when this machine lacks it.
 fn run_file(file: &str, need: Option<&str>) {
+    let markdown = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+        .unwrap_or_else(|e| panic!("read {file}: {e}"));
+    run_markdown(file, &markdown, need, END_LIMIT);
+}
+
+/// `run_file` on `markdown`, named `file`; what it starts must end within `end_limit` of its
+/// last block.
+fn run_markdown(file: &str, markdown: &str, need: Option<&str>, end_limit: Duration) {
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
-    let markdown = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
-        .unwrap_or_else(|e| panic!("read {file}: {e}"));
-    let blocks = blocks(&markdown);
+    let blocks = blocks(markdown);
     let copy = fresh_copy();
     // `target/debug` of the copy is this build, as after `cargo build` in a clone; PATH has no
     // weir, so a bare `weir` before the file's `export PATH=...` fails as it would there.
@@ -327,7 +333,7 @@ fn run_file(file: &str, need: Option<&str>) {
     let ended = Instant::now();
     let mut leftover = String::new();
     loop {
-        match received.recv_timeout(END_LIMIT.saturating_sub(ended.elapsed())) {
+        match received.recv_timeout(end_limit.saturating_sub(ended.elapsed())) {
             Ok(line) => {
                 if !line.starts_with(DONE) && !line.is_empty() {
                     leftover.push_str(&line);
@@ -338,7 +344,7 @@ fn run_file(file: &str, need: Option<&str>) {
             Err(mpsc::RecvTimeoutError::Timeout) => panic!(
                 "{file}: processes it started still run {} s after its last block: \
                  the file must stop what it starts\n{leftover}",
-                END_LIMIT.as_secs()
+                end_limit.as_secs()
             ),
         }
     }
@@ -537,4 +543,55 @@ fn docs_examples_that_need_python_run() {
 #[ignore = "needs the condition toolchains (examples/conditions/install-toolchains.sh); CI runs it (--include-ignored)"]
 fn docs_examples_that_need_toolchains_run() {
     run_files_that_need("toolchains");
+}
+
+/// The checker's own failures: what `run_markdown` panics with on `markdown`.
+fn failure_of(markdown: &str) -> String {
+    let ran = std::panic::catch_unwind(|| {
+        run_markdown("test.md", markdown, None, Duration::from_secs(2))
+    });
+    match ran {
+        Ok(()) => panic!("the docs test passed on:\n{markdown}"),
+        Err(panic) => panic
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| "a panic without a message".into()),
+    }
+}
+
+#[test]
+fn a_failing_block_is_reported_with_its_file_line_and_output() {
+    let failure =
+        failure_of("# t\n```sh\ntrue\n```\n\n```sh\necho said-before\nfalse\necho never\n```\n");
+    assert!(failure.contains("test.md:6: the block failed"), "{failure}");
+    assert!(
+        failure.contains("said-before") && !failure.contains("\nnever"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn weir_before_the_path_step_fails_as_in_a_fresh_clone() {
+    let failure = failure_of("```sh\nweir --version\n```\n");
+    assert!(failure.contains("test.md:1"), "{failure}");
+    assert!(failure.contains("not found"), "{failure}");
+    // ... and after it, it runs.
+    run_markdown(
+        "test.md",
+        "```sh\nexport PATH=\"$PWD/target/debug:$PATH\"\nweir --version\n```\n",
+        None,
+        END_LIMIT,
+    );
+}
+
+#[test]
+fn a_file_left_in_the_root_fails() {
+    let failure = failure_of("```sh\nseq 1 3 > numbers.txt\n```\n");
+    assert!(failure.contains("numbers.txt"), "{failure}");
+}
+
+#[test]
+fn a_process_left_running_fails() {
+    let failure = failure_of("```sh\nsleep 1000 &\n```\n");
+    assert!(failure.contains("still run"), "{failure}");
 }

@@ -3,7 +3,7 @@
 # empty cache) and second load (from the disk cache) in a worker, via `worker --check`.
 # Then the whole round trip of `weir env register --wait` for each, against a scheduler and one
 # worker on loopback with empty compile caches: the first registration, and a second one (another
-# name, same component). Prints Markdown tables (README.md, BENCHMARKS.md).
+# name, same component). Prints Markdown tables (docs/conditions.md, BENCHMARKS.md).
 #   examples/conditions/measure.sh [BIN_DIR]   (default: target/release)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

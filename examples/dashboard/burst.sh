@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's dashboard screenshot: two tiers (onprem, 8 tasks; cloud, 16), three bursts of 80
+# The dashboard screenshot in docs/operators.md: two tiers (onprem, 8 tasks; cloud, 16), three bursts of 80
 # two-second tasks ten seconds apart, the environment `big` registered. Prints the dashboard's
 # URL; open it in a browser. Stop with Ctrl-C (everything started here stops with it).
 # Needs `cargo build --bins` first.

@@ -135,6 +135,7 @@ impl Tasks {
         }
         let (state, group, class) = (t.state, t.group, self.groups[&t.group].class);
         let class = self.classes[class].clone();
+        let place = self.workers.get(&worker).map(|w| super::ran_on(&w.info));
         if let Some(w) = self.workers.get_mut(&worker) {
             w.running.remove(&task);
             w.waiting.remove(&task);
@@ -162,7 +163,7 @@ impl Tasks {
             } else {
                 TaskState::Failed
             };
-            self.finish(task, final_state, outcome);
+            self.finish(task, final_state, outcome, place);
         } else {
             // A canceled task confirmed: its job may have been waiting for it to be dropped.
             self.drop_forgotten();
@@ -312,7 +313,7 @@ impl Tasks {
                 let outcome = Outcome::Error {
                     message: message.clone(),
                 };
-                self.finish(id, TaskState::Failed, outcome);
+                self.finish(id, TaskState::Failed, outcome, None);
                 failed += 1;
             }
             self.queues.retain(|(_, c), _| *c != class_id);

@@ -345,7 +345,8 @@ impl Tasks {
             if attempts > group.spec.retries {
                 let message =
                     format!("worker {worker} lost ({reason}); gave up after {attempts} attempts");
-                self.finish(id, TaskState::Failed, Outcome::Error { message });
+                let place = Some(super::ran_on(&w.info));
+                self.finish(id, TaskState::Failed, Outcome::Error { message }, place);
             } else {
                 self.set_state(id, TaskState::Queued);
                 if loss == Loss::Silent {

@@ -93,6 +93,8 @@ impl Output for Json {
         print(report);
     }
 
+    fn workers_progress(&self, _: u32, _: u32, _: Option<&str>) {}
+
     fn workers_ready(&self, ready: &WorkersReady) {
         print(ready);
     }

@@ -61,6 +61,9 @@ pub trait Output {
     fn explanation(&self, explanation: &Explanation);
 
     fn status(&self, report: &StatusReport);
+    /// How many workers are there while `weir workers wait` waits: live on a terminal only (in
+    /// a log it would be a stale count beside the answer).
+    fn workers_progress(&self, ready: u32, wanted: u32, environment: Option<&str>);
     fn workers_ready(&self, ready: &WorkersReady);
     fn environments(&self, list: &[EnvironmentStatus]);
     fn environment_removed(&self, name: &str);

@@ -37,6 +37,8 @@ impl Output for Quiet {
     fn jobs(&self, _: &[JobSummary]) {}
     fn explanation(&self, _: &Explanation) {}
     fn status(&self, _: &StatusReport) {}
+    fn workers_progress(&self, _: u32, _: u32, _: Option<&str>) {}
+
     fn workers_ready(&self, _: &WorkersReady) {}
     fn environments(&self, _: &[EnvironmentStatus]) {}
     fn environment_removed(&self, _: &str) {}

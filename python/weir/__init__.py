@@ -98,6 +98,11 @@ class Client:
 
     `access_file`: the file the scheduler wrote (default `$WEIR_ACCESS_FILE` or
     `.weir/access.json`), or a `LocalCluster`.
+
+    `timeout`: seconds to keep trying while the scheduler may be starting or restarting (it
+    holds its lock, or this machine cannot tell) but does not answer. A scheduler known to be
+    gone (its lock free, its process gone), or no access file and no scheduler at all, raises
+    `ConnectionError` at once, saying which.
     """
 
     def __init__(self, access_file=None, timeout=30.0, reconnect_timeout=60.0):

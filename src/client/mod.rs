@@ -1,5 +1,7 @@
 //! The client library behind `weir`: one QUIC connection, one stream per request.
 
+mod reach;
+
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint};
@@ -10,6 +12,8 @@ use crate::proto::{
     EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, MAX_FRAME, NewGroup, PolicyReport,
     Request, Response, Role, StatusReport, TaskId, TaskResult,
 };
+
+pub use reach::reach;
 
 pub struct Client {
     _endpoint: Endpoint,

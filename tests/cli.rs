@@ -610,3 +610,36 @@ fn workers_wait_not_on_a_terminal_prints_only_the_answer() {
     assert_eq!(stdout(&output), "2 workers ready\n");
     assert_eq!(stderr(&output), "");
 }
+
+#[test]
+fn submit_wait_says_within_seconds_that_nothing_can_run_a_task_and_exits_3() {
+    let mut cluster = Cluster::start("5");
+    // A worker whose condition answers no-match (more memory than any machine has).
+    cluster.worker(
+        "small",
+        &["--env-plugin", "huge=mem_gt,threshold=1000000TB"],
+    );
+    cluster.await_status(|s| common::workers(s) == 1);
+    let out = cluster.weir(&["submit", "--cap", "gpu=1", "--wait", "--", "true"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "no worker or manager can run task 1: 1 live worker with gpu=0 (needs 1); \
+             no worker manager; see `weir explain 1`"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("`weir wait 1` waits on"), "{err}");
+    // The task stays queued; `weir wait` says the same.
+    let out = cluster.weir(&["wait", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // An environment that no worker matches, definitely.
+    let out = cluster.weir(&["submit", "--env", "huge", "--wait", "--", "true"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("run task 2: 1 live worker with `huge`: no-match"),
+        "{err}"
+    );
+}

@@ -150,7 +150,9 @@ impl Connection {
         })
     }
 
-    /// The next results of a watch: a list of dicts, or `None` once every task is final.
+    /// The next results of a watch: a list of dicts, or `None` once every task is final. A
+    /// dict with `state` `"unrunnable"` (and `reason`) says a queued task of the job (and those
+    /// that need the same) can run nowhere; the task stays queued.
     /// `timeout` (seconds) bounds the wait; an empty list when it passes.
     #[pyo3(signature = (watch, timeout = None))]
     fn next_results<'py>(
@@ -177,6 +179,13 @@ impl Connection {
         let results = match next {
             None => return Ok(Some(Vec::new())),
             Some(Ok(Some(Response::Results(results)))) => results,
+            Some(Ok(Some(Response::Unrunnable { task, reason }))) => {
+                let dict = PyDict::new(py);
+                dict.set_item("task", task)?;
+                dict.set_item("state", "unrunnable")?;
+                dict.set_item("reason", reason)?;
+                return Ok(Some(vec![dict]));
+            }
             Some(Ok(Some(Response::Done(_)))) | Some(Ok(None)) => {
                 watch.responses = None;
                 return Ok(None);

@@ -11,4 +11,4 @@ pub use frame::{FrameError, MAX_FRAME, decode, encode};
 pub use messages::*;
 
 /// Bumped whenever a message changes incompatibly.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;

@@ -26,6 +26,7 @@ mod retention;
 mod schedule;
 mod status;
 mod submit;
+mod unschedulable;
 mod workers;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -42,6 +43,7 @@ use crate::proto::{
 pub use environments::EnvSource;
 use schedule::could_ever_run;
 pub use submit::{Group, Inputs, SubmitError};
+pub use unschedulable::Unschedulable;
 pub use workers::{NameTaken, WorkerView};
 use workers::{Worker, amount};
 

@@ -631,9 +631,11 @@ fn submit_wait_says_within_seconds_that_nothing_can_run_a_task_and_exits_3() {
         "{err}"
     );
     assert!(err.contains("`weir wait 1` waits on"), "{err}");
-    // The task stays queued; `weir wait` says the same.
-    let out = cluster.weir(&["wait", "1"]);
+    // The task stays queued; `weir wait` says the same, in JSON too.
+    let out = cluster.weir(&["--output", "json", "wait", "1"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
+    assert_eq!(value["unrunnable"]["task"], 1, "{value}");
     // An environment that no worker matches, definitely.
     let out = cluster.weir(&["submit", "--env", "huge", "--wait", "--", "true"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));

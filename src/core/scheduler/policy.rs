@@ -146,10 +146,8 @@ impl Scheduler {
     /// them could start a worker for them): failed after `--unschedulable-timeout`, and told
     /// to the clients waiting for their jobs once it has held for [`UNRUNNABLE_AFTER_MS`].
     pub(super) fn unschedulable(&mut self, now: u64) {
-        if self.waiters.is_empty()
-            && self.watchers.is_empty()
-            && self.config.unschedulable_timeout_ms.is_none()
-        {
+        let asked = !self.waiters.is_empty() || !self.watchers.is_empty();
+        if self.tasks.queued() == 0 || !asked && self.config.unschedulable_timeout_ms.is_none() {
             return;
         }
         let context = crate::core::managers::Context {

@@ -1,7 +1,11 @@
 //! The `weir` executable's plugin and policy commands, run as a user would.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
+
+use common::Cluster;
 
 fn weir(args: &[&str]) -> (Output, tempfile::TempDir) {
     let cache = tempfile::tempdir().unwrap();
@@ -556,5 +560,88 @@ fn bench_with_simulated_workers_prints_its_row() {
     assert!(
         out.lines().any(|l| l.starts_with("| 20 | 4 | ")),
         "no row for 20 workers under 4 managers: {out}"
+    );
+}
+
+#[test]
+fn worker_check_fails_when_a_condition_answers_error() {
+    let check = |plugin: &str| {
+        let cache = tempfile::tempdir().unwrap();
+        Command::new(env!("CARGO_BIN_EXE_worker"))
+            .args(["--check", "--env-plugin", plugin])
+            .env("WEIR_CACHE_DIR", cache.path())
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("worker runs")
+    };
+    let wrong = check("big=mem_gt,threshold=lots");
+    assert!(!wrong.status.success(), "{}", stdout(&wrong));
+    assert!(stdout(&wrong).contains("big: error("), "{}", stdout(&wrong));
+    let err = stderr(&wrong);
+    assert!(
+        err.contains("1 of 1 conditions failed to evaluate: big: error("),
+        "{err}"
+    );
+    let missing = check("big=mem_gt");
+    assert!(!missing.status.success(), "{}", stdout(&missing));
+    // A verdict, even no-match, is an answer: exit 0.
+    let fine = check("big=mem_gt,threshold=1");
+    assert!(fine.status.success(), "{}{}", stdout(&fine), stderr(&fine));
+    let no = check("huge=mem_gt,threshold=1000000TB");
+    assert!(no.status.success(), "{}{}", stdout(&no), stderr(&no));
+    assert!(stdout(&no).contains("huge: no-match"), "{}", stdout(&no));
+}
+
+#[test]
+fn workers_wait_not_on_a_terminal_prints_only_the_answer() {
+    let mut cluster = Cluster::start("5");
+    cluster.worker("first", &[]);
+    // Waiting for two while one (or none yet) is there: the counts on the way are for a
+    // terminal, not for a log or a script.
+    let wait = cluster
+        .weir_command(&cluster.access_file(), &["workers", "wait", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("weir runs");
+    cluster.worker("second", &[]);
+    let output = wait.wait_with_output().expect("weir ends");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "2 workers ready\n");
+    assert_eq!(stderr(&output), "");
+}
+
+#[test]
+fn submit_wait_says_within_seconds_that_nothing_can_run_a_task_and_exits_3() {
+    let mut cluster = Cluster::start("5");
+    // A worker whose condition answers no-match (more memory than any machine has).
+    cluster.worker(
+        "small",
+        &["--env-plugin", "huge=mem_gt,threshold=1000000TB"],
+    );
+    cluster.await_status(|s| common::workers(s) == 1);
+    let out = cluster.weir(&["submit", "--cap", "gpu=1", "--wait", "--", "true"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "no worker or manager can run task 1: 1 live worker with gpu=0 (needs 1); \
+             no worker manager; see `weir explain 1`"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("`weir wait 1` waits on"), "{err}");
+    // The task stays queued; `weir wait` says the same, in JSON too.
+    let out = cluster.weir(&["--output", "json", "wait", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
+    assert_eq!(value["unrunnable"]["task"], 1, "{value}");
+    // An environment that no worker matches, definitely.
+    let out = cluster.weir(&["submit", "--env", "huge", "--wait", "--", "true"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("run task 2: 1 live worker with `huge`: no-match"),
+        "{err}"
     );
 }

@@ -481,16 +481,16 @@ fn forget_after_frees_finished_jobs_by_age() {
 }
 
 #[test]
-fn client_commands_wait_for_a_restarting_scheduler() {
+fn client_commands_wait_for_a_scheduler_that_holds_its_lock_and_fail_at_once_when_it_is_gone() {
     let mut cluster = Cluster::start("10");
     cluster.worker("w", &["--slots", "1"]);
     cluster.await_status(|s| common::workers(s) == 1);
-    cluster.kill_scheduler();
-    // `weir status` while the scheduler is down: it says it is retrying, and keeps at it.
-    let mut status = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("--access-file")
-        .arg(cluster.access_file())
-        .arg("status")
+    // Stopped (SIGSTOP), it holds its lock and its process is there: `weir status` says it is
+    // retrying, and keeps at it until the scheduler answers again.
+    let pid = cluster.scheduler.id();
+    common::signal(pid, "-STOP");
+    let mut status = cluster
+        .weir_command(&cluster.access_file(), &["status"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -499,8 +499,7 @@ fn client_commands_wait_for_a_restarting_scheduler() {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
     assert!(line.contains("retrying for up to 60s"), "{line}");
-    // The scheduler comes back (on another port, in the same access file).
-    cluster.start_scheduler(&["--heartbeat-timeout", "10"]);
+    common::signal(pid, "-CONT");
     let out = status.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stdout));
     assert!(
@@ -508,12 +507,38 @@ fn client_commands_wait_for_a_restarting_scheduler() {
         "{}",
         text(&out.stdout)
     );
-    // With --reconnect-timeout 0 a client gives up at once.
+    // Killed, its lock is free and its pid gone: nothing will answer, and the client says so
+    // at once (no retrying, although --reconnect-timeout is 60 s).
     cluster.kill_scheduler();
+    let out = cluster.weir(&["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("is not running (its process {pid} is gone")),
+        "{err}"
+    );
+    assert!(!err.contains("retrying"), "{err}");
+    // Started again, it is reached as before.
+    cluster.start_scheduler(&["--heartbeat-timeout", "10"]);
+    let out = cluster.weir(&["status"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // With --reconnect-timeout 0 a client gives up at once on one that does not answer.
+    let pid = cluster.scheduler.id();
+    common::signal(pid, "-STOP");
     let out = cluster.weir(&["--reconnect-timeout", "0", "status"]);
+    common::signal(pid, "-CONT");
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("cannot reach the scheduler"),
+        "{}",
+        text(&out.stderr)
+    );
+    // No access file and no scheduler: at once, naming the file.
+    let nowhere = cluster.dir.path().join("nowhere.json");
+    let out = cluster.weir_with(&nowhere, &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("cannot read the access file"),
         "{}",
         text(&out.stderr)
     );

@@ -1454,3 +1454,115 @@ fn a_task_cut_short_by_allocation_ends_fails_after_the_cap_and_the_count_survive
         "{text}"
     );
 }
+
+#[test]
+fn a_waiting_client_is_told_once_when_nothing_can_run_its_task_and_never_while_verdicts_are_pending()
+ {
+    let mut core = Scheduler::new(config(false));
+    let with = |capabilities: Vec<(String, u64)>, environments: Vec<String>| {
+        let mut request = submit(1);
+        if let Request::Submit { groups, .. } = &mut request {
+            groups[0].spec.capabilities = capabilities;
+            groups[0].spec.environments = environments;
+        }
+        request
+    };
+    // A worker without a gpu that evaluates `big` itself (no verdict yet), and a manager the
+    // policy does not list (the tiers list m1 only).
+    let mut evaluating = worker("w1", 1);
+    evaluating.local_environments = vec!["big".into()];
+    round(
+        &mut core,
+        0,
+        vec![
+            join(1, evaluating),
+            manager_joins(manager("m2")),
+            from_client(1, with(vec![("gpu".into(), 1)], vec![])),
+            from_client(2, Request::Wait { job: 1 }),
+            from_client(1, with(vec![], vec!["big".into()])),
+            from_client(3, Request::Wait { job: 2 }),
+        ],
+    );
+    let unrunnable = |actions: &[Action], client| -> Vec<(u64, String)> {
+        replies(actions, client)
+            .into_iter()
+            .filter_map(|(response, last)| match response {
+                Response::Unrunnable { task, reason } => {
+                    assert!(!last, "the wait goes on");
+                    Some((*task, reason.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let mut told = Vec::new();
+    let mut first_told_at = None;
+    for now in (500..=10_000).step_by(500) {
+        core.handle(now, Input::Timeout);
+        let actions = core.take_actions();
+        let to_2 = unrunnable(&actions, 2);
+        if !to_2.is_empty() && first_told_at.is_none() {
+            first_told_at = Some(now);
+        }
+        told.extend(to_2);
+        // Task 2 waits for w1's verdict on `big`: not definite, never told.
+        assert_eq!(unrunnable(&actions, 3), vec![], "at {now}");
+    }
+    // Found at the first tick (500 ms), told after the 2 s grace, once.
+    assert_eq!(first_told_at, Some(2_500));
+    assert_eq!(told.len(), 1, "{told:?}");
+    let (task, reason) = &told[0];
+    assert_eq!(*task, 1);
+    assert!(
+        reason.contains("1 live worker with gpu=0 (needs 1)"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("manager m2 (t): cannot: not listed in the scaling policy"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn an_empty_cluster_or_an_offline_manager_that_could_serve_is_not_nothing_can_run_it() {
+    // No worker and no manager heard from: a cluster that is starting, not a verdict.
+    let mut empty = Scheduler::new(config(false));
+    round(
+        &mut empty,
+        0,
+        vec![
+            from_client(1, submit(1)),
+            from_client(2, Request::Wait { job: 1 }),
+        ],
+    );
+    // m1 (listed, its workers have gpu=9) joins and goes silent: offline, but what it would
+    // say once back counts.
+    let mut offline = Scheduler::new(config(false));
+    let mut gpus = manager("m1");
+    gpus.capabilities = vec![("gpu".into(), 9)];
+    round(&mut offline, 0, vec![manager_joins(gpus)]);
+    let mut needs_gpu = submit(1);
+    if let Request::Submit { groups, .. } = &mut needs_gpu {
+        groups[0].spec.capabilities = vec![("gpu".into(), 9)];
+    }
+    round(
+        &mut offline,
+        20_000,
+        vec![
+            from_client(1, needs_gpu),
+            from_client(2, Request::Wait { job: 1 }),
+        ],
+    );
+    for now in (500..=10_000).step_by(500) {
+        for (core, at) in [(&mut empty, now), (&mut offline, 20_000 + now)] {
+            core.handle(at, Input::Timeout);
+            let actions = core.take_actions();
+            assert!(
+                !replies(&actions, 2)
+                    .iter()
+                    .any(|(r, _)| matches!(r, Response::Unrunnable { .. })),
+                "at {at}: {actions:#?}"
+            );
+        }
+    }
+}

@@ -173,6 +173,51 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
 }
 
 #[test]
+fn explain_of_a_finished_task_says_where_it_ran_how_often_and_how_it_ended() {
+    let mut core = Tasks::new(Config::default());
+    core.submit(vec![NewGroup {
+        spec: spec(&[], 0, 1),
+        count: 2,
+        inputs: vec![],
+    }])
+    .unwrap();
+    // Task 1 exits 3 on worker a (of manager hpc); task 2 then loses a, and b after it, and
+    // runs out of retries.
+    let mut a = worker(1, &[]);
+    a.manager = Some("hpc".into());
+    let a_name = a.name.clone();
+    let a = core.worker_joined(0, a).expect("joins").0;
+    core.schedule(0);
+    let failed = Outcome::Exited {
+        code: Some(3),
+        stdout: vec![],
+        stderr: vec![],
+    };
+    assert!(core.finished(1, a, 1, failed));
+    core.schedule(1);
+    core.worker_lost(2, a, "connection closed", Loss::Exited);
+    let b = worker(1, &[]);
+    let b_name = b.name.clone();
+    let b = core.worker_joined(3, b).expect("joins").0;
+    core.schedule(3);
+    core.worker_lost(4, b, "connection closed", Loss::Exited);
+    let text = |task| core.explain(5, task).unwrap().join("\n");
+    let exited = text(1);
+    assert!(
+        exited.contains(&format!("ran last on worker {a_name} (manager hpc); 1 run")),
+        "{exited}"
+    );
+    assert!(exited.contains("outcome: exited with code 3"), "{exited}");
+    let lost = text(2);
+    assert!(
+        lost.contains(&format!("ran last on worker {b_name}; 2 runs")),
+        "{lost}"
+    );
+    assert!(lost.contains("outcome: worker"), "{lost}");
+    core.sanity_check().unwrap();
+}
+
+#[test]
 fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
     let mut core = Tasks::new(Config::default());
     core.submit(vec![group(3, &[])]).unwrap();

@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use weir::client::{Client, Responses};
-use weir::net::{AccessFile, NetError};
+use weir::net::NetError;
 use weir::proto::{NewGroup, Outcome, Response, TaskKind, TaskResult, TaskSpec};
 
 pyo3::create_exception!(
@@ -70,28 +70,17 @@ fn runtime() -> PyResult<tokio::runtime::Runtime> {
 
 #[pymethods]
 impl Connection {
-    /// Connect with the access file the scheduler wrote; keep trying for `timeout` seconds while
-    /// the file is not there yet or the scheduler does not answer.
+    /// Connect with the access file the scheduler wrote (`weir::client::reach`): at once to a
+    /// scheduler that is there, a `ConnectionError` at once when it is gone (its lock free, its
+    /// process gone) or no access file and no scheduler exist; while it may be (re)starting,
+    /// keep trying for `timeout` seconds.
     #[new]
     #[pyo3(signature = (access_file, timeout = 30.0))]
     fn new(py: Python<'_>, access_file: PathBuf, timeout: f64) -> PyResult<Connection> {
         let runtime = runtime()?;
-        let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
-        let client = py.detach(|| {
-            runtime.block_on(async {
-                loop {
-                    let attempt = match AccessFile::read(&access_file) {
-                        Ok(access) => Client::connect(&access).await,
-                        Err(error) => Err(error),
-                    };
-                    match attempt {
-                        Ok(client) => return Ok(client),
-                        Err(error) if std::time::Instant::now() >= deadline => return Err(error),
-                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                    }
-                }
-            })
-        });
+        let timeout = Duration::from_secs_f64(timeout.max(0.0));
+        let client =
+            py.detach(|| runtime.block_on(weir::client::reach(&access_file, timeout, |_| {})));
         Ok(Connection {
             client: client.map_err(error)?,
             runtime,
@@ -161,7 +150,9 @@ impl Connection {
         })
     }
 
-    /// The next results of a watch: a list of dicts, or `None` once every task is final.
+    /// The next results of a watch: a list of dicts, or `None` once every task is final. A
+    /// dict with `state` `"unrunnable"` (and `reason`) says a queued task of the job (and those
+    /// that need the same) can run nowhere; the task stays queued.
     /// `timeout` (seconds) bounds the wait; an empty list when it passes.
     #[pyo3(signature = (watch, timeout = None))]
     fn next_results<'py>(
@@ -188,6 +179,13 @@ impl Connection {
         let results = match next {
             None => return Ok(Some(Vec::new())),
             Some(Ok(Some(Response::Results(results)))) => results,
+            Some(Ok(Some(Response::Unrunnable { task, reason }))) => {
+                let dict = PyDict::new(py);
+                dict.set_item("task", task)?;
+                dict.set_item("state", "unrunnable")?;
+                dict.set_item("reason", reason)?;
+                return Ok(Some(vec![dict]));
+            }
             Some(Ok(Some(Response::Done(_)))) | Some(Ok(None)) => {
                 watch.responses = None;
                 return Ok(None);

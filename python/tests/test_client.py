@@ -175,6 +175,30 @@ def test_a_scheduler_killed_and_restarted_mid_map_loses_no_future():
         assert client.gather(futures) == [-x for x in range(600)]
 
 
+def test_a_client_fails_at_once_without_a_scheduler_and_when_its_scheduler_is_gone(tmp_path):
+    # Both would wait out Client's 30 s timeout if they waited at all.
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match="cannot read the access file"):
+        weir.Client(str(tmp_path / "nowhere.json"))
+    with weir.LocalCluster(workers=0) as cluster:
+        pid = cluster.scheduler.pid
+        cluster.scheduler.kill()
+        cluster.scheduler.wait()
+        with pytest.raises(ConnectionError, match=f"is not running \\(its process {pid} is gone"):
+            weir.Client(cluster)
+    assert time.monotonic() - started < 25
+
+
+def test_a_task_nothing_can_run_fails_its_future_saying_why(client):
+    # The cluster's workers have at most gpu=1, and no manager could start one with more.
+    futures = client.map(abs, [1, 2], caps={"gpu": 5})
+    for future in futures:
+        with pytest.raises(weir.Unrunnable, match="no worker or manager can run task .*gpu=1 \\(needs 5\\)"):
+            future.result(timeout=60)
+    # Its tasks were canceled: the next submission runs.
+    assert client.submit(abs, -7).result(timeout=60) == 7
+
+
 def test_gather_shows_progress_on_request(client, capsys):
     assert client.gather(client.map(abs, [-1, -2, -3]), progress=True) == [1, 2, 3]
     assert "3/3 tasks done" in capsys.readouterr().err

@@ -33,6 +33,7 @@ __all__ = [
     "MAX_REQUEST",
     "RequestTooLarge",
     "TaskError",
+    "Unrunnable",
     "as_completed",
     "wait",
     "FIRST_COMPLETED",
@@ -54,6 +55,12 @@ ALL_COMPLETED = _cf.ALL_COMPLETED
 class TaskError(Exception):
     """A task did not return: it timed out, its worker was lost past its retries, its runner
     could not run it (a module missing there, another Python version), or it was killed."""
+
+
+class Unrunnable(TaskError):
+    """No live worker could ever run the task, and no worker manager could start one that
+    would (the scheduler's reason, as `weir explain` gives it, is in the message). Its job's
+    tasks still queued are canceled: nothing runs that no future waits for."""
 
 
 class Future(_cf.Future):
@@ -98,6 +105,11 @@ class Client:
 
     `access_file`: the file the scheduler wrote (default `$WEIR_ACCESS_FILE` or
     `.weir/access.json`), or a `LocalCluster`.
+
+    `timeout`: seconds to keep trying while the scheduler may be starting or restarting (it
+    holds its lock, or this machine cannot tell) but does not answer. A scheduler known to be
+    gone (its lock free, its process gone), or no access file and no scheduler at all, raises
+    `ConnectionError` at once, saying which.
     """
 
     def __init__(self, access_file=None, timeout=30.0, reconnect_timeout=60.0):
@@ -198,6 +210,9 @@ class Client:
                         break
                     lost_since = None
                     for result in results:
+                        if result["state"] == "unrunnable":
+                            self._unrunnable(conn, by_task, result)
+                            continue
                         future = by_task.get(result["task"])
                         if future is not None:
                             _resolve(future, result)
@@ -218,6 +233,20 @@ class Client:
                 return
         for future in by_task.values():
             _settle(future, error=TaskError(f"job {job} ended without a result for this task"))
+
+    @staticmethod
+    def _unrunnable(conn, by_task, result):
+        """The scheduler says a queued task of this job can run nowhere: every future of the
+        job not done yet fails saying why (one submission: its tasks all need the same), and
+        their tasks are canceled."""
+        task = result["task"]
+        error = Unrunnable(f"no worker or manager can run task {task}: {result['reason']}; "
+                           f"see `weir explain {task}`")
+        waiting = [f for f in by_task.values() if not f.done()]
+        for future in waiting:
+            _settle(future, error=error)
+        if waiting:
+            conn.cancel_tasks([f.task for f in waiting])
 
     @staticmethod
     def _fail(job, by_task, error):

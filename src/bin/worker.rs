@@ -82,7 +82,8 @@ struct Args {
     /// it leaves like on SIGTERM (what still runs is requeued, spending no retry).
     #[arg(long, value_parser = weir::config::seconds, value_name = "SECONDS")]
     ends_in: Option<Duration>,
-    /// Evaluate the conditions on this machine, print the verdicts, and exit.
+    /// Evaluate the conditions on this machine, print the verdicts, and exit: 0 when every
+    /// condition answers match or no-match, 1 when one answers error (e.g. a wrong config).
     #[arg(long)]
     check: bool,
 }
@@ -198,7 +199,9 @@ fn run(args: Args) -> Result<()> {
 }
 
 /// `worker --check`: load and evaluate each `--env-plugin` against this machine (as the flags
-/// shape it), call `setup` where it matches, and print what a worker would report.
+/// shape it), call `setup` where it matches, and print what a worker would report. An `error`
+/// verdict (a wrong config, a failed `setup`) fails the check, as a worker would report it and
+/// never match; `no-match` is an answer, not a failure.
 fn check(args: &Args, facts: &FactsSource) -> Result<()> {
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
     let facts = facts.probe();
@@ -206,6 +209,7 @@ fn check(args: &Args, facts: &FactsSource) -> Result<()> {
         "this worker: {} CPUs, {} bytes of memory",
         facts.cpu_count, facts.total_memory_bytes
     );
+    let mut failed = Vec::new();
     for spec in &args.env_plugins {
         let loaded = spec.load(&host)?;
         let mut condition = host.condition(&loaded, Limits::default())?;
@@ -217,6 +221,9 @@ fn check(args: &Args, facts: &FactsSource) -> Result<()> {
             Ok(false) => ("no-match".to_string(), Vec::new()),
             Err(error) => (format!("error({})", error.message()), Vec::new()),
         };
+        if verdict.starts_with("error") {
+            failed.push(format!("{}: {verdict}", spec.name));
+        }
         if let Err(error) = condition.teardown(&facts) {
             tracing::warn!(%error, "teardown failed");
         }
@@ -233,5 +240,12 @@ fn check(args: &Args, facts: &FactsSource) -> Result<()> {
             loaded.origin.describe()
         );
     }
-    Ok(())
+    match failed.len() {
+        0 => Ok(()),
+        n => anyhow::bail!(
+            "{n} of {} conditions failed to evaluate: {}",
+            args.env_plugins.len(),
+            failed.join("; ")
+        ),
+    }
 }

@@ -1,5 +1,7 @@
 //! The client library behind `weir`: one QUIC connection, one stream per request.
 
+mod reach;
+
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint};
@@ -10,6 +12,17 @@ use crate::proto::{
     EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, MAX_FRAME, ManagerUnits, NewGroup,
     PolicyReport, Request, Response, Role, StatusReport, TaskId, TaskResult,
 };
+
+pub use reach::reach;
+
+/// How [`Client::wait_or_unrunnable`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Waited {
+    /// Every task is final.
+    Done(JobCounts),
+    /// The scheduler says `task` (queued) can run nowhere, and why; the job goes on.
+    Unrunnable { task: TaskId, reason: String },
+}
 
 pub struct Client {
     _endpoint: Endpoint,
@@ -189,20 +202,49 @@ impl Client {
         Ok(jobs)
     }
 
-    /// Wait until every task of `job` is final, calling `progress` on each update.
+    /// Wait until every task of `job` is final, calling `progress` on each update; tasks
+    /// nothing can run are ignored (they stay queued): see [`Client::wait_or_unrunnable`].
     pub async fn wait(
         &self,
         job: JobId,
-        mut progress: impl FnMut(&JobCounts),
+        progress: impl FnMut(&JobCounts),
     ) -> Result<JobCounts, NetError> {
+        match self.waiting(job, progress, false).await? {
+            Waited::Done(counts) => Ok(counts),
+            Waited::Unrunnable { task, reason } => Err(NetError::Unanswered(format!(
+                "task {task} unrunnable ({reason}) in a wait that goes on"
+            ))),
+        }
+    }
+
+    /// [`Client::wait`], but return at the scheduler's first word that a queued task of the
+    /// job can run nowhere ([`Response::Unrunnable`]; it stays queued).
+    pub async fn wait_or_unrunnable(
+        &self,
+        job: JobId,
+        progress: impl FnMut(&JobCounts),
+    ) -> Result<Waited, NetError> {
+        self.waiting(job, progress, true).await
+    }
+
+    async fn waiting(
+        &self,
+        job: JobId,
+        mut progress: impl FnMut(&JobCounts),
+        stop_at_unrunnable: bool,
+    ) -> Result<Waited, NetError> {
         let mut responses = self.call(&Request::Wait { job }).await?;
         loop {
             match responses.next().await? {
                 Some(Response::Progress(counts)) => progress(&counts),
                 Some(Response::Done(counts)) => {
                     progress(&counts);
-                    return Ok(counts);
+                    return Ok(Waited::Done(counts));
                 }
+                Some(Response::Unrunnable { task, reason }) if stop_at_unrunnable => {
+                    return Ok(Waited::Unrunnable { task, reason });
+                }
+                Some(Response::Unrunnable { .. }) => {}
                 other => return Err(unexpected(other)),
             }
         }

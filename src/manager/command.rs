@@ -187,9 +187,9 @@ impl Units {
     pub fn state(&self) -> ManagerState {
         // The command backend does not know when a unit ends: all of its workers are reported.
         let workers = self.book.workers(&[]);
-        let mut state = self
-            .settings
-            .report(self.backoff.active(Instant::now()), workers, Vec::new());
+        let mut state =
+            self.settings
+                .report(self.backoff.active(Instant::now()), workers, Vec::new());
         state.backend = "command".into();
         state.units = self.units(Instant::now());
         state

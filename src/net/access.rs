@@ -3,6 +3,9 @@
 //! Written by the scheduler (mode 0600) to `--access-file`, `$WEIR_ACCESS_FILE` or
 //! `.weir/access.json`; read from the same default by workers, managers and clients, so a local
 //! cluster needs no flags. Across machines, copy it.
+//!
+//! Beside it the scheduler holds `FILE.lock` ([`lock_path`]) for as long as it runs, with its
+//! pid and host in it; [`holder`] tells a client whether that scheduler is gone.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +24,99 @@ pub struct AccessFile {
     pub worker_token: String,
     /// Presented by clients.
     pub client_token: String,
+}
+
+/// The lock a scheduler holds while it serves the access file at `access_file`: named after
+/// the real file (a symbolic link resolved), so two paths to one access file meet at one lock.
+pub fn lock_path(access_file: &Path) -> PathBuf {
+    let real = std::fs::canonicalize(access_file).unwrap_or_else(|_| access_file.to_path_buf());
+    let mut name = real.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    real.with_file_name(name)
+}
+
+/// What the lock beside an access file says about its scheduler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// Its lock is held: a scheduler runs (or starts, or restarts) with this file.
+    Held,
+    /// Its lock is free and the process that last held it (on this host) is gone: nothing
+    /// serves this file until a scheduler is started again. Says so, in words.
+    Gone(String),
+    /// Cannot tell: no lock file here (an access file copied from another machine), or the
+    /// last holder was on another host, or its pid is alive (reused).
+    Unknown,
+}
+
+/// Whether a scheduler holds the access file at `access_file` (see [`Holder`]). Only once the
+/// last holder's pid is gone is the lock probed (taken shared for an instant; a scheduler
+/// starting in that instant retries, see `scheduler::lock`).
+pub fn holder(access_file: &Path) -> Holder {
+    let path = lock_path(access_file);
+    let Ok(file) = std::fs::File::open(&path) else {
+        return match access_file.exists() {
+            true => Holder::Unknown,
+            false => Holder::Gone(format!(
+                "no scheduler serves the access file {} (neither it nor its lock exists)",
+                access_file.display()
+            )),
+        };
+    };
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut words = text.split_whitespace();
+    let pid = words.next().and_then(|p| p.parse::<i32>().ok());
+    if words
+        .next()
+        .is_some_and(|host| Some(host) != hostname().as_deref())
+    {
+        return Holder::Unknown;
+    }
+    let Some(pid) = pid.filter(|pid| *pid > 0 && !alive(*pid)) else {
+        // Its pid runs (the scheduler, or a process that reuses the pid), or none is written
+        // yet: no probe, so a scheduler never meets it; connecting tells.
+        return Holder::Unknown;
+    };
+    if is_locked(&file) {
+        return Holder::Held;
+    }
+    Holder::Gone(format!(
+        "the scheduler that wrote {} is not running (its process {pid} is gone and its lock {} \
+         is free); start it again",
+        access_file.display(),
+        path.display()
+    ))
+}
+
+/// Whether some process holds `file`'s `flock`; a free lock is taken shared and let go at once.
+fn is_locked(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor this function borrows.
+    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    if taken {
+        // SAFETY: as above; the shared lock taken just now.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+    }
+    !taken
+}
+
+/// Whether process `pid` exists (on this host).
+fn alive(pid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 sends nothing; it checks that the process exists.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// This host's name, as the scheduler writes it into its lock.
+pub fn hostname() -> Option<String> {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname(2) writes at most `len` bytes into the buffer it is given.
+    if unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } != 0 {
+        return None;
+    }
+    let end = buffer.iter().position(|b| *b == 0).unwrap_or(buffer.len());
+    String::from_utf8(buffer[..end].to_vec())
+        .ok()
+        .filter(|name| !name.is_empty() && !name.contains(char::is_whitespace))
 }
 
 pub fn default_path() -> PathBuf {

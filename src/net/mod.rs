@@ -58,6 +58,10 @@ pub enum NetError {
     /// A link to the scheduler ended before the session began (during registration).
     #[error(transparent)]
     Link(#[from] LinkEnd),
+    /// The scheduler that wrote the access file is gone (its lock free, its process gone):
+    /// nothing will answer until one is started, so callers fail at once.
+    #[error("{0}")]
+    NotRunning(String),
     /// The scheduler stayed away longer than the reconnect timeout.
     #[error("gave up reaching the scheduler after {after:?}: {error}")]
     GaveUp { after: Duration, error: String },

@@ -1,6 +1,7 @@
-//! One scheduler per file: an exclusive `flock` on a lock file that holds the owner's pid. The
-//! kernel drops the lock when the process ends, however it ends, so a `kill -9`ed scheduler
-//! never leaves a stale lock.
+//! One scheduler per file: an exclusive `flock` on a lock file that holds the owner's pid and
+//! host (`PID HOST`). The kernel drops the lock when the process ends, however it ends, so a
+//! `kill -9`ed scheduler never leaves a stale lock; clients read it to tell a scheduler that is
+//! gone from one that does not answer (`net::access::holder`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -23,8 +24,7 @@ impl Lock {
             .truncate(false)
             .open(path)
             .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
-        // SAFETY: flock(2) on a descriptor this process owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if !take_exclusive(&file) {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             return Err(format!(
@@ -33,13 +33,28 @@ impl Lock {
                 path.display()
             ));
         }
-        let written = file
-            .set_len(0)
-            .and_then(|()| file.rewind())
-            .and_then(|()| writeln!(file, "{}", std::process::id()));
+        let written = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| {
+            let host = crate::net::access::hostname().unwrap_or_default();
+            writeln!(file, "{} {host}", std::process::id())
+        });
         written.map_err(|e| format!("cannot write the lock file {}: {e}", path.display()))?;
         Ok(Lock { _file: file })
     }
+}
+
+/// Take `file`'s lock exclusively. A client probing a free lock (`net::access::holder`) holds
+/// it shared for an instant: a few tries 10 ms apart ride over that.
+fn take_exclusive(file: &File) -> bool {
+    for attempt in 0..5 {
+        // SAFETY: flock(2) on a descriptor this process owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return true;
+        }
+        if attempt < 4 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    false
 }
 
 /// Lock an open file itself (its inode: every path to it, hard links too) for this process, as

@@ -140,13 +140,11 @@ pub async fn run(
                 error,
             })?;
         }
-        // Named after the real file (a symbolic link resolved): two paths, one lock.
-        let real = std::fs::canonicalize(&settings.access_file)
-            .unwrap_or_else(|_| settings.access_file.clone());
-        let mut name = real.file_name().unwrap_or_default().to_os_string();
-        name.push(".lock");
-        lock::Lock::take(&real.with_file_name(name), "access file")
-            .map_err(SchedulerError::Locked)?
+        lock::Lock::take(
+            &net::access::lock_path(&settings.access_file),
+            "access file",
+        )
+        .map_err(SchedulerError::Locked)?
     };
     // The journal is checked and locked before anything is served or written.
     let journal = match &settings.journal {

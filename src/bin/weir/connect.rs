@@ -1,12 +1,13 @@
 //! Reaching the scheduler: connect through the access file, and connect again (with backoff)
-//! while a scheduler that may be restarting does not answer.
+//! while a scheduler that may be restarting does not answer. A session that lost its scheduler
+//! waits for it whatever its lock says (it was there a moment ago: a restart may follow).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use weir::client::Client;
-use weir::net::{AccessFile, NetError};
+use weir::net::AccessFile;
 
 use crate::output::Output;
 
@@ -17,24 +18,23 @@ pub struct Reach {
 }
 
 impl Reach {
-    /// Connect to the scheduler. No access file: fail at once (no scheduler was ever started
-    /// here). No answer: retry for `--reconnect-timeout`, saying so.
+    /// Connect to the scheduler ([`weir::client::reach`]): a scheduler known to be gone (its
+    /// lock free, its process gone) or never started here fails at once; one that may be
+    /// (re)starting is waited for up to `--reconnect-timeout`, saying so.
     pub async fn connect(&self, output: &dyn Output) -> Result<Client> {
-        let access = AccessFile::read(&self.access_file)?;
-        match Client::connect(&access).await {
-            Err(error @ NetError::Connect { .. }) if !self.timeout.is_zero() => {
-                output.note(&format!(
-                    "{error}; retrying for up to {:.0?} (it may be restarting)",
-                    self.timeout
-                ));
-                self.reconnect().await
-            }
-            connected => Ok(connected?),
-        }
+        let timeout = self.timeout;
+        let client = weir::client::reach(&self.access_file, timeout, |error| {
+            output.note(&format!(
+                "{error}; retrying for up to {timeout:.0?} (it may be restarting)"
+            ));
+        })
+        .await?;
+        Ok(client)
     }
 
-    /// Connect, retrying with backoff up to 5 s (re-reading the access file: a restarted
-    /// scheduler may listen elsewhere) for up to `timeout` while the scheduler does not answer.
+    /// After a lost connection: connect, retrying with backoff up to 5 s (re-reading the access
+    /// file: a restarted scheduler may listen elsewhere) for up to `timeout` while the scheduler
+    /// does not answer.
     pub async fn reconnect(&self) -> Result<Client> {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(200);

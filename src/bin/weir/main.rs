@@ -59,7 +59,10 @@ struct Cli {
 enum Command {
     /// Submit tasks: a command (after --) or a wasm component, N times or once per input line.
     Submit(submit::SubmitArgs),
-    /// Wait for a job to finish, showing progress.
+    /// Wait for a job to finish, showing progress. Exit 0 when every task succeeded, 1 when
+    /// some failed, 3 when a queued task can run nowhere: no live worker could ever run it and
+    /// no worker manager could start one that would, for 2 s (the reason is printed, as `weir
+    /// explain` gives it; the tasks stay queued, so `weir wait` again waits on).
     Wait { job: u64 },
     /// Print the results of a job's finished tasks.
     Results { job: u64 },
@@ -225,7 +228,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             output.error(&error);
-            ExitCode::FAILURE
+            match error.downcast_ref::<commands::wait::Unrunnable>() {
+                Some(_) => ExitCode::from(commands::wait::EXIT_UNRUNNABLE),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

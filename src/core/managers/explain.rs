@@ -17,7 +17,8 @@ impl Managers {
         let mut lines = Vec::new();
         for entry in self.entries.values() {
             let state = &entry.state;
-            let missing = self.obstacles(entry, context, capabilities, environments, timeout_ms);
+            let missing =
+                self.obstacles(entry, context, capabilities, environments, timeout_ms, true);
             let last = self.last.get(&state.id).map(|d| {
                 format!(
                     "; last decision: {} worker(s), {}",
@@ -52,12 +53,41 @@ impl Managers {
         timeout_ms: u64,
     ) -> bool {
         self.entries.values().any(|entry| {
-            self.obstacles(entry, context, capabilities, environments, timeout_ms)
+            self.obstacles(entry, context, capabilities, environments, timeout_ms, true)
                 .is_empty()
         })
     }
 
-    /// Why `entry` cannot start a worker for such a task (empty: it can).
+    /// [`Managers::could_serve`], counting a manager that is offline as if it were back (it
+    /// may be restarting): what it would say once online is what counts. For telling a
+    /// waiting client that nothing can run its task, which must be definite.
+    pub fn could_serve_once_online(
+        &self,
+        context: &Context<'_>,
+        capabilities: &[(String, u64)],
+        environments: &[String],
+        timeout_ms: u64,
+    ) -> bool {
+        self.entries.values().any(|entry| {
+            self.obstacles(
+                entry,
+                context,
+                capabilities,
+                environments,
+                timeout_ms,
+                false,
+            )
+            .is_empty()
+        })
+    }
+
+    /// How many managers are known (online or not, until forgotten).
+    pub fn known(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Why `entry` cannot start a worker for such a task (empty: it can); being offline is
+    /// one reason only if `offline_counts`.
     pub(super) fn obstacles(
         &self,
         entry: &Entry,
@@ -65,6 +95,7 @@ impl Managers {
         capabilities: &[(String, u64)],
         environments: &[String],
         timeout_ms: u64,
+        offline_counts: bool,
     ) -> Vec<String> {
         let state = &entry.state;
         let mine: Vec<&WorkerView> = context.workers_of(&state.id).collect();
@@ -72,7 +103,7 @@ impl Managers {
         if let Some(n) = state.fixed {
             missing.push(format!("a fixed pool of {n} workers (not scaled)"));
         }
-        if !self.online(entry, context.now) {
+        if offline_counts && !self.online(entry, context.now) {
             missing.push("offline".to_string());
         }
         if state.fixed.is_none() && !context.listed(state) {

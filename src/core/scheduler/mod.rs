@@ -88,6 +88,11 @@ struct PolicyState {
 /// The least time between two progress answers to `weir wait` (a job's end is answered at once).
 pub const PROGRESS_EVERY_MS: u64 = 100;
 
+/// Queued tasks nothing can run are told to the clients waiting for them after this long (a
+/// worker that joins or a manager that reports meanwhile makes it moot): `weir submit --wait`
+/// says so within a few seconds instead of waiting in silence.
+pub const UNRUNNABLE_AFTER_MS: u64 = 2_000;
+
 pub struct Scheduler {
     config: Config,
     tasks: Tasks,
@@ -106,6 +111,8 @@ pub struct Scheduler {
     waiters: HashMap<JobId, Vec<ClientId>>,
     /// Clients watching a job's tasks end one by one (`Watch`).
     watchers: HashMap<JobId, Vec<ClientId>>,
+    /// (client, task class) pairs told `Unrunnable`: each once.
+    told_unrunnable: std::collections::HashSet<(ClientId, usize)>,
     /// Jobs whose waiters have progress not sent yet, and until when sending more waits (see
     /// [`PROGRESS_EVERY_MS`]).
     progress_due: std::collections::BTreeSet<JobId>,
@@ -141,6 +148,7 @@ impl Scheduler {
             unacknowledged: Default::default(),
             waiters: HashMap::new(),
             watchers: HashMap::new(),
+            told_unrunnable: Default::default(),
             progress_due: Default::default(),
             progress_quiet_until: 0,
             env_waits: Vec::new(),
@@ -384,7 +392,7 @@ impl Scheduler {
             self.actions
                 .push_back(Action::Compact(self.journal_image()));
         }
-        self.fail_unschedulable(now);
+        self.unschedulable(now);
     }
 
     /// Workers of a manager forgotten after being offline (a `kill -9`ed Slurm manager's batch
@@ -457,6 +465,7 @@ impl Scheduler {
             watchers.retain(|c| *c != client);
         }
         self.watchers.retain(|_, watchers| !watchers.is_empty());
+        self.told_unrunnable.retain(|(c, _)| *c != client);
         self.env_waits.retain(|w| w.client != client);
         self.worker_waits.retain(|w| w.client != client);
     }

@@ -150,8 +150,38 @@ impl Tasks {
                     });
                 }
             }
-            _ => {}
+            TaskState::Succeeded | TaskState::Failed | TaskState::Canceled => {
+                lines.extend(ended(task));
+            }
         }
         Some(lines)
     }
+}
+
+/// Where a final task ran, how often, and how it ended.
+fn ended(task: &Task) -> Vec<String> {
+    let runs = match task.attempts {
+        0 => "it never started".to_string(),
+        1 => "1 run".to_string(),
+        n => format!("{n} runs (retried after lost workers)"),
+    };
+    let Some(ended) = &task.outcome else {
+        return vec![runs, "its result was forgotten".into()];
+    };
+    let place = match (&ended.ran_on, task.attempts) {
+        (_, 0) => runs,
+        (Some(place), _) => format!("ran last on {place}; {runs}"),
+        (None, _) => format!("{runs}; where is not known (it ended before a scheduler restart)"),
+    };
+    let outcome = match &ended.outcome {
+        Outcome::Exited {
+            code: Some(code), ..
+        } => format!("exited with code {code}"),
+        Outcome::Exited { code: None, .. } => "killed by a signal".to_string(),
+        Outcome::Returned { output } => format!("returned {} bytes", output.len()),
+        Outcome::Function { ok: true, .. } => "the function returned".to_string(),
+        Outcome::Function { ok: false, .. } => "the function raised an exception".to_string(),
+        Outcome::Error { message } => message.clone(),
+    };
+    vec![place, format!("outcome: {outcome}")]
 }

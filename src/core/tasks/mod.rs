@@ -28,6 +28,7 @@ mod retention;
 mod schedule;
 mod status;
 mod submit;
+mod unschedulable;
 mod workers;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -44,6 +45,7 @@ use crate::proto::{
 pub use environments::EnvSource;
 use schedule::could_ever_run;
 pub use submit::{Group, Inputs, SubmitError};
+pub use unschedulable::Unschedulable;
 pub use workers::{NameTaken, WorkerView};
 use workers::{Worker, amount};
 
@@ -179,7 +181,24 @@ struct Task {
     /// one: a task handed to another since may be running there (see [`Tasks::worker_joined`]).
     holder: u64,
     /// Boxed: a queued task pays 8 bytes for it, not the size of an outcome.
-    outcome: Option<Box<Outcome>>,
+    outcome: Option<Box<Ended>>,
+}
+
+/// How a final task ended, and where it last ran (for `weir explain`).
+#[derive(Debug)]
+struct Ended {
+    outcome: Outcome,
+    /// `worker NAME` (and its manager) it last ran on; `None`: it never ran, or it ended
+    /// before a scheduler restart (places are not journaled).
+    ran_on: Option<String>,
+}
+
+/// A worker as `weir explain` names where a task ran.
+fn ran_on(info: &WorkerInfo) -> String {
+    match &info.manager {
+        Some(manager) => format!("worker {} (manager {manager})", info.name),
+        None => format!("worker {}", info.name),
+    }
 }
 
 struct Job {
@@ -370,14 +389,15 @@ impl Tasks {
         }
     }
 
-    fn finish(&mut self, id: TaskId, state: TaskState, outcome: Outcome) {
+    /// `ran_on`: the worker it last ran on ([`ran_on`]), when known.
+    fn finish(&mut self, id: TaskId, state: TaskState, outcome: Outcome, ran_on: Option<String>) {
         self.set_state(id, state);
         self.spared.remove(&id);
         self.left_by.remove(&id);
         let Some(task) = self.tasks.get_mut(id) else {
             return;
         };
-        task.outcome = Some(Box::new(outcome));
+        task.outcome = Some(Box::new(Ended { outcome, ran_on }));
         let job = self.groups[&task.group].job;
         self.actions.push(Action::Finished { job, task: id });
         if self.config.forget_after_ms.is_some() && self.jobs[job].done() {

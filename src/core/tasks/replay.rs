@@ -77,8 +77,8 @@ impl Tasks {
         }
         let outcome = task
             .outcome
-            .as_deref()
-            .cloned()
+            .as_ref()
+            .map(|ended| ended.outcome.clone())
             .unwrap_or_else(forgotten_outcome);
         Some((task.state, outcome, task.attempts))
     }
@@ -91,7 +91,10 @@ impl Tasks {
         }
         self.set_state(id, state);
         if let Some(task) = self.task_mut(id) {
-            task.outcome = Some(Box::new(outcome));
+            task.outcome = Some(Box::new(Ended {
+                outcome,
+                ran_on: None,
+            }));
             task.attempts = attempts;
         }
     }

@@ -24,7 +24,7 @@ impl Tasks {
         Some(TaskResult {
             task: id,
             state: task.state,
-            outcome: (**outcome).clone(),
+            outcome: outcome.outcome.clone(),
             attempts: task.attempts,
             worker: None,
         })

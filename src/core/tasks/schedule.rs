@@ -139,6 +139,7 @@ impl Tasks {
         }
         let (state, group, class) = (t.state, t.group, self.groups[&t.group].class);
         let class = self.classes[class].clone();
+        let place = self.workers.get(&worker).map(|w| super::ran_on(&w.info));
         if let Some(w) = self.workers.get_mut(&worker) {
             w.running.remove(&task);
             w.waiting.remove(&task);
@@ -166,7 +167,7 @@ impl Tasks {
             } else {
                 TaskState::Failed
             };
-            self.finish(task, final_state, outcome);
+            self.finish(task, final_state, outcome, place);
         } else {
             // A canceled task confirmed: its job may have been waiting for it to be dropped.
             self.drop_forgotten();
@@ -254,88 +255,7 @@ impl Tasks {
         self.drop_forgotten();
     }
 
-    /// `--unschedulable-timeout`: fail the queued tasks nothing can ever run. Queued tasks of a
-    /// class are unschedulable while no live worker has the capabilities, a `match` (or a
-    /// verdict still pending) on every environment they name and time left for their timeout,
-    /// and `managers_could_serve` (capabilities, environments, timeout) says no worker manager
-    /// could start one either. Once that has held for `timeout_ms` they fail,
-    /// saying why. Returns how many failed.
-    pub fn fail_unschedulable(
-        &mut self,
-        now: u64,
-        timeout_ms: u64,
-        managers_could_serve: impl Fn(&[(String, u64)], &[String], u64) -> bool,
-    ) -> u64 {
-        let waiting: HashSet<usize> = self
-            .queued_by_class
-            .iter()
-            .enumerate()
-            .filter(|(_, queued)| **queued > 0)
-            .map(|(class, _)| class)
-            .collect();
-        self.unschedulable_since
-            .retain(|class, _| waiting.contains(class));
-        let mut failed = 0;
-        for class_id in waiting {
-            let class = &self.classes[class_id];
-            let workers_could = self
-                .workers
-                .values()
-                .any(|w| could_ever_run(w, class, &self.environments) && w.outlives(class, now));
-            let managers_could =
-                managers_could_serve(&class.capabilities, &class.environments, class.timeout_ms);
-            if workers_could || managers_could {
-                self.unschedulable_since.remove(&class_id);
-                continue;
-            }
-            let since = *self.unschedulable_since.entry(class_id).or_insert(now);
-            if now.saturating_sub(since) < timeout_ms {
-                continue;
-            }
-            let needs: Vec<String> = class
-                .capabilities
-                .iter()
-                .map(|(n, v)| format!("{n}={v}"))
-                .collect();
-            let walltime = match class.timeout_ms {
-                0 => String::new(),
-                ms => format!(", time for its timeout of {} s", ms as f64 / 1000.0),
-            };
-            let message = format!(
-                "unschedulable: for {:.1} s no live worker or worker manager could run it \
-                 (it needs capabilities [{}], environments [{}]{walltime})",
-                timeout_ms as f64 / 1000.0,
-                needs.join(", "),
-                class.environments.join(", ")
-            );
-            let ids: Vec<TaskId> = self
-                .queues
-                .iter()
-                .filter(|((_, c), _)| *c == class_id)
-                .flat_map(|(_, queue)| queue.iter().copied())
-                .filter(|id| {
-                    self.tasks
-                        .get(*id)
-                        .is_some_and(|t| t.state == TaskState::Queued)
-                })
-                .collect();
-            for id in ids {
-                let outcome = Outcome::Error {
-                    message: message.clone(),
-                };
-                self.finish(id, TaskState::Failed, outcome);
-                failed += 1;
-            }
-            self.queues.retain(|(_, c), _| *c != class_id);
-            self.unschedulable_since.remove(&class_id);
-        }
-        failed
-    }
-
-    /// Queued and running tasks grouped by what they need, for the scaling policy. Tasks with
-    /// a timeout also name its [`walltime_environment`] (on which each manager has a verdict
-    /// by its usable time per worker); classes that differ only within one walltime bucket
-    /// are one group.
+    /// Queued and running tasks grouped by what they need, for the scaling policy.
     pub fn demand(&self) -> Vec<crate::core::scaling::Demand> {
         let queued: BTreeMap<usize, u64> = self
             .queued_by_class

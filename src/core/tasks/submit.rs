@@ -265,16 +265,15 @@ impl Tasks {
             if task.state.is_final() {
                 continue;
             }
+            let mut place = None;
             if let (TaskState::Running, Some(w)) = (task.state, task.worker) {
                 per_worker.entry(w).or_default().push(id);
+                place = self.workers.get(&w).map(|w| super::ran_on(&w.info));
             }
-            self.finish(
-                id,
-                TaskState::Canceled,
-                Outcome::Error {
-                    message: "canceled".into(),
-                },
-            );
+            let canceled_outcome = Outcome::Error {
+                message: "canceled".into(),
+            };
+            self.finish(id, TaskState::Canceled, canceled_outcome, place);
             canceled += 1;
         }
         for (worker, tasks) in per_worker {

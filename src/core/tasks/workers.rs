@@ -360,11 +360,13 @@ impl Tasks {
                      give it a --timeout, so that it goes only to workers with time for it, or \
                      run it where allocations are longer"
                 );
-                self.finish(id, TaskState::Failed, Outcome::Error { message });
+                let place = Some(super::ran_on(&w.info));
+                self.finish(id, TaskState::Failed, Outcome::Error { message }, place);
             } else if attempts > group.spec.retries {
                 let message =
                     format!("worker {worker} lost ({reason}); gave up after {attempts} attempts");
-                self.finish(id, TaskState::Failed, Outcome::Error { message });
+                let place = Some(super::ran_on(&w.info));
+                self.finish(id, TaskState::Failed, Outcome::Error { message }, place);
             } else {
                 self.set_state(id, TaskState::Queued);
                 if loss == Loss::Silent {

@@ -136,9 +136,9 @@ impl Jobs {
                     .unit_workers(&stopping.job, true, &self.registered),
             );
         }
-        let mut state = self
-            .settings
-            .report(self.backoff.active(Instant::now()), workers, Vec::new());
+        let mut state =
+            self.settings
+                .report(self.backoff.active(Instant::now()), workers, Vec::new());
         state.backend = "slurm".into();
         state.units = self.units(Instant::now());
         state

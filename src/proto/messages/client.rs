@@ -130,6 +130,15 @@ pub enum Response {
     },
     Policy(PolicyReport),
     Managers(Vec<ManagerUnits>),
+    /// To a client waiting for (`Wait`) or watching (`Watch`) a job: its queued `task` (and
+    /// the others that need the same) can run nowhere: no live worker could ever run it and
+    /// no worker manager could start one that would (`reason`, as `weir explain` would say).
+    /// Once per kind of task, after [`crate::core::scheduler::UNRUNNABLE_AFTER_MS`]; the tasks
+    /// stay queued (a worker or manager may still join), and the wait goes on.
+    Unrunnable {
+        task: TaskId,
+        reason: String,
+    },
 }
 
 /// The running scaling policy (`weir policy show`, and the answer to `weir policy set`).

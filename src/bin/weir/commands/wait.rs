@@ -1,9 +1,27 @@
 //! `weir wait` (and `submit --wait`): until every task of a job is final, showing progress and
-//! reconnecting to a scheduler that restarts meanwhile; a job with failed tasks exits 1.
+//! reconnecting to a scheduler that restarts meanwhile; a job with failed tasks exits 1. When
+//! the scheduler says a queued task can run nowhere (no live worker could ever run it, no
+//! worker manager could start one that would, for 2 s), it stops at once with that reason and
+//! exit code 3 ([`EXIT_UNRUNNABLE`]); the tasks stay queued, and `weir wait JOB` waits on.
 
 use anyhow::Result;
-use weir::client::Client;
-use weir::proto::{JobCounts, JobId};
+use weir::client::{Client, Waited};
+use weir::proto::{JobCounts, JobId, TaskId};
+
+/// The exit code of a wait stopped because a task can run nowhere.
+pub const EXIT_UNRUNNABLE: u8 = 3;
+
+/// A wait stopped: the scheduler says `task` can run nowhere.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no worker or manager can run task {task}: {reason}; see `weir explain {task}` (job {job} \
+     stays queued: `weir wait {job}` waits on, `weir cancel {job}` cancels it)"
+)]
+pub struct Unrunnable {
+    pub job: JobId,
+    pub task: TaskId,
+    pub reason: String,
+}
 
 use crate::connect::Reach;
 use crate::output::{JobDone, Output};
@@ -28,8 +46,15 @@ async fn wait_for(
     let mut reconnected: Option<Client> = None;
     let counts = loop {
         let current = reconnected.as_ref().unwrap_or(client);
-        match current.wait(job, |counts| progress.update(counts)).await {
-            Ok(counts) => break counts,
+        match current
+            .wait_or_unrunnable(job, |counts| progress.update(counts))
+            .await
+        {
+            Ok(Waited::Done(counts)) => break counts,
+            Ok(Waited::Unrunnable { task, reason }) => {
+                progress.finish();
+                return Err(Unrunnable { job, task, reason }.into());
+            }
             Err(error) if error.is_connection_lost() => {
                 output.note(&format!("lost the scheduler ({error}); reconnecting"));
                 reconnected = Some(reach.reconnect().await?);

@@ -32,7 +32,7 @@ pub async fn wait(
     let seen = Cell::new(0u32);
     let waiting = client.wait_workers(count, environment.map(str::to_string), |ready| {
         seen.set(ready);
-        output.note(&format!("{ready} of {count} {what}"));
+        output.workers_progress(ready, count, environment);
     });
     let workers = match tokio::time::timeout(left, waiting).await {
         Ok(ready) => ready?,

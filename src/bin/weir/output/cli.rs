@@ -1,5 +1,7 @@
 //! `--output cli`: lines and tables for people; remarks and progress on stderr.
 
+use std::io::IsTerminal;
+
 use weir::proto::{EnvironmentStatus, JobId, JobSummary, Outcome, StatusReport, TaskResult};
 
 use super::{
@@ -190,6 +192,12 @@ impl Output for Cli {
 
     fn manager_units(&self, manager: &weir::proto::ManagerUnits) {
         super::managers::units(manager);
+    }
+
+    fn workers_progress(&self, ready: u32, wanted: u32, environment: Option<&str>) {
+        if std::io::stderr().is_terminal() {
+            eprintln!("{ready} of {wanted} {}", workers_matching(environment));
+        }
     }
 
     fn workers_ready(&self, ready: &WorkersReady) {

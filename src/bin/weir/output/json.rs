@@ -40,6 +40,11 @@ impl Output for Json {
             return;
         }
         let mut value = json!({ "error": format!("{error:#}") });
+        // A wait stopped because a task can run nowhere (exit 3): which task, and why.
+        if let Some(stuck) = error.downcast_ref::<crate::commands::wait::Unrunnable>() {
+            value["unrunnable"] =
+                json!({ "job": stuck.job, "task": stuck.task, "reason": stuck.reason });
+        }
         // The scheduler's refusals say why as a code, for scripts to act on.
         let refusal = error.chain().find_map(|cause| match cause.downcast_ref() {
             Some(weir::net::NetError::Request { code, .. }) => Some(*code),
@@ -100,6 +105,7 @@ impl Output for Json {
     fn manager_units(&self, manager: &weir::proto::ManagerUnits) {
         print(manager);
     }
+    fn workers_progress(&self, _: u32, _: u32, _: Option<&str>) {}
 
     fn workers_ready(&self, ready: &WorkersReady) {
         print(ready);

@@ -66,6 +66,9 @@ pub trait Output {
     fn managers(&self, managers: &[ManagerUnits]);
     /// `weir managers units ID`: one manager's units.
     fn manager_units(&self, manager: &ManagerUnits);
+    /// How many workers are there while `weir workers wait` waits: live on a terminal only (in
+    /// a log it would be a stale count beside the answer).
+    fn workers_progress(&self, ready: u32, wanted: u32, environment: Option<&str>);
     fn workers_ready(&self, ready: &WorkersReady);
     fn environments(&self, list: &[EnvironmentStatus]);
     fn environment_removed(&self, name: &str);

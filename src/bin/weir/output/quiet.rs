@@ -39,6 +39,8 @@ impl Output for Quiet {
     fn status(&self, _: &StatusReport) {}
     fn managers(&self, _: &[weir::proto::ManagerUnits]) {}
     fn manager_units(&self, _: &weir::proto::ManagerUnits) {}
+    fn workers_progress(&self, _: u32, _: u32, _: Option<&str>) {}
+
     fn workers_ready(&self, _: &WorkersReady) {}
     fn environments(&self, _: &[EnvironmentStatus]) {}
     fn environment_removed(&self, _: &str) {}

@@ -645,3 +645,43 @@ fn submit_wait_says_within_seconds_that_nothing_can_run_a_task_and_exits_3() {
         "{err}"
     );
 }
+
+/// `weir workers wait` is how a script waits for a cluster it starts (`scheduler & ... weir
+/// workers wait N`): where the access file is left by a scheduler that is gone (or not written
+/// yet), it waits for one to start, saying so once, where other commands fail at once.
+#[test]
+fn workers_wait_waits_for_a_scheduler_to_start_where_others_fail_at_once() {
+    use std::io::{BufRead, BufReader};
+    let mut cluster = Cluster::start("5");
+    cluster.kill_scheduler();
+    let status = cluster.weir(&["status"]);
+    assert!(!status.status.success());
+    assert!(
+        stderr(&status).contains("is not running"),
+        "{}",
+        stderr(&status)
+    );
+
+    let mut wait = cluster
+        .weir_command(
+            &cluster.access_file(),
+            &["workers", "wait", "1", "--timeout", "600"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("weir runs");
+    let mut err = BufReader::new(wait.stderr.take().expect("piped"));
+    let mut line = String::new();
+    err.read_line(&mut line).expect("weir says why it waits");
+    assert!(
+        line.starts_with("waiting for a scheduler to start (the scheduler that wrote"),
+        "{line}"
+    );
+    // Only now is a scheduler started, and a worker: the wait ends with the answer.
+    cluster.start_scheduler(&["--heartbeat-timeout", "5"]);
+    cluster.worker("late", &[]);
+    let output = wait.wait_with_output().expect("weir ends");
+    assert!(output.status.success(), "{line}");
+    assert_eq!(stdout(&output), "1 worker ready\n");
+}

@@ -5,6 +5,7 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
+use weir::net::access::{Holder, holder};
 
 use crate::connect::Reach;
 use crate::output::{Output, WorkersReady, workers_matching};
@@ -16,10 +17,20 @@ pub async fn wait(
     timeout: Duration,
     output: &dyn Output,
 ) -> Result<()> {
-    // Started with the cluster, before the scheduler has written its access file: wait for it
-    // too, within the same timeout.
+    // Started with the cluster (`scheduler & ... weir workers wait N`): before the scheduler
+    // has taken its lock, the access file is missing or left by one that is gone. This command
+    // is how scripts wait for the cluster, so it waits for a scheduler to start too, within the
+    // same timeout (others fail at once there, see `weir::client::reach`).
     let started = Instant::now();
-    while !reach.access_file.exists() && started.elapsed() < timeout {
+    let mut told = false;
+    while let Holder::Gone(reason) = holder(&reach.access_file) {
+        if started.elapsed() >= timeout {
+            bail!("{reason}; no scheduler started within {timeout:?} (--timeout)");
+        }
+        if !told {
+            output.note(&format!("waiting for a scheduler to start ({reason})"));
+            told = true;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let left = timeout.saturating_sub(started.elapsed());
@@ -28,7 +39,7 @@ pub async fn wait(
         .map_err(|_| anyhow!("no scheduler answered within {timeout:?} (--timeout)"))??;
     let left = timeout.saturating_sub(started.elapsed());
 
-    let what = workers_matching(environment);
+    let what = workers_matching(count, environment);
     let seen = Cell::new(0u32);
     let waiting = client.wait_workers(count, environment.map(str::to_string), |ready| {
         seen.set(ready);

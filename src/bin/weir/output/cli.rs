@@ -196,12 +196,15 @@ impl Output for Cli {
 
     fn workers_progress(&self, ready: u32, wanted: u32, environment: Option<&str>) {
         if std::io::stderr().is_terminal() {
-            eprintln!("{ready} of {wanted} {}", workers_matching(environment));
+            eprintln!(
+                "{ready} of {wanted} {}",
+                workers_matching(wanted, environment)
+            );
         }
     }
 
     fn workers_ready(&self, ready: &WorkersReady) {
-        let what = workers_matching(ready.environment.as_deref());
+        let what = workers_matching(ready.workers, ready.environment.as_deref());
         println!("{} {what} ready", ready.workers);
     }
 

@@ -203,10 +203,15 @@ pub struct WorkersReady {
 }
 
 /// "workers", or "workers matching environment `NAME`".
-pub fn workers_matching(environment: Option<&str>) -> String {
+/// `workers`, `1 worker`'s noun, or `workers matching environment `NAME``, for `n` of them.
+pub fn workers_matching(n: u32, environment: Option<&str>) -> String {
+    let noun = match n {
+        1 => "worker",
+        _ => "workers",
+    };
     match environment {
-        Some(name) => format!("workers matching environment `{name}`"),
-        None => "workers".to_string(),
+        Some(name) => format!("{noun} matching environment `{name}`"),
+        None => noun.to_string(),
     }
 }
 

@@ -1166,8 +1166,8 @@ fn a_worker_whose_allocation_ends_soon_takes_only_tasks_that_end_before() {
 
 /// Item #31.3a: a task whose timeout outlives every live worker's allocation is not "waiting for
 /// a qualifying worker to free a slot": explain says no live worker can ever run it, and why.
-/// The policy sees its demand under a walltime environment (the timeout in whole minutes), one
-/// group for timeouts within one minute, none for tasks without a timeout.
+/// The policy sees its demand under a walltime environment (the timeout in whole seconds), one
+/// group per timeout, none for tasks without a timeout.
 #[test]
 fn a_task_longer_than_every_live_allocation_is_explained_and_named_for_the_policy() {
     let mut core = Tasks::new(Config::default());
@@ -1208,7 +1208,11 @@ fn a_task_longer_than_every_live_allocation_is_explained_and_named_for_the_polic
     demand.sort();
     assert_eq!(
         demand,
-        vec![(vec![], 0, 1), (vec!["walltime>=3600s".to_string()], 2, 0)]
+        vec![
+            (vec![], 0, 1),
+            (vec!["walltime>=3590s".to_string()], 1, 0),
+            (vec!["walltime>=3600s".to_string()], 1, 0)
+        ]
     );
     // Nothing live or startable could run it: `--unschedulable-timeout` fails it in time.
     assert_eq!(core.fail_unschedulable(0, 1_000, |_, _, _| false), 0);

@@ -250,7 +250,7 @@ fn workers_wait_and_request_errors_say_what_was_refused() {
     let out = cluster.weir(&["workers", "wait", "1", "--timeout", "0.5"]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("only 0 of 1 workers"), "{stderr}");
+    assert!(stderr.contains("only 0 of 1 worker after"), "{stderr}");
     cluster.worker("w", &["--env-plugin", "big=mem_gt,threshold=1"]);
     let ready = cluster.json(&["workers", "wait", "1", "--env", "big"]);
     assert_eq!(ready["workers"], 1, "{ready}");

@@ -618,8 +618,45 @@ fn a_unit_leaves_before_its_walltime_and_its_task_runs_again_in_the_job_that_rep
 #[test]
 #[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
 fn a_task_longer_than_the_slurm_walltime_runs_on_the_next_tier_and_starts_no_job() {
+    longer_than_the_walltime("longer", &["--time-limit", "1"]);
+}
+
+/// The same with the walltime given only as an sbatch argument: it counts the same.
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_walltime_given_as_an_sbatch_argument_counts_as_the_time_limit() {
+    longer_than_the_walltime("sbtime", &["--sbatch-arg=--time=1"]);
+}
+
+/// The same with no walltime on the command line: the partition's DefaultTime is the jobs'.
+#[test]
+#[ignore = "needs a running Slurm; CI starts one (--include-ignored)"]
+fn a_partitions_default_time_counts_as_the_time_limit() {
     require_slurm();
-    let id = unique_id("longer");
+    let partition = unique_id("p");
+    let create = Command::new("scontrol")
+        .args(["create", &format!("PartitionName={partition}")])
+        .args(["Nodes=ALL", "DefaultTime=1", "MaxTime=5", "State=UP"])
+        .output()
+        .unwrap();
+    assert!(create.status.success(), "scontrol create: {create:?}");
+    struct Delete(String);
+    impl Drop for Delete {
+        fn drop(&mut self) {
+            let _ = Command::new("scontrol")
+                .args(["delete", &format!("PartitionName={}", self.0)])
+                .output();
+        }
+    }
+    let _delete = Delete(partition.clone());
+    longer_than_the_walltime("pdefault", &["--partition", &partition]);
+}
+
+/// A Slurm manager whose jobs' walltime (set by `walltime`) leaves 30 s for tasks beside a local
+/// tier 2: tasks of 60 s run on tier 2, and no job is started for them.
+fn longer_than_the_walltime(name: &str, walltime: &[&str]) {
+    require_slurm();
+    let id = unique_id(name);
     let _cancel = CancelJobs(id.clone());
     let mut cluster = Cluster::with_policy("waterfall_v2", "1, hpc\n2, local", &[]);
     // Each job's workers may run tasks for 30 s.
@@ -628,7 +665,7 @@ fn a_task_longer_than_the_slurm_walltime_runs_on_the_next_tier_and_starts_no_job
         &id,
         "hpc",
         4,
-        &["--time-limit", "1", "--leave-before", "30"],
+        &[walltime, &["--leave-before", "30"]].concat(),
     );
     cluster.dynamic_manager("local_1", "local", 2);
     cluster.await_managers(2);

@@ -12,6 +12,7 @@ client's interpreter unless `runner=` says otherwise), not a process per task. F
 `concurrent.futures.Future`s: `weir.wait` and `weir.as_completed` are the standard ones.
 """
 
+import atexit
 import concurrent.futures as _cf
 import functools
 import os
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 
 import cloudpickle
 
@@ -100,6 +102,19 @@ def _find_access_file(access_file):
     return os.fspath(access_file)
 
 
+# How long a watcher thread waits for results before it looks whether its client was closed.
+_WATCH_POLL = 0.2
+
+# Clients not closed yet: closed when the interpreter exits, before it stops its threads.
+_open_clients = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_clients():
+    for client in list(_open_clients):
+        client.close()
+
+
 class Client:
     """A connection to a weir scheduler.
 
@@ -120,6 +135,8 @@ class Client:
         self._reconnect_timeout = reconnect_timeout
         self._conn = _native.Connection(self._access_file, timeout)
         self._closed = False
+        self._watchers = []
+        _open_clients.add(self)
 
     def __enter__(self):
         return self
@@ -128,7 +145,14 @@ class Client:
         self.close()
 
     def close(self):
+        """Stop watching: futures not done yet fail with `TaskError` (their tasks go on). The
+        watcher threads end within a fraction of a second: none is left inside the native
+        library when the interpreter exits (a thread there then aborts the process)."""
         self._closed = True
+        for thread in self._watchers:
+            if thread is not threading.current_thread():
+                thread.join()
+        self._watchers = []
 
     # Submitting
 
@@ -193,6 +217,7 @@ class Client:
             thread = threading.Thread(target=self._watch, args=(job, by_task), daemon=True,
                                       name=f"weir-job-{job}")
             thread.start()
+            self._watchers = [t for t in self._watchers if t.is_alive()] + [thread]
         return futures
 
     def _watch(self, job, by_task):
@@ -205,9 +230,13 @@ class Client:
                 conn = self._conn
                 watch = conn.watch(job)
                 while True:
-                    results = conn.next_results(watch)
+                    # Bounded, so that `close` (and the interpreter's exit) is heard.
+                    results = conn.next_results(watch, _WATCH_POLL)
                     if results is None:
                         break
+                    if not results and self._closed:
+                        self._fail(job, by_task, "the client was closed")
+                        return
                     lost_since = None
                     for result in results:
                         if result["state"] == "unrunnable":

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
 use weir::config::{EnvPluginSpec, parse_capabilities, positive_seconds, seconds};
 use weir::manager::Settings;
@@ -56,7 +56,10 @@ struct Args {
     #[arg(long, help_heading = "Slurm backend")]
     partition: Option<String>,
     /// Slurm backend: walltime of each job in minutes (`sbatch --time`). Its workers take no
-    /// task whose --timeout would outlive the job, and leave before it ends.
+    /// task whose --timeout would outlive the job, and leave before it ends. Without it, the
+    /// walltime is read from an `--sbatch-arg` time, else the partition's DefaultTime or MaxTime
+    /// (`scontrol show partition`): the policy never scales this manager for tasks longer than
+    /// the walltime less --leave-before.
     #[arg(long, value_name = "MINUTES", help_heading = "Slurm backend")]
     time_limit: Option<u32>,
     /// Slurm backend: `sbatch --account`.
@@ -175,6 +178,42 @@ fn parse_cap(text: &str) -> Result<u32> {
 }
 
 /// `--time-left`: seconds, or Slurm's `[D-]HH:MM:SS`; `UNLIMITED`, `NOT_SET` or empty: no end.
+/// How long each worker of this Slurm manager's jobs may run tasks: the jobs' walltime (from
+/// `--time-limit`, an `--sbatch-arg` time or the partition, see `slurm::walltime`) less
+/// `--leave-before`; `None` when unlimited or not known (said in the log: the policy then
+/// scales this manager for tasks of any timeout, and its workers turn away those that do not
+/// fit).
+fn usable_per_worker(args: &Args) -> Result<Option<Duration>> {
+    use weir::manager::slurm::walltime::{self, Walltime};
+    let query = weir::manager::slurm::SlurmBackend {
+        partition: args.partition.clone(),
+        time_limit: args.time_limit,
+        sbatch_args: args.sbatch_args.clone(),
+        ..Default::default()
+    };
+    match walltime::of_jobs(&query).map_err(|error| anyhow!(error))? {
+        Walltime::Limit(limit, from) => {
+            if args.leave_before >= limit {
+                bail!(
+                    "--leave-before {:?} leaves no time in a walltime of {limit:?} ({from})",
+                    args.leave_before
+                );
+            }
+            tracing::info!(walltime = ?limit, from, "each job's walltime");
+            Ok(Some(limit - args.leave_before))
+        }
+        Walltime::Unlimited => Ok(None),
+        Walltime::Unknown(why) => {
+            tracing::warn!(
+                %why,
+                "the jobs' walltime is not known: tasks of any timeout are scaled here (give \
+                 --time-limit)"
+            );
+            Ok(None)
+        }
+    }
+}
+
 fn time_left(text: &str) -> Result<Option<Duration>> {
     let text = text.trim();
     if text.is_empty() || text == "UNLIMITED" || text == "NOT_SET" {
@@ -217,6 +256,10 @@ fn run(args: Args) -> Result<()> {
     if args.slots == 0 {
         bail!("--slots must be at least 1");
     }
+    let usable = match (args.backend, args.unit.is_none()) {
+        (BackendKind::Slurm, true) => usable_per_worker(&args)?,
+        _ => None,
+    };
     let worker_command = match args.worker_command {
         Some(path) => path,
         None => std::env::current_exe()
@@ -283,12 +326,7 @@ fn run(args: Args) -> Result<()> {
         },
         leave_before: args.leave_before,
         // A Slurm job's workers run tasks for its walltime less --leave-before.
-        usable: match (args.backend, args.time_limit) {
-            (BackendKind::Slurm, Some(minutes)) => {
-                Some(Duration::from_secs(u64::from(minutes) * 60).saturating_sub(args.leave_before))
-            }
-            _ => None,
-        },
+        usable,
     };
     if matches!(args.backend, BackendKind::Slurm | BackendKind::Command)
         && args.fixed.is_none()
@@ -319,14 +357,6 @@ fn run(args: Args) -> Result<()> {
             BackendKind::Slurm => {
                 if args.unit_size == 0 {
                     bail!("--unit-size must be at least 1");
-                }
-                if let Some(minutes) = args.time_limit
-                    && args.leave_before >= Duration::from_secs(u64::from(minutes) * 60)
-                {
-                    bail!(
-                        "--leave-before {:?} leaves no time in a --time-limit of {minutes} min",
-                        args.leave_before
-                    );
                 }
                 let manager_command = match args.job_manager_command.clone() {
                     Some(path) => path,

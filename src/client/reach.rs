@@ -30,11 +30,26 @@ pub async fn reach(
             // No file and no scheduler holding its lock: the file's error says where it looked.
             (Err(error), Holder::Gone(_)) => return Err(error),
             (Ok(_), Holder::Gone(reason)) => return Err(NetError::NotRunning(reason)),
-            (Ok(access), _) => match Client::connect(&access).await {
-                Ok(client) => return Ok(client),
-                Err(error @ NetError::Connect { .. }) => error,
-                Err(error) => return Err(error),
-            },
+            // An attempt after the first takes at most what is left of `timeout` (quinn's own
+            // handshake timeout is 5 s: a wait of 12 s must not end at 15). The first is
+            // always made whole: `timeout` 0 means "do not wait", not "do not try".
+            (Ok(access), _) => {
+                let left = match told {
+                    false => Duration::MAX,
+                    true => timeout
+                        .saturating_sub(started.elapsed())
+                        .max(Duration::from_millis(100)),
+                };
+                match tokio::time::timeout(left, Client::connect(&access)).await {
+                    Ok(Ok(client)) => return Ok(client),
+                    Ok(Err(error @ NetError::Connect { .. })) => error,
+                    Ok(Err(error)) => return Err(error),
+                    Err(_) => NetError::GaveUp {
+                        after: started.elapsed(),
+                        error: format!("{} did not answer", access.address),
+                    },
+                }
+            }
             // Not there yet: a scheduler that holds its lock is about to write it.
             (Err(error), _) if !path.exists() => error,
             (Err(error), _) => return Err(error),

@@ -21,11 +21,12 @@ pub fn is_reserved_environment(environment: &str) -> bool {
     environment.starts_with(WALLTIME_PREFIX)
 }
 
-/// Timeouts are rounded up to this for the policy, so tasks of nearby timeouts share one name.
-pub const WALLTIME_BUCKET_MS: u64 = 60_000;
+/// Timeouts are rounded up to whole seconds for the policy (the names carry seconds). Not
+/// coarser: a bucket of a minute turned a task of 85 s away from workers with 90 s to run it.
+pub const WALLTIME_BUCKET_MS: u64 = 1_000;
 
 /// The timeout a manager's workers must have room for to run a task of `timeout_ms` (0: none),
-/// as the policy and `weir explain` count it: rounded up to whole minutes.
+/// as the policy and `weir explain` count it: rounded up to whole seconds.
 pub fn walltime_bucket_ms(timeout_ms: u64) -> u64 {
     timeout_ms.div_ceil(WALLTIME_BUCKET_MS) * WALLTIME_BUCKET_MS
 }
@@ -196,26 +197,33 @@ mod tests {
     }
 
     #[test]
-    fn walltime_names_round_timeouts_up_to_whole_minutes_and_read_back() {
+    fn walltime_names_round_timeouts_up_to_whole_seconds_and_read_back() {
         assert_eq!(walltime_environment(0), None);
-        assert_eq!(walltime_environment(1).as_deref(), Some("walltime>=60s"));
+        assert_eq!(walltime_environment(1).as_deref(), Some("walltime>=1s"));
+        assert_eq!(
+            walltime_environment(85_000).as_deref(),
+            Some("walltime>=85s")
+        );
+        // A task of 85 s fits workers with 90 s to run tasks (a 2-minute walltime less 30 s).
+        assert!(usable_covers(Some(90_000), 85_000));
+        assert!(!usable_covers(Some(90_000), 90_001));
         assert_eq!(
             walltime_environment(60_000).as_deref(),
             Some("walltime>=60s")
         );
         assert_eq!(
             walltime_environment(60_001).as_deref(),
-            Some("walltime>=120s")
+            Some("walltime>=61s")
         );
         assert_eq!(walltime_of("walltime>=120s"), Some(120_000));
         assert_eq!(walltime_of("walltime>=12x"), None);
         assert_eq!(walltime_of("gpu"), None);
         assert!(is_reserved_environment("walltime>=60s") && !is_reserved_environment("walltime"));
-        // Counted as the policy counts it: 59 min 10 s needs an hour.
-        assert!(usable_covers(None, 3_550_000));
+        // Counted as the policy counts it: 59 min 10.5 s needs 59 min 11 s.
+        assert!(usable_covers(None, 3_550_500));
         assert!(usable_covers(Some(1_000), 0));
-        assert!(usable_covers(Some(3_600_000), 3_550_000));
-        assert!(!usable_covers(Some(3_570_000), 3_550_000));
+        assert!(usable_covers(Some(3_551_000), 3_550_500));
+        assert!(!usable_covers(Some(3_550_999), 3_550_500));
         assert_eq!(
             walltime_verdict(Some(3_570_000), 3_600_000),
             Verdict::NoMatch

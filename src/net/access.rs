@@ -99,11 +99,25 @@ fn is_locked(file: &std::fs::File) -> bool {
     !taken
 }
 
-/// Whether process `pid` exists (on this host).
+/// Whether process `pid` exists (on this host) and is not a zombie: a scheduler killed under a
+/// parent that does not reap it (a supervisor, a container's init) still answers kill(2).
 fn alive(pid: i32) -> bool {
     // SAFETY: kill(2) with signal 0 sends nothing; it checks that the process exists.
     let found = unsafe { libc::kill(pid, 0) } == 0;
-    found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    let exists = found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    exists && !zombie(pid)
+}
+
+/// Whether `/proc/PID/stat` says the process has exited and waits to be reaped (state `Z`).
+/// False where there is no /proc: then a zombie counts as alive, and clients wait for it.
+fn zombie(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses, so read after the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state == "Z")
 }
 
 /// This host's name, as the scheduler writes it into its lock.
@@ -178,4 +192,29 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_is_not_alive() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("true runs");
+        let pid = i32::try_from(child.id()).expect("a pid fits");
+        // Not reaped: it stays a zombie until `wait`. Poll /proc until it has exited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !zombie(pid) {
+            assert!(std::time::Instant::now() < deadline, "`true` never exited");
+            std::thread::yield_now();
+        }
+        assert!(!alive(pid));
+        child.wait().expect("reaped");
+        assert!(!alive(pid));
+        assert!(alive(
+            i32::try_from(std::process::id()).expect("a pid fits")
+        ));
+    }
 }

@@ -126,7 +126,7 @@ impl Managers {
             let bucket = walltime_bucket_ms(timeout_ms);
             let counted = match bucket == timeout_ms {
                 true => String::new(),
-                false => format!(" (counted in whole minutes: {} s)", seconds(bucket)),
+                false => format!(" (counted in whole seconds: {} s)", seconds(bucket)),
             };
             missing.push(format!(
                 "no worker it can start will qualify: each has {} s to run tasks (its walltime \

@@ -35,6 +35,7 @@
 
 mod commands;
 mod report;
+pub mod walltime;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -152,10 +153,34 @@ impl Jobs {
     /// Stopped by a signal with `--on-stop leave`: the jobs that run are left to the next
     /// manager with this id; those still waiting in the queue hold no work and are cancelled,
     /// or one starting after the scheduler forgot this manager would have nobody to end it.
+    ///
+    /// Waiting is asked of Slurm now, not taken from the last poll: a unit whose job started
+    /// (and whose workers took tasks) since then must not be cancelled. A job is cancelled only
+    /// when `squeue` lists it `PENDING` and none of its workers is registered; when `squeue`
+    /// fails, every job is left (the next manager adopts them, or the scheduler ends their
+    /// workers after `--manager-forget-after`).
     pub async fn leave(&mut self) {
-        let (waiting, running): (Vec<Unit>, Vec<Unit>) = std::mem::take(&mut self.book.units)
-            .into_iter()
-            .partition(Unit::pending);
+        let listed = match self.squeue().await {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(%error, "squeue failed: leaving every unit, the queued ones too");
+                Vec::new()
+            }
+        };
+        let registered = self.registered.clone();
+        let book = &self.book;
+        let queued = |unit: &Unit| {
+            listed
+                .iter()
+                .any(|l| l.id == unit.id && l.state == "PENDING")
+                && !book
+                    .unit_workers(&unit.id, false, &[])
+                    .iter()
+                    .any(|w| registered.contains(w))
+        };
+        let (waiting, running): (Vec<Unit>, Vec<Unit>) =
+            self.book.units.clone().into_iter().partition(queued);
+        self.book.units.clear();
         for job in waiting {
             tracing::info!(job = %job.id, "cancelling a unit still waiting in the queue");
             self.scancel(&job.id).await;

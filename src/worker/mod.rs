@@ -107,8 +107,9 @@ pub struct Worker {
     runner: Arc<run::Runner>,
     environments: Arc<Mutex<env::Environments>>,
     groups: HashMap<GroupId, Arc<Group>>,
-    /// Runs going on, by task: each one's tokio task and controls.
-    running: HashMap<TaskId, (AbortHandle, Arc<run::Cancel>)>,
+    /// Runs going on, by task and run (the core's hand-over number): each one's tokio task and
+    /// controls.
+    running: HashMap<(TaskId, u64), (AbortHandle, Arc<run::Cancel>)>,
     done: mpsc::UnboundedSender<Done>,
     finished: mpsc::UnboundedReceiver<Done>,
 }
@@ -202,7 +203,7 @@ impl Worker {
             return;
         };
         let runner = self.runner.clone();
-        let cancel = Arc::new(run::Cancel::handed_over(guard::lapses(), run));
+        let cancel = Arc::new(run::Cancel::started(guard::lapses()));
         let stop = cancel.clone();
         let span = tracing::debug_span!("task", task, group = assignment.group);
         let handle = tokio::spawn(tracing::Instrument::instrument(
@@ -212,7 +213,8 @@ impl Worker {
             },
             span,
         ));
-        self.running.insert(task, (handle.abort_handle(), cancel));
+        self.running
+            .insert((task, run), (handle.abort_handle(), cancel));
     }
 }
 

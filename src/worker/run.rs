@@ -21,17 +21,13 @@ pub(super) struct Cancel {
     notify: tokio::sync::Notify,
     /// [`super::guard::lapses`] when it started: a run the lease lapsed during is stopped.
     pub lapses: u64,
-    /// Which hand-over of a task to this worker it is (the core's run number), told apart from
-    /// an earlier run of the same task still ending.
-    pub run: u64,
 }
 
 impl Cancel {
-    /// The controls of hand-over `run`, when the lease had lapsed `lapses` times.
-    pub fn handed_over(lapses: u64, run: u64) -> Cancel {
+    /// The controls of a run started when the lease had lapsed `lapses` times.
+    pub fn started(lapses: u64) -> Cancel {
         Cancel {
             lapses,
-            run,
             ..Cancel::default()
         }
     }

@@ -151,9 +151,7 @@ impl Worker {
             outcome,
             at,
         } = done;
-        if self.running.get(&task).is_some_and(|(_, c)| c.run == run) {
-            self.running.remove(&task);
-        }
+        self.running.remove(&(task, run));
         let ended = Input::TaskEnded {
             task,
             run,
@@ -202,16 +200,12 @@ impl Worker {
                 }
                 Action::Start { run, assignment } => self.start(run, assignment),
                 Action::Cancel { task, run } => {
-                    if let Some((_, cancel)) = self.running.get(&task).filter(|(_, c)| c.run == run)
-                    {
+                    if let Some((_, cancel)) = self.running.get(&(task, run)) {
                         cancel.cancel();
                     }
                 }
                 Action::GiveUp { task, run } => {
-                    if let Some((handle, cancel)) = self.running.remove(&task) {
-                        if cancel.run != run {
-                            tracing::debug!(task, "gave up a run that was not the latest");
-                        }
+                    if let Some((handle, cancel)) = self.running.remove(&(task, run)) {
                         cancel.cancel();
                         handle.abort();
                     }

@@ -67,8 +67,8 @@ struct SimWorker {
     core: Option<worker::Worker>,
     session: Option<usize>,
     next_connect: u64,
-    /// Runs going on: task -> (run, when it ends by itself).
-    runs: HashMap<TaskId, (u64, u64)>,
+    /// Runs going on: (task, run) -> when it ends by itself.
+    runs: HashMap<(TaskId, u64), u64>,
     /// Canceled runs end soon: task -> (run, when).
     cancels: Vec<(TaskId, u64, u64)>,
     /// The guard's deadline (`u64::MAX`: none).
@@ -346,8 +346,8 @@ impl Sim {
         let mut physical: BTreeMap<TaskId, usize> = BTreeMap::new();
         let mut believed: BTreeMap<TaskId, usize> = BTreeMap::new();
         for (w, sw) in self.workers.iter().enumerate() {
-            for task in sw.runs.keys() {
-                if let Some(other) = physical.insert(*task, w) {
+            for (task, _) in sw.runs.keys() {
+                if let Some(other) = physical.insert(*task, w).filter(|other| *other != w) {
                     panic!(
                         "task {task} runs on w{other} and w{w} at {}\n{}",
                         self.now,
@@ -410,7 +410,7 @@ impl Sim {
                 continue;
             };
             at = at.min(core.poll_timeout().unwrap_or(u64::MAX));
-            for (_, end) in sw.runs.values() {
+            for end in sw.runs.values() {
                 at = at.min(*end);
             }
             if !sw.runs.is_empty() {
@@ -510,7 +510,7 @@ impl Sim {
         };
         if !sw.runs.is_empty() && sw.guard_until <= now {
             // The lease ran out: the guard kills every task group.
-            let killed: Vec<(TaskId, u64)> = sw.runs.drain().map(|(t, (r, _))| (t, r)).collect();
+            let killed: Vec<(TaskId, u64)> = sw.runs.drain().map(|(run, _)| run).collect();
             let at = sw.guard_until;
             self.killed += killed.len() as u64;
             self.note(format!("w{w}'s guard kills {} runs", killed.len()));
@@ -534,8 +534,7 @@ impl Sim {
         }
         if let Some(i) = sw.cancels.iter().position(|(_, _, end)| *end <= now) {
             let (task, run, at) = sw.cancels.swap_remove(i);
-            if sw.runs.get(&task).is_some_and(|(r, _)| *r == run) {
-                sw.runs.remove(&task);
+            if sw.runs.remove(&(task, run)).is_some() {
                 let outcome = worker::canceled();
                 self.worker_input(
                     w,
@@ -549,8 +548,8 @@ impl Sim {
             }
             return true;
         }
-        if let Some((&task, &(run, at))) = sw.runs.iter().find(|(_, (_, end))| *end <= now) {
-            sw.runs.remove(&task);
+        if let Some((&(task, run), &at)) = sw.runs.iter().find(|(_, end)| **end <= now) {
+            sw.runs.remove(&(task, run));
             let outcome = Outcome::Exited {
                 code: Some(0),
                 stdout: vec![],
@@ -762,7 +761,7 @@ impl Sim {
                 };
                 let end = self.now + length;
                 let task = assignment.task;
-                self.workers[w].runs.insert(task, (run, end));
+                self.workers[w].runs.insert((task, run), end);
             }
             WAction::Cancel { task, run } => {
                 let end = self.now + 1 + self.rng.below(20);
@@ -770,8 +769,7 @@ impl Sim {
             }
             WAction::GiveUp { task, run } => {
                 let sw = &mut self.workers[w];
-                if sw.runs.get(&task).is_some_and(|(r, _)| *r == run) {
-                    sw.runs.remove(&task);
+                if sw.runs.remove(&(task, run)).is_some() {
                     self.killed += 1;
                 }
             }

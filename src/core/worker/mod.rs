@@ -17,12 +17,16 @@
 //! timers into inputs, and actions into frames, runs, kills and the guard's deadline. Times are
 //! milliseconds on the worker's own clock.
 
+mod held;
 mod lease;
 mod report;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, VecDeque};
 
 use crate::proto::{Assignment, FromWorker, Outcome, TaskId, ToWorker, WorkerId, WorkerInfo};
+use held::Held;
 pub use lease::Lease;
 
 /// The longest a finished task's outcome is held back to go in one frame with others (only
@@ -106,16 +110,6 @@ pub enum Action {
     End(End),
 }
 
-/// A task held here: handed over, running or waiting for a slot.
-#[derive(Debug)]
-struct Held {
-    run: u64,
-    /// The lease's lapses when it was handed over: a run a lapse came during is not valid.
-    lapses: u64,
-    /// `Some` while it waits for a slot.
-    waiting: Option<Assignment>,
-}
-
 #[derive(Debug, PartialEq, Eq)]
 enum Phase {
     /// No session.
@@ -140,8 +134,11 @@ pub struct Worker {
     queue: VecDeque<TaskId>,
     /// Hand-overs so far (each run's number).
     runs: u64,
-    /// Held tasks that run (have a slot).
+    /// Runs that have a slot: of held tasks, and `superseded` ones.
     busy: u32,
+    /// Runs of tasks handed over again while they still ran (after a cancel): not the tasks'
+    /// runs any more, but their slots are taken until they end.
+    superseded: Vec<(TaskId, u64)>,
     reports: report::Reports,
     next_beat: u64,
     beat_every: u64,
@@ -159,6 +156,7 @@ impl Worker {
             queue: VecDeque::new(),
             runs: 0,
             busy: 0,
+            superseded: Vec::new(),
             reports: report::Reports::default(),
             next_beat: u64::MAX,
             beat_every: u64::MAX,
@@ -240,11 +238,8 @@ impl Worker {
     pub fn sanity_check(&self, now: u64) {
         let waiting = self.held.values().filter(|h| h.waiting.is_some()).count();
         assert_eq!(waiting, self.queue.len(), "the queue is the waiting tasks");
-        assert_eq!(
-            self.held.len() - waiting,
-            self.busy as usize,
-            "busy counts runs"
-        );
+        let runs = self.held.len() - waiting + self.superseded.len();
+        assert_eq!(runs, self.busy as usize, "busy counts runs");
         assert!(
             self.busy <= self.config.info.slots,
             "no more runs than slots"
@@ -327,60 +322,9 @@ impl Worker {
             _ if !matches!(self.phase, Phase::On { .. }) => {
                 self.end(End::Protocol("expected Registered"));
             }
-            ToWorker::Run(assignments) => {
-                for assignment in assignments {
-                    self.runs += 1;
-                    let task = assignment.task;
-                    let held = Held {
-                        run: self.runs,
-                        lapses: self.lapses,
-                        waiting: Some(assignment),
-                    };
-                    // Handed over again while an earlier run still ends: that run's end is
-                    // not this one's outcome.
-                    if let Some(old) = self.held.insert(task, held) {
-                        self.forget(task, &old);
-                    }
-                    self.queue.push_back(task);
-                }
-                self.pump(now);
-            }
-            ToWorker::Cancel(tasks) => {
-                for task in tasks {
-                    match self.held.get(&task) {
-                        // Not started: it ends now, unrun, and says so.
-                        Some(Held {
-                            run,
-                            waiting: Some(_),
-                            ..
-                        }) => {
-                            let run = *run;
-                            self.task_ended(now, task, run, canceled(), now);
-                        }
-                        // It reports `canceled` once it has really stopped.
-                        Some(Held { run, .. }) => {
-                            let run = *run;
-                            self.actions.push_back(Action::Cancel { task, run });
-                        }
-                        None => {}
-                    }
-                }
-            }
-            ToWorker::Revoke { tasks, count } => {
-                // Newest first: the ones furthest from starting; only ones that wait.
-                let mut given = Vec::new();
-                for task in tasks.iter().rev() {
-                    if given.len() >= count as usize {
-                        break;
-                    }
-                    if self.held.get(task).is_some_and(|h| h.waiting.is_some()) {
-                        self.held.remove(task);
-                        self.queue.retain(|t| t != task);
-                        given.push(*task);
-                    }
-                }
-                self.send(FromWorker::Revoked(given));
-            }
+            ToWorker::Run(assignments) => self.hand_over(now, assignments),
+            ToWorker::Cancel(tasks) => self.cancel(now, tasks),
+            ToWorker::Revoke { tasks, count } => self.revoke(&tasks, count),
             ToWorker::Received { count } => self.reports.received(count),
             ToWorker::Lease { seq } => {
                 if self.expired(now) {
@@ -401,77 +345,6 @@ impl Worker {
             | ToWorker::Forget { .. }
             | ToWorker::Environments { .. } => {}
         }
-    }
-
-    /// Start waiting tasks, in turn, while slots are free and the lease holds.
-    fn pump(&mut self, now: u64) {
-        if !matches!(self.phase, Phase::On { .. }) || self.expired(now) {
-            return;
-        }
-        while self.busy < self.config.info.slots {
-            let Some(task) = self.queue.pop_front() else {
-                return;
-            };
-            let Some(held) = self.held.get_mut(&task) else {
-                continue;
-            };
-            let Some(assignment) = held.waiting.take() else {
-                continue;
-            };
-            self.busy += 1;
-            self.reports.started(task);
-            let run = held.run;
-            self.actions.push_back(Action::Start { run, assignment });
-        }
-    }
-
-    fn task_ended(&mut self, now: u64, task: TaskId, run: u64, outcome: Outcome, at: u64) {
-        let Some(held) = self.held.get(&task).filter(|h| h.run == run) else {
-            // An earlier run of a task handed over again since, or one given up: not its
-            // outcome (a given-up task runs elsewhere).
-            return;
-        };
-        let valid = self.in_lease(held.lapses, &outcome, at);
-        if let Some(held) = self.held.remove(&task) {
-            self.forget(task, &held);
-        }
-        if !matches!(self.phase, Phase::On { .. }) {
-            if valid {
-                self.reports.keep(task, outcome);
-            }
-            return;
-        }
-        if !valid {
-            // The lease lapsed during the run: the scheduler counts tasks here that the guard
-            // killed. Give up the rest and register again, which says so.
-            self.give_up();
-            return self.end(End::LeaseExpired);
-        }
-        self.pump(now);
-        let waiting = self.queue.len();
-        let now_due = self
-            .reports
-            .finished(now, task, outcome, waiting, &self.config);
-        self.report(now_due);
-    }
-
-    /// Whether a run handed over at lapse count `lapses` that ended at `at` with `outcome`
-    /// counts as ended under the lease: the lease held from its hand-over to its end, or the run
-    /// ended by itself within [`crate::core::lease::KILL_MARGIN`] after the lease's end, before
-    /// the guard's kill reached it (it is over before the scheduler's fence ends).
-    fn in_lease(&self, lapses: u64, outcome: &Outcome, at: u64) -> bool {
-        let Some(lease) = &self.lease else {
-            return true;
-        };
-        let by_itself = matches!(
-            outcome,
-            Outcome::Exited { code: Some(_), .. }
-                | Outcome::Returned { .. }
-                | Outcome::Function { .. }
-        );
-        let margin = crate::core::lease::KILL_MARGIN.as_millis() as u64;
-        let in_time = at < lease.until() || (by_itself && at < lease.until() + margin);
-        in_time && lapses == self.lapses
     }
 
     fn timeout(&mut self, now: u64) {
@@ -516,41 +389,13 @@ impl Worker {
             // The shell stops every task; none is claimed again.
             self.held.clear();
             self.queue.clear();
+            self.superseded.clear();
             self.busy = 0;
         }
     }
 
     fn expired(&self, now: u64) -> bool {
         self.lease.as_ref().is_some_and(|l| l.expired(now))
-    }
-
-    fn give_up_if_expired(&mut self, now: u64) {
-        if self.expired(now) {
-            self.give_up();
-        }
-    }
-
-    /// Past the lease, the scheduler runs this worker's tasks elsewhere: give up every held
-    /// task — stop what runs, start nothing that waits — and never report them.
-    fn give_up(&mut self) {
-        let mut held: Vec<(TaskId, Held)> = self.held.drain().collect();
-        held.sort_by_key(|(task, _)| *task);
-        for (task, held) in held {
-            self.forget(task, &held);
-            if held.waiting.is_none() {
-                let run = held.run;
-                self.actions.push_back(Action::GiveUp { task, run });
-            }
-        }
-        self.queue.clear();
-    }
-
-    /// A held task is no longer held (its slot is free if it ran).
-    fn forget(&mut self, task: TaskId, held: &Held) {
-        match held.waiting {
-            Some(_) => self.queue.retain(|t| *t != task),
-            None => self.busy = self.busy.saturating_sub(1),
-        }
     }
 
     /// Send outcomes (and the starts not reported yet first).

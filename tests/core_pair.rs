@@ -7,7 +7,8 @@
 //! - no task runs on two workers at once, both as the worker cores see it (a core holds it as
 //!   running and its lease is valid) and physically (a run that has not ended, been killed by
 //!   the guard at the lease's end, or been given up);
-//! - every core's own sanity check holds (the scheduler's task core, each worker core);
+//! - every core's own sanity check holds (each worker core's after every step, the scheduler's
+//!   task core's after every eighth: it walks every task);
 //!
 //! and once the faults stop, every submitted task finishes.
 //!

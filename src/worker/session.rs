@@ -88,7 +88,14 @@ impl Worker {
             outgoing.clone(),
             self.settings.env_recheck,
         ));
-        let mut signals = Signals::term().map_err(NetError::from)?;
+        let mut signals = match Signals::term() {
+            Ok(signals) => signals,
+            Err(error) => {
+                self.core
+                    .handle(guard::now_ms(), Input::SessionEnded { stopping: false });
+                return Err(NetError::from(error).into());
+            }
+        };
         let end = match first {
             Some(end) => end,
             None => loop {

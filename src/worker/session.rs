@@ -22,8 +22,18 @@ impl Worker {
     /// sent), then run what the scheduler assigns until it goes away or a signal stops the
     /// worker. Returns why it ended. Tasks go on across sessions; a signal stops them.
     pub async fn session(&mut self, access: &AccessFile) -> Result<SessionEnd, WorkerError> {
-        let (endpoint, connection, send, recv) =
-            net::connect(access, Role::Worker, self.settings.idle_timeout).await?;
+        // Runs go on while connecting: their ends are taken in (a held task may start).
+        let connecting = net::connect(access, Role::Worker, self.settings.idle_timeout);
+        tokio::pin!(connecting);
+        let (endpoint, connection, send, recv) = loop {
+            tokio::select! {
+                connected = &mut connecting => break connected?,
+                Some(done) = self.finished.recv() => {
+                    self.ended(done);
+                    self.perform(None);
+                }
+            }
+        };
         if guard::gone() {
             // Found between sessions (the SIGTERM raised then had no listener): stop now, and
             // report none of the runs that could not start.
@@ -37,9 +47,10 @@ impl Worker {
         while let Ok(done) = self.finished.try_recv() {
             self.ended(done);
         }
+        self.perform(None);
         let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
         self.core.handle(guard::now_ms(), Input::Connected);
-        let _ = self.perform(&outgoing);
+        let _ = self.perform(Some(&outgoing));
         let registered = match link.next().await {
             Ok(registered @ ToWorker::Registered { .. }) => registered,
             Err(end) => {
@@ -80,7 +91,7 @@ impl Worker {
             let _ = outgoing.send(FromWorker::Verdicts(verdicts));
         }
         self.core.handle(guard::now_ms(), Input::Frame(registered));
-        let first = self.perform(&outgoing);
+        let first = self.perform(Some(&outgoing));
         let (env_updates, env_inbox) = mpsc::unbounded_channel();
         let env_task = tokio::spawn(evaluate_environments(
             self.environments.clone(),
@@ -124,7 +135,7 @@ impl Worker {
                         Err(end) => break SessionEnd::Link(end),
                     },
                 }
-                if let Some(end) = self.perform(&outgoing) {
+                if let Some(end) = self.perform(Some(&outgoing)) {
                     break end;
                 }
             },
@@ -132,7 +143,7 @@ impl Worker {
         let stopping = matches!(end, SessionEnd::Stopped(_));
         self.core
             .handle(guard::now_ms(), Input::SessionEnded { stopping });
-        let _ = self.perform(&outgoing);
+        let _ = self.perform(Some(&outgoing));
         env_task.abort();
         // Stop reporting (the link's reader and writer end with it).
         drop(link);
@@ -194,8 +205,9 @@ impl Worker {
         }
     }
 
-    /// Perform what the core asks, in order; `Some` if it ends the session.
-    fn perform(&mut self, outgoing: &Outbox<FromWorker>) -> Option<SessionEnd> {
+    /// Perform what the core asks, in order; `Some` if it ends the session. Between sessions
+    /// (`outgoing` is `None`) it sends nothing: it only starts and stops runs.
+    fn perform(&mut self, outgoing: Option<&Outbox<FromWorker>>) -> Option<SessionEnd> {
         let mut end = None;
         while let Some(action) = self.core.poll_action() {
             match action {
@@ -203,7 +215,9 @@ impl Worker {
                     if let FromWorker::Revoked(given) = &message {
                         tracing::debug!(given = given.len(), "tasks taken back");
                     }
-                    let _ = outgoing.send(message);
+                    if let Some(outgoing) = outgoing {
+                        let _ = outgoing.send(message);
+                    }
                 }
                 Action::Start { run, assignment } => self.start(run, assignment),
                 Action::Cancel { task, run } => {

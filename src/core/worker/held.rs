@@ -78,9 +78,11 @@ impl Worker {
         self.send(FromWorker::Revoked(given));
     }
 
-    /// Start waiting tasks, in turn, while slots are free and the lease holds.
+    /// Start waiting tasks, in turn, while slots are free and the lease holds (their starts are
+    /// reported with the next outcomes, or claimed by the next registration).
     pub(super) fn pump(&mut self, now: u64) {
-        if !matches!(self.phase, Phase::On { .. }) || self.expired(now) {
+        // Between sessions too: the lease is what allows a start, not the connection.
+        if self.expired(now) {
             return;
         }
         while self.busy < self.config.info.slots {
@@ -123,10 +125,11 @@ impl Worker {
             self.forget(task, &held);
         }
         if !matches!(self.phase, Phase::On { .. }) {
+            // Claimed and reported by the next registration; the next held task starts.
             if valid {
                 self.reports.keep(task, outcome);
             }
-            return;
+            return self.pump(now);
         }
         if !valid {
             // The lease lapsed during the run: the scheduler counts tasks here that the guard

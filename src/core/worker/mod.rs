@@ -247,7 +247,7 @@ impl Worker {
         for task in &self.queue {
             assert!(self.held.get(task).is_some_and(|h| h.waiting.is_some()));
         }
-        if waiting > 0 && matches!(self.phase, Phase::On { .. }) && !self.expired(now) {
+        if waiting > 0 && !self.expired(now) {
             assert_eq!(
                 self.busy, self.config.info.slots,
                 "a task waits while a slot is free"

@@ -317,3 +317,35 @@ fn outcomes_of_tasks_a_signal_ended_are_dropped_if_the_worker_stops_within_the_g
     assert!(finished(&actions(&mut w)).is_empty());
     assert_eq!(w.unacknowledged(), 0);
 }
+
+#[test]
+fn between_sessions_a_held_task_starts_within_the_lease_and_both_are_claimed() {
+    let mut w = worker(1);
+    registered(&mut w, 0);
+    w.handle(0, run(&[1, 2]));
+    actions(&mut w);
+    w.handle(100, Input::SessionEnded { stopping: false });
+    actions(&mut w);
+    w.handle(200, ended(1, 1, 200));
+    let out = actions(&mut w);
+    assert_eq!(started(&out), [(2, 2)], "{out:?}");
+    assert!(out.iter().all(|a| !matches!(a, Action::Send(_))), "{out:?}");
+    w.sanity_check(200);
+    w.handle(300, Input::Connected);
+    let out = actions(&mut w);
+    let Some(Action::Send(FromWorker::Register(info))) = out.first() else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        (info.running.as_slice(), info.finished.as_slice()),
+        (&[2][..], &[1][..])
+    );
+    // Past the lease nothing starts, connected or not.
+    let mut w = worker(1);
+    registered(&mut w, 0);
+    w.handle(0, run(&[1, 2]));
+    w.handle(100, Input::SessionEnded { stopping: false });
+    actions(&mut w);
+    w.handle(LEASE + 1, ended(1, 1, LEASE - 1));
+    assert!(started(&actions(&mut w)).is_empty());
+}

@@ -77,7 +77,7 @@ impl Worker {
             }
         };
         if let ToWorker::Registered { id, .. } = &registered {
-            let claimed = self.running.len();
+            let claimed = self.core.claims();
             tracing::info!(worker = id, address = %access.address, claimed, "registered");
         }
         // What this worker already knows, for the scheduler that just registered it (before

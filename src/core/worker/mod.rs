@@ -229,6 +229,12 @@ impl Worker {
             .map(|(task, _)| *task)
     }
 
+    /// What a registration claims: the tasks it holds and the outcomes it has not had
+    /// acknowledged.
+    pub fn claims(&self) -> usize {
+        self.held.len() + self.reports.claimed().len()
+    }
+
     /// Outcomes it still has to have acknowledged (sent or not).
     pub fn unacknowledged(&self) -> usize {
         self.reports.unacknowledged()

@@ -197,6 +197,17 @@ impl Sim {
                 }
             }
             WAction::Start { run, assignment } => {
+                // Only under a valid lease, and only what the core holds as running.
+                let core = self.workers[w].core.as_ref();
+                assert!(
+                    core.is_some_and(
+                        |c| c.lease_valid(self.now) && c.holds(assignment.task) == Some(true)
+                    ),
+                    "w{w} started task {} at {} without a valid lease\n{}",
+                    assignment.task,
+                    self.now,
+                    self.trace_tail()
+                );
                 self.runs_started += 1;
                 let length = match self.rng.chance(80) {
                     _ if self.long_tasks => 10_000 + self.rng.below(10_000),

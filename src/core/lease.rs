@@ -1,6 +1,6 @@
 //! The lease rule behind "never twice at once", as arithmetic: how long the scheduler waits,
 //! after it last heard from a worker lost without a word, before that worker's tasks may run
-//! elsewhere. Pure (no clock): the worker keeps its side in `worker/lease.rs`, the scheduler's
+//! elsewhere. Pure (no clock): the worker keeps its side in `core/worker/lease.rs`, the scheduler's
 //! task core applies the fence (`tasks::Config::fence_ms`); RELIABILITY.md, "Leases", says the
 //! same in prose.
 

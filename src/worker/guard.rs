@@ -55,23 +55,22 @@ pub fn start() -> io::Result<()> {
     }
 }
 
-/// The lease now runs until `until` (here and in the guard process, which kills the task
-/// groups then even if this process is stopped).
+/// The lease now runs until `until` (milliseconds on [`now_ms`]'s clock, which the worker's
+/// core runs on too), here and in the guard process, which kills the task groups then even if
+/// this process is stopped.
 ///
-/// Order matters: this process takes the lease as over at `until` rounded *down* to the
-/// millisecond, the guard kills at `until` rounded *up* plus a millisecond (it learns the time
-/// left, read a moment later). So a run the guard killed always ends after this process saw
-/// the lease out, and its outcome is never taken as produced under the lease. The guard may
-/// kill up to the pipe's latency later than `until`: `core::lease::KILL_MARGIN` covers that.
-pub fn renew_until(until: std::time::Instant) {
+/// Order matters: this process takes the lease as over once [`now_ms`] (rounded *down*) reaches
+/// `until`, the guard kills a millisecond after the time left it learns (rounded *up*, read a
+/// moment later). So a run the guard killed always ends after this process saw the lease out,
+/// and its outcome is never taken as produced under the lease. The guard may kill up to the
+/// pipe's latency later than `until`: `core::lease::KILL_MARGIN` covers that.
+pub fn renew_until(until: u64) {
     if lease_expired() {
         // It ran out before this renewal: the guard killed every task that ran meanwhile.
         LAPSES.fetch_add(1, Ordering::SeqCst);
     }
-    let at = until.saturating_duration_since(lease_epoch()).as_millis();
-    LEASE_UNTIL.store(u64::try_from(at).unwrap_or(u64::MAX - 1), Ordering::SeqCst);
-    let left = until.saturating_duration_since(std::time::Instant::now());
-    let left_ms = left.as_micros().div_ceil(1000) + 1;
+    LEASE_UNTIL.store(until.min(u64::MAX - 1), Ordering::SeqCst);
+    let left_ms = until.saturating_sub(now_ms()).saturating_add(1);
     let _ = tell(LEASE, i32::try_from(left_ms).unwrap_or(i32::MAX));
 }
 
@@ -94,7 +93,7 @@ pub fn gone() -> bool {
     GONE.load(Ordering::SeqCst)
 }
 
-/// When the lease the worker holds runs out, in milliseconds since [`lease_epoch`]
+/// When the lease the worker holds runs out, in milliseconds on [`now_ms`]'s clock
 /// (`u64::MAX`: no lease). Shared with the tasks waiting for a slot: past it, none starts.
 static LEASE_UNTIL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
 
@@ -108,7 +107,14 @@ pub fn lapses() -> u64 {
     LAPSES.load(Ordering::SeqCst)
 }
 
-fn lease_epoch() -> std::time::Instant {
+/// The worker's clock: milliseconds since its first reading (the core's `now`, the lease's
+/// times, and the guard's deadline are all on it).
+pub fn now_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// When [`now_ms`] was 0.
+pub fn epoch() -> std::time::Instant {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     *EPOCH.get_or_init(std::time::Instant::now)
 }
@@ -129,9 +135,7 @@ pub fn lost_since(lapses: u64) -> bool {
 pub fn lease_expired_by(margin: std::time::Duration) -> bool {
     let until = LEASE_UNTIL.load(Ordering::SeqCst);
     let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
-    until != u64::MAX
-        && u64::try_from(lease_epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
-            >= until.saturating_add(margin)
+    until != u64::MAX && now_ms() >= until.saturating_add(margin)
 }
 
 /// Tell the guard about a group; false if the guard is gone (its end of the pipe closed).

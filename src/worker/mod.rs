@@ -5,16 +5,17 @@
 //! tasks are processes (killed on timeout or cancel); wasm tasks run in the sandbox on blocking
 //! threads. Finished runs are sent in batches: at once when nothing waits here to start next,
 //! otherwise once as many have finished as still wait (so the scheduler refills in one frame),
-//! and never later than [`session::HOLD_REPORTS`] after the first of them.
+//! and never later than [`crate::core::worker::HOLD_REPORTS_MS`] after the first of them.
 //!
-//! Here: what a worker keeps across sessions. `session.rs`: one session with the scheduler;
-//! `run.rs`: running one task; `env.rs`: its environment conditions; `guard.rs`: the process
-//! that stops its tasks when it dies or its lease runs out; `lease.rs`: the lease rule.
+//! What it decides (the lease, the held tasks and their slots, claims, outcome batches and
+//! acknowledgements) is the pure core's, [`crate::core::worker`]; this is its shell. Here: what a
+//! worker keeps across sessions, and the actions of the core it performs. `session.rs`: one
+//! session with the scheduler; `run.rs`: running one task; `env.rs`: its environment
+//! conditions; `guard.rs`: the process that stops its tasks when it dies or its lease runs out.
 
 pub mod env;
 mod functions;
 pub mod guard;
-mod lease;
 mod run;
 mod session;
 
@@ -25,9 +26,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use crate::net::{NetError, Outbox};
+use crate::core::worker as core;
+use crate::net::NetError;
 use crate::plugin::{PluginError, PluginHost};
-use crate::proto::{FromWorker, GroupId, JobId, Outcome, TaskId, TaskSpec, WorkerInfo};
+use crate::proto::{Assignment, GroupId, JobId, Outcome, TaskId, TaskSpec, WorkerInfo};
 
 /// What stops a worker from starting or from reaching the scheduler.
 #[derive(Debug, thiserror::Error)]
@@ -70,88 +72,46 @@ pub struct Settings {
     pub ends_at: Option<std::time::Instant>,
 }
 
-/// A task's run ended here: its outcome, and whether it counts as ended under the lease: the
-/// lease held from its hand-over to its end (checked after the outcome was produced, so a run
-/// that ended just before the lease ran out may count as after it: given up, never the
-/// reverse), or the run ended by itself (not killed, not canceled) within
-/// [`crate::core::lease::KILL_MARGIN`] after the lease's end, before the guard's kill reached it.
-/// That run is over before the scheduler's fence ends (which covers the margin), so nothing
-/// else ran the task meanwhile: its outcome is as good as one from within the lease.
+/// A task's run ended here: which hand-over of it (the core's run number), its outcome, and
+/// when it ended on the worker's clock ([`guard::now_ms`]; the core judges from that whether it
+/// ended under the lease).
 pub(crate) struct Done {
     task: TaskId,
-    outcome: Outcome,
-    in_lease: bool,
-    /// Which hand-over of the task here it is ([`run::Cancel::run`]; 0: never held).
     run: u64,
+    outcome: Outcome,
+    at: u64,
 }
 
 impl Done {
-    /// The end of the run `cancel` controls.
-    fn of(cancel: &run::Cancel, task: TaskId, outcome: Outcome) -> Done {
-        Done::now(task, outcome, cancel.lapses, cancel.run)
-    }
-
-    /// A run that ended now; `lapses`: [`guard::lapses`] when it was handed over. A run the
-    /// lease lapsed during (the guard killed it, or it was given up) is not valid even if the
-    /// lease was renewed since.
-    fn now(task: TaskId, outcome: Outcome, lapses: u64, run: u64) -> Done {
-        let by_itself = matches!(
-            outcome,
-            Outcome::Exited { code: Some(_), .. }
-                | Outcome::Returned { .. }
-                | Outcome::Function { .. }
-        );
-        let in_time = !guard::lease_expired()
-            || (by_itself && !guard::lease_expired_by(crate::core::lease::KILL_MARGIN));
+    fn now(task: TaskId, run: u64, outcome: Outcome) -> Done {
         Done {
             task,
-            outcome,
-            in_lease: in_time && guard::lapses() == lapses,
             run,
+            outcome,
+            at: guard::now_ms(),
         }
     }
 }
-
-/// The most outcome bytes one `Finished` frame carries (a single bigger outcome goes alone: a
-/// function result is capped below the frame limit, command output by `--output-limit`).
-const REPORT_FRAME_BYTES: usize = 16 << 20;
 
 pub(crate) struct Group {
     pub job: JobId,
     pub spec: TaskSpec,
 }
 
-/// What a worker keeps across its sessions with the scheduler: its running tasks (which go on
-/// while it reconnects, and are claimed when it registers again), their outcomes not yet sent,
-/// the group specs and components it was given, and its conditions.
+/// What a worker keeps across its sessions with the scheduler: its core (what it holds and
+/// decides), the runs going on (which go on while it reconnects, and are claimed when it
+/// registers again), the group specs and components it was given, and its conditions.
 pub struct Worker {
     settings: Settings,
+    core: core::Worker,
     runner: Arc<run::Runner>,
     environments: Arc<Mutex<env::Environments>>,
     groups: HashMap<GroupId, Arc<Group>>,
-    /// Tasks held: running, or waiting for a slot.
-    running: HashMap<TaskId, (AbortHandle, Arc<run::Cancel>)>,
-    /// Hand-overs so far (each run's [`run::Cancel::run`]).
-    runs: u64,
-    /// One permit per slot: a held task runs once it has one.
-    slots: Arc<tokio::sync::Semaphore>,
-    /// Resolves once the task handed over last has its slot (or is gone): the next one asks
-    /// for a slot only then, so held tasks start in the order they were handed over (each is
-    /// a tokio task of its own, and tokio polls new tasks in no set order).
-    queue_tail: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// Runs going on, by task and run (the core's hand-over number): each one's tokio task and
+    /// controls.
+    running: HashMap<(TaskId, u64), (AbortHandle, Arc<run::Cancel>)>,
     done: mpsc::UnboundedSender<Done>,
     finished: mpsc::UnboundedReceiver<Done>,
-    /// Tasks that got a slot and started, to be reported with the next outcomes.
-    start: mpsc::UnboundedSender<TaskId>,
-    started: mpsc::UnboundedReceiver<TaskId>,
-    /// Outcomes reported in this session and not yet acknowledged as durable, oldest first;
-    /// those left when a session ends are claimed and reported again on the next one.
-    unacknowledged: std::collections::VecDeque<(TaskId, Outcome)>,
-    /// How many outcomes this session reported, of which the first `acknowledged` are durable.
-    reported: u64,
-    acknowledged: u64,
-    /// The scheduler's lease on this worker's tasks (`None`: the scheduler grants none).
-    lease: Option<lease::Lease>,
 }
 
 impl Worker {
@@ -182,71 +142,27 @@ impl Worker {
             values,
         ));
         let (done, finished) = mpsc::unbounded_channel();
-        let (start, started) = mpsc::unbounded_channel();
-        let slots = Arc::new(tokio::sync::Semaphore::new(settings.info.slots as usize));
+        let mut info = settings.info.clone();
+        info.local_environments = (settings.local_environments.iter())
+            .map(|e| e.name.clone())
+            .collect();
+        let core = core::Worker::new(core::Config {
+            info,
+            heartbeat_ms: millis(settings.heartbeat_interval),
+            signal_grace_ms: millis(settings.signal_grace),
+            ends_at: (settings.ends_at)
+                .map(|end| millis(end.saturating_duration_since(guard::epoch()))),
+        });
         Ok(Worker {
-            slots,
             settings,
+            core,
             runner,
             environments,
             groups: HashMap::new(),
             running: HashMap::new(),
             done,
             finished,
-            start,
-            started,
-            queue_tail: None,
-            runs: 0,
-            unacknowledged: std::collections::VecDeque::new(),
-            reported: 0,
-            acknowledged: 0,
-            lease: None,
         })
-    }
-
-    /// A run ended: whether it is the one the task is held for here, forgetting it if so. A
-    /// task stopped and handed over again before its first run's end was read holds its new
-    /// run: the first one's `canceled` is not the task's outcome, and is dropped.
-    fn ended(&mut self, done: &Done) -> bool {
-        match self.running.get(&done.task) {
-            Some((_, cancel)) if cancel.run != done.run => false,
-            _ => {
-                self.running.remove(&done.task);
-                true
-            }
-        }
-    }
-
-    /// Whether the lease ran out (always false without one). One notion of it in the whole
-    /// process: the guard module's, which the tasks check too.
-    fn lease_expired(&self) -> bool {
-        self.lease.is_some() && guard::lease_expired()
-    }
-
-    /// Past the lease, the scheduler runs this worker's tasks elsewhere (once its fence is
-    /// over): give up every task that has not finished — kill what runs (the guard has killed
-    /// the command tasks' groups already), start nothing held ahead — and never report them.
-    /// What finished under the lease is kept, and reported: an outcome already produced is in
-    /// `finished`, and says itself whether it was produced under the lease ([`Done`]).
-    fn give_up_if_expired(&mut self) {
-        if self.lease_expired() {
-            self.give_up();
-        }
-    }
-
-    /// Stop every task that has not finished and forget it (see [`Worker::give_up_if_expired`]).
-    fn give_up(&mut self) {
-        if self.running.is_empty() {
-            return;
-        }
-        tracing::warn!(
-            tasks = self.running.len(),
-            "the scheduler's lease ran out: stopping this worker's tasks (they run elsewhere)"
-        );
-        for (_, (handle, cancel)) in self.running.drain() {
-            cancel.cancel();
-            handle.abort();
-        }
     }
 
     /// Stop every task and tear the conditions down (the worker is leaving).
@@ -265,43 +181,44 @@ impl Worker {
         .await;
     }
 
-    /// How many held tasks wait for a slot (have not started).
-    fn waiting(&self) -> usize {
-        let busy =
-            (self.settings.info.slots as usize).saturating_sub(self.slots.available_permits());
-        self.running.len().saturating_sub(busy)
-    }
-
-    /// Send outcomes, keeping them until the scheduler acknowledges them; the tasks started
-    /// since the last report go first.
-    fn report(&mut self, outgoing: &Outbox<FromWorker>, batch: Vec<(TaskId, Outcome)>) {
-        let mut started = Vec::new();
-        while let Ok(task) = self.started.try_recv() {
-            started.push(task);
-        }
-        if !started.is_empty() {
-            let _ = outgoing.send(FromWorker::Started(started));
-        }
-        if batch.is_empty() {
+    /// Start a run the core decided on.
+    fn start(&mut self, run: u64, assignment: Assignment) {
+        let task = assignment.task;
+        let done = self.done.clone();
+        if self.settings.no_execute {
+            let output = Outcome::Returned { output: Vec::new() };
+            let _ = done.send(Done::now(task, run, output));
             return;
         }
-        self.reported += batch.len() as u64;
-        self.unacknowledged.extend(batch.iter().cloned());
-        // Frames well below the frame limit, however big the outputs (the scheduler counts
-        // outcomes, not frames, when it acknowledges them).
-        let mut frame = Vec::new();
-        let mut bytes = 0;
-        for (task, outcome) in batch {
-            let size = outcome.size_hint();
-            if !frame.is_empty() && bytes + size > REPORT_FRAME_BYTES {
-                let _ = outgoing.send(FromWorker::Finished(std::mem::take(&mut frame)));
-                bytes = 0;
-            }
-            bytes += size;
-            frame.push((task, outcome));
+        // The core starts nothing past the lease; the guard's view is checked again here, at
+        // the last moment (the scheduler may be running it elsewhere by now): it never starts,
+        // and says so (an outcome outside the lease, which the core takes as a lapse).
+        if guard::lease_expired() {
+            let _ = done.send(Done::now(task, run, core::canceled()));
+            return;
         }
-        if !frame.is_empty() {
-            let _ = outgoing.send(FromWorker::Finished(frame));
-        }
+        let Some(group) = self.groups.get(&assignment.group).cloned() else {
+            let message = format!("unknown group {}", assignment.group);
+            let _ = done.send(Done::now(task, run, Outcome::Error { message }));
+            return;
+        };
+        let runner = self.runner.clone();
+        let cancel = Arc::new(run::Cancel::started(guard::lapses()));
+        let stop = cancel.clone();
+        let span = tracing::debug_span!("task", task, group = assignment.group);
+        let handle = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let outcome = runner.run(&group, assignment, &stop).await;
+                let _ = done.send(Done::now(task, run, outcome));
+            },
+            span,
+        ));
+        self.running
+            .insert((task, run), (handle.abort_handle(), cancel));
     }
+}
+
+/// A duration in whole milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -12,36 +12,22 @@ use super::Group;
 use crate::plugin::{Limits, Loaded, PluginError, PluginHost, TaskPlugin, World};
 use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
 
-/// A held task's controls. Its stop request (`weir cancel`, the worker stopping): a command's
-/// process group is killed and reaped, a wasm instance is interrupted at its next epoch tick.
-/// Either way the task reports `canceled` only once it has really stopped, so its slot is never
-/// given to another task while it still runs. And whether it has started: a task handed over
-/// ahead of a free slot waits for one, and may be given back (revoked) until it starts, never
-/// after — exactly one of the two happens.
+/// A run's controls. Its stop request (`weir cancel`, the worker stopping, the lease given
+/// up): a command's process group is killed and reaped, a wasm instance is interrupted at its
+/// next epoch tick. Either way the task reports `canceled` only once it has really stopped.
 #[derive(Default)]
 pub(super) struct Cancel {
     flag: Arc<std::sync::atomic::AtomicBool>,
     notify: tokio::sync::Notify,
-    /// [`WAITING`], [`STARTED`] or [`REVOKED`].
-    phase: std::sync::atomic::AtomicU8,
-    /// [`super::guard::lapses`] when it was handed over: a run the lease lapsed during is
-    /// stopped (and its outcome not reported).
+    /// [`super::guard::lapses`] when it started: a run the lease lapsed during is stopped.
     pub lapses: u64,
-    /// Which hand-over of a task to this worker it is (from 1), told apart from an earlier run
-    /// of the same task still ending.
-    pub run: u64,
 }
 
-const WAITING: u8 = 0;
-const STARTED: u8 = 1;
-const REVOKED: u8 = 2;
-
 impl Cancel {
-    /// The controls of hand-over `run`, when the lease had lapsed `lapses` times.
-    pub fn handed_over(lapses: u64, run: u64) -> Cancel {
+    /// The controls of a run started when the lease had lapsed `lapses` times.
+    pub fn started(lapses: u64) -> Cancel {
         Cancel {
             lapses,
-            run,
             ..Cancel::default()
         }
     }
@@ -61,31 +47,9 @@ impl Cancel {
             self.notify.notified().await;
         }
     }
-
-    /// The task starts (or reports its cancel): false if it was given back first.
-    pub fn start(&self) -> bool {
-        self.leave_waiting(STARTED)
-    }
-
-    /// Give the task back: false if it started first.
-    pub fn revoke(&self) -> bool {
-        self.leave_waiting(REVOKED)
-    }
-
-    /// Waiting -> `phase`, once: whichever of start and revoke comes first wins.
-    fn leave_waiting(&self, phase: u8) -> bool {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.phase
-            .compare_exchange(WAITING, phase, SeqCst, SeqCst)
-            .is_ok()
-    }
 }
 
-pub(super) fn canceled() -> Outcome {
-    Outcome::Error {
-        message: "canceled".into(),
-    }
-}
+pub(super) use crate::core::worker::canceled;
 
 /// How a command ended.
 enum Ended {

@@ -922,14 +922,13 @@ fn a_wasm_task_stops_when_the_lease_runs_out_while_its_worker_is_cut_off() {
         assert!(Instant::now() < deadline, "the wasm task never started");
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Looping: the worker burns a core.
+    // Looping: the worker burns CPU (a second of it, however loaded the machine is).
     let start = cpu_seconds(worker);
-    std::thread::sleep(Duration::from_secs(2));
-    let busy = cpu_seconds(worker) - start;
-    assert!(
-        busy > 1.0,
-        "the wasm loop is not running: {busy:.2} s of CPU in 2 s"
-    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while cpu_seconds(worker) - start < 1.0 {
+        assert!(Instant::now() < deadline, "the wasm loop is not running");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     ab.down(&ab.b);
     net.say("partition: the worker's link down for 25 s");
     // The lease ends at most 10 s after the worker's last answered renewal; margin for it.

@@ -260,8 +260,11 @@ impl Runner {
                 tracing::error!(
                     "the worker's guard process is gone (killed?): its tasks would outlive it; stopping this worker"
                 );
-                // SAFETY: raise(2) sends this process the signal its handler already waits for.
-                unsafe { libc::raise(libc::SIGTERM) };
+                // This process gets the signal its handler already waits for.
+                let _ = rustix::process::kill_process(
+                    rustix::process::getpid(),
+                    rustix::process::Signal::TERM,
+                );
                 return Outcome::Exited {
                     code: None,
                     stdout: Vec::new(),

@@ -11,6 +11,7 @@
 //! `run.rs`: running one task; `env.rs`: its environment conditions; `guard.rs`: the process
 //! that stops its tasks when it dies or its lease runs out; `lease.rs`: the lease rule.
 
+mod cancel;
 pub mod env;
 mod functions;
 pub mod guard;

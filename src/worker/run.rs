@@ -11,81 +11,9 @@ use tokio::sync::RwLock;
 use super::Group;
 use crate::plugin::{Limits, Loaded, PluginError, PluginHost, TaskPlugin, World};
 use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
-
-/// A held task's controls. Its stop request (`weir cancel`, the worker stopping): a command's
-/// process group is killed and reaped, a wasm instance is interrupted at its next epoch tick.
-/// Either way the task reports `canceled` only once it has really stopped, so its slot is never
-/// given to another task while it still runs. And whether it has started: a task handed over
-/// ahead of a free slot waits for one, and may be given back (revoked) until it starts, never
-/// after — exactly one of the two happens.
-#[derive(Default)]
-pub(super) struct Cancel {
-    flag: Arc<std::sync::atomic::AtomicBool>,
-    notify: tokio::sync::Notify,
-    /// [`WAITING`], [`STARTED`] or [`REVOKED`].
-    phase: std::sync::atomic::AtomicU8,
-    /// [`super::guard::lapses`] when it was handed over: a run the lease lapsed during is
-    /// stopped (and its outcome not reported).
-    pub lapses: u64,
-    /// Which hand-over of a task to this worker it is (from 1), told apart from an earlier run
-    /// of the same task still ending.
-    pub run: u64,
-}
-
-const WAITING: u8 = 0;
-const STARTED: u8 = 1;
-const REVOKED: u8 = 2;
-
-impl Cancel {
-    /// The controls of hand-over `run`, when the lease had lapsed `lapses` times.
-    pub fn handed_over(lapses: u64, run: u64) -> Cancel {
-        Cancel {
-            lapses,
-            run,
-            ..Cancel::default()
-        }
-    }
-
-    pub fn cancel(&self) {
-        self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.notify.notify_one();
-    }
-
-    fn is_set(&self) -> bool {
-        self.flag.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Until the stop request (at once if it came already).
-    pub async fn stopped(&self) {
-        if !self.is_set() {
-            self.notify.notified().await;
-        }
-    }
-
-    /// The task starts (or reports its cancel): false if it was given back first.
-    pub fn start(&self) -> bool {
-        self.leave_waiting(STARTED)
-    }
-
-    /// Give the task back: false if it started first.
-    pub fn revoke(&self) -> bool {
-        self.leave_waiting(REVOKED)
-    }
-
-    /// Waiting -> `phase`, once: whichever of start and revoke comes first wins.
-    fn leave_waiting(&self, phase: u8) -> bool {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.phase
-            .compare_exchange(WAITING, phase, SeqCst, SeqCst)
-            .is_ok()
-    }
-}
-
-pub(super) fn canceled() -> Outcome {
-    Outcome::Error {
-        message: "canceled".into(),
-    }
-}
+// The controls live in a leaf module both this one and `functions` use; named here too, where
+// the session takes them from.
+pub(super) use super::cancel::{Cancel, canceled};
 
 /// How a command ended.
 enum Ended {
@@ -300,7 +228,7 @@ impl Runner {
             };
             tokio::select! {
                 ended = waited => ended,
-                () = cancel.notify.notified() => Ended::Canceled,
+                () = cancel.notified() => Ended::Canceled,
             }
         };
         // What the task left running goes with it: on a timeout or cancel everything, after a
@@ -382,7 +310,7 @@ impl Runner {
         // Stopped on cancel, and when the lease lapses since it was handed over: wasm runs in
         // this process, where the guard cannot kill it, and a worker between sessions (its
         // scheduler unreachable) has no session to give it up.
-        let flag = cancel.flag.clone();
+        let flag = cancel.flag();
         let lapses = cancel.lapses;
         let stop: crate::plugin::StopCheck = Arc::new(move || {
             flag.load(std::sync::atomic::Ordering::SeqCst) || super::guard::lost_since(lapses)

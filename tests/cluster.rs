@@ -313,7 +313,7 @@ fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
         "sleep 0.05; echo $WEIR_TASK_INDEX",
     ]);
     let job = job["job"].to_string();
-    cluster.await_status(|s| s["tasks"]["succeeded"].as_u64().unwrap_or(0) >= 20);
+    cluster.await_status(|s| common::count(&s["tasks"], "succeeded") >= 20);
 
     // A client is waiting on the job (it has printed its first progress line) when the
     // scheduler goes down.
@@ -361,13 +361,14 @@ fn connections_per_token_are_capped() {
         text(&out.stderr)
     );
     drop(first);
+    let deadline = common::Deadline::start("the connection slot to be free again");
     let done = loop {
         // The slot is free once the scheduler has seen the first connection end.
         let out = cluster.weir(&["--output", "json", "submit", "--wait", "--", "true"]);
         if out.status.success() {
             break serde_json::from_slice::<Value>(&out.stdout).unwrap();
         }
-        common::pause();
+        deadline.pause(text(&out.stderr));
     };
     assert_eq!(done["counts"]["succeeded"], 1);
 }
@@ -685,11 +686,16 @@ fn a_worker_with_a_limited_address_space_still_runs_wasm_tasks() {
     }
     let mut child = command.spawn().expect("worker starts");
     // Registered, or dead (without the fallback it cannot create its engine and exits).
-    while workers(&cluster.json(&["status"])) == 0 {
+    let deadline = common::Deadline::start("the worker with a limited address space");
+    loop {
+        let status = cluster.json(&["status"]);
+        if workers(&status) > 0 {
+            break;
+        }
         if let Some(exit) = child.try_wait().unwrap() {
             panic!("the worker with a limited address space exited: {exit}");
         }
-        common::pause();
+        deadline.pause(status);
     }
     cluster.keep(child);
     let done = cluster.json(&[

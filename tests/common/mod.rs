@@ -215,10 +215,15 @@ impl Cluster {
     }
 
     /// Poll `weir managers units MANAGER` until one of its units is `ready`; returns the unit.
+    /// A manager not registered yet is waited for.
     pub fn await_unit(&self, manager: &str, ready: impl Fn(&Value) -> bool) -> Value {
         let deadline = Deadline::start(format!("a ready unit of manager {manager}"));
         loop {
             let view = self.json(&["managers", "units", manager]);
+            if view.get("code").is_some_and(|code| code == "not-found") {
+                deadline.pause(&view);
+                continue;
+            }
             let units = field(&view, "units").as_array();
             let units = units.unwrap_or_else(|| panic!("`units` is not an array: {view}"));
             if let Some(unit) = units.iter().find(|u| ready(u)) {

@@ -703,3 +703,29 @@ fn a_worker_with_a_limited_address_space_still_runs_wasm_tasks() {
     ]);
     assert_eq!(done["counts"]["succeeded"], 20, "{done}");
 }
+
+// The test helpers themselves: a poll that never sees its condition, or a status whose field
+// was renamed, fails loudly instead of hanging or comparing a default.
+
+#[test]
+#[should_panic(expected = "still waiting for the sky to fall after 0ns")]
+fn a_poll_past_its_deadline_fails_with_what_it_last_saw() {
+    let deadline = common::Deadline::within("the sky to fall", std::time::Duration::ZERO);
+    deadline.pause("a blue sky");
+}
+
+#[test]
+#[should_panic(expected = "no field `live`")]
+fn a_renamed_status_field_fails_the_helpers_instead_of_reading_zero() {
+    let status = serde_json::json!({
+        "managers": [{ "id": "m", "alive": 2, "starting": 0 }],
+        "workers": [],
+    });
+    common::current(&status, "m");
+}
+
+#[test]
+#[should_panic(expected = "no field `workers`")]
+fn a_status_without_workers_fails_instead_of_counting_none() {
+    workers(&serde_json::json!({ "nodes": [] }));
+}

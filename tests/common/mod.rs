@@ -334,15 +334,22 @@ pub fn deadline() -> Duration {
 /// naming what it awaited and what it last saw, once [`deadline`] has passed.
 pub struct Deadline {
     what: String,
-    until: Instant,
+    started: Instant,
+    bound: Duration,
 }
 
 impl Deadline {
-    /// Awaiting `what`, from now.
+    /// Awaiting `what`, from now, for [`deadline`].
     pub fn start(what: impl Into<String>) -> Deadline {
+        Deadline::within(what, deadline())
+    }
+
+    /// Awaiting `what`, from now, for `bound`.
+    pub fn within(what: impl Into<String>, bound: Duration) -> Deadline {
         Deadline {
             what: what.into(),
-            until: Instant::now() + deadline(),
+            started: Instant::now(),
+            bound,
         }
     }
 
@@ -351,10 +358,10 @@ impl Deadline {
     #[track_caller]
     pub fn pause(&self, seen: impl Display) {
         assert!(
-            Instant::now() < self.until,
-            "still waiting for {} after {} s (WEIR_TEST_DEADLINE_SECS); last seen: {seen}",
+            self.started.elapsed() < self.bound,
+            "still waiting for {} after {:?} (WEIR_TEST_DEADLINE_SECS); last seen: {seen}",
             self.what,
-            deadline().as_secs()
+            self.bound
         );
         std::thread::sleep(Duration::from_millis(20));
     }

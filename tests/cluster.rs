@@ -313,7 +313,7 @@ fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
         "sleep 0.05; echo $WEIR_TASK_INDEX",
     ]);
     let job = job["job"].to_string();
-    cluster.await_status(|s| s["tasks"]["succeeded"].as_u64().unwrap_or(0) >= 20);
+    cluster.await_status(|s| common::count(&s["tasks"], "succeeded") >= 20);
 
     // A client is waiting on the job (it has printed its first progress line) when the
     // scheduler goes down.
@@ -361,13 +361,14 @@ fn connections_per_token_are_capped() {
         text(&out.stderr)
     );
     drop(first);
+    let deadline = common::Deadline::start("the connection slot to be free again");
     let done = loop {
         // The slot is free once the scheduler has seen the first connection end.
         let out = cluster.weir(&["--output", "json", "submit", "--wait", "--", "true"]);
         if out.status.success() {
             break serde_json::from_slice::<Value>(&out.stdout).unwrap();
         }
-        common::pause();
+        deadline.pause(text(&out.stderr));
     };
     assert_eq!(done["counts"]["succeeded"], 1);
 }
@@ -685,15 +686,46 @@ fn a_worker_with_a_limited_address_space_still_runs_wasm_tasks() {
     }
     let mut child = command.spawn().expect("worker starts");
     // Registered, or dead (without the fallback it cannot create its engine and exits).
-    while workers(&cluster.json(&["status"])) == 0 {
+    let deadline = common::Deadline::start("the worker with a limited address space");
+    loop {
+        let status = cluster.json(&["status"]);
+        if workers(&status) > 0 {
+            break;
+        }
         if let Some(exit) = child.try_wait().unwrap() {
             panic!("the worker with a limited address space exited: {exit}");
         }
-        common::pause();
+        deadline.pause(status);
     }
     cluster.keep(child);
     let done = cluster.json(&[
         "submit", "--wasm", "square", "--input", "7", "--count", "20", "--wait",
     ]);
     assert_eq!(done["counts"]["succeeded"], 20, "{done}");
+}
+
+// The test helpers themselves: a poll that never sees its condition, or a status whose field
+// was renamed, fails loudly instead of hanging or comparing a default.
+
+#[test]
+#[should_panic(expected = "still waiting for the sky to fall after 0ns")]
+fn a_poll_past_its_deadline_fails_with_what_it_last_saw() {
+    let deadline = common::Deadline::within("the sky to fall", std::time::Duration::ZERO);
+    deadline.pause("a blue sky");
+}
+
+#[test]
+#[should_panic(expected = "no field `live`")]
+fn a_renamed_status_field_fails_the_helpers_instead_of_reading_zero() {
+    let status = serde_json::json!({
+        "managers": [{ "id": "m", "alive": 2, "starting": 0 }],
+        "workers": [],
+    });
+    common::current(&status, "m");
+}
+
+#[test]
+#[should_panic(expected = "no field `workers`")]
+fn a_status_without_workers_fails_instead_of_counting_none() {
+    workers(&serde_json::json!({ "nodes": [] }));
 }

@@ -225,6 +225,7 @@ fn the_python_condition_compiles_once_per_machine() {
 
     // A second worker on the same machine: the registered set reaches it on joining.
     cluster.worker_with_cache("second", &["--slots", "1", "--cpus", "2"], &machine_cache);
+    let deadline = common::Deadline::start("the second worker's load of the environment");
     let env = loop {
         let list = cluster.json(&["env", "list"]);
         let env = list[0].clone();
@@ -233,7 +234,7 @@ fn the_python_condition_compiles_once_per_machine() {
         {
             break env;
         }
-        common::pause();
+        deadline.pause(list);
     };
     assert_eq!(
         origins(&env),

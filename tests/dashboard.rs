@@ -76,6 +76,10 @@ impl Browser {
         std::thread::spawn(move || for _ in stderr.lines() {});
         let host = endpoint["ws://".len()..].split('/').next().unwrap();
         let stream = TcpStream::connect(host).expect("DevTools answers");
+        // A browser that stops answering fails the test (a timed-out read) instead of hanging it.
+        stream
+            .set_read_timeout(Some(common::deadline()))
+            .expect("a read timeout");
         let (socket, _) =
             tungstenite::client(endpoint.as_str(), stream).expect("DevTools connects");
         let mut browser = Browser {
@@ -134,7 +138,7 @@ impl Browser {
                 Instant::now() < deadline,
                 "{what}: never true: {expression}\n{text}"
             );
-            common::pause();
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -393,7 +397,7 @@ impl Hog {
                 Instant::now() < deadline,
                 "the hog could not open its connections"
             );
-            common::pause();
+            std::thread::sleep(Duration::from_millis(20));
         }
         hog
     }
@@ -511,7 +515,7 @@ fn a_page_refused_a_live_stream_refreshes_itself() {
             "8 streams: {}",
             streams.answered()
         );
-        common::pause();
+        std::thread::sleep(Duration::from_millis(20));
     }
     let mut page = Browser::open(&url);
     page.until(

@@ -309,7 +309,7 @@ fn a_journal_sync_stalled_past_the_idle_timeout_drops_no_connection() {
             asked.elapsed() < std::time::Duration::from_secs(120),
             "the submission never reached a journal sync"
         );
-        common::pause();
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // The fault itself, not a wait for something: the disk stays stalled this long.
     std::thread::sleep(std::time::Duration::from_secs(7));
@@ -362,7 +362,7 @@ fn the_journal_is_compacted_while_the_scheduler_runs() {
             since.elapsed().as_secs() < 60,
             "never compacted: {size} bytes"
         );
-        common::pause();
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // And it still replays: forgotten jobs stay forgotten, ids go on.
     cluster.restart_scheduler(&args);
@@ -460,8 +460,9 @@ fn tasks_that_finish_while_the_scheduler_is_down_are_not_run_again() {
             .filter(|l| l.starts_with(word))
             .count()
     };
+    let deadline = common::Deadline::start("every run's end in the log");
     while lines("end") < 6 {
-        common::pause();
+        deadline.pause(format!("{} ends", lines("end")));
     }
     cluster.start_scheduler(&args);
     let done = cluster.json(&["wait", &job["job"].to_string()]);

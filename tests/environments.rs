@@ -26,6 +26,7 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
         "small-worker",
         &[&local[..], &["big=plugins/mem_gt.wasm,threshold=1PB"]].concat(),
     );
+    let deadline = common::Deadline::start("`big` to match one worker and not the other");
     let envs = loop {
         let list = cluster.json(&["env", "list"]);
         let big = environment(&list, "big");
@@ -34,7 +35,7 @@ fn tasks_run_only_where_their_environment_matches_and_wait_for_one_that_does() {
         {
             break list;
         }
-        common::pause();
+        deadline.pause(list);
     };
     assert_eq!(environment(&envs, "big")["matching"][0], "big-worker");
     assert_eq!(environment(&envs, "big")["source"], "worker");
@@ -198,12 +199,13 @@ fn looping_conditions_cost_their_deadline_once_and_do_not_hold_the_others_up() {
             .map(|e| e["erroring"][0][1].as_str().unwrap_or_default().to_string())
             .collect()
     };
+    let deadline = common::Deadline::start("every spinning condition to error");
     let reasons = loop {
         let reasons = spins(&cluster.json(&["env", "list"]));
         if reasons.iter().all(|r| !r.is_empty()) {
             break reasons;
         }
-        common::pause();
+        deadline.pause(format!("{reasons:?}"));
     };
     for reason in reasons {
         assert!(reason.contains("timed out"), "{reason}");

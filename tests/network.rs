@@ -1069,7 +1069,7 @@ fn a_second_manager_with_a_live_managers_id_is_refused_and_the_cap_holds() {
     let joining = Instant::now();
     while common::manager(&net.json(&access, &["status"]), "same").is_none() {
         assert!(joining.elapsed() < Duration::from_secs(30), "no manager");
-        common::pause();
+        std::thread::sleep(Duration::from_millis(100));
     }
     let second = manager(&mut net, "manager-2");
     net.say("two managers with the id `same` started");

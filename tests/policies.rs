@@ -84,7 +84,10 @@ fn cost_budget_in_three_languages_passes_its_scenarios_with_the_same_decisions()
             (language, simulate(&wasm, &trace, &dir.path().join("cache")))
         })
         .collect();
-    let steps = |value: &serde_json::Value| value.as_array().cloned().unwrap_or_default();
+    let steps = |value: &serde_json::Value| {
+        let steps = value.as_array().cloned();
+        steps.unwrap_or_else(|| panic!("the simulation is not a list of steps: {value}"))
+    };
     let rust = steps(&simulated[0].1);
     assert_eq!(rust.len(), 40);
     for (language, made) in &simulated[1..] {

@@ -23,9 +23,7 @@ fn one_slot_with_log() -> (Cluster, std::path::PathBuf) {
 }
 
 fn prefetched(status: &Value, worker: usize) -> u64 {
-    status["workers"][worker]["prefetched"]
-        .as_u64()
-        .unwrap_or(0)
+    common::count(&status["workers"][worker], "prefetched")
 }
 
 #[test]
@@ -153,12 +151,13 @@ fn a_worker_that_gave_up_tasks_it_held_reports_them_when_handed_them_again() {
     common::signal(pid, "-CONT");
     // Its tasks run again (after the fence, ~lease + 1 s) on it, as a new registration. Bounded
     // wait: with the bug the job never ends.
-    for _ in 0..3000 {
+    let deadline = common::Deadline::start("the job to end");
+    loop {
         let counts = &cluster.json(&["status"])["tasks"];
-        if counts["queued"] == 0 && counts["running"] == 0 {
+        if common::count(counts, "queued") == 0 && common::count(counts, "running") == 0 {
             break;
         }
-        common::pause();
+        deadline.pause(counts);
     }
     let done = cluster.json(&["status"]);
     assert_eq!(

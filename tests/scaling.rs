@@ -22,13 +22,14 @@ fn waterfall(engine: &str, content: &str) {
 
     let mut burst_peak = 0;
     let mut finished = false;
+    let deadline = common::Deadline::start("the job done and every worker stopped");
     loop {
         let status = cluster.json(&["status"]);
         let (native, burst) = (current(&status, "native_1"), current(&status, "burst_1"));
         // The waterfall, both ways: while there is work, burst has workers only while native
         // has both of its own.
-        let work = status["tasks"]["queued"].as_u64().unwrap_or(0)
-            + status["tasks"]["running"].as_u64().unwrap_or(0)
+        let work = common::count(&status["tasks"], "queued")
+            + common::count(&status["tasks"], "running")
             > 0;
         if work && burst > 0 {
             assert_eq!(
@@ -43,7 +44,7 @@ fn waterfall(engine: &str, content: &str) {
         if finished && native == 0 && burst == 0 {
             break;
         }
-        common::pause();
+        deadline.pause(status);
     }
     assert_eq!(burst_peak, 4, "burst took the overflow");
     let done = cluster.json(&["wait", &job]);
@@ -151,7 +152,7 @@ fn kill_9_of_a_manager_loses_no_task() {
         "sleep 0.2; echo $WEIR_TASK_INDEX",
     ])["job"]
         .to_string();
-    cluster.await_status(|s| live(s, "m1") == 2 && s["tasks"]["running"].as_u64().unwrap_or(0) > 0);
+    cluster.await_status(|s| live(s, "m1") == 2 && common::count(&s["tasks"], "running") > 0);
     // The manager dies; its workers go with it (and their running tasks are requeued).
     cluster.workers[doomed].kill().unwrap();
     cluster.workers[doomed].wait().unwrap();
@@ -365,8 +366,9 @@ fn the_running_policy_keeps_deciding_while_a_new_one_is_tried() {
         ]);
         String::from_utf8_lossy(&out.stderr).contains("another change is being tried")
     };
+    let deadline = common::Deadline::start("a change refused while another is tried");
     while !refused_while_trying() {
-        common::pause();
+        deadline.pause("accepted");
     }
     // Meanwhile demand is still scaled by the running policy...
     cluster.json(&["submit", "--count", "3", "--", "sleep", "20"]);

@@ -20,7 +20,7 @@ fn until(cluster: &Cluster, bound: Duration, what: &str, ready: impl Fn(&Value) 
             return status;
         }
         assert!(started.elapsed() < bound, "{what}: {status}");
-        common::pause();
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -116,16 +116,21 @@ fn a_busy_worker_killed_never_pushes_its_manager_past_its_cap() {
     // Until the job is done (the killed worker's task runs again elsewhere): the manager never
     // runs more than 2 workers, never is asked for more, and the dead one is not counted beside
     // its replacement once the manager reported it gone (not after the 30 s heartbeat timeout).
+    let deadline = common::Deadline::start("the job done");
     loop {
         let status = cluster.json(&["status"]);
         let m = manager(&status, "dyn_1").unwrap();
-        assert!(m["desired"].as_u64().unwrap_or(0) <= 2, "{status}");
+        let desired = common::field(m, "desired");
+        assert!(
+            desired.is_null() || desired.as_u64().is_some_and(|d| d <= 2),
+            "{status}"
+        );
         assert!(current(&status, "dyn_1") <= 2, "{status}");
         assert!(children_of(manager_pid).len() <= 2, "{status}");
         if status["tasks"]["succeeded"] == 2 {
             break;
         }
-        common::pause();
+        deadline.pause(status);
     }
     let results = cluster.json(&["results", &job]);
     let attempts: Vec<u64> = results
@@ -339,17 +344,19 @@ fn a_worker_its_engine_stops_with_its_tasks_has_them_requeued_not_failed() {
         &marker,
     ]);
     cluster.await_status(|s| s["tasks"]["running"] == 1);
+    let deadline = common::Deadline::start("the task's process");
     let task = loop {
         if let Some(pid) = processes_with(&marker).first() {
             break *pid;
         }
-        common::pause();
+        deadline.pause("none");
     };
     // As Slurm's scancel does: the task gets SIGTERM, and so does its worker. The task dies
     // first and is reaped by the worker (so its outcome is in hand) before the worker's signal.
     common::signal(task, "-TERM");
+    let deadline = common::Deadline::start("the task to end");
     while !processes_with(&marker).is_empty() {
-        common::pause();
+        deadline.pause("still there");
     }
     common::signal(cluster.workers[first].id(), "-TERM");
     cluster.workers[first].wait().unwrap();
@@ -371,15 +378,22 @@ fn a_worker_whose_guard_is_killed_stops_and_its_task_runs_elsewhere() {
     let guards = common::children_of(cluster.workers[doomed].id());
     assert_eq!(guards.len(), 1, "one guard process: {guards:?}");
     common::signal(guards[0], "-9");
+    // `kill` returns once the signal is sent: the guard's end of the pipe closes when it has
+    // died (a zombie is dead).
+    let deadline = common::Deadline::start("the guard to die");
+    while !common::children_of(cluster.workers[doomed].id()).is_empty() {
+        deadline.pause("still there");
+    }
     let job = cluster.json(&["submit", "--retries", "0", "--", "echo", "ran"]);
     // It stops by itself (and fails nothing meanwhile).
+    let deadline = common::Deadline::start("the guardless worker to stop");
     let status = loop {
         if let Some(status) = cluster.workers[doomed].try_wait().unwrap() {
             break status;
         }
         let tasks = &cluster.json(&["status"])["tasks"];
         assert_eq!(tasks["failed"], 0, "failed instead of stopping: {tasks}");
-        common::pause();
+        deadline.pause(tasks);
     };
     assert!(status.success(), "{status}");
     cluster.worker("healthy", &["--slots", "1"]);

@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Cluster, pause, processes_with};
+use common::{Cluster, Deadline, processes_with};
 
 /// Fails the test, saying how to get a Slurm, when `sinfo` does not answer.
 fn require_slurm() {
@@ -140,14 +140,24 @@ fn unit_processes(id: &str) -> Vec<u32> {
 }
 
 fn await_no_jobs(id: &str) {
-    while !jobs(id).is_empty() {
-        pause();
+    let deadline = Deadline::start(format!("no Slurm job of {id}"));
+    loop {
+        let left = jobs(id);
+        if left.is_empty() {
+            break;
+        }
+        deadline.pause(format!("{left:?}"));
     }
 }
 
 fn await_no_unit_processes(id: &str) {
-    while !unit_processes(id).is_empty() {
-        pause();
+    let deadline = Deadline::start(format!("no unit process of {id}"));
+    loop {
+        let left = unit_processes(id);
+        if left.is_empty() {
+            break;
+        }
+        deadline.pause(format!("{left:?}"));
     }
 }
 
@@ -329,8 +339,9 @@ fn a_manager_stopped_by_sigterm_cancels_the_jobs_still_queued() {
     // Held: its job waits in the queue, with no work in it.
     let manager = slurm_manager(&mut cluster, &id, "hpc", 1, &["--sbatch-arg=--hold"]);
     submit(&cluster, &[], "true");
+    let deadline = Deadline::start("the held job in the queue");
     while jobs(&id).is_empty() {
-        pause();
+        deadline.pause("none");
     }
     common::signal(cluster.workers[manager].id(), "-TERM");
     let status = cluster.workers[manager].wait().unwrap();
@@ -388,11 +399,14 @@ fn a_job_asks_slurm_for_the_cpus_and_memory_of_its_unit_unless_told_otherwise() 
     slurm_manager(&mut cluster, &other, "hpc", 6, &given);
     submit(&cluster, &["--cap", "a=1"], "true");
     submit(&cluster, &["--cap", "b=1"], "true");
-    let first = |id: &str| loop {
-        if let Some((job, _)) = jobs(id).into_iter().next() {
-            break job;
+    let first = |id: &str| {
+        let deadline = Deadline::start(format!("a Slurm job of {id}"));
+        loop {
+            if let Some((job, _)) = jobs(id).into_iter().next() {
+                break job;
+            }
+            deadline.pause("none");
         }
-        pause();
     };
     // 2 workers x 3 slots; 2 x 100 MB is 191 MiB.
     let job = first(&id);
@@ -438,6 +452,7 @@ fn at_most_max_pending_jobs_wait_and_one_at_a_time_after_a_failure() {
     submit(&cluster, &["--count", "8"], "true");
     let mut seen: Vec<String> = Vec::new();
     let mut first_round: Vec<String> = Vec::new();
+    let deadline = Deadline::start("five pending jobs seen");
     while seen.len() < 5 {
         let now: Vec<String> = jobs(&id)
             .into_iter()
@@ -459,7 +474,7 @@ fn at_most_max_pending_jobs_wait_and_one_at_a_time_after_a_failure() {
                 seen.push(job);
             }
         }
-        pause();
+        deadline.pause(format!("{seen:?}"));
     }
 }
 
@@ -781,8 +796,9 @@ fn a_scancel_that_fails_is_run_again_and_no_job_outlives_the_demand() {
     let job = submit(&cluster, &["--count", "2"], "echo $WEIR_WORKER_NAME");
     ran_on(&cluster, &job, 2);
     // Idle: the jobs are drained and cancelled, but every scancel fails...
+    let deadline = Deadline::start("a failed scancel");
     while !failed.exists() {
-        pause();
+        deadline.pause("none yet");
     }
     assert!(!jobs(&id).is_empty(), "the first scancel failed");
     // ...until Slurm answers again: then they are run again, and the jobs go.

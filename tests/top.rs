@@ -43,6 +43,7 @@ fn top_shows_managers_workers_and_environments_and_quits_on_q() {
         "{}",
         String::from_utf8_lossy(&started.stderr)
     );
+    let deadline = common::Deadline::start("weir top to show the cluster");
     let screen = loop {
         let pane = tmux(&["capture-pane", "-p", "-t", &session]);
         let text = String::from_utf8_lossy(&pane.stdout).into_owned();
@@ -50,7 +51,7 @@ fn top_shows_managers_workers_and_environments_and_quits_on_q() {
             break text;
         }
         assert!(pane.status.success(), "weir top exited early: {text}");
-        common::pause();
+        deadline.pause(text);
     };
     assert!(screen.contains("managers by tier"), "{screen}");
     assert!(screen.contains("gpu=1"), "{screen}");
@@ -58,7 +59,8 @@ fn top_shows_managers_workers_and_environments_and_quits_on_q() {
 
     tmux(&["send-keys", "-t", &session, "q"]);
     // The session ends when weir top exits.
+    let deadline = common::Deadline::start("weir top to quit on `q`");
     while tmux(&["has-session", "-t", &session]).status.success() {
-        common::pause();
+        deadline.pause("its tmux session is still there");
     }
 }

@@ -96,10 +96,8 @@ impl Pool {
         // this manager dies, so no worker outlives its manager.
         unsafe {
             command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
+                use rustix::process::{Signal, set_parent_process_death_signal};
+                Ok(set_parent_process_death_signal(Some(Signal::TERM))?)
             });
         }
         let child = command.spawn().map_err(|error| ManagerError::StartWorker {
@@ -127,11 +125,11 @@ impl Pool {
         let (_, mut child, _) = self.children.remove(index);
         self.remember_exited(name);
         tracing::info!(worker = %name, "stopping worker");
-        match child.id() {
-            // SAFETY: plain kill(2) on our own child's pid.
-            Some(pid) => unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGTERM);
-            },
+        let pid = child.id().and_then(|pid| i32::try_from(pid).ok());
+        match pid.and_then(rustix::process::Pid::from_raw) {
+            Some(pid) => {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
             None => {
                 let _ = child.start_kill();
             }

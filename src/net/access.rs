@@ -89,12 +89,10 @@ pub fn holder(access_file: &Path) -> Holder {
 
 /// Whether some process holds `file`'s `flock`; a free lock is taken shared and let go at once.
 fn is_locked(file: &std::fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock(2) on a descriptor this function borrows.
-    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    // std's `File` locks are `flock(2)` on Linux: the same lock the scheduler takes.
+    let taken = file.try_lock_shared().is_ok();
     if taken {
-        // SAFETY: as above; the shared lock taken just now.
-        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        let _ = file.unlock();
     }
     !taken
 }
@@ -102,9 +100,12 @@ fn is_locked(file: &std::fs::File) -> bool {
 /// Whether process `pid` exists (on this host) and is not a zombie: a scheduler killed under a
 /// parent that does not reap it (a supervisor, a container's init) still answers kill(2).
 fn alive(pid: i32) -> bool {
-    // SAFETY: kill(2) with signal 0 sends nothing; it checks that the process exists.
-    let found = unsafe { libc::kill(pid, 0) } == 0;
-    let exists = found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    let Some(found) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    // kill(2) with signal 0 sends nothing; it checks that the process exists (EPERM: it does,
+    // owned by another user).
+    let exists = rustix::process::test_kill_process(found) != Err(rustix::io::Errno::SRCH);
     exists && !zombie(pid)
 }
 
@@ -122,15 +123,13 @@ fn zombie(pid: i32) -> bool {
 
 /// This host's name, as the scheduler writes it into its lock.
 pub fn hostname() -> Option<String> {
-    let mut buffer = [0u8; 256];
-    // SAFETY: gethostname(2) writes at most `len` bytes into the buffer it is given.
-    if unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) } != 0 {
-        return None;
-    }
-    let end = buffer.iter().position(|b| *b == 0).unwrap_or(buffer.len());
-    String::from_utf8(buffer[..end].to_vec())
-        .ok()
-        .filter(|name| !name.is_empty() && !name.contains(char::is_whitespace))
+    // What gethostname(2) returns on Linux: uname's node name.
+    let name = rustix::system::uname()
+        .nodename()
+        .to_str()
+        .ok()?
+        .to_string();
+    Some(name).filter(|name| !name.is_empty() && !name.contains(char::is_whitespace))
 }
 
 pub fn default_path() -> PathBuf {

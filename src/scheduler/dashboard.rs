@@ -26,34 +26,13 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::Event;
+use super::event::{Event, Snapshot, View};
 use super::http::{Connection, MAX_STREAMS, MAX_STREAMS_PER_ADDRESS};
-use crate::proto::{
-    EnvironmentStatus, JobSummary, ManagerUnits, PolicyReport, StatusReport, TaskId,
-};
+use crate::proto::TaskId;
 
 /// Samples kept for the chart: one a second for 15 minutes.
 const HISTORY: usize = 15 * 60;
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-
-/// What the actor answers for the page.
-pub(crate) enum View {
-    Snapshot(oneshot::Sender<Snapshot>),
-    Explain(TaskId, oneshot::Sender<Option<Vec<String>>>),
-}
-
-/// One consistent picture of the scheduler, as the page shows it.
-#[derive(Serialize)]
-pub(crate) struct Snapshot {
-    pub status: StatusReport,
-    pub environments: Vec<EnvironmentStatus>,
-    /// The newest jobs, newest first.
-    pub jobs: Vec<JobSummary>,
-    /// Its tiers, last decision per manager with the reason, and last error.
-    pub policy: PolicyReport,
-    /// Each manager's units (`weir managers`).
-    pub managers: Vec<ManagerUnits>,
-}
 
 /// A point of the chart.
 #[derive(Clone, Serialize)]

@@ -1,11 +1,10 @@
-//! One scheduler per file: an exclusive `flock` on a lock file that holds the owner's pid and
+//! One scheduler per file: an exclusive `flock` (std's `File::try_lock`) on a lock file that holds the owner's pid and
 //! host (`PID HOST`). The kernel drops the lock when the process ends, however it ends, so a
 //! `kill -9`ed scheduler never leaves a stale lock; clients read it to tell a scheduler that is
 //! gone from one that does not answer (`net::access::holder`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// Held for as long as it lives.
@@ -46,8 +45,7 @@ impl Lock {
 /// it shared for an instant: a few tries 10 ms apart ride over that.
 fn take_exclusive(file: &File) -> bool {
     for attempt in 0..5 {
-        // SAFETY: flock(2) on a descriptor this process owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        if file.try_lock().is_ok() {
             return true;
         }
         if attempt < 4 {
@@ -60,8 +58,7 @@ fn take_exclusive(file: &File) -> bool {
 /// Lock an open file itself (its inode: every path to it, hard links too) for this process, as
 /// long as it stays open.
 pub fn lock_file(file: &File, what: &str) -> Result<(), String> {
-    // SAFETY: flock(2) on a descriptor this process owns.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if file.try_lock().is_err() {
         return Err(format!(
             "the {what} is in use by another scheduler (through another path to the same file)"
         ));

@@ -18,7 +18,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
-use super::Event;
+use super::event::Event;
+use crate::core::scheduler::Scheduler;
 
 /// Upper bounds (seconds) of the policy call latency histogram.
 pub const BUCKETS: [f64; 10] = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
@@ -99,136 +100,135 @@ fn value(n: impl TryInto<i64>) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
 }
 
-impl super::actor::Actor {
-    /// The Prometheus text of `/metrics`.
-    pub(super) fn render_metrics(&self) -> String {
-        let status = self.core.status(self.now());
-        let mut registry = Registry::default();
+/// The Prometheus text of `/metrics`: the core's state at `now`, and the policy call latency
+/// the actor keeps.
+pub(super) fn render(core: &Scheduler, now: u64, policy_latency: &Histogram) -> String {
+    let status = core.status(now);
+    let mut registry = Registry::default();
 
-        let tasks = Family::<StateLabel, Gauge>::default();
-        let t = &status.tasks;
-        for (state, n) in [
-            ("queued", t.queued),
-            ("running", t.running),
-            ("succeeded", t.succeeded),
-            ("failed", t.failed),
-            ("canceled", t.canceled),
-        ] {
-            tasks.get_or_create(&StateLabel { state }).set(value(n));
-        }
-        registry.register("weir_tasks", "Tasks by state", tasks);
-        let jobs = Counter::<u64>::default();
-        jobs.inc_by(status.jobs);
-        registry.register("weir_jobs", "Jobs accepted", jobs);
-
-        let mut by_manager: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
-        for w in &status.workers {
-            let entry = by_manager
-                .entry(escape(w.manager.as_deref().unwrap_or_default()))
-                .or_default();
-            entry.0 += 1;
-            entry.1 += u64::from(w.slots);
-            entry.2 += u64::from(w.running);
-        }
-        let workers = Family::<ManagerLabel, Gauge>::default();
-        let slots = Family::<SlotsLabel, Gauge>::default();
-        for (manager, (n, all, busy)) in by_manager {
-            let label = |busy| SlotsLabel {
-                manager: manager.clone(),
-                busy,
-            };
-            slots.get_or_create(&label("false")).set(value(all - busy));
-            slots.get_or_create(&label("true")).set(value(busy));
-            workers
-                .get_or_create(&ManagerLabel { manager })
-                .set(value(n));
-        }
-        registry.register(
-            "weir_workers",
-            "Live workers by manager (empty: none)",
-            workers,
-        );
-        registry.register(
-            "weir_slots",
-            "Task slots of live workers, busy or not",
-            slots,
-        );
-
-        let manager_workers = Family::<KindLabel, Gauge>::default();
-        let online = Family::<ManagerLabel, Gauge>::default();
-        let fixed = Family::<ManagerLabel, Gauge>::default();
-        for m in &status.managers {
-            for (kind, n) in [
-                ("desired", m.desired.unwrap_or(0)),
-                ("live", m.live),
-                ("starting", m.starting),
-            ] {
-                let label = KindLabel {
-                    manager: escape(&m.id),
-                    kind,
-                };
-                manager_workers.get_or_create(&label).set(value(n));
-            }
-            let manager = ManagerLabel {
-                manager: escape(&m.id),
-            };
-            online.get_or_create(&manager).set(i64::from(m.online));
-            if let Some(n) = m.fixed {
-                fixed.get_or_create(&manager).set(value(n));
-            }
-        }
-        registry.register(
-            "weir_manager_workers",
-            "Workers per manager",
-            manager_workers,
-        );
-        registry.register(
-            "weir_manager_online",
-            "Whether a manager heartbeats",
-            online,
-        );
-        registry.register(
-            "weir_manager_fixed_workers",
-            "Workers a fixed pool keeps (--fixed N)",
-            fixed,
-        );
-
-        registry.register(
-            "weir_policy_decide_seconds",
-            "Time of one sandboxed scaling policy call",
-            self.policy_latency.clone(),
-        );
-        let errors = Counter::<u64>::default();
-        errors.inc_by(self.core.policy_errors());
-        registry.register("weir_policy_errors", "Policy calls that failed", errors);
-
-        let environments = Family::<VerdictLabel, Gauge>::default();
-        for env in self.core.environment_report(None) {
-            for (verdict, n) in [
-                ("match", env.matching.len()),
-                ("no_match", env.not_matching.len()),
-                ("error", env.erroring.len()),
-                ("pending", env.pending.len()),
-            ] {
-                let label = VerdictLabel {
-                    environment: escape(&env.name),
-                    verdict,
-                };
-                environments.get_or_create(&label).set(value(n));
-            }
-        }
-        registry.register(
-            "weir_environment_workers",
-            "Workers per environment verdict",
-            environments,
-        );
-
-        let mut out = String::new();
-        if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &registry) {
-            tracing::error!(%error, "cannot render the metrics");
-        }
-        out
+    let tasks = Family::<StateLabel, Gauge>::default();
+    let t = &status.tasks;
+    for (state, n) in [
+        ("queued", t.queued),
+        ("running", t.running),
+        ("succeeded", t.succeeded),
+        ("failed", t.failed),
+        ("canceled", t.canceled),
+    ] {
+        tasks.get_or_create(&StateLabel { state }).set(value(n));
     }
+    registry.register("weir_tasks", "Tasks by state", tasks);
+    let jobs = Counter::<u64>::default();
+    jobs.inc_by(status.jobs);
+    registry.register("weir_jobs", "Jobs accepted", jobs);
+
+    let mut by_manager: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    for w in &status.workers {
+        let entry = by_manager
+            .entry(escape(w.manager.as_deref().unwrap_or_default()))
+            .or_default();
+        entry.0 += 1;
+        entry.1 += u64::from(w.slots);
+        entry.2 += u64::from(w.running);
+    }
+    let workers = Family::<ManagerLabel, Gauge>::default();
+    let slots = Family::<SlotsLabel, Gauge>::default();
+    for (manager, (n, all, busy)) in by_manager {
+        let label = |busy| SlotsLabel {
+            manager: manager.clone(),
+            busy,
+        };
+        slots.get_or_create(&label("false")).set(value(all - busy));
+        slots.get_or_create(&label("true")).set(value(busy));
+        workers
+            .get_or_create(&ManagerLabel { manager })
+            .set(value(n));
+    }
+    registry.register(
+        "weir_workers",
+        "Live workers by manager (empty: none)",
+        workers,
+    );
+    registry.register(
+        "weir_slots",
+        "Task slots of live workers, busy or not",
+        slots,
+    );
+
+    let manager_workers = Family::<KindLabel, Gauge>::default();
+    let online = Family::<ManagerLabel, Gauge>::default();
+    let fixed = Family::<ManagerLabel, Gauge>::default();
+    for m in &status.managers {
+        for (kind, n) in [
+            ("desired", m.desired.unwrap_or(0)),
+            ("live", m.live),
+            ("starting", m.starting),
+        ] {
+            let label = KindLabel {
+                manager: escape(&m.id),
+                kind,
+            };
+            manager_workers.get_or_create(&label).set(value(n));
+        }
+        let manager = ManagerLabel {
+            manager: escape(&m.id),
+        };
+        online.get_or_create(&manager).set(i64::from(m.online));
+        if let Some(n) = m.fixed {
+            fixed.get_or_create(&manager).set(value(n));
+        }
+    }
+    registry.register(
+        "weir_manager_workers",
+        "Workers per manager",
+        manager_workers,
+    );
+    registry.register(
+        "weir_manager_online",
+        "Whether a manager heartbeats",
+        online,
+    );
+    registry.register(
+        "weir_manager_fixed_workers",
+        "Workers a fixed pool keeps (--fixed N)",
+        fixed,
+    );
+
+    registry.register(
+        "weir_policy_decide_seconds",
+        "Time of one sandboxed scaling policy call",
+        policy_latency.clone(),
+    );
+    let errors = Counter::<u64>::default();
+    errors.inc_by(core.policy_errors());
+    registry.register("weir_policy_errors", "Policy calls that failed", errors);
+
+    let environments = Family::<VerdictLabel, Gauge>::default();
+    for env in core.environment_report(None) {
+        for (verdict, n) in [
+            ("match", env.matching.len()),
+            ("no_match", env.not_matching.len()),
+            ("error", env.erroring.len()),
+            ("pending", env.pending.len()),
+        ] {
+            let label = VerdictLabel {
+                environment: escape(&env.name),
+                verdict,
+            };
+            environments.get_or_create(&label).set(value(n));
+        }
+    }
+    registry.register(
+        "weir_environment_workers",
+        "Workers per environment verdict",
+        environments,
+    );
+
+    let mut out = String::new();
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+        tracing::error!(%error, "cannot render the metrics");
+    }
+    out
 }
 
 #[cfg(test)]

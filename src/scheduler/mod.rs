@@ -9,6 +9,7 @@
 mod actor;
 mod connection;
 mod dashboard;
+mod event;
 mod http;
 pub mod journal;
 pub mod lock;
@@ -31,7 +32,7 @@ use crate::net::{self, AccessFile, NetError};
 use crate::plugin::PluginHost;
 
 pub use crate::core::scheduler::MAX_ENVIRONMENTS;
-pub(crate) use actor::Event;
+pub(crate) use event::Event;
 
 /// Scheduler settings (the executable's flags).
 #[derive(Clone, Debug)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::Event;
-use crate::core::scaling::{ScalingPolicy, Snapshot, Tier};
+use super::event::{Event, Tried};
+use crate::core::scaling::{ScalingPolicy, Snapshot};
 use crate::core::scheduler::{ClientId, PolicyInfo};
 use crate::plugin::{Limits, PluginHost, World};
 
@@ -76,9 +76,6 @@ impl Trials {
 }
 
 /// Create the policy and run it once on `snapshot`: only a policy that does both takes over.
-/// A tried policy, ready to take over, with its tiers; or why it cannot.
-pub(super) type Tried = Result<(Box<dyn ScalingPolicy>, Vec<Tier>), String>;
-
 pub(super) fn try_policy(
     host: &PluginHost,
     info: &PolicyInfo,

@@ -28,8 +28,8 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+use super::cancel::{Cancel, canceled};
 use super::guard::{self, ProcessGroup};
-use super::run::{Cancel, canceled};
 use crate::proto::Outcome;
 
 /// The largest reply a runner may send: a result bigger than this fails its task (it must fit,

@@ -18,10 +18,15 @@
 //! Slurm's `proctrack/pgid`; a cgroup would hold it, and is not used here.
 
 use std::io;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::os::fd::OwnedFd;
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 
-/// The worker's end of the pipe to the guard (-1: no guard).
-static GUARD_FD: AtomicI32 = AtomicI32::new(-1);
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal};
+
+/// The worker's end of the pipe to the guard (unset: no guard).
+static GUARD_FD: OnceLock<OwnedFd> = OnceLock::new();
 
 const ADD: u8 = b'+';
 const REMOVE: u8 = b'-';
@@ -31,26 +36,23 @@ const LEASE: u8 = b'L';
 /// Fork the guard process. Call it at the very start of the worker process, while it has one
 /// thread (forking a multi-threaded process is unsafe), and at most once.
 pub fn start() -> io::Result<()> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills `fds` with two new descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let [read, write] = fds;
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     // SAFETY: the process has a single thread (the caller's contract), so the child may run
-    // ordinary code; it never returns from `guard`.
+    // ordinary code; it never returns from `guard`. (rustix offers no fork outside its
+    // runtime module, which is for implementing a libc.)
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
         0 => {
-            // SAFETY: closing our copy of the worker's end, so EOF comes when the worker dies.
-            unsafe { libc::close(write) };
+            // Close our copy of the worker's end, so EOF comes when the worker dies.
+            drop(write);
             guard(read)
         }
         _ => {
-            // SAFETY: the parent keeps only the write end.
-            unsafe { libc::close(read) };
-            GUARD_FD.store(write, Ordering::SeqCst);
-            Ok(())
+            // The parent keeps only the write end.
+            drop(read);
+            GUARD_FD
+                .set(write)
+                .map_err(|_| io::Error::other("the worker's guard is started once"))
         }
     }
 }
@@ -81,7 +83,7 @@ static GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(
 /// Whether a failed spawn means the guard is gone (killed on its own): a task started now could
 /// outlive this worker, so none is. Notes it for [`gone`].
 pub fn is_gone(error: &io::Error) -> bool {
-    let gone = error.raw_os_error() == Some(libc::EPIPE);
+    let gone = error.raw_os_error() == Some(Errno::PIPE.raw_os_error());
     if gone {
         GONE.store(true, Ordering::SeqCst);
     }
@@ -141,28 +143,34 @@ pub fn lease_expired_by(margin: std::time::Duration) -> bool {
 /// Tell the guard about a group; false if the guard is gone (its end of the pipe closed).
 /// Async-signal-safe: called between fork and exec too.
 fn tell(op: u8, pgid: i32) -> bool {
-    let fd = GUARD_FD.load(Ordering::SeqCst);
-    if fd < 0 {
+    // `OnceLock::get` is an atomic load: async-signal-safe.
+    let Some(fd) = GUARD_FD.get() else {
         return true;
-    }
+    };
     let mut message = [0u8; 5];
     message[0] = op;
     message[1..].copy_from_slice(&pgid.to_le_bytes());
     // One write of 5 bytes (less than PIPE_BUF) is atomic: messages never interleave.
-    // SAFETY: writing a stack buffer to a pipe descriptor this process owns.
-    let written = unsafe { libc::write(fd, message.as_ptr().cast(), message.len()) };
-    written == message.len() as isize
+    matches!(rustix::io::write(fd, &message), Ok(n) if n == message.len())
+}
+
+/// SIGKILL every process of the group `pgid` (a task's; never 0, 1 or below, which would
+/// mean this group or every process).
+fn kill_group(pgid: i32) {
+    if let Some(pid) = Pid::from_raw(pgid).filter(|_| pgid > 1) {
+        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+    }
 }
 
 /// The guard: read groups until EOF, then kill the ones still listed, and exit.
-fn guard(read: i32) -> ! {
-    // SAFETY: plain system calls in the single-threaded child.
+fn guard(read: OwnedFd) -> ! {
+    // Outlive the worker: a Ctrl-C or SIGTERM sent to the worker's process group must not take
+    // the guard first, and a stop (Ctrl-Z, `kill -STOP -PGID`) must not stop it with the
+    // worker: it has a session and group of its own, and ignores the terminal's stop signals.
+    // Hold no terminal or pipe of the worker's open either.
+    let _ = rustix::process::setsid();
+    // SAFETY: setting dispositions to SIG_IGN in the single-threaded child (no handler runs).
     unsafe {
-        // Outlive the worker: a Ctrl-C or SIGTERM sent to the worker's process group must not
-        // take the guard first, and a stop (Ctrl-Z, `kill -STOP -PGID`) must not stop it with
-        // the worker: it has a session and group of its own, and ignores the terminal's stop
-        // signals. Hold no terminal or pipe of the worker's open either.
-        libc::setsid();
         for signal in [
             libc::SIGINT,
             libc::SIGTERM,
@@ -174,14 +182,17 @@ fn guard(read: i32) -> ! {
         ] {
             libc::signal(signal, libc::SIG_IGN);
         }
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-        }
-        libc::prctl(libc::PR_SET_NAME, c"weir-guard".as_ptr());
     }
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null");
+    if let Ok(null) = null {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+    let _ = rustix::thread::set_name(c"weir-guard");
     let mut groups: Vec<i32> = Vec::new();
     let mut buffer = [0u8; 4096];
     let mut pending: Vec<u8> = Vec::new();
@@ -193,49 +204,46 @@ fn guard(read: i32) -> ! {
     loop {
         // Wait for a message, or for the lease to run out.
         // Rounded up: never before the lease's end (see `renew_until`).
-        let wait_ms = lease.map_or(-1, |until| {
+        let wait = lease.map(|until| {
             let left = until.saturating_duration_since(std::time::Instant::now());
-            i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
+            let ms = u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX / 1000);
+            rustix::event::Timespec::try_from(std::time::Duration::from_millis(ms)).unwrap_or(
+                rustix::event::Timespec {
+                    tv_sec: i64::MAX,
+                    tv_nsec: 0,
+                },
+            )
         });
-        let mut poll = libc::pollfd {
-            fd: read,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll(2) on one descriptor we own.
-        let ready = unsafe { libc::poll(&mut poll, 1, wait_ms) };
-        if ready == 0 {
+        let mut fds = [rustix::event::PollFd::new(
+            &read,
+            rustix::event::PollFlags::IN,
+        )];
+        let ready = rustix::event::poll(&mut fds, wait.as_ref());
+        if ready == Err(Errno::INTR) {
+            continue;
+        }
+        if ready == Ok(0) {
             if lease.is_some_and(|until| std::time::Instant::now() < until) {
                 continue; // woken a little early
             }
             // The lease ran out: the scheduler gives these tasks to others now.
-            for pgid in groups.drain(..) {
-                if pgid > 1 {
-                    // SAFETY: kill(2) of a task's process group.
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
-                }
-            }
+            groups.drain(..).for_each(kill_group);
             lease = None;
             expired = true;
             continue;
         }
-        // SAFETY: reading into a stack buffer from our pipe.
-        let n = unsafe { libc::read(read, buffer.as_mut_ptr().cast(), buffer.len()) };
-        if n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted) {
-            break;
-        }
-        if n < 0 {
-            continue;
-        }
-        pending.extend_from_slice(&buffer[..n as usize]);
+        let n = match rustix::io::read(&read, &mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(_) => break,
+        };
+        pending.extend_from_slice(&buffer[..n]);
         let whole = pending.len() / 5 * 5;
         for message in pending[..whole].chunks_exact(5) {
             let pgid = i32::from_le_bytes([message[1], message[2], message[3], message[4]]);
             match message[0] {
-                ADD if expired && pgid > 1 => {
-                    // SAFETY: kill(2) of a task's process group.
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
-                }
+                ADD if expired && pgid > 1 => kill_group(pgid),
                 ADD => groups.push(pgid),
                 REMOVE => groups.retain(|g| *g != pgid),
                 LEASE => {
@@ -248,13 +256,9 @@ fn guard(read: i32) -> ! {
         }
         pending.drain(..whole);
     }
-    for pgid in groups {
-        if pgid > 1 {
-            // SAFETY: kill(2) of a process group the worker created for a task.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        }
-    }
-    // SAFETY: leave without running the worker's destructors or atexit handlers.
+    groups.into_iter().for_each(kill_group);
+    // SAFETY: leave without running the worker's destructors or atexit handlers (rustix has
+    // no `_exit` outside its runtime module).
     unsafe { libc::_exit(0) }
 }
 
@@ -262,17 +266,17 @@ fn guard(read: i32) -> ! {
 /// guard before the program runs.
 pub fn contain(command: &mut tokio::process::Command) {
     command.process_group(0);
-    // SAFETY: only async-signal-safe calls (getpid, write) between fork and exec.
+    // SAFETY: only async-signal-safe calls (signal, getpid, write) between fork and exec.
     unsafe {
         command.pre_exec(|| {
             // A guard that is gone must fail the spawn, not kill this child with SIGPIPE; the
             // program itself then starts with SIGPIPE's default, as std gives it.
             libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-            let listed = tell(ADD, libc::getpid());
+            let listed = tell(ADD, rustix::process::getpid().as_raw_nonzero().get());
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
             match listed {
                 true => Ok(()),
-                false => Err(io::Error::from_raw_os_error(libc::EPIPE)),
+                false => Err(Errno::PIPE.into()),
             }
         });
     }
@@ -293,11 +297,11 @@ impl ProcessGroup {
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        // SAFETY: kill(2) of the group this task's child leads. While any member lives the
-        // group id cannot be reused; once all are gone it could only be hit again by a new
-        // group whose leader got the same pid, which needs the pid space to wrap in the moment
-        // between the leader's exit and this drop (callers drop it right after the wait).
-        unsafe { libc::killpg(self.pgid, libc::SIGKILL) };
+        // The group this task's child leads. While any member lives the group id cannot be
+        // reused; once all are gone it could only be hit again by a new group whose leader got
+        // the same pid, which needs the pid space to wrap in the moment between the leader's
+        // exit and this drop (callers drop it right after the wait).
+        kill_group(self.pgid);
         let _ = tell(REMOVE, self.pgid);
     }
 }

@@ -13,6 +13,7 @@
 //! session with the scheduler; `run.rs`: running one task; `env.rs`: its environment
 //! conditions; `guard.rs`: the process that stops its tasks when it dies or its lease runs out.
 
+mod cancel;
 pub mod env;
 mod functions;
 pub mod guard;

@@ -11,45 +11,9 @@ use tokio::sync::RwLock;
 use super::Group;
 use crate::plugin::{Limits, Loaded, PluginError, PluginHost, TaskPlugin, World};
 use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
-
-/// A run's controls. Its stop request (`weir cancel`, the worker stopping, the lease given
-/// up): a command's process group is killed and reaped, a wasm instance is interrupted at its
-/// next epoch tick. Either way the task reports `canceled` only once it has really stopped.
-#[derive(Default)]
-pub(super) struct Cancel {
-    flag: Arc<std::sync::atomic::AtomicBool>,
-    notify: tokio::sync::Notify,
-    /// [`super::guard::lapses`] when it started: a run the lease lapsed during is stopped.
-    pub lapses: u64,
-}
-
-impl Cancel {
-    /// The controls of a run started when the lease had lapsed `lapses` times.
-    pub fn started(lapses: u64) -> Cancel {
-        Cancel {
-            lapses,
-            ..Cancel::default()
-        }
-    }
-
-    pub fn cancel(&self) {
-        self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.notify.notify_one();
-    }
-
-    fn is_set(&self) -> bool {
-        self.flag.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Until the stop request (at once if it came already).
-    pub async fn stopped(&self) {
-        if !self.is_set() {
-            self.notify.notified().await;
-        }
-    }
-}
-
-pub(super) use crate::core::worker::canceled;
+// The controls live in a leaf module both this one and `functions` use; named here too, where
+// the session takes them from.
+pub(super) use super::cancel::{Cancel, canceled};
 
 /// How a command ended.
 enum Ended {
@@ -224,8 +188,11 @@ impl Runner {
                 tracing::error!(
                     "the worker's guard process is gone (killed?): its tasks would outlive it; stopping this worker"
                 );
-                // SAFETY: raise(2) sends this process the signal its handler already waits for.
-                unsafe { libc::raise(libc::SIGTERM) };
+                // This process gets the signal its handler already waits for.
+                let _ = rustix::process::kill_process(
+                    rustix::process::getpid(),
+                    rustix::process::Signal::TERM,
+                );
                 return Outcome::Exited {
                     code: None,
                     stdout: Vec::new(),
@@ -261,7 +228,7 @@ impl Runner {
             };
             tokio::select! {
                 ended = waited => ended,
-                () = cancel.notify.notified() => Ended::Canceled,
+                () = cancel.notified() => Ended::Canceled,
             }
         };
         // What the task left running goes with it: on a timeout or cancel everything, after a
@@ -343,7 +310,7 @@ impl Runner {
         // Stopped on cancel, and when the lease lapses since it was handed over: wasm runs in
         // this process, where the guard cannot kill it, and a worker between sessions (its
         // scheduler unreachable) has no session to give it up.
-        let flag = cancel.flag.clone();
+        let flag = cancel.flag();
         let lapses = cancel.lapses;
         let stop: crate::plugin::StopCheck = Arc::new(move || {
             flag.load(std::sync::atomic::Ordering::SeqCst) || super::guard::lost_since(lapses)

@@ -2,9 +2,11 @@
 
 #![allow(dead_code)]
 
+use std::fmt::Display;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use weir::cluster::Launcher;
@@ -213,25 +215,35 @@ impl Cluster {
     }
 
     /// Poll `weir managers units MANAGER` until one of its units is `ready`; returns the unit.
+    /// A manager not registered yet is waited for.
     pub fn await_unit(&self, manager: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Deadline::start(format!("a ready unit of manager {manager}"));
         loop {
             let view = self.json(&["managers", "units", manager]);
-            let units = view["units"].as_array();
-            if let Some(unit) = units.and_then(|units| units.iter().find(|u| ready(u))) {
+            if view.get("code").is_some_and(|code| code == "not-found") {
+                deadline.pause(&view);
+                continue;
+            }
+            let units = field(&view, "units").as_array();
+            let units = units.unwrap_or_else(|| panic!("`units` is not an array: {view}"));
+            if let Some(unit) = units.iter().find(|u| ready(u)) {
                 return unit.clone();
             }
-            pause();
+            deadline.pause(&view);
         }
     }
 
     /// Poll `weir status` until `ready` holds for it.
+    #[track_caller]
     pub fn await_status(&self, ready: impl Fn(&Value) -> bool) -> Value {
+        let caller = std::panic::Location::caller();
+        let deadline = Deadline::start(format!("the status awaited at {caller}"));
         loop {
             let status = self.json(&["status"]);
             if ready(&status) {
                 return status;
             }
-            pause();
+            deadline.pause(&status);
         }
     }
 }
@@ -256,34 +268,103 @@ pub fn sorted_names(value: &Value) -> Vec<String> {
     names
 }
 
+/// `value[name]`, which must be there (it may be `null`): a field the output no longer has
+/// fails the test, naming it, instead of reading as `null` or 0.
+#[track_caller]
+pub fn field<'a>(value: &'a Value, name: &str) -> &'a Value {
+    value
+        .get(name)
+        .unwrap_or_else(|| panic!("no field `{name}` in {value}"))
+}
+
+/// `value[name]`, a count: there, and a non-negative integer.
+#[track_caller]
+pub fn count(value: &Value, name: &str) -> u64 {
+    let found = field(value, name);
+    found
+        .as_u64()
+        .unwrap_or_else(|| panic!("`{name}` is not a count ({found}) in {value}"))
+}
+
+/// The registered workers in a status.
+#[track_caller]
 pub fn workers(status: &Value) -> usize {
-    status["workers"].as_array().map_or(0, Vec::len)
+    let workers = field(status, "workers");
+    workers
+        .as_array()
+        .unwrap_or_else(|| panic!("`workers` is not an array in {status}"))
+        .len()
 }
 
 /// The manager `id` in a status, if it is registered.
+#[track_caller]
 pub fn manager<'a>(status: &'a Value, id: &str) -> Option<&'a Value> {
-    status["managers"]
-        .as_array()?
-        .iter()
-        .find(|m| m["id"] == id)
+    let managers = field(status, "managers");
+    let managers = managers.as_array();
+    let managers = managers.unwrap_or_else(|| panic!("`managers` is not an array in {status}"));
+    managers.iter().find(|m| field(m, "id") == id)
 }
 
-/// The manager's live workers (0 if it is not registered).
+/// The manager's live workers (0 if it is not registered; a registered one must say).
+#[track_caller]
 pub fn live(status: &Value, id: &str) -> u64 {
-    manager(status, id).map_or(0, |m| m["live"].as_u64().unwrap_or(0))
+    manager(status, id).map_or(0, |m| count(m, "live"))
 }
 
-/// The manager's live and starting workers (0 if it is not registered).
+/// The manager's live and starting workers (0 if it is not registered; a registered one must
+/// say both).
+#[track_caller]
 pub fn current(status: &Value, id: &str) -> u64 {
-    manager(status, id).map_or(0, |m| {
-        live(status, id) + m["starting"].as_u64().unwrap_or(0)
-    })
+    manager(status, id).map_or(0, |m| count(m, "live") + count(m, "starting"))
 }
 
-/// Between two polls of a condition: keeps the poller from starving the cluster it watches on a
-/// 2-core machine. Correctness never depends on its length.
-pub fn pause() {
-    std::thread::sleep(std::time::Duration::from_millis(20));
+/// How long a test polls for a condition before it fails: `WEIR_TEST_DEADLINE_SECS`, else
+/// 120 s. Generous: it only turns a hang into a failure that says what it last saw;
+/// correctness never depends on it.
+pub fn deadline() -> Duration {
+    let secs = std::env::var("WEIR_TEST_DEADLINE_SECS").ok();
+    let secs = secs.map(|s| {
+        s.parse()
+            .unwrap_or_else(|e| panic!("WEIR_TEST_DEADLINE_SECS={s}: {e}"))
+    });
+    Duration::from_secs(secs.unwrap_or(120))
+}
+
+/// The bound of one polling loop: [`Deadline::pause`] between two looks, which fails the test,
+/// naming what it awaited and what it last saw, once [`deadline`] has passed.
+pub struct Deadline {
+    what: String,
+    started: Instant,
+    bound: Duration,
+}
+
+impl Deadline {
+    /// Awaiting `what`, from now, for [`deadline`].
+    pub fn start(what: impl Into<String>) -> Deadline {
+        Deadline::within(what, deadline())
+    }
+
+    /// Awaiting `what`, from now, for `bound`.
+    pub fn within(what: impl Into<String>, bound: Duration) -> Deadline {
+        Deadline {
+            what: what.into(),
+            started: Instant::now(),
+            bound,
+        }
+    }
+
+    /// Between two polls: panics past the deadline with what was `seen` last; else waits a
+    /// little, which keeps the poller from starving the cluster it watches on a 2-core machine.
+    #[track_caller]
+    pub fn pause(&self, seen: impl Display) {
+        assert!(
+            self.started.elapsed() < self.bound,
+            "still waiting for {} after {:?} (WEIR_TEST_DEADLINE_SECS); last seen: {seen}",
+            self.what,
+            self.bound
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// GET a URL on loopback (plain HTTP/1.0), returning the body.

@@ -228,7 +228,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             output.error(&error);
-            match error.downcast_ref::<commands::wait::Unrunnable>() {
+            match error.downcast_ref::<output::Unrunnable>() {
                 Some(_) => ExitCode::from(commands::wait::EXIT_UNRUNNABLE),
                 None => ExitCode::FAILURE,
             }

@@ -34,6 +34,7 @@
 //! `--on-stop cancel` cancels every job instead (their running tasks are requeued).
 
 mod commands;
+mod parse;
 mod report;
 pub mod walltime;
 
@@ -46,7 +47,7 @@ use super::unit_log::{self, UnitLog};
 use super::units::{Book, Unit, Why};
 use crate::proto::ManagerState;
 
-pub use commands::{Listed, parse_sbatch, parse_squeue, parse_time_left};
+pub use parse::{Listed, parse_sbatch, parse_squeue, parse_time_left};
 
 /// The `sbatch` knobs of `worker-manager --backend slurm`.
 #[derive(Clone, Debug, Default)]

@@ -6,25 +6,13 @@
 
 use anyhow::Result;
 use weir::client::{Client, Waited};
-use weir::proto::{JobCounts, JobId, TaskId};
+use weir::proto::{JobCounts, JobId};
 
-/// The exit code of a wait stopped because a task can run nowhere.
+/// The exit code of a wait stopped because a task can run nowhere ([`Unrunnable`]).
 pub const EXIT_UNRUNNABLE: u8 = 3;
 
-/// A wait stopped: the scheduler says `task` can run nowhere.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "no worker or manager can run task {task}: {reason}; see `weir explain {task}` (job {job} \
-     stays queued: `weir wait {job}` waits on, `weir cancel {job}` cancels it)"
-)]
-pub struct Unrunnable {
-    pub job: JobId,
-    pub task: TaskId,
-    pub reason: String,
-}
-
 use crate::connect::Reach;
-use crate::output::{JobDone, Output};
+use crate::output::{JobDone, Output, Unrunnable};
 
 pub async fn run(client: &Client, job: JobId, output: &dyn Output, reach: &Reach) -> Result<()> {
     let counts = wait_for(client, job, output, reach).await?;

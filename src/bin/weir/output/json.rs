@@ -41,7 +41,7 @@ impl Output for Json {
         }
         let mut value = json!({ "error": format!("{error:#}") });
         // A wait stopped because a task can run nowhere (exit 3): which task, and why.
-        if let Some(stuck) = error.downcast_ref::<crate::commands::wait::Unrunnable>() {
+        if let Some(stuck) = error.downcast_ref::<super::Unrunnable>() {
             value["unrunnable"] =
                 json!({ "job": stuck.job, "task": stuck.task, "reason": stuck.reason });
         }

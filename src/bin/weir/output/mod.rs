@@ -144,6 +144,18 @@ pub struct TasksFailed {
     pub failed: u64,
 }
 
+/// A wait stopped: the scheduler says `task` can run nowhere.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no worker or manager can run task {task}: {reason}; see `weir explain {task}` (job {job} \
+     stays queued: `weir wait {job}` waits on, `weir cancel {job}` cancels it)"
+)]
+pub struct Unrunnable {
+    pub job: JobId,
+    pub task: TaskId,
+    pub reason: String,
+}
+
 /// `weir policy test`: how each scenario of each file went.
 #[derive(Serialize)]
 pub struct PolicyTested {

@@ -26,8 +26,7 @@ pub(super) fn usage(pid: u32) -> (f64, u64) {
             .and_then(|f| f.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
     let cpu = (ticks(11) + ticks(12)) as f64 / hz;
     (cpu, memory(pid, "VmHWM:"))
 }

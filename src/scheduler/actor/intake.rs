@@ -1,0 +1,100 @@
+//! Taking in events: what comes with a channel is kept (a joining worker's frames, a client's
+//! replies), and the core gets its input; `/metrics` and the dashboard are answered at once.
+
+use super::Actor;
+use crate::core::scheduler::Input;
+use crate::scheduler::event::{Event, Snapshot, View};
+use crate::scheduler::metrics;
+use crate::scheduler::policy::PolicyJob;
+
+impl Actor {
+    pub(super) fn event(&mut self, event: Event) {
+        let now = self.now();
+        let input = match event {
+            Event::WorkerJoined {
+                info,
+                frames,
+                reply,
+            } => {
+                let connection = self.next_id();
+                self.joining.insert(connection, (frames, reply));
+                Input::WorkerJoined { connection, info }
+            }
+            Event::Core(input) => {
+                if let Input::ManagerGone { id } | Input::ManagerGoodbye { id } = &input {
+                    self.managers.remove(id);
+                }
+                input
+            }
+            Event::Request {
+                request,
+                components,
+                reply,
+            } => {
+                let client = self.next_id();
+                self.clients.insert(client, reply);
+                Input::Request {
+                    client,
+                    request,
+                    components,
+                }
+            }
+            Event::ManagerJoined {
+                state,
+                peer,
+                link,
+                reply,
+            } => {
+                let connection = self.next_id();
+                self.joining_managers.insert(connection, (link, reply));
+                Input::ManagerJoined {
+                    connection,
+                    state,
+                    peer,
+                }
+            }
+            Event::Decided { result, elapsed } => {
+                self.policy_latency.observe(elapsed.as_secs_f64());
+                Input::Decided { result }
+            }
+            Event::PolicyTried {
+                client,
+                policy,
+                result,
+            } => {
+                // The new one decides from the next snapshot on; the core learns its tiers.
+                let result = match result {
+                    Ok((new, tiers)) => match &self.policy {
+                        Some(thread) if thread.send(PolicyJob::Replace(new)).is_ok() => Ok(tiers),
+                        _ => Err("the policy thread is gone".to_string()),
+                    },
+                    Err(error) => Err(error),
+                };
+                Input::PolicySwapped {
+                    client,
+                    policy,
+                    result,
+                }
+            }
+            Event::Metrics { reply } => {
+                let _ = reply.send(metrics::render(&self.core, now, &self.policy_latency));
+                return;
+            }
+            Event::Dashboard(View::Snapshot(reply)) => {
+                let _ = reply.send(Snapshot {
+                    status: self.core.status(now),
+                    environments: self.core.environment_report(None),
+                    jobs: self.core.tasks().jobs(20),
+                    policy: self.core.policy_report(),
+                    managers: self.core.managers_view(now, None).unwrap_or_default(),
+                });
+                return;
+            }
+            Event::Dashboard(View::Explain(task, reply)) => {
+                let _ = reply.send(self.core.explain(now, task));
+                return;
+            }
+        };
+        self.core.handle(now, input);
+    }
+}

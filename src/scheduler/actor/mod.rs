@@ -1,0 +1,161 @@
+//! The actor: the one task that owns the core ([`Scheduler`]). It turns connection events and
+//! timers into [`Input`]s and the core's actions into frames, journal writes and replies.
+//! It holds no rule of its own: only channels, the journal file and the policy thread.
+//! Taking in events is `intake`, carrying out actions `perform`, the journal `journaling`.
+
+mod intake;
+mod journaling;
+mod perform;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::event::{Event, JoinReply, ManagerReply};
+use super::policy::PolicyJob;
+use super::{journal, metrics};
+use crate::core::scheduler::{ClientId, ConnectionId, Input, Scheduler};
+use crate::proto::{ErrorCode, Response, ToManager, ToWorker, WorkerId};
+use journaling::stopping;
+
+pub(super) struct Actor {
+    pub core: Scheduler,
+    pub started: Instant,
+    /// Worker connections waiting for their id.
+    joining: HashMap<ConnectionId, (mpsc::UnboundedSender<ToWorker>, JoinReply)>,
+    workers: HashMap<WorkerId, mpsc::UnboundedSender<ToWorker>>,
+    clients: HashMap<ClientId, mpsc::UnboundedSender<Response>>,
+    managers: HashMap<String, mpsc::UnboundedSender<ToManager>>,
+    /// Manager connections waiting to be registered or refused.
+    joining_managers: HashMap<ConnectionId, (mpsc::UnboundedSender<ToManager>, ManagerReply)>,
+    next_id: u64,
+    /// Work for the policy thread; `None` without a policy.
+    pub policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
+    /// Where `weir policy set` tries a new policy.
+    pub trials: Option<super::policy::Trials>,
+    record: Option<std::fs::File>,
+    pub journal: Option<journal::Journal>,
+    /// Replies held until this round's journal records are on disk.
+    deferred: Vec<(ClientId, Response)>,
+    /// The first journal write error of this round: its replies become errors.
+    journal_error: Option<String>,
+    pub policy_latency: metrics::Histogram,
+}
+
+impl Actor {
+    pub fn new(
+        core: Scheduler,
+        policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
+        record: Option<std::fs::File>,
+        journal: Option<journal::Journal>,
+    ) -> Actor {
+        Actor {
+            core,
+            started: Instant::now(),
+            joining: HashMap::new(),
+            workers: HashMap::new(),
+            clients: HashMap::new(),
+            managers: HashMap::new(),
+            joining_managers: HashMap::new(),
+            next_id: 0,
+            policy,
+            trials: None,
+            record,
+            journal,
+            deferred: Vec::new(),
+            journal_error: None,
+            policy_latency: metrics::policy_histogram(),
+        }
+    }
+
+    pub fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// The event loop. Returns only when the journal cannot be written (with why): fail-stop,
+    /// as a database does when its log cannot be synced. What it had synced stays, a torn last
+    /// record is cut at the next start, and nothing that was acknowledged is lost.
+    pub async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>) -> Option<String> {
+        // One timer, moved only when the core's next timeout moves (not a new one per round).
+        let mut timeout = self.core.poll_timeout();
+        let timer =
+            tokio::time::sleep_until((self.started + Duration::from_millis(timeout)).into());
+        tokio::pin!(timer);
+        loop {
+            if self.core.poll_timeout() != timeout {
+                timeout = self.core.poll_timeout();
+                let wake = self.started + Duration::from_millis(timeout);
+                timer.as_mut().reset(wake.into());
+            }
+            tokio::select! {
+                event = inbox.recv() => {
+                    self.event(event?);
+                    // Take everything already waiting before scheduling once.
+                    self.take_in(&mut inbox, 10_000);
+                }
+                _ = &mut timer => {
+                    // What waits in the inbox came before this timeout (heartbeats that arrived
+                    // while the actor waited on the disk, one a second from each of thousands
+                    // of workers): all of it taken in first, so no worker is judged silent on
+                    // news it already sent. Only what is there now: the loop ends.
+                    let waiting = inbox.len();
+                    self.take_in(&mut inbox, waiting);
+                    let now = self.now();
+                    self.core.handle(now, Input::Timeout);
+                    // A timer that fired is set again, even to the same time.
+                    timeout = u64::MAX;
+                }
+            }
+            let now = self.now();
+            self.core.handle(now, Input::EndOfBatch);
+            self.perform_all().await;
+            if self.journal.as_ref().is_some_and(journal::Journal::dirty)
+                && let Some(Err(error)) = self.off_thread(journal::Journal::sync).await
+            {
+                self.journal_error.get_or_insert(error.to_string());
+            }
+            // Nothing is acknowledged that is not on disk: with a journal error this round,
+            // the answers say so instead.
+            let failed = self.journal_error.take();
+            for (client, response) in std::mem::take(&mut self.deferred) {
+                let response = match &failed {
+                    None => response,
+                    Some(error) => Response::Error {
+                        code: ErrorCode::NotDurable,
+                        message: format!(
+                            "not done: it could not be written to the journal, so it would not survive a restart, and the scheduler stops ({error})"
+                        ),
+                    },
+                };
+                self.reply(client, response, true);
+            }
+            if let Some(error) = failed {
+                return Some(stopping(&error));
+            }
+            let journal_bytes = self.journal.as_ref().map_or(0, journal::Journal::size);
+            self.core.handle(now, Input::Synced { journal_bytes });
+            self.perform_all().await;
+            // A compaction just now may have failed the journal: stop before another round
+            // appends to a journal that is gone or broken.
+            if let Some(error) = self.journal_error.take() {
+                return Some(stopping(&error));
+            }
+        }
+    }
+
+    /// Feed the core up to `most` events already waiting in the inbox.
+    fn take_in(&mut self, inbox: &mut mpsc::UnboundedReceiver<Event>, most: usize) {
+        for _ in 0..most {
+            match inbox.try_recv() {
+                Ok(event) => self.event(event),
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+}

@@ -1,0 +1,133 @@
+//! Carrying out the core's actions: frames to workers and managers, replies to clients,
+//! journal records, and work for the policy thread.
+
+use super::Actor;
+use crate::core::scaling::Snapshot;
+use crate::core::scheduler::{Action, ClientId, Input, PolicyInfo};
+use crate::proto::Response;
+use crate::scheduler::journal;
+use crate::scheduler::policy::PolicyJob;
+
+impl Actor {
+    /// Carry out the core's actions, in order, up to a compaction: its records are returned
+    /// (see [`Actor::perform_all`]).
+    pub(super) fn perform(&mut self) -> Option<Vec<journal::Record>> {
+        while let Some(action) = self.core.poll_action() {
+            match action {
+                Action::Registered { connection, worker } => {
+                    if let Some((frames, reply)) = self.joining.remove(&connection) {
+                        self.workers.insert(worker, frames);
+                        let _ = reply.send(Ok(worker));
+                    }
+                }
+                Action::Refused { connection, reason } => {
+                    if let Some((_, reply)) = self.joining.remove(&connection) {
+                        let _ = reply.send(Err(reason));
+                    }
+                }
+                Action::ToWorker { worker, message } => {
+                    // Nothing is sent that the journal could not take (the scheduler stops).
+                    if self.journal_error.is_none()
+                        && let Some(frames) = self.workers.get(&worker)
+                    {
+                        let _ = frames.send(message);
+                    }
+                }
+                // Dropping the sender ends the connection's writer, which closes it.
+                Action::CloseWorker { worker } => drop(self.workers.remove(&worker)),
+                Action::ManagerRegistered { connection, id } => {
+                    if let Some((link, reply)) = self.joining_managers.remove(&connection) {
+                        self.managers.insert(id.clone(), link);
+                        let _ = reply.send(Ok(id));
+                    }
+                }
+                Action::ManagerRefused { connection, reason } => {
+                    if let Some((_, reply)) = self.joining_managers.remove(&connection) {
+                        let _ = reply.send(Err(reason));
+                    }
+                }
+                Action::ToManager { manager, message } => {
+                    if let Some(link) = self.managers.get(&manager) {
+                        let _ = link.send(message);
+                    }
+                }
+                Action::Reply {
+                    client,
+                    response,
+                    last,
+                    durable,
+                } => match durable {
+                    true => self.deferred.push((client, response)),
+                    false => self.reply(client, response, last),
+                },
+                Action::Journal {
+                    record,
+                    write_through,
+                } => self.append(&record, write_through),
+                Action::Compact(records) => return Some(records),
+                Action::Decide(snapshot) => self.decide(snapshot),
+                Action::SwapPolicy {
+                    client,
+                    policy,
+                    snapshot,
+                } => self.swap_policy(client, policy, snapshot),
+            }
+        }
+        None
+    }
+
+    pub(super) fn reply(&mut self, client: ClientId, response: Response, last: bool) {
+        let Some(channel) = self.clients.get(&client) else {
+            return;
+        };
+        let sent = channel.send(response).is_ok();
+        if last || !sent {
+            self.clients.remove(&client);
+        }
+        if !sent {
+            let now = self.now();
+            self.core.handle(now, Input::ClientGone { client });
+        }
+    }
+
+    pub(super) fn decide(&mut self, snapshot: Snapshot) {
+        if let Some(file) = &mut self.record {
+            use std::io::Write;
+            if let Ok(line) = serde_json::to_string(&snapshot) {
+                let _ = writeln!(file, "{line}");
+            }
+        }
+        let sent = self
+            .policy
+            .as_ref()
+            .is_some_and(|p| p.send(PolicyJob::Decide(snapshot)).is_ok());
+        if !sent {
+            let now = self.now();
+            let result = Err("the policy thread is gone".into());
+            self.core.handle(now, Input::Decided { result });
+        }
+    }
+
+    /// A new policy for the policy thread to create, try and switch to.
+    pub(super) fn swap_policy(
+        &mut self,
+        client: Option<ClientId>,
+        policy: PolicyInfo,
+        snapshot: Option<Snapshot>,
+    ) {
+        if let Some(trials) = &self.trials {
+            trials.start(client, policy, snapshot);
+        } else {
+            let now = self.now();
+            let result = Err("the policy thread is gone".into());
+            self.core.handle(
+                now,
+                Input::PolicySwapped {
+                    client,
+                    policy,
+                    result,
+                },
+            );
+        }
+    }
+}

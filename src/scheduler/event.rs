@@ -1,0 +1,83 @@
+//! The messages of the scheduler process to its actor: from connection tasks, the policy
+//! thread, `/metrics` and the dashboard. A leaf: the actor and each sender depend on it, it on
+//! none of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::core::scaling::{ScalingPolicy, Tier};
+use crate::core::scheduler::{ClientId, Input, PolicyInfo};
+use crate::proto::{
+    ComponentHash, EnvironmentStatus, JobSummary, ManagerState, ManagerUnits, PolicyReport,
+    Request, Response, StatusReport, TaskId, ToManager, ToWorker, WorkerId, WorkerInfo,
+};
+
+/// The answer to a joining worker's connection: its id, or why it is refused.
+pub(crate) type JoinReply = oneshot::Sender<Result<WorkerId, String>>;
+
+/// The answer to a joining manager's connection: its id, or why it is refused.
+pub(crate) type ManagerReply = oneshot::Sender<Result<String, String>>;
+
+/// Messages from connection tasks (and the policy thread, and `/metrics`) to the actor: the
+/// core's own inputs, and those that bring a channel the actor keeps.
+pub(crate) enum Event {
+    /// Fed to the core as it is (heartbeats, reports, a worker or manager gone).
+    Core(Input),
+    WorkerJoined {
+        info: WorkerInfo,
+        frames: mpsc::UnboundedSender<ToWorker>,
+        reply: JoinReply,
+    },
+    Request {
+        request: Request,
+        components: Vec<(ComponentHash, Arc<[u8]>)>,
+        reply: mpsc::UnboundedSender<Response>,
+    },
+    /// A manager connection's first heartbeat: registered, or refused (its id is taken).
+    ManagerJoined {
+        state: ManagerState,
+        peer: String,
+        link: mpsc::UnboundedSender<ToManager>,
+        reply: ManagerReply,
+    },
+    Decided {
+        result: Result<Vec<crate::core::scaling::Decision>, String>,
+        elapsed: Duration,
+    },
+    /// A new policy's trial ended: it is ready to take over (with its tiers), or why not.
+    PolicyTried {
+        client: Option<ClientId>,
+        policy: PolicyInfo,
+        result: Tried,
+    },
+    Metrics {
+        reply: oneshot::Sender<String>,
+    },
+    /// The dashboard's snapshot or a task's explanation.
+    Dashboard(View),
+}
+
+/// What the actor answers for the page.
+pub(crate) enum View {
+    Snapshot(oneshot::Sender<Snapshot>),
+    Explain(TaskId, oneshot::Sender<Option<Vec<String>>>),
+}
+
+/// One consistent picture of the scheduler, as the page shows it.
+#[derive(Serialize)]
+pub(crate) struct Snapshot {
+    pub status: StatusReport,
+    pub environments: Vec<EnvironmentStatus>,
+    /// The newest jobs, newest first.
+    pub jobs: Vec<JobSummary>,
+    /// Its tiers, last decision per manager with the reason, and last error.
+    pub policy: PolicyReport,
+    /// Each manager's units (`weir managers`).
+    pub managers: Vec<ManagerUnits>,
+}
+
+/// A tried policy, ready to take over, with its tiers; or why it cannot.
+pub(super) type Tried = Result<(Box<dyn ScalingPolicy>, Vec<Tier>), String>;

@@ -81,7 +81,9 @@ fn a_restarted_manager_that_does_not_list_its_workers_yet_loses_none_of_them() {
     managers.heartbeat(0, state("m", &["a", "b"]), &workers);
     // A new process under the same id (it adopts its batch jobs only after its first heartbeat):
     // absence from its first heartbeat proves nothing; what it says exited is still gone.
-    managers.connected_again("m");
+    managers
+        .connect("m", "10.0.0.2:1".into())
+        .expect("no other connection holds the id");
     let mut first = state("m", &[]);
     first.exited = vec!["b".into()];
     assert_eq!(managers.heartbeat(1_000, first, &workers), vec![(2, false)]);

@@ -255,7 +255,11 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
     core.submit(vec![group(1, &[])]).unwrap(); // task 3: runs anywhere
     let mut envs = group(1, &[]);
     envs.spec.environments = vec!["big".into()];
-    core.register_environment("big");
+    core.register_environment(weir::proto::EnvironmentDef {
+        name: "big".into(),
+        component: [1; 32],
+        config: vec![],
+    });
     core.submit(vec![envs]).unwrap(); // task 4: needs `big`, not evaluated yet
     let w = core
         .worker_joined(0, worker(1, &[("gpu", 0)]))
@@ -1066,7 +1070,11 @@ proptest! {
 #[test]
 fn explain_never_contradicts_itself_while_verdicts_are_pending() {
     let mut core = Tasks::new(Config::default());
-    core.register_environment("big");
+    core.register_environment(weir::proto::EnvironmentDef {
+        name: "big".into(),
+        component: [1; 32],
+        config: vec![],
+    });
     let plain = core.worker_joined(0, worker(1, &[])).expect("joins").0;
     let mut own = worker(1, &[]);
     own.name = "own".into();

@@ -284,12 +284,7 @@ impl Actor {
                 self.joining.insert(connection, (frames, reply));
                 Input::WorkerJoined { connection, info }
             }
-            Event::Core(input) => {
-                if let Input::ManagerGone { id } | Input::ManagerGoodbye { id } = &input {
-                    self.managers.remove(id);
-                }
-                input
-            }
+            Event::Core(input) => input,
             Event::Request {
                 request,
                 components,
@@ -409,6 +404,7 @@ impl Actor {
                         let _ = link.send(message);
                     }
                 }
+                Action::CloseManager { manager } => drop(self.managers.remove(&manager)),
                 Action::Reply {
                     client,
                     response,

@@ -64,9 +64,17 @@ impl Context<'_> {
     }
 }
 
+/// Every fact about managers: what each reported and when ([`Entry`]), which have an open
+/// connection (decisions go only to them), and the last decision applied for each. Online
+/// (for the policy and the status) means heard from within `timeout_ms`: a connection that
+/// breaks and comes back within it is ridden out; a decision meanwhile is not sent.
 #[derive(Default)]
 pub struct Managers {
     entries: BTreeMap<String, Entry>,
+    /// Managers with an open connection, and where each connects from: one live connection
+    /// per manager id (a second is refused naming the first). Kept apart from `entries`: a
+    /// manager forgotten after being offline may still hold a connection that sends nothing.
+    connections: BTreeMap<String, String>,
     /// A manager silent this long is offline (and not scaled).
     timeout_ms: u64,
     last: HashMap<String, Decision>,
@@ -132,14 +140,36 @@ impl Managers {
         gone
     }
 
-    /// A manager connected (again, or for the first time): forget what it listed before, so a
-    /// worker it does not list in its first heartbeat is not taken for gone. A restarted
-    /// manager may adopt its units (batch jobs that ran on) only after that heartbeat; what it
-    /// saw exit it still says.
-    pub fn connected_again(&mut self, id: &str) {
+    /// A manager's connection registers as `id` from `peer`; refused (with where the live one
+    /// connects from) while another connection of that id is open. Connected (again, or for the
+    /// first time): what it listed before is forgotten, so a worker it does not list in its
+    /// first heartbeat is not taken for gone. A restarted manager may adopt its units (batch
+    /// jobs that ran on) only after that heartbeat; what it saw exit it still says.
+    pub fn connect(&mut self, id: &str, peer: String) -> Result<(), String> {
+        if let Some(first) = self.connections.get(id) {
+            return Err(first.clone());
+        }
+        self.connections.insert(id.to_string(), peer);
         if let Some(entry) = self.entries.get_mut(id) {
             entry.state.workers.clear();
         }
+        Ok(())
+    }
+
+    /// Its connection ended; whether it had one. It stays known (offline once silent for
+    /// `timeout_ms`) until it comes back or is forgotten.
+    pub fn disconnect(&mut self, id: &str) -> bool {
+        self.connections.remove(id).is_some()
+    }
+
+    /// Whether it has an open connection (decisions are sent only to those).
+    pub fn is_connected(&self, id: &str) -> bool {
+        self.connections.contains_key(id)
+    }
+
+    /// Managers with an open connection.
+    pub fn connected(&self) -> impl Iterator<Item = &str> {
+        self.connections.keys().map(String::as_str)
     }
 
     /// Its workers answered (or one of them is about to be gone): remember what they say now,
@@ -174,15 +204,23 @@ impl Managers {
             .collect();
         for id in &gone {
             tracing::info!(manager = %id, "worker manager forgotten after being offline");
-            self.remove(id);
+            // Its connection, if one is still open, stays its (its heartbeats come back in).
+            self.last.remove(id);
+            self.entries.remove(id);
         }
         gone
     }
 
-    /// The manager said goodbye: it is gone, with its workers.
+    /// The manager said goodbye: it is gone, with its workers (and its connection).
     pub fn remove(&mut self, id: &str) -> bool {
         self.last.remove(id);
+        self.connections.remove(id);
         self.entries.remove(id).is_some()
+    }
+
+    /// Whether `id` has reported (and is not forgotten).
+    pub fn is_known(&self, id: &str) -> bool {
+        self.entries.contains_key(id)
     }
 
     /// Whether any manager the policy could scale has reported.

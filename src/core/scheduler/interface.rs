@@ -180,6 +180,11 @@ pub enum Action {
         manager: String,
         message: ToManager,
     },
+    /// Manager `manager`'s connection is no longer its (it broke, or the manager said
+    /// goodbye): frames to that id stop until a connection registers it again.
+    CloseManager {
+        manager: String,
+    },
     /// Answer a client; `last`: its final answer (the shell drops the channel); `durable`: hold
     /// it until the journal is synced (a journal error turns it into an error).
     Reply {

@@ -21,7 +21,7 @@ mod replay;
 mod requests;
 mod workers;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::managers::{Context, Managers};
@@ -29,8 +29,8 @@ use super::record::Record;
 use super::scaling::Snapshot;
 use super::tasks::{self, Tasks};
 use crate::proto::{
-    ComponentHash, EnvironmentDef, EnvironmentStatus, ErrorCode, JobId, ManagerUnits, Response,
-    StatusReport, TaskId, ToWorker, WorkerId,
+    ComponentHash, EnvironmentStatus, ErrorCode, JobId, ManagerUnits, Response, StatusReport,
+    TaskId, ToWorker, WorkerId,
 };
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
@@ -96,12 +96,8 @@ pub const UNRUNNABLE_AFTER_MS: u64 = 2_000;
 pub struct Scheduler {
     config: Config,
     tasks: Tasks,
+    /// Managers: what they report, and which are connected.
     managers: Managers,
-    /// Managers with an open connection (decisions go only to them), and where each connects
-    /// from: one live connection per manager id, a second is refused naming the first.
-    connected: HashMap<String, String>,
-    /// Run-time environments, sent whole to every worker.
-    environments: BTreeMap<String, EnvironmentDef>,
     /// Component bytes, task and condition components alike, shared by every frame that sends
     /// them.
     components: HashMap<ComponentHash, Arc<[u8]>>,
@@ -141,8 +137,6 @@ impl Scheduler {
         Scheduler {
             tasks: Tasks::new(config.tasks.clone()),
             managers: Managers::new(config.manager_timeout_ms),
-            connected: Default::default(),
-            environments: BTreeMap::new(),
             components: HashMap::new(),
             links: HashMap::new(),
             unacknowledged: Default::default(),
@@ -216,17 +210,23 @@ impl Scheduler {
             } => self.manager_joined(now, connection, state, peer),
             Input::ManagerHeartbeat { state } => {
                 // Only from the connection that registered it (the shell feeds nothing else).
-                if self.connected.contains_key(&state.id) {
+                if self.managers.is_connected(&state.id) {
                     self.manager_heartbeat(now, state)
                 }
             }
             Input::ManagerGone { id } => {
                 tracing::warn!(manager = %id, "worker manager disconnected");
-                self.connected.remove(&id);
+                if self.managers.disconnect(&id) {
+                    self.actions.push_back(Action::CloseManager { manager: id });
+                }
             }
             Input::ManagerGoodbye { id } => {
                 tracing::info!(manager = %id, "worker manager stopped");
-                self.connected.remove(&id);
+                if self.managers.is_connected(&id) {
+                    self.actions.push_back(Action::CloseManager {
+                        manager: id.clone(),
+                    });
+                }
                 self.managers.remove(&id);
             }
             Input::Decided { result } => self.decided(now, result),

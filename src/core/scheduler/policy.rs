@@ -22,7 +22,7 @@ impl Scheduler {
         state: ManagerState,
         peer: String,
     ) {
-        if let Some(first) = self.connected.get(&state.id) {
+        if let Err(first) = self.managers.connect(&state.id, peer.clone()) {
             let reason = format!(
                 "a worker manager with id `{}` is already connected (from {first}): manager ids \
                  must be unique; stop that one, or give this one another --id",
@@ -38,8 +38,6 @@ impl Scheduler {
             connection,
             id: state.id.clone(),
         });
-        self.connected.insert(state.id.clone(), peer);
-        self.managers.connected_again(&state.id);
         self.manager_heartbeat(now, state);
     }
 
@@ -116,7 +114,7 @@ impl Scheduler {
 
     fn apply_decisions(&mut self, now: u64, decisions: &[Decision]) {
         for decision in decisions {
-            if !self.connected.contains_key(&decision.manager_id) {
+            if !self.managers.is_connected(&decision.manager_id) {
                 continue;
             }
             let mut stop = self.tasks.drain(now, &decision.stop);

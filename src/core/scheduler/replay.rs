@@ -42,12 +42,10 @@ impl Scheduler {
             Record::EnvRegister { def, component } => {
                 self.tasks.add_component(def.component);
                 self.components.insert(def.component, Arc::from(component));
-                self.tasks.register_environment(&def.name);
-                self.environments.insert(def.name.clone(), def);
+                self.tasks.register_environment(def);
             }
             Record::EnvRemove { name } => {
                 self.tasks.remove_environment(&name);
-                self.environments.remove(&name);
             }
             Record::Compacted => self.forgets_since_compaction = 0,
             Record::Started(tasks) => {
@@ -122,7 +120,7 @@ impl Scheduler {
                 content: policy.content.clone(),
             });
         }
-        for def in self.environments.values() {
+        for def in self.tasks.environments().definitions() {
             if let Some(bytes) = self.components.get(&def.component) {
                 records.push(Record::EnvRegister {
                     def: def.clone(),

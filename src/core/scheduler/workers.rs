@@ -195,7 +195,7 @@ impl Scheduler {
     pub(super) fn dropped(&mut self, groups: &[GroupId], components: &[ComponentHash]) {
         for hash in components {
             // Environments share the map: keep what a registered condition uses.
-            if !self.environments.values().any(|d| d.component == *hash) {
+            if !self.tasks.environments().uses_component(hash) {
                 self.components.remove(hash);
             }
         }
@@ -224,7 +224,7 @@ impl Scheduler {
         let Some(link) = self.links.get_mut(&worker) else {
             return;
         };
-        let defs: Vec<EnvironmentDef> = self.environments.values().cloned().collect();
+        let defs: Vec<EnvironmentDef> = self.tasks.environments().definitions().cloned().collect();
         let mut components = Vec::new();
         for def in &defs {
             if link.conditions.insert(def.component)

@@ -42,7 +42,7 @@ use crate::proto::{
     WorkerId, WorkerInfo, WorkerStatus,
 };
 
-pub use environments::EnvSource;
+pub use environments::{EnvSource, Environments};
 use schedule::could_ever_run;
 pub use submit::{Group, Inputs, SubmitError};
 pub use unschedulable::Unschedulable;
@@ -319,7 +319,7 @@ pub struct Tasks {
     /// group uses any more is forgotten too (`Action::Dropped`).
     components: HashMap<ComponentHash, usize>,
     /// Known environment names: registered at run time, or evaluated by some worker on its own.
-    environments: BTreeMap<String, EnvSource>,
+    environments: Environments,
     counts: JobCounts,
     next_worker: WorkerId,
     actions: Vec<Action>,

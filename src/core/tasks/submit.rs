@@ -144,7 +144,7 @@ impl Tasks {
                 .spec
                 .environments
                 .iter()
-                .find(|e| check_references && !self.environments.contains_key(*e))
+                .find(|e| check_references && !self.environments.contains_key(e))
             {
                 return Err(SubmitError::UnknownEnvironment {
                     group: index,

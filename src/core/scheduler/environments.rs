@@ -72,8 +72,7 @@ impl Scheduler {
                     component: bytes.to_vec(),
                 });
             }
-            self.components.insert(hash, bytes);
-            self.tasks.register_environment(def);
+            self.tasks.register_environment(def, bytes);
             self.managers.forget_verdicts(&name);
             tracing::info!(environment = %name, "environment registered");
             self.send_environments_to_all();

@@ -19,10 +19,10 @@ mod interface;
 mod policy;
 mod replay;
 mod requests;
+mod sanity;
 mod workers;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 use super::managers::{Context, Managers};
 use super::record::Record;
@@ -98,9 +98,6 @@ pub struct Scheduler {
     tasks: Tasks,
     /// Managers: what they report, and which are connected.
     managers: Managers,
-    /// Component bytes, task and condition components alike, shared by every frame that sends
-    /// them.
-    components: HashMap<ComponentHash, Arc<[u8]>>,
     links: HashMap<WorkerId, Link>,
     /// Workers that reported outcomes not acknowledged yet.
     unacknowledged: std::collections::BTreeSet<WorkerId>,
@@ -137,7 +134,6 @@ impl Scheduler {
         Scheduler {
             tasks: Tasks::new(config.tasks.clone()),
             managers: Managers::new(config.manager_timeout_ms),
-            components: HashMap::new(),
             links: HashMap::new(),
             unacknowledged: Default::default(),
             waiters: HashMap::new(),

@@ -2,7 +2,7 @@
 //! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
 
 use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler, UNRUNNABLE_AFTER_MS};
-use crate::core::scaling::{Decision, Tier, is_reserved_environment, validate_decisions};
+use crate::core::scaling::{Decision, Snapshot, Tier, is_reserved_environment, validate_decisions};
 use crate::core::tasks::Loss;
 use crate::proto::{ErrorCode, JobId, ManagerState, PolicyReport, Response, ToManager};
 
@@ -73,16 +73,21 @@ impl Scheduler {
         if self.policy.busy || !self.managers.any_scalable() {
             return false;
         }
-        let snapshot = self.managers.snapshot(
-            &self.context(now),
-            self.config.scale_down_delay_ms,
-            self.tasks.demand(),
-        );
+        let snapshot = self.scaling_snapshot(now);
         self.policy.busy = true;
         self.policy.deciding = Some(snapshot.clone());
         self.policy.last = Some(snapshot.clone());
         self.actions.push_back(Action::Decide(snapshot));
         true
+    }
+
+    /// What the policy would be handed now (the managers it scales, their workers, the demand).
+    pub fn scaling_snapshot(&self, now: u64) -> Snapshot {
+        self.managers.snapshot(
+            &self.context(now),
+            self.config.scale_down_delay_ms,
+            self.tasks.demand(),
+        )
     }
 
     /// The policy's answer: checked against the snapshot it was given, then applied; a failure

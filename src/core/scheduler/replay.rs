@@ -27,8 +27,7 @@ impl Scheduler {
             }
             Record::Submit { components, groups } => {
                 for (hash, bytes) in components {
-                    self.tasks.add_component(hash);
-                    self.components.insert(hash, Arc::from(bytes));
+                    self.tasks.add_component(hash, Arc::from(bytes));
                 }
                 if let Err(error) = self.tasks.restore(groups) {
                     tracing::error!(%error, "a journaled submission does not validate; skipped");
@@ -40,9 +39,7 @@ impl Scheduler {
                 }
             }
             Record::EnvRegister { def, component } => {
-                self.tasks.add_component(def.component);
-                self.components.insert(def.component, Arc::from(component));
-                self.tasks.register_environment(def);
+                self.tasks.register_environment(def, Arc::from(component));
             }
             Record::EnvRemove { name } => {
                 self.tasks.remove_environment(&name);
@@ -121,7 +118,7 @@ impl Scheduler {
             });
         }
         for def in self.tasks.environments().definitions() {
-            if let Some(bytes) = self.components.get(&def.component) {
+            if let Some(bytes) = self.tasks.components().get(&def.component) {
                 records.push(Record::EnvRegister {
                     def: def.clone(),
                     component: bytes.to_vec(),
@@ -134,7 +131,7 @@ impl Scheduler {
             for group in &held.groups {
                 if let TaskKind::Wasm { component } = &group.spec.kind
                     && written.insert(*component)
-                    && let Some(bytes) = self.components.get(component)
+                    && let Some(bytes) = self.tasks.components().get(component)
                 {
                     components.push((*component, bytes.to_vec()));
                 }

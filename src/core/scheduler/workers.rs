@@ -164,7 +164,7 @@ impl Scheduler {
             if link.groups.insert(group.id) {
                 if let TaskKind::Wasm { component } = &group.spec.kind
                     && link.components.insert(*component)
-                    && let Some(bytes) = self.components.get(component)
+                    && let Some(bytes) = self.tasks.components().get(component)
                 {
                     frames.push(ToWorker::Component {
                         hash: *component,
@@ -190,15 +190,9 @@ impl Scheduler {
         }
     }
 
-    /// Forgotten jobs were dropped: free the components no one uses any more and tell the
-    /// workers that have them.
+    /// Forgotten jobs were dropped (with the task components no held group uses any more):
+    /// tell the workers that have them.
     pub(super) fn dropped(&mut self, groups: &[GroupId], components: &[ComponentHash]) {
-        for hash in components {
-            // Environments share the map: keep what a registered condition uses.
-            if !self.tasks.environments().uses_component(hash) {
-                self.components.remove(hash);
-            }
-        }
         for (&worker, link) in &mut self.links {
             let groups: Vec<GroupId> = groups
                 .iter()
@@ -228,7 +222,7 @@ impl Scheduler {
         let mut components = Vec::new();
         for def in &defs {
             if link.conditions.insert(def.component)
-                && let Some(bytes) = self.components.get(&def.component)
+                && let Some(bytes) = self.tasks.components().get(&def.component)
             {
                 components.push((def.component, bytes.clone()));
             }

@@ -125,9 +125,15 @@ impl Tasks {
 
     /// A run-time environment was registered or replaced: every worker's verdict on it is
     /// pending until it reports again, except on workers with their own definition of the name
-    /// (theirs wins there, so their verdict stands). Returns the definition it replaces.
-    pub fn register_environment(&mut self, def: EnvironmentDef) -> Option<EnvironmentDef> {
+    /// (theirs wins there, so their verdict stands). `condition`: its component's bytes (kept
+    /// while a definition uses them). Returns the definition it replaces.
+    pub fn register_environment(
+        &mut self,
+        def: EnvironmentDef,
+        condition: Arc<[u8]>,
+    ) -> Option<EnvironmentDef> {
         let name = def.name.clone();
+        self.add_component(def.component, condition);
         let replaced = match self
             .environments
             .known
@@ -136,6 +142,9 @@ impl Tasks {
             Some(Known::Registered(old)) => Some(old),
             _ => None,
         };
+        if let Some(old) = &replaced {
+            self.condition_released(&old.component);
+        }
         let name = name.as_str();
         for worker in self.workers.values_mut() {
             if worker.info.local_environments.iter().any(|e| e == name) {
@@ -160,6 +169,7 @@ impl Tasks {
             }
             None => return None,
         };
+        self.condition_released(&removed.component);
         for worker in self.workers.values_mut() {
             if worker.info.local_environments.iter().any(|e| e == name) {
                 self.environments.declare(name, EnvSource::Worker);

@@ -178,7 +178,7 @@ impl Tasks {
             let first = self.tasks.next_id();
             let priority = std::cmp::Reverse(new.spec.priority);
             if let TaskKind::Wasm { component } = &new.spec.kind {
-                *self.components.entry(*component).or_insert(0) += 1;
+                self.components.use_one(component);
             }
             self.groups.insert(
                 gid,

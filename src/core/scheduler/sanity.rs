@@ -1,0 +1,71 @@
+//! [`Scheduler::sanity_check`]: the whole core's invariants, for tests to run after every step.
+
+use super::Scheduler;
+
+impl Scheduler {
+    /// Check what must hold between inputs: the task core's own invariants (with its
+    /// environments and components stores), and what holds across the scheduler's stores.
+    pub fn sanity_check(&self) -> Result<(), String> {
+        self.tasks.sanity_check()?;
+        // Every live worker has its connection's link (a stopping one may keep its link a while).
+        if let Some(worker) = self
+            .tasks
+            .worker_ids()
+            .into_iter()
+            .find(|w| !self.links.contains_key(w))
+        {
+            return Err(format!("worker {worker} is live but has no link"));
+        }
+        for (worker, link) in &self.links {
+            if link.acknowledged > link.received {
+                return Err(format!(
+                    "worker {worker}: {} outcomes acknowledged, {} received",
+                    link.acknowledged, link.received
+                ));
+            }
+            // What was sent of a dropped job was forgotten there too.
+            if let Some(group) = link.groups.iter().find(|g| self.tasks.group(**g).is_none()) {
+                return Err(format!(
+                    "worker {worker} was sent group {group}, which is gone"
+                ));
+            }
+            if let Some(hash) = link
+                .components
+                .iter()
+                .find(|c| self.tasks.components().users(c).unwrap_or(0) == 0)
+            {
+                return Err(format!(
+                    "worker {worker} holds task component {} that no held group uses",
+                    hex::encode(hash)
+                ));
+            }
+        }
+        // Orphans are managers forgotten: one that reports again is no orphan.
+        if let Some(id) = self.orphaned.iter().find(|m| self.managers.is_known(m)) {
+            return Err(format!("manager {id} is known and orphaned"));
+        }
+        if self.policy.busy != self.policy.deciding.is_some() {
+            return Err(format!(
+                "the policy is busy: {}, with a snapshot: {}",
+                self.policy.busy,
+                self.policy.deciding.is_some()
+            ));
+        }
+        // Clients wait only for jobs that are held.
+        for job in self.waiters.keys().chain(self.watchers.keys()) {
+            if let Err(error) = self.tasks.job_counts(*job) {
+                return Err(format!("a client waits for job {job}: {error}"));
+            }
+        }
+        if let Some(job) = self
+            .progress_due
+            .iter()
+            .find(|j| !self.waiters.contains_key(j))
+        {
+            return Err(format!(
+                "progress is due for job {job}, which nobody waits for"
+            ));
+        }
+        Ok(())
+    }
+}

@@ -609,6 +609,52 @@ fn the_journal_is_compacted_only_once_big_enough_and_as_it_was_at_that_point() {
     assert!(matches!(image.last(), Some(Record::Compacted)));
 }
 
+/// At start the core decides: a journal holding forgotten jobs is compacted whatever its size
+/// (into the state replayed), one without them is left as it is.
+#[test]
+fn a_journal_with_forgotten_jobs_is_compacted_at_start_whatever_its_size() {
+    let mut core = Scheduler::new(config(true));
+    let mut rounds = Vec::new();
+    let actions = round(
+        &mut core,
+        0,
+        vec![join(1, worker("w1", 2)), from_client(1, submit(2))],
+    );
+    let results = runs(&actions).into_iter().map(|t| (t, ok())).collect();
+    rounds.push(actions);
+    rounds.push(round(
+        &mut core,
+        1,
+        vec![Input::Finished { worker: 1, results }],
+    ));
+    // A scheduler started from what the rounds so far journaled.
+    let start = |rounds: &[Vec<Action>]| {
+        let mut restarted = Scheduler::new(config(true));
+        for record in rounds.iter().flat_map(|actions| journaled(actions)) {
+            restarted.handle(10, Input::Replay(record));
+        }
+        restarted.handle(10, Input::Replayed);
+        restarted.take_actions()
+    };
+    let kept = start(&rounds);
+    assert!(kept.is_empty(), "nothing forgotten: {kept:#?}");
+    rounds.push(round(
+        &mut core,
+        2,
+        vec![from_client(2, Request::Forget { job: 1 })],
+    ));
+    match &start(&rounds)[..] {
+        [Action::Compact(image)] => {
+            assert!(matches!(
+                image.first(),
+                Some(Record::Base { first_job: 2, .. })
+            ));
+            assert!(matches!(image.last(), Some(Record::Compacted)));
+        }
+        other => panic!("compacted at start: {other:#?}"),
+    }
+}
+
 #[test]
 fn an_environment_wait_ends_when_the_worker_it_waits_for_falls_silent() {
     let mut core = Scheduler::new(config(false));

@@ -78,12 +78,19 @@ impl Scheduler {
     }
 
     /// The last record was replayed: tasks that were handed to workers wait out their fence,
-    /// and nothing the replay did is sent or journaled again.
+    /// and nothing the replay did is sent or journaled again. A journal that holds forgotten
+    /// jobs is compacted now, whatever its size ([`Action::Compact`]).
+    ///
+    /// [`Action::Compact`]: super::Action::Compact
     pub(super) fn replayed(&mut self, now: u64) {
         self.tasks.replayed();
         self.tasks.fence_unfinished(now);
         self.tasks.take_actions();
         self.actions.clear();
+        if self.config.journal && self.forgets_since_compaction > 0 {
+            self.actions
+                .push_back(super::Action::Compact(self.journal_image()));
+        }
         let status = self.tasks.status();
         if status.jobs > 0 {
             tracing::info!(

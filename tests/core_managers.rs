@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use weir::core::managers::{Context, Managers};
-use weir::core::scaling::{Demand, Tier, Verdict};
+use weir::core::scaling::{Decision, Demand, Tier, Verdict};
 use weir::core::tasks::WorkerView;
 use weir::proto::{EnvVerdict, ManagerState, UnitReport, UnitState};
 
@@ -39,12 +39,17 @@ fn view(id: u64, name: &str, manager: &str) -> WorkerView {
     }
 }
 
+/// No decision applied yet.
+static NO_DECISIONS: std::sync::LazyLock<std::collections::HashMap<String, Decision>> =
+    std::sync::LazyLock::new(Default::default);
+
 fn context(now: u64, workers: Vec<WorkerView>, tiers: &[Tier]) -> Context<'_> {
     Context {
         now,
         workers,
         tiers,
         registered: BTreeSet::new(),
+        decisions: &NO_DECISIONS,
     }
 }
 
@@ -163,6 +168,7 @@ fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
             workers,
             tiers: &[],
             registered: registered.clone(),
+            decisions: &NO_DECISIONS,
         };
         let snapshot = managers.snapshot(&context, 0, wanting("big"));
         snapshot.managers[0].environments.clone()
@@ -216,6 +222,7 @@ fn a_worker_still_evaluating_a_wanted_environment_is_starting_not_idle() {
         workers: vec![pending, answered],
         tiers: &[],
         registered,
+        decisions: &NO_DECISIONS,
     };
     let snapshot = managers.snapshot(&context, 1_000, wanting("big"));
     let m = &snapshot.managers[0];

@@ -119,12 +119,15 @@ fn from_client(client: u64, request: Request) -> Input {
     }
 }
 
-/// Feed inputs, end the batch, and return what the core asks for.
+/// Feed inputs, end the batch, and return what the core asks for (the whole core sane after).
 fn round(core: &mut Scheduler, now: u64, inputs: Vec<Input>) -> Vec<Action> {
     for input in inputs {
         core.handle(now, input);
     }
     core.handle(now, Input::EndOfBatch);
+    if let Err(error) = core.sanity_check() {
+        panic!("after a round at {now}: {error}");
+    }
     core.take_actions()
 }
 

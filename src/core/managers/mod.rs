@@ -42,6 +42,8 @@ pub struct Context<'a> {
     pub workers: Vec<WorkerView>,
     pub tiers: &'a [Tier],
     pub registered: BTreeSet<String>,
+    /// The last decision applied for each manager (the scaling loop keeps them).
+    pub decisions: &'a HashMap<String, Decision>,
 }
 
 impl Context<'_> {
@@ -77,7 +79,6 @@ pub struct Managers {
     connections: BTreeMap<String, String>,
     /// A manager silent this long is offline (and not scaled).
     timeout_ms: u64,
-    last: HashMap<String, Decision>,
 }
 
 impl Managers {
@@ -205,7 +206,6 @@ impl Managers {
         for id in &gone {
             tracing::info!(manager = %id, "worker manager forgotten after being offline");
             // Its connection, if one is still open, stays its (its heartbeats come back in).
-            self.last.remove(id);
             self.entries.remove(id);
         }
         gone
@@ -213,7 +213,6 @@ impl Managers {
 
     /// The manager said goodbye: it is gone, with its workers (and its connection).
     pub fn remove(&mut self, id: &str) -> bool {
-        self.last.remove(id);
         self.connections.remove(id);
         self.entries.remove(id).is_some()
     }
@@ -311,25 +310,6 @@ impl Managers {
         }
     }
 
-    /// A new policy runs: the old one's decisions are not its.
-    pub fn forget_decisions(&mut self) {
-        self.last.clear();
-    }
-
-    /// The last decision applied for each manager, by manager id.
-    pub fn last_decisions(&self) -> impl Iterator<Item = &Decision> {
-        let mut last: Vec<&Decision> = self.last.values().collect();
-        last.sort_by(|a, b| a.manager_id.cmp(&b.manager_id));
-        last.into_iter()
-    }
-
-    pub fn record(&mut self, decisions: &[Decision]) {
-        for decision in decisions {
-            self.last
-                .insert(decision.manager_id.clone(), decision.clone());
-        }
-    }
-
     pub fn status(&self, context: &Context<'_>) -> Vec<ManagerStatus> {
         self.entries
             .values()
@@ -346,7 +326,7 @@ impl Managers {
                             .any(|m| *m == state.id || *m == state.worker_type)
                     })
                     .map(|t| t.priority);
-                let last = self.last.get(&state.id);
+                let last = context.decisions.get(&state.id);
                 ManagerStatus {
                     id: state.id.clone(),
                     worker_type: state.worker_type.clone(),

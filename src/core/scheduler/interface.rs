@@ -30,9 +30,10 @@ pub struct Config {
     pub scale_down_delay_ms: u64,
     /// Fail queued tasks nothing could run for this long (`None`: they wait).
     pub unschedulable_timeout_ms: Option<u64>,
-    /// The policy in force at start (its name is in the errors about its decisions).
+    /// The policy in force at start (its name is in the errors about its decisions). Read once:
+    /// the scaling loop keeps the one in force from then on (`weir policy set` replaces it).
     pub policy: PolicyInfo,
-    /// The policy's tiers (for the snapshot and `weir status`).
+    /// The start policy's tiers (for the snapshot and `weir status`), read once likewise.
     pub tiers: Vec<Tier>,
     /// Whether there is a journal: without one, no record is made (and none is cloned).
     pub journal: bool,

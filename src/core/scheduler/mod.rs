@@ -3,9 +3,13 @@
 //! ([`Scheduler::poll_action`]), with the next time it wants to be woken
 //! ([`Scheduler::poll_timeout`]).
 //!
-//! It owns every fact the scheduler holds: tasks and workers ([`Tasks`]), managers
-//! ([`Managers`]), run-time environments (names and definitions), components (bytes, shared),
-//! what each worker was sent, the clients waiting for answers, and the scaling policy's state.
+//! It owns every fact the scheduler holds, each in one store: tasks and workers ([`Tasks`]),
+//! with the environments (names, sources and run-time definitions: [`tasks::Environments`])
+//! and the components (bytes and their users: [`tasks::Components`]) the matching needs;
+//! managers, what they report and which are connected ([`Managers`]); the scaling loop (the
+//! policy in force, its tiers, its state, its last decisions and timing: `ScalingLoop`); what
+//! each worker was sent (its link); and the clients waiting for answers.
+//! [`Scheduler::sanity_check`] checks them against each other.
 //! The shell (`crate::scheduler`) owns only sockets, the journal file and the policy thread:
 //! it turns frames and timers into inputs, and actions into frames, journal writes and replies.
 //!
@@ -20,13 +24,13 @@ mod policy;
 mod replay;
 mod requests;
 mod sanity;
+mod scaling_loop;
 mod workers;
 
 use std::collections::{HashMap, VecDeque};
 
 use super::managers::{Context, Managers};
 use super::record::Record;
-use super::scaling::Snapshot;
 use super::tasks::{self, Tasks};
 use crate::proto::{
     ComponentHash, EnvironmentStatus, ErrorCode, JobId, ManagerUnits, Response, StatusReport,
@@ -35,6 +39,7 @@ use crate::proto::{
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
 pub use interface::{Action, Config, Input, PolicyInfo};
+use scaling_loop::ScalingLoop;
 
 /// Names a client's request stream: the shell keeps the reply channel, the core the waits.
 pub type ClientId = u64;
@@ -69,22 +74,6 @@ struct EnvWait {
     workers: std::collections::HashSet<WorkerId>,
 }
 
-/// The scaling policy's side: whether it is deciding, and how it last did.
-#[derive(Default)]
-struct PolicyState {
-    busy: bool,
-    /// The snapshot it is deciding on: its decisions are checked against it.
-    deciding: Option<Snapshot>,
-    /// The last snapshot it was given (a new policy runs once on it before it takes over).
-    last: Option<Snapshot>,
-    /// A policy set while running, read back from the journal: the shell creates it at start.
-    restored: Option<PolicyInfo>,
-    /// A `weir policy set` is being tried (one at a time).
-    trying: bool,
-    error: Option<String>,
-    errors: u64,
-}
-
 /// The least time between two progress answers to `weir wait` (a job's end is answered at once).
 pub const PROGRESS_EVERY_MS: u64 = 100;
 
@@ -112,20 +101,17 @@ pub struct Scheduler {
     progress_quiet_until: u64,
     env_waits: Vec<EnvWait>,
     worker_waits: Vec<WorkerWait>,
-    policy: PolicyState,
+    /// The scaling loop: the policy, its state, its last decisions and its timing.
+    scaling: ScalingLoop,
     /// Jobs forgotten since the journal was last compacted (what compacting would drop).
     forgets_since_compaction: u64,
     /// The journal's size at the last sync.
     journal_bytes: u64,
     next_tick: u64,
-    next_scale: u64,
     /// Managers forgotten after being offline whose workers are still here (units of a
     /// cluster engine they started): told to leave once idle, and those told so.
     orphaned: std::collections::BTreeSet<String>,
     dismissed: std::collections::HashSet<WorkerId>,
-    /// When the policy was last handed a snapshot, and the fewest tasks queued since: new demand
-    /// that nothing live can take calls it again early (see [`Scheduler::scale_soon`]).
-    last_scale: Option<(u64, u64)>,
     actions: VecDeque<Action>,
 }
 
@@ -143,14 +129,12 @@ impl Scheduler {
             progress_quiet_until: 0,
             env_waits: Vec::new(),
             worker_waits: Vec::new(),
-            policy: PolicyState::default(),
+            scaling: ScalingLoop::new(&config),
             forgets_since_compaction: 0,
             journal_bytes: 0,
             next_tick: config.tick_ms,
-            next_scale: config.scaling_ms.unwrap_or(u64::MAX),
             orphaned: Default::default(),
             dismissed: Default::default(),
-            last_scale: None,
             actions: VecDeque::new(),
             config,
         }
@@ -224,6 +208,7 @@ impl Scheduler {
                     });
                 }
                 self.managers.remove(&id);
+                self.scaling.decisions.remove(&id);
             }
             Input::Decided { result } => self.decided(now, result),
             Input::PolicySwapped {
@@ -267,7 +252,7 @@ impl Scheduler {
             true => u64::MAX,
             false => self.progress_quiet_until,
         };
-        self.next_tick.min(self.next_scale).min(progress)
+        self.next_tick.min(self.scaling.next).min(progress)
     }
 
     /// The task core, to read (the metrics page, tests).
@@ -279,7 +264,7 @@ impl Scheduler {
     pub fn status(&self, now: u64) -> StatusReport {
         let mut report = self.tasks.status();
         report.managers = self.managers.status(&self.context(now));
-        report.policy_error = self.policy.error.clone();
+        report.policy_error = self.scaling.error.clone();
         report
     }
 
@@ -302,7 +287,7 @@ impl Scheduler {
 
     /// Policy calls that failed (or decided nonsense) so far.
     pub fn policy_errors(&self) -> u64 {
-        self.policy.errors
+        self.scaling.errors
     }
 
     /// The environments (one or all), with the managers that declared each name.
@@ -319,8 +304,9 @@ impl Scheduler {
         Context {
             now,
             workers: self.tasks.worker_views(now),
-            tiers: &self.config.tiers,
+            tiers: &self.scaling.tiers,
             registered: self.tasks.registered_environments(),
+            decisions: &self.scaling.decisions,
         }
     }
 
@@ -332,15 +318,15 @@ impl Scheduler {
             self.next_tick = now + self.config.tick_ms;
             self.tick(now);
         }
-        if now >= self.next_scale
-            && let Some(interval) = self.config.scaling_ms
+        if now >= self.scaling.next
+            && let Some(interval) = self.scaling.interval
         {
-            self.next_scale = now + interval;
+            self.scaling.next = now + interval;
             if self.scale(now) {
-                self.last_scale = Some((now, self.tasks.queued()));
-            } else if self.policy.busy {
+                self.scaling.last_call = Some((now, self.tasks.queued()));
+            } else if self.scaling.busy() {
                 // Still deciding on the last snapshot: try again soon, not a whole interval on.
-                self.next_scale = now + (interval / 10).max(1);
+                self.scaling.next = now + (interval / 10).max(1);
             }
         }
     }
@@ -350,11 +336,11 @@ impl Scheduler {
     /// now instead of at the next interval, at most once per tenth of the interval. A burst
     /// into an empty cluster reaches the managers within milliseconds, not up to an interval.
     fn scale_soon(&mut self, now: u64) {
-        let Some(interval) = self.config.scaling_ms else {
+        let Some(interval) = self.scaling.interval else {
             return;
         };
         let queued = self.tasks.queued();
-        let (earliest, seen) = match &mut self.last_scale {
+        let (earliest, seen) = match &mut self.scaling.last_call {
             Some((at, seen)) => {
                 // Queued tasks placed since are no longer demand: count new ones from the low.
                 *seen = (*seen).min(queued);
@@ -363,7 +349,7 @@ impl Scheduler {
             None => (now, 0),
         };
         if queued > seen && self.managers.any_scalable() {
-            self.next_scale = self.next_scale.min(earliest.max(now));
+            self.scaling.next = self.scaling.next.min(earliest.max(now));
         }
     }
 
@@ -371,10 +357,13 @@ impl Scheduler {
         self.tasks.tick(now);
         // A manager gone without a goodbye leaves the status after a while; the workers it
         // started elsewhere are told to leave once idle.
-        self.orphaned.extend(
-            self.managers
-                .drop_offline(now, self.config.manager_forget_ms),
-        );
+        for id in self
+            .managers
+            .drop_offline(now, self.config.manager_forget_ms)
+        {
+            self.scaling.decisions.remove(&id);
+            self.orphaned.insert(id);
+        }
         self.dismiss_orphans(now);
         // The journal stays bounded by what is held, like memory: compacted while running once
         // at least as many tasks were forgotten since the last compaction as are still held

@@ -70,13 +70,12 @@ impl Scheduler {
     /// Hand the policy a snapshot, unless it is still deciding on the last one (or there is no
     /// manager to scale). Returns whether it did.
     pub(super) fn scale(&mut self, now: u64) -> bool {
-        if self.policy.busy || !self.managers.any_scalable() {
+        if self.scaling.busy() || !self.managers.any_scalable() {
             return false;
         }
         let snapshot = self.scaling_snapshot(now);
-        self.policy.busy = true;
-        self.policy.deciding = Some(snapshot.clone());
-        self.policy.last = Some(snapshot.clone());
+        self.scaling.deciding = Some(snapshot.clone());
+        self.scaling.last = Some(snapshot.clone());
         self.actions.push_back(Action::Decide(snapshot));
         true
     }
@@ -93,26 +92,25 @@ impl Scheduler {
     /// The policy's answer: checked against the snapshot it was given, then applied; a failure
     /// or a nonsense decision keeps the last good one in force.
     pub(super) fn decided(&mut self, now: u64, result: Result<Vec<Decision>, String>) {
-        self.policy.busy = false;
-        let snapshot = self.policy.deciding.take();
+        let snapshot = self.scaling.deciding.take();
         let checked = result.and_then(|decisions| match &snapshot {
             Some(snapshot) => validate_decisions(snapshot, &decisions)
                 .map(|()| decisions)
                 .map_err(|detail| {
-                    let policy = &self.config.policy.name;
+                    let policy = &self.scaling.policy.name;
                     format!("{policy}: nonsense decision: {detail}")
                 }),
             None => Err("a decision nobody asked for".into()),
         });
         match checked {
             Ok(decisions) => {
-                self.policy.error = None;
+                self.scaling.error = None;
                 self.apply_decisions(now, &decisions);
             }
             Err(error) => {
                 tracing::error!(%error, "scaling policy failed; holding its last good decision");
-                self.policy.errors += 1;
-                self.policy.error = Some(error);
+                self.scaling.errors += 1;
+                self.scaling.error = Some(error);
             }
         }
     }
@@ -151,7 +149,7 @@ impl Scheduler {
                 },
             });
         }
-        self.managers.record(decisions);
+        self.scaling.record(decisions);
     }
 
     /// Queued tasks nothing can run (the task core decides, asking the managers whether one of
@@ -165,8 +163,9 @@ impl Scheduler {
         let context = crate::core::managers::Context {
             now,
             workers: self.tasks.worker_views(now),
-            tiers: &self.config.tiers,
+            tiers: &self.scaling.tiers,
             registered: self.tasks.registered_environments(),
+            decisions: &self.scaling.decisions,
         };
         let managers = &self.managers;
         let found = self
@@ -252,7 +251,7 @@ impl Scheduler {
 
     /// `weir policy set`: the shell creates the new policy and tries it on the last snapshot.
     pub(super) fn set_policy(&mut self, client: ClientId, policy: PolicyInfo) {
-        if self.config.scaling_ms.is_none() {
+        if self.scaling.interval.is_none() {
             let message = "this scheduler runs without a scaling policy".to_string();
             return self.refuse(client, ErrorCode::Invalid, message);
         }
@@ -263,17 +262,17 @@ impl Scheduler {
             );
             return self.refuse(client, ErrorCode::Limit, message);
         }
-        if self.policy.trying {
+        if self.scaling.trying {
             let message =
                 "the policy was not changed: another change is being tried; try again".to_string();
             return self.refuse(client, ErrorCode::Limit, message);
         }
-        self.policy.trying = true;
+        self.scaling.trying = true;
         tracing::info!(policy = %policy.name, "replacing the scaling policy");
         self.actions.push_back(Action::SwapPolicy {
             client: Some(client),
             policy,
-            snapshot: self.policy.last.clone(),
+            snapshot: self.scaling.last.clone(),
         });
     }
 
@@ -285,8 +284,8 @@ impl Scheduler {
         result: Result<Vec<Tier>, String>,
     ) {
         match client {
-            None => self.policy.restored = None,
-            Some(_) => self.policy.trying = false,
+            None => self.scaling.restored = None,
+            Some(_) => self.scaling.trying = false,
         }
         match (result, client) {
             (Ok(tiers), client) => {
@@ -298,11 +297,11 @@ impl Scheduler {
                         content: policy.content.clone(),
                     });
                 }
-                self.config.tiers = tiers;
-                self.config.policy = policy;
-                self.policy.error = None;
+                self.scaling.tiers = tiers;
+                self.scaling.policy = policy;
+                self.scaling.error = None;
                 // The last decisions shown are the new policy's, from its first tick on.
-                self.managers.forget_decisions();
+                self.scaling.decisions.clear();
                 if let Some(client) = client {
                     let report = self.policy_report();
                     self.reply_durable(client, Response::Policy(report));
@@ -321,7 +320,7 @@ impl Scheduler {
     /// The policy in force, its tiers and its last decisions.
     /// The running policy, its tiers, last decisions and last error (`weir policy show`).
     pub fn policy_report(&self) -> PolicyReport {
-        let policy = &self.config.policy;
+        let policy = &self.scaling.policy;
         PolicyReport {
             name: policy.name.clone(),
             sha256: policy
@@ -331,24 +330,24 @@ impl Scheduler {
                 .collect(),
             content: policy.content.clone(),
             tiers: self
-                .config
+                .scaling
                 .tiers
                 .iter()
                 .map(|t| (t.priority, t.members.clone()))
                 .collect(),
             last: self
-                .managers
+                .scaling
                 .last_decisions()
                 .map(|d| (d.manager_id.clone(), d.desired_workers, d.reason.clone()))
                 .collect(),
-            error: self.policy.error.clone(),
+            error: self.scaling.error.clone(),
         }
     }
 
     /// A policy set while running that the journal holds: the shell creates it at start.
     /// It stays the journal's choice (compaction keeps it) until it runs or cannot.
     pub fn restored_policy(&self) -> Option<Action> {
-        let policy = self.policy.restored.clone()?;
+        let policy = self.scaling.restored.clone()?;
         Some(Action::SwapPolicy {
             client: None,
             policy,

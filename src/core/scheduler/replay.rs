@@ -61,7 +61,7 @@ impl Scheduler {
                 content,
             } => {
                 let bytes: Arc<[u8]> = Arc::from(component);
-                self.policy.restored = Some(PolicyInfo {
+                self.scaling.restored = Some(PolicyInfo {
                     name,
                     component: crate::core::component_hash(&bytes),
                     content,
@@ -116,7 +116,11 @@ impl Scheduler {
             first_task,
         }];
         // A policy set while running (or one read back and not yet running: it stays chosen).
-        let policy = self.policy.restored.as_ref().unwrap_or(&self.config.policy);
+        let policy = self
+            .scaling
+            .restored
+            .as_ref()
+            .unwrap_or(&self.scaling.policy);
         if let Some(bytes) = &policy.bytes {
             records.push(Record::PolicySet {
                 name: policy.name.clone(),

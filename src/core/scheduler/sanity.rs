@@ -44,13 +44,6 @@ impl Scheduler {
         if let Some(id) = self.orphaned.iter().find(|m| self.managers.is_known(m)) {
             return Err(format!("manager {id} is known and orphaned"));
         }
-        if self.policy.busy != self.policy.deciding.is_some() {
-            return Err(format!(
-                "the policy is busy: {}, with a snapshot: {}",
-                self.policy.busy,
-                self.policy.deciding.is_some()
-            ));
-        }
         // Clients wait only for jobs that are held.
         for job in self.waiters.keys().chain(self.watchers.keys()) {
             if let Err(error) = self.tasks.job_counts(*job) {

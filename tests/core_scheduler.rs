@@ -466,6 +466,69 @@ fn what_a_managers_worker_answered_outlives_it_without_a_heartbeat_in_between() 
     );
 }
 
+/// A worker whose stream ended has `STOP_GRACE_MS` to close as one stopping on purpose: then
+/// its tasks run again at once without spending a retry; past it, it is lost (the shell is
+/// told to close it) and its tasks wait out their fence. The core judges, on its own clock.
+#[test]
+fn a_worker_whose_stream_ended_is_stopped_if_it_closes_in_time_else_lost() {
+    use weir::core::scheduler::STOP_GRACE_MS;
+    let mut cfg = config(false);
+    cfg.tasks.fence_ms = 60_000;
+    (cfg.tick_ms, cfg.scaling_ms) = (10_000, None);
+    let start = |cfg: &Config| {
+        let mut core = Scheduler::new(cfg.clone());
+        let actions = round(
+            &mut core,
+            0,
+            vec![join(1, worker("w1", 1)), from_client(1, submit(1))],
+        );
+        assert_eq!(runs(&actions).len(), 1);
+        core.handle(
+            100,
+            Input::WorkerEnding {
+                worker: 1,
+                reason: "the stream ended".into(),
+            },
+        );
+        assert_eq!(core.poll_timeout(), 100 + STOP_GRACE_MS);
+        core
+    };
+    // It closes in time, as stopping: its task runs again at once, on the next worker.
+    let mut core = start(&cfg);
+    core.handle(100 + STOP_GRACE_MS - 1, Input::Timeout);
+    assert_eq!(core.tasks().worker_ids(), vec![1], "still within its grace");
+    let at = 100 + STOP_GRACE_MS - 1;
+    let stopped = Input::WorkerGone {
+        worker: 1,
+        reason: "it stopped".into(),
+        planned: true,
+    };
+    round(&mut core, at, vec![stopped]);
+    assert!(core.tasks().worker_ids().is_empty());
+    let actions = round(&mut core, at, vec![join(2, worker("w2", 1))]);
+    assert_eq!(runs(&actions).len(), 1, "requeued at once");
+    // It does not: lost at the end of the grace (the shell closes it), its task fenced.
+    let mut core = start(&cfg);
+    core.handle(100 + STOP_GRACE_MS, Input::Timeout);
+    let actions = round(&mut core, 100 + STOP_GRACE_MS, vec![]);
+    assert!(core.tasks().worker_ids().is_empty(), "lost");
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::CloseWorker { worker: 1 })),
+        "{actions:#?}"
+    );
+    // A close that comes later changes nothing.
+    let late = Input::WorkerGone {
+        worker: 1,
+        reason: "it stopped".into(),
+        planned: true,
+    };
+    round(&mut core, 100 + STOP_GRACE_MS + 500, vec![late]);
+    let actions = round(&mut core, 3_000, vec![join(2, worker("w2", 1))]);
+    assert!(runs(&actions).is_empty(), "fenced, not run again yet");
+}
+
 #[test]
 fn refusals_carry_a_code_to_act_on() {
     use weir::proto::ErrorCode;

@@ -151,6 +151,8 @@ enum Op {
     PolicySet,
     /// This many milliseconds pass.
     Later(u64),
+    /// A live worker's stream ends; it then closes as stopping on purpose, or says nothing.
+    StreamEnds(usize, bool),
 }
 
 fn scaling_op() -> impl Strategy<Value = Op> {
@@ -190,6 +192,7 @@ fn any_op() -> impl Strategy<Value = Op> {
         Just(Op::PolicyFails),
         Just(Op::PolicySet),
         (1..4_000u64).prop_map(Op::Later),
+        (0..8usize, any::<bool>()).prop_map(|(w, stops)| Op::StreamEnds(w, stops)),
     ]
 }
 
@@ -668,6 +671,28 @@ impl Sim {
                 self.request(request, vec![(hash, bytes)])?;
             }
             Op::Later(ms) => self.now += ms,
+            Op::StreamEnds(w, stops) => {
+                let live = self.core.tasks().worker_ids();
+                if let Some(&worker) = live.get(w % live.len().max(1)) {
+                    let reason = "the stream ended".to_string();
+                    self.feed(Input::WorkerEnding { worker, reason })?;
+                    if stops {
+                        for pool in &mut self.pools {
+                            let name = pool.registered.iter().find(|(_, id)| **id == worker);
+                            if let Some(name) = name.map(|(n, _)| n.clone()) {
+                                pool.alive.retain(|n| *n != name);
+                                pool.exited.push(name);
+                            }
+                        }
+                        self.forget_worker(worker);
+                        self.feed(Input::WorkerGone {
+                            worker,
+                            reason: "it stopped".into(),
+                            planned: true,
+                        })?;
+                    }
+                }
+            }
         }
         self.end_round(op)
     }

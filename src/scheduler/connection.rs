@@ -229,10 +229,17 @@ async fn worker_session(
     };
     drop(link);
     tracing::debug!(?worker, stats = ?connection.stats(), "worker connection ended");
-    // A worker that stops closes its connection right after its stream ends: give the close
-    // a moment to arrive, so a planned stop is not taken for a loss.
+    // A worker that stops closes its connection right after its stream ends: the core gives
+    // the close a moment to arrive (`STOP_GRACE_MS`), so a planned stop is not taken for a
+    // loss, and judges the worker lost if it does not. Here the session only waits for the
+    // close, a second longer than that (by then the core has judged), so it always ends.
     if from_peer && connection.close_reason().is_none() {
-        let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+        let _ = events.send(Event::Core(Input::WorkerEnding {
+            worker,
+            reason: reason.clone(),
+        }));
+        let bound = Duration::from_millis(crate::core::scheduler::STOP_GRACE_MS + 1_000);
+        let _ = tokio::time::timeout(bound, connection.closed()).await;
     }
     let planned = crate::net::peer_stopped(&connection);
     let _ = events.send(Event::Core(Input::WorkerGone {

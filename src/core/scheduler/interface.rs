@@ -88,6 +88,12 @@ pub enum Input {
         worker: WorkerId,
         loads: Vec<(String, ComponentLoad)>,
     },
+    /// Its stream ended from its side and its connection is not closed yet. A worker that
+    /// stops closes it right after (and [`Input::WorkerGone`] follows, `planned`): the core
+    /// waits [`STOP_GRACE_MS`] for that, then takes the worker for lost, for `reason`.
+    ///
+    /// [`STOP_GRACE_MS`]: super::STOP_GRACE_MS
+    WorkerEnding { worker: WorkerId, reason: String },
     /// Its connection ended; `planned`: it closed it on purpose (stopped by its manager or a
     /// signal, its tasks stopped first).
     WorkerGone {

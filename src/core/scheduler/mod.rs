@@ -74,6 +74,10 @@ struct EnvWait {
     workers: std::collections::HashSet<WorkerId>,
 }
 
+/// A worker whose stream ended is given this long to close its connection as one stopping on
+/// purpose ([`Input::WorkerEnding`]) before it is taken for lost.
+pub const STOP_GRACE_MS: u64 = 2_000;
+
 /// The least time between two progress answers to `weir wait` (a job's end is answered at once).
 pub const PROGRESS_EVERY_MS: u64 = 100;
 
@@ -88,6 +92,9 @@ pub struct Scheduler {
     /// Managers: what they report, and which are connected.
     managers: Managers,
     links: HashMap<WorkerId, Link>,
+    /// Workers whose stream ended, until when they may still close as stopping, and the
+    /// reason they are lost for if they do not ([`Input::WorkerEnding`]).
+    ending: std::collections::BTreeMap<WorkerId, (u64, String)>,
     /// Workers that reported outcomes not acknowledged yet.
     unacknowledged: std::collections::BTreeSet<WorkerId>,
     waiters: HashMap<JobId, Vec<ClientId>>,
@@ -121,6 +128,7 @@ impl Scheduler {
             tasks: Tasks::new(config.tasks.clone()),
             managers: Managers::new(config.manager_timeout_ms),
             links: HashMap::new(),
+            ending: Default::default(),
             unacknowledged: Default::default(),
             waiters: HashMap::new(),
             watchers: HashMap::new(),
@@ -165,6 +173,11 @@ impl Scheduler {
                 self.tasks.set_verdicts(now, worker, verdicts);
                 self.learn_verdicts(now, worker);
                 self.settle_env_waits();
+            }
+            Input::WorkerEnding { worker, reason } => {
+                if self.tasks.has_worker(worker) {
+                    self.ending.insert(worker, (now + STOP_GRACE_MS, reason));
+                }
             }
             Input::WorkerGone {
                 worker,
@@ -252,7 +265,11 @@ impl Scheduler {
             true => u64::MAX,
             false => self.progress_quiet_until,
         };
-        self.next_tick.min(self.scaling.next).min(progress)
+        let ending = self.ending.values().map(|(until, _)| *until).min();
+        self.next_tick
+            .min(self.scaling.next)
+            .min(progress)
+            .min(ending.unwrap_or(u64::MAX))
     }
 
     /// The task core, to read (the metrics page, tests).
@@ -311,6 +328,7 @@ impl Scheduler {
     }
 
     fn timeout(&mut self, now: u64) {
+        self.end_grace(now);
         if now >= self.progress_quiet_until && !self.progress_due.is_empty() {
             self.send_progress(now);
         }
@@ -378,30 +396,6 @@ impl Scheduler {
                 .push_back(Action::Compact(self.journal_image()));
         }
         self.unschedulable(now);
-    }
-
-    /// Workers of a manager forgotten after being offline (a `kill -9`ed Slurm manager's batch
-    /// jobs, which nobody would cancel): each is drained and told to leave once idle, and the
-    /// unit it runs in ends with it.
-    fn dismiss_orphans(&mut self, now: u64) {
-        if self.orphaned.is_empty() {
-            return;
-        }
-        let views = self.tasks.worker_views(now);
-        let mut still = std::collections::BTreeSet::new();
-        for w in &views {
-            let Some(manager) = w.manager.as_ref().filter(|m| self.orphaned.contains(*m)) else {
-                continue;
-            };
-            still.insert(manager.clone());
-            if w.busy == 0 && self.dismissed.insert(w.id) {
-                tracing::warn!(worker = %w.name, %manager, "its manager is gone: telling it to leave");
-                self.tasks.drain(now, &[w.id]);
-                let reason = format!("its manager {manager} has been gone for a minute");
-                self.send_worker(w.id, ToWorker::Leave { reason });
-            }
-        }
-        self.orphaned = still;
     }
 
     fn reply(&mut self, client: ClientId, response: Response, last: bool) {

@@ -4,7 +4,7 @@
 use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler, UNRUNNABLE_AFTER_MS};
 use crate::core::scaling::{Decision, Snapshot, Tier, is_reserved_environment, validate_decisions};
 use crate::core::tasks::Loss;
-use crate::proto::{ErrorCode, JobId, ManagerState, PolicyReport, Response, ToManager};
+use crate::proto::{ErrorCode, JobId, ManagerState, PolicyReport, Response, ToManager, ToWorker};
 
 /// Most bytes of policy content `weir policy set` takes (the waterfall's rows are a few dozen).
 pub const MAX_POLICY_CONTENT: usize = 1 << 20;
@@ -65,6 +65,30 @@ impl Scheduler {
             };
             self.worker_gone(now, worker, &reason, loss, !stopped);
         }
+    }
+
+    /// Workers of a manager forgotten after being offline (a `kill -9`ed Slurm manager's batch
+    /// jobs, which nobody would cancel): each is drained and told to leave once idle, and the
+    /// unit it runs in ends with it.
+    pub(super) fn dismiss_orphans(&mut self, now: u64) {
+        if self.orphaned.is_empty() {
+            return;
+        }
+        let views = self.tasks.worker_views(now);
+        let mut still = std::collections::BTreeSet::new();
+        for w in &views {
+            let Some(manager) = w.manager.as_ref().filter(|m| self.orphaned.contains(*m)) else {
+                continue;
+            };
+            still.insert(manager.clone());
+            if w.busy == 0 && self.dismissed.insert(w.id) {
+                tracing::warn!(worker = %w.name, %manager, "its manager is gone: telling it to leave");
+                self.tasks.drain(now, &[w.id]);
+                let reason = format!("its manager {manager} has been gone for a minute");
+                self.send_worker(w.id, ToWorker::Leave { reason });
+            }
+        }
+        self.orphaned = still;
     }
 
     /// Hand the policy a snapshot, unless it is still deciding on the last one (or there is no

@@ -16,6 +16,9 @@ impl Scheduler {
         {
             return Err(format!("worker {worker} is live but has no link"));
         }
+        if let Some(worker) = self.ending.keys().find(|w| !self.tasks.has_worker(**w)) {
+            return Err(format!("worker {worker} is gone but still ending"));
+        }
         for (worker, link) in &self.links {
             if link.acknowledged > link.received {
                 return Err(format!(

@@ -94,6 +94,7 @@ impl Scheduler {
         if close {
             self.close_worker(worker);
         }
+        self.ending.remove(&worker);
         self.dismissed.remove(&worker);
         if !self.tasks.has_worker(worker) {
             return;
@@ -119,7 +120,23 @@ impl Scheduler {
         }
     }
 
+    /// Workers whose stream ended and that did not close as stopping in time are lost.
+    pub(super) fn end_grace(&mut self, now: u64) {
+        let over: Vec<WorkerId> = self
+            .ending
+            .iter()
+            .filter(|(_, (until, _))| *until <= now)
+            .map(|(worker, _)| *worker)
+            .collect();
+        for worker in over {
+            if let Some((_, reason)) = self.ending.remove(&worker) {
+                self.worker_gone(now, worker, &reason, Loss::Silent, true);
+            }
+        }
+    }
+
     pub(super) fn close_worker(&mut self, worker: WorkerId) {
+        self.ending.remove(&worker);
         if self.links.remove(&worker).is_some() {
             self.actions.push_back(Action::CloseWorker { worker });
         }

@@ -529,6 +529,37 @@ fn a_worker_whose_stream_ended_is_stopped_if_it_closes_in_time_else_lost() {
     assert!(runs(&actions).is_empty(), "fenced, not run again yet");
 }
 
+/// Admission is the core's: a worker with no slot, or more environments of its own than the
+/// scheduler keeps, is refused with why, and nothing is kept of it.
+#[test]
+fn a_worker_with_no_slot_or_too_many_environments_is_refused() {
+    let mut core = Scheduler::new(config(false));
+    let mut too_many = worker("w2", 1);
+    too_many.local_environments = (0..=weir::core::scheduler::MAX_ENVIRONMENTS)
+        .map(|i| format!("e{i}"))
+        .collect();
+    let actions = round(
+        &mut core,
+        0,
+        vec![join(1, worker("w1", 0)), join(2, too_many)],
+    );
+    let refused: Vec<u64> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Refused { connection, reason } if reason.contains("at least one slot") => {
+                Some(*connection)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused, vec![1, 2], "{actions:#?}");
+    assert!(core.tasks().worker_ids().is_empty());
+    assert!(
+        core.environment_report(None).is_empty(),
+        "nothing kept of them"
+    );
+}
+
 #[test]
 fn refusals_carry_a_code_to_act_on() {
     use weir::proto::ErrorCode;

@@ -8,7 +8,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Event;
 use crate::core::scheduler::Input;
-use crate::core::scheduler::MAX_ENVIRONMENTS;
 use crate::net::{AccessFile, Link, LinkEnd, NetError};
 use crate::plugin::PluginHost;
 use crate::proto::{
@@ -165,14 +164,6 @@ async fn worker_session(
             return Ok(());
         }
     };
-    if info.local_environments.len() > MAX_ENVIRONMENTS || info.slots == 0 {
-        let reason = format!(
-            "a worker needs at least one slot and at most {} environments of its own",
-            MAX_ENVIRONMENTS
-        );
-        connection.close(1u32.into(), reason.as_bytes());
-        return Ok(());
-    }
     let (reply, joined) = oneshot::channel();
     if events
         .send(Event::WorkerJoined {

@@ -158,8 +158,8 @@ pub enum Action {
         connection: ConnectionId,
         worker: WorkerId,
     },
-    /// The connection is refused (a second worker of a live worker's name): close it, saying
-    /// why.
+    /// The connection is refused (a second worker of a live worker's name, or one with no slot
+    /// or too many environments of its own): close it, saying why.
     Refused {
         connection: ConnectionId,
         reason: String,

@@ -1,7 +1,7 @@
 //! Workers as the scheduler sees them: joining, reports, loss, and the frames each one is sent
 //! (a group's spec and component once per worker, then assignments).
 
-use super::{Action, ConnectionId, Link, Record, Scheduler};
+use super::{Action, ConnectionId, Link, MAX_ENVIRONMENTS, Record, Scheduler};
 use crate::core::scaling::is_reserved_environment;
 use crate::core::tasks::{self, Loss};
 use std::collections::BTreeMap;
@@ -18,6 +18,16 @@ impl Scheduler {
         connection: ConnectionId,
         mut info: WorkerInfo,
     ) {
+        // Admission: what the core could not serve is refused before anything is kept of it.
+        if info.local_environments.len() > MAX_ENVIRONMENTS || info.slots == 0 {
+            let reason = format!(
+                "a worker needs at least one slot and at most {MAX_ENVIRONMENTS} environments of its own"
+            );
+            tracing::warn!(name = %info.name, %reason, "worker refused");
+            self.actions
+                .push_back(Action::Refused { connection, reason });
+            return;
+        }
         tracing::info!(name = %info.name, slots = info.slots, "worker joined");
         // As for a manager: the scheduler's own environment names are not taken from a worker.
         info.local_environments.retain(|name| {

@@ -560,6 +560,54 @@ fn a_worker_with_no_slot_or_too_many_environments_is_refused() {
     );
 }
 
+/// A manager gone without a goodbye is forgotten after `manager_forget_ms`; its idle workers
+/// are then told to leave, once each. One that reports again before that is no orphan.
+#[test]
+fn a_forgotten_managers_idle_workers_are_told_to_leave_once() {
+    let leaves = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::ToWorker {
+                        message: ToWorker::Leave { .. },
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    let mut core = Scheduler::new(config(false));
+    let mut w = worker("w1", 1);
+    w.manager = Some("m1".into());
+    let mut state = manager("m1");
+    state.workers = vec!["w1".into()];
+    round(&mut core, 0, vec![manager_joins(state), join(1, w)]);
+    let gone = Input::ManagerGone { id: "m1".into() };
+    let actions = round(&mut core, 10, vec![gone]);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::CloseManager { manager } if manager == "m1"))
+    );
+    let mut told = 0;
+    // The worker heartbeats on; its manager stays silent.
+    for now in (500..=70_000).step_by(500) {
+        core.handle(
+            now,
+            Input::Heartbeat {
+                worker: 1,
+                renew: None,
+            },
+        );
+        core.handle(now, Input::Timeout);
+        told += leaves(&round(&mut core, now, vec![]));
+    }
+    assert_eq!(told, 1, "told to leave once, after the minute");
+    assert!(core.status(70_000).managers.is_empty(), "forgotten");
+}
+
 #[test]
 fn refusals_carry_a_code_to_act_on() {
     use weir::proto::ErrorCode;

@@ -77,6 +77,10 @@ pub struct Managers {
     /// per manager id (a second is refused naming the first). Kept apart from `entries`: a
     /// manager forgotten after being offline may still hold a connection that sends nothing.
     connections: BTreeMap<String, String>,
+    /// Managers forgotten after being offline whose workers may still be here (units of a
+    /// cluster engine they started): those are told to leave once idle. One that reports
+    /// again is no orphan.
+    orphaned: BTreeSet<String>,
     /// A manager silent this long is offline (and not scaled).
     timeout_ms: u64,
 }
@@ -99,6 +103,8 @@ impl Managers {
         state: ManagerState,
         workers: &[WorkerView],
     ) -> Vec<(WorkerId, bool)> {
+        // Back after being forgotten: its workers are its own again.
+        self.orphaned.remove(&state.id);
         let before: HashSet<&String> = self
             .entries
             .get(&state.id)
@@ -168,11 +174,6 @@ impl Managers {
         self.connections.contains_key(id)
     }
 
-    /// Managers with an open connection.
-    pub fn connected(&self) -> impl Iterator<Item = &str> {
-        self.connections.keys().map(String::as_str)
-    }
-
     /// Its workers answered (or one of them is about to be gone): remember what they say now,
     /// so it is known after they are gone whether or not a heartbeat came in between.
     pub fn learn(&mut self, manager: &str, workers: &[WorkerView]) {
@@ -207,19 +208,37 @@ impl Managers {
             tracing::info!(manager = %id, "worker manager forgotten after being offline");
             // Its connection, if one is still open, stays its (its heartbeats come back in).
             self.entries.remove(id);
+            self.orphaned.insert(id.clone());
         }
         gone
+    }
+
+    /// Managers forgotten after being offline whose workers may still be here.
+    pub fn orphaned(&self) -> &BTreeSet<String> {
+        &self.orphaned
+    }
+
+    /// Orphans with no worker here any more are not looked for again.
+    pub fn keep_orphans(&mut self, with_workers: &BTreeSet<String>) {
+        self.orphaned.retain(|id| with_workers.contains(id));
+    }
+
+    /// What must hold between inputs: an orphan is a manager forgotten, not a known one.
+    pub fn sanity_check(&self) -> Result<(), String> {
+        match self
+            .orphaned
+            .iter()
+            .find(|id| self.entries.contains_key(*id))
+        {
+            Some(id) => Err(format!("manager {id} is known and orphaned")),
+            None => Ok(()),
+        }
     }
 
     /// The manager said goodbye: it is gone, with its workers (and its connection).
     pub fn remove(&mut self, id: &str) -> bool {
         self.connections.remove(id);
         self.entries.remove(id).is_some()
-    }
-
-    /// Whether `id` has reported (and is not forgotten).
-    pub fn is_known(&self, id: &str) -> bool {
-        self.entries.contains_key(id)
     }
 
     /// Whether any manager the policy could scale has reported.

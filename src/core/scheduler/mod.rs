@@ -115,9 +115,7 @@ pub struct Scheduler {
     /// The journal's size at the last sync.
     journal_bytes: u64,
     next_tick: u64,
-    /// Managers forgotten after being offline whose workers are still here (units of a
-    /// cluster engine they started): told to leave once idle, and those told so.
-    orphaned: std::collections::BTreeSet<String>,
+    /// Workers of orphaned managers told to leave (see [`Managers::orphaned`]).
     dismissed: std::collections::HashSet<WorkerId>,
     actions: VecDeque<Action>,
 }
@@ -141,7 +139,6 @@ impl Scheduler {
             forgets_since_compaction: 0,
             journal_bytes: 0,
             next_tick: config.tick_ms,
-            orphaned: Default::default(),
             dismissed: Default::default(),
             actions: VecDeque::new(),
             config,
@@ -380,7 +377,6 @@ impl Scheduler {
             .drop_offline(now, self.config.manager_forget_ms)
         {
             self.scaling.decisions.remove(&id);
-            self.orphaned.insert(id);
         }
         self.dismiss_orphans(now);
         // The journal stays bounded by what is held, like memory: compacted while running once

@@ -51,8 +51,6 @@ impl Scheduler {
             }
             !reserved
         });
-        // Back after being forgotten: its workers are its own again.
-        self.orphaned.remove(&state.id);
         self.tasks
             .declare_environments(state.environments.iter().map(|d| d.name.as_str()));
         let id = state.id.clone();
@@ -71,13 +69,14 @@ impl Scheduler {
     /// jobs, which nobody would cancel): each is drained and told to leave once idle, and the
     /// unit it runs in ends with it.
     pub(super) fn dismiss_orphans(&mut self, now: u64) {
-        if self.orphaned.is_empty() {
+        if self.managers.orphaned().is_empty() {
             return;
         }
         let views = self.tasks.worker_views(now);
         let mut still = std::collections::BTreeSet::new();
         for w in &views {
-            let Some(manager) = w.manager.as_ref().filter(|m| self.orphaned.contains(*m)) else {
+            let orphaned = self.managers.orphaned();
+            let Some(manager) = w.manager.as_ref().filter(|m| orphaned.contains(*m)) else {
                 continue;
             };
             still.insert(manager.clone());
@@ -88,7 +87,7 @@ impl Scheduler {
                 self.send_worker(w.id, ToWorker::Leave { reason });
             }
         }
-        self.orphaned = still;
+        self.managers.keep_orphans(&still);
     }
 
     /// Hand the policy a snapshot, unless it is still deciding on the last one (or there is no

@@ -43,10 +43,7 @@ impl Scheduler {
                 ));
             }
         }
-        // Orphans are managers forgotten: one that reports again is no orphan.
-        if let Some(id) = self.orphaned.iter().find(|m| self.managers.is_known(m)) {
-            return Err(format!("manager {id} is known and orphaned"));
-        }
+        self.managers.sanity_check()?;
         // Clients wait only for jobs that are held.
         for job in self.waiters.keys().chain(self.watchers.keys()) {
             if let Err(error) = self.tasks.job_counts(*job) {

@@ -170,29 +170,30 @@ fn scaling_op() -> impl Strategy<Value = Op> {
 
 fn any_op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        scaling_op(),
-        (
+        // Workers and managers about half the time, the rest everything else.
+        16 => scaling_op(),
+        1 => (
             1..6u32,
             proptest::option::of(0..3usize),
             proptest::option::of(0..2usize)
         )
             .prop_map(|(n, wasm, env)| Op::Submit(n, wasm, env)),
-        (0..16usize, any::<bool>()).prop_map(|(i, ok)| Op::Finish(i, ok)),
-        Just(Op::WorkerHeartbeats),
-        (1..8u64, any::<bool>()).prop_map(|(j, watch)| Op::Wait(j, watch)),
-        (0..4usize).prop_map(Op::ClientGone),
-        (1..8u64).prop_map(Op::Cancel),
-        (1..8u64).prop_map(Op::Forget),
-        (0..2usize, 0..3usize, any::<bool>()).prop_map(|(n, c, w)| Op::EnvRegister(n, c, w)),
-        (0..2usize).prop_map(Op::EnvRemove),
-        (0..8usize, 0..2usize, any::<bool>()).prop_map(|(w, n, m)| Op::Verdict(w, n, m)),
-        (0..2usize).prop_map(Op::ManagerGone),
-        (0..2usize).prop_map(Op::ManagerJoin),
-        (0..2usize).prop_map(Op::ManagerGoodbye),
-        Just(Op::PolicyFails),
-        Just(Op::PolicySet),
-        (1..4_000u64).prop_map(Op::Later),
-        (0..8usize, any::<bool>()).prop_map(|(w, stops)| Op::StreamEnds(w, stops)),
+        1 => (0..16usize, any::<bool>()).prop_map(|(i, ok)| Op::Finish(i, ok)),
+        1 => Just(Op::WorkerHeartbeats),
+        1 => (1..8u64, any::<bool>()).prop_map(|(j, watch)| Op::Wait(j, watch)),
+        1 => (0..4usize).prop_map(Op::ClientGone),
+        1 => (1..8u64).prop_map(Op::Cancel),
+        1 => (1..8u64).prop_map(Op::Forget),
+        1 => (0..2usize, 0..3usize, any::<bool>()).prop_map(|(n, c, w)| Op::EnvRegister(n, c, w)),
+        1 => (0..2usize).prop_map(Op::EnvRemove),
+        1 => (0..8usize, 0..2usize, any::<bool>()).prop_map(|(w, n, m)| Op::Verdict(w, n, m)),
+        1 => (0..2usize).prop_map(Op::ManagerGone),
+        1 => (0..2usize).prop_map(Op::ManagerJoin),
+        1 => (0..2usize).prop_map(Op::ManagerGoodbye),
+        1 => Just(Op::PolicyFails),
+        1 => Just(Op::PolicySet),
+        1 => (1..4_000u64).prop_map(Op::Later),
+        1 => (0..8usize, any::<bool>()).prop_map(|(w, stops)| Op::StreamEnds(w, stops)),
     ]
 }
 

@@ -560,52 +560,36 @@ fn a_worker_with_no_slot_or_too_many_environments_is_refused() {
     );
 }
 
-/// A manager gone without a goodbye is forgotten after `manager_forget_ms`; its idle workers
-/// are then told to leave, once each. One that reports again before that is no orphan.
+/// Manager connections are the core's to end: a broken connection or a goodbye closes the
+/// manager's link once (the shell keeps no judgement of its own), a second connection of the id
+/// is refused while one is open and let in once it is closed.
 #[test]
-fn a_forgotten_managers_idle_workers_are_told_to_leave_once() {
-    let leaves = |actions: &[Action]| {
+fn the_core_closes_a_managers_link_once_when_it_breaks_or_says_goodbye() {
+    let closes = |actions: &[Action]| {
         actions
             .iter()
-            .filter(|a| {
-                matches!(
-                    a,
-                    Action::ToWorker {
-                        message: ToWorker::Leave { .. },
-                        ..
-                    }
-                )
-            })
+            .filter(|a| matches!(a, Action::CloseManager { manager } if manager == "m1"))
             .count()
     };
     let mut core = Scheduler::new(config(false));
-    let mut w = worker("w1", 1);
-    w.manager = Some("m1".into());
-    let mut state = manager("m1");
-    state.workers = vec!["w1".into()];
-    round(&mut core, 0, vec![manager_joins(state), join(1, w)]);
-    let gone = Input::ManagerGone { id: "m1".into() };
-    let actions = round(&mut core, 10, vec![gone]);
+    round(&mut core, 0, vec![manager_joins(manager("m1"))]);
+    let refused = round(&mut core, 1, vec![manager_joins(manager("m1"))]);
     assert!(
-        actions
+        refused
             .iter()
-            .any(|a| matches!(a, Action::CloseManager { manager } if manager == "m1"))
+            .any(|a| matches!(a, Action::ManagerRefused { .. }))
     );
-    let mut told = 0;
-    // The worker heartbeats on; its manager stays silent.
-    for now in (500..=70_000).step_by(500) {
-        core.handle(
-            now,
-            Input::Heartbeat {
-                worker: 1,
-                renew: None,
-            },
-        );
-        core.handle(now, Input::Timeout);
-        told += leaves(&round(&mut core, now, vec![]));
-    }
-    assert_eq!(told, 1, "told to leave once, after the minute");
-    assert!(core.status(70_000).managers.is_empty(), "forgotten");
+    let gone = || Input::ManagerGone { id: "m1".into() };
+    assert_eq!(closes(&round(&mut core, 2, vec![gone()])), 1);
+    assert_eq!(closes(&round(&mut core, 3, vec![gone()])), 0, "once");
+    let back = round(&mut core, 4, vec![manager_joins(manager("m1"))]);
+    assert!(
+        back.iter()
+            .any(|a| matches!(a, Action::ManagerRegistered { .. }))
+    );
+    let goodbye = Input::ManagerGoodbye { id: "m1".into() };
+    assert_eq!(closes(&round(&mut core, 5, vec![goodbye])), 1);
+    assert!(core.status(5).managers.is_empty(), "gone with its goodbye");
 }
 
 #[test]

@@ -153,6 +153,8 @@ enum Op {
     Later(u64),
     /// A live worker's stream ends; it then closes as stopping on purpose, or says nothing.
     StreamEnds(usize, bool),
+    /// A worker reports a task it holds started (one held ahead of a free slot, or not).
+    Started(usize),
 }
 
 fn scaling_op() -> impl Strategy<Value = Op> {
@@ -194,6 +196,7 @@ fn any_op() -> impl Strategy<Value = Op> {
         1 => Just(Op::PolicySet),
         1 => (1..4_000u64).prop_map(Op::Later),
         1 => (0..8usize, any::<bool>()).prop_map(|(w, stops)| Op::StreamEnds(w, stops)),
+        2 => (0..16usize).prop_map(Op::Started),
     ]
 }
 
@@ -242,10 +245,13 @@ struct Sim {
     policy: Policy,
     pools: Vec<Pool>,
     now: u64,
-    /// Worker connections waiting for their id: (pool, name).
-    joining: HashMap<u64, (usize, String)>,
+    /// Worker connections waiting for their id: (pool, name, the tasks it claims).
+    joining: HashMap<u64, (usize, String, Vec<TaskId>)>,
     /// Tasks handed to workers and not reported.
     running: Vec<(WorkerId, TaskId)>,
+    /// Tasks a live process still runs while it has no connection (it claims them when it
+    /// registers again), by process name.
+    holding: HashMap<String, Vec<TaskId>>,
     /// What the actions call for next (the shell feeds it in the same round).
     inputs: VecDeque<Input>,
     next_id: u64,
@@ -267,6 +273,7 @@ impl Sim {
             now: 0,
             joining: HashMap::new(),
             running: Vec::new(),
+            holding: HashMap::new(),
             inputs: VecDeque::new(),
             next_id: 0,
             fail_next: false,
@@ -301,8 +308,10 @@ impl Sim {
     fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
         match action {
             Action::Registered { connection, worker } => {
-                if let Some((pool, name)) = self.joining.remove(&connection) {
+                if let Some((pool, name, claims)) = self.joining.remove(&connection) {
                     self.pools[pool].registered.insert(name, worker);
+                    // Those it may not keep, the core tells it to stop (`Cancel`).
+                    self.running.extend(claims.into_iter().map(|t| (worker, t)));
                 }
             }
             Action::Refused { connection, .. } => drop(self.joining.remove(&connection)),
@@ -417,8 +426,19 @@ impl Sim {
         &mut self.pools[index]
     }
 
-    /// The worker's connection is gone: its process, if alive, may register again.
+    /// The worker's connection is gone: its process, if alive, may register again, claiming
+    /// the tasks it still runs.
     fn forget_worker(&mut self, worker: WorkerId) {
+        for pool in &self.pools {
+            let name = pool.registered.iter().find(|(_, id)| **id == worker);
+            if let Some((name, _)) = name
+                && pool.alive.contains(name)
+            {
+                let held = self.running.iter().filter(|(w, _)| *w == worker);
+                let held: Vec<TaskId> = held.map(|(_, t)| *t).collect();
+                self.holding.entry(name.clone()).or_default().extend(held);
+            }
+        }
         for pool in &mut self.pools {
             pool.registered.retain(|_, id| *id != worker);
             pool.dead.retain(|id| *id != worker);
@@ -481,6 +501,7 @@ impl Sim {
                 let manager = pool.id.clone();
                 if let Some(name) = unregistered.get(w % unregistered.len().max(1)) {
                     let connection = self.next_id();
+                    let claims = self.holding.remove(name).unwrap_or_default();
                     let info = WorkerInfo {
                         name: name.clone(),
                         slots,
@@ -488,12 +509,15 @@ impl Sim {
                         worker_type: "t".into(),
                         manager: Some(manager),
                         local_environments: vec![],
-                        running: vec![],
-                        instance: connection,
+                        running: claims.clone(),
+                        // One per process: its claims are its own only if it is the same one.
+                        instance: name
+                            .bytes()
+                            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
                         ends_in_ms: None,
                         finished: vec![],
                     };
-                    self.joining.insert(connection, (m, name.clone()));
+                    self.joining.insert(connection, (m, name.clone(), claims));
                     self.feed(Input::WorkerJoined { connection, info })?;
                 }
             }
@@ -501,6 +525,7 @@ impl Sim {
                 let pool = &mut self.pools[m];
                 if !pool.alive.is_empty() {
                     let name = pool.alive.remove(w % pool.alive.len());
+                    self.holding.remove(&name);
                     pool.exited.push(name.clone());
                     if let Some(id) = pool.registered.get(&name) {
                         pool.dead.push(*id);
@@ -672,6 +697,15 @@ impl Sim {
                 self.request(request, vec![(hash, bytes)])?;
             }
             Op::Later(ms) => self.now += ms,
+            Op::Started(i) => {
+                if !self.running.is_empty() {
+                    let (worker, task) = self.running[i % self.running.len()];
+                    self.feed(Input::Started {
+                        worker,
+                        tasks: vec![task],
+                    })?;
+                }
+            }
             Op::StreamEnds(w, stops) => {
                 let live = self.core.tasks().worker_ids();
                 if let Some(&worker) = live.get(w % live.len().max(1)) {

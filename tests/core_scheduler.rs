@@ -900,6 +900,56 @@ fn a_policy_set_while_running_is_journaled_and_restored() {
             .any(|r| matches!(r, Record::PolicySet { .. })),
         "compaction keeps it"
     );
+    // While it is tried, a user sets another: that one is adopted, and the journal's, ready
+    // after it, is not (nor kept by a compaction).
+    let adopted = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::AdoptPolicy { client } => Some(*client),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut newer = policy.clone();
+    newer.content = "1, c\n".into();
+    let tiers = |member: &str| {
+        vec![Tier {
+            priority: 1,
+            members: vec![member.into()],
+        }]
+    };
+    let actions = round(
+        &mut restarted,
+        20,
+        vec![Input::PolicySwapped {
+            client: Some(7),
+            policy: newer,
+            result: Ok(tiers("c")),
+        }],
+    );
+    assert_eq!(adopted(&actions), vec![Some(7)]);
+    let actions = round(
+        &mut restarted,
+        21,
+        vec![Input::PolicySwapped {
+            client: None,
+            policy,
+            result: Ok(tiers("b")),
+        }],
+    );
+    assert_eq!(adopted(&actions), vec![], "superseded: not adopted");
+    assert_eq!(restarted.policy_report().content, "1, c\n");
+    let image = restarted.journal_image();
+    assert!(
+        image
+            .iter()
+            .any(|r| matches!(r, Record::PolicySet { content, .. } if content == "1, c\n"))
+            && !image
+                .iter()
+                .any(|r| matches!(r, Record::PolicySet { content, .. } if content == "1, b\n")),
+        "compaction keeps the user's"
+    );
 }
 
 #[test]

@@ -365,6 +365,8 @@ impl Sim {
                     result,
                 });
             }
+            // The same waterfall: nothing changes here.
+            Action::AdoptPolicy { .. } => {}
             Action::Decide(snapshot) => {
                 let decisions = self.policy.decide(&snapshot);
                 prop_assert_eq!(validate_decisions(&snapshot, &decisions), Ok(()));

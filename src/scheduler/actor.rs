@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::policy::PolicyJob;
 use super::{journal, metrics};
-use crate::core::scaling::Snapshot;
+use crate::core::scaling::{ScalingPolicy, Snapshot};
 use crate::core::scheduler::{Action, ClientId, ConnectionId, Input, PolicyInfo, Scheduler};
 use crate::proto::{
     ComponentHash, ErrorCode, ManagerState, Request, Response, ToManager, ToWorker, WorkerId,
@@ -77,6 +77,9 @@ pub(super) struct Actor {
     pub policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
     /// Where `weir policy set` tries a new policy.
     pub trials: Option<super::policy::Trials>,
+    /// Tried policies ready to take over, by who asked, until the core adopts one
+    /// ([`Action::AdoptPolicy`]).
+    adopting: HashMap<Option<ClientId>, Box<dyn ScalingPolicy>>,
     record: Option<std::fs::File>,
     pub journal: Option<journal::Journal>,
     /// Replies held until this round's journal records are on disk.
@@ -104,6 +107,7 @@ impl Actor {
             next_id: 0,
             policy,
             trials: None,
+            adopting: HashMap::new(),
             record,
             journal,
             deferred: Vec::new(),
@@ -321,12 +325,13 @@ impl Actor {
                 policy,
                 result,
             } => {
-                // The new one decides from the next snapshot on; the core learns its tiers.
+                // The core learns its tiers and decides whether it takes over; it waits here.
                 let result = match result {
-                    Ok((new, tiers)) => match &self.policy {
-                        Some(thread) if thread.send(PolicyJob::Replace(new)).is_ok() => Ok(tiers),
-                        _ => Err("the policy thread is gone".to_string()),
-                    },
+                    Ok((new, tiers)) if self.policy.is_some() => {
+                        self.adopting.insert(client, new);
+                        Ok(tiers)
+                    }
+                    Ok(_) => Err("the policy thread is gone".to_string()),
                     Err(error) => Err(error),
                 };
                 Input::PolicySwapped {
@@ -425,6 +430,14 @@ impl Actor {
                     policy,
                     snapshot,
                 } => self.swap_policy(client, policy, snapshot),
+                // It decides from the next snapshot on.
+                Action::AdoptPolicy { client } => {
+                    if let (Some(new), Some(thread)) = (self.adopting.remove(&client), &self.policy)
+                        && thread.send(PolicyJob::Replace(new)).is_err()
+                    {
+                        tracing::error!("the policy thread is gone: the new policy cannot run");
+                    }
+                }
             }
         }
         None

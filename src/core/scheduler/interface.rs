@@ -128,8 +128,8 @@ pub enum Input {
     Decided {
         result: Result<Vec<Decision>, String>,
     },
-    /// The answer to [`Action::SwapPolicy`]: the new policy runs now (with these tiers), or
-    /// why the old one stays.
+    /// The answer to [`Action::SwapPolicy`]: the new policy is ready (with these tiers), or
+    /// why the old one stays. The core answers [`Action::AdoptPolicy`] if it takes over.
     PolicySwapped {
         client: Option<ClientId>,
         policy: PolicyInfo,
@@ -220,4 +220,10 @@ pub enum Action {
     },
     /// Ask the policy to decide on this snapshot (answer with [`Input::Decided`]).
     Decide(Snapshot),
+    /// The policy tried for `client` (see [`Action::SwapPolicy`]) takes over from the next
+    /// snapshot on. A tried policy the core does not adopt (the journal's, superseded by a
+    /// `weir policy set` meanwhile) is never named here.
+    AdoptPolicy {
+        client: Option<ClientId>,
+    },
 }

@@ -306,13 +306,21 @@ impl Scheduler {
         policy: PolicyInfo,
         result: Result<Vec<Tier>, String>,
     ) {
+        // The journal's policy, tried at start, superseded by a `weir policy set` meanwhile.
+        let superseded = client.is_none() && self.scaling.restored.is_none();
         match client {
             None => self.scaling.restored = None,
             Some(_) => self.scaling.trying = false,
         }
         match (result, client) {
+            (Ok(_), None) if superseded => {
+                tracing::info!(policy = %policy.name, "the journal's scaling policy was replaced meanwhile: not restored");
+            }
             (Ok(tiers), client) => {
                 tracing::info!(policy = %policy.name, tiers = tiers.len(), "scaling policy replaced");
+                self.actions.push_back(Action::AdoptPolicy { client });
+                // The journal's choice is this one now (compaction keeps it, not the old).
+                self.scaling.restored = None;
                 if let (Some(_), Some(bytes)) = (client, &policy.bytes) {
                     self.journal(Record::PolicySet {
                         name: policy.name.clone(),

@@ -56,6 +56,8 @@ struct Link {
     components: std::collections::HashSet<ComponentHash>,
     /// Condition components already sent.
     conditions: std::collections::HashSet<ComponentHash>,
+    /// It was told to leave, its manager being an orphan (see [`Managers::orphaned`]).
+    dismissed: bool,
 }
 
 /// A `weir workers wait` waiting for enough live workers.
@@ -115,8 +117,6 @@ pub struct Scheduler {
     /// The journal's size at the last sync.
     journal_bytes: u64,
     next_tick: u64,
-    /// Workers of orphaned managers told to leave (see [`Managers::orphaned`]).
-    dismissed: std::collections::HashSet<WorkerId>,
     actions: VecDeque<Action>,
 }
 
@@ -139,7 +139,6 @@ impl Scheduler {
             forgets_since_compaction: 0,
             journal_bytes: 0,
             next_tick: config.tick_ms,
-            dismissed: Default::default(),
             actions: VecDeque::new(),
             config,
         }

@@ -80,7 +80,8 @@ impl Scheduler {
                 continue;
             };
             still.insert(manager.clone());
-            if w.busy == 0 && self.dismissed.insert(w.id) {
+            let link = self.links.get_mut(&w.id);
+            if w.busy == 0 && link.is_some_and(|l| !std::mem::replace(&mut l.dismissed, true)) {
                 tracing::warn!(worker = %w.name, %manager, "its manager is gone: telling it to leave");
                 self.tasks.drain(now, &[w.id]);
                 let reason = format!("its manager {manager} has been gone for a minute");

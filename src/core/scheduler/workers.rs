@@ -105,7 +105,6 @@ impl Scheduler {
             self.close_worker(worker);
         }
         self.ending.remove(&worker);
-        self.dismissed.remove(&worker);
         if !self.tasks.has_worker(worker) {
             return;
         }

@@ -784,6 +784,37 @@ fn a_journal_with_forgotten_jobs_is_compacted_at_start_whatever_its_size() {
     }
 }
 
+/// An `env register --wait` whose environment is removed meanwhile is answered at once (no
+/// worker would ever give a verdict on it), not left waiting.
+#[test]
+fn an_environment_wait_ends_when_its_environment_is_removed() {
+    let mut core = Scheduler::new(config(false));
+    let register = Input::Request {
+        client: 1,
+        request: Request::EnvRegister {
+            name: "big".into(),
+            component: vec![],
+            config: vec![],
+            wait: true,
+        },
+        components: vec![([3; 32], std::sync::Arc::from(&b"c"[..]))],
+    };
+    let actions = round(&mut core, 0, vec![join(1, worker("w1", 1)), register]);
+    assert!(replies(&actions, 1).is_empty(), "waits for w1's verdict");
+    let remove = from_client(2, Request::EnvRemove { name: "big".into() });
+    let actions = round(&mut core, 1, vec![remove]);
+    assert!(matches!(
+        replies(&actions, 1)[..],
+        [(
+            Response::Error {
+                code: weir::proto::ErrorCode::NotFound,
+                ..
+            },
+            true
+        )]
+    ));
+}
+
 #[test]
 fn an_environment_wait_ends_when_the_worker_it_waits_for_falls_silent() {
     let mut core = Scheduler::new(config(false));

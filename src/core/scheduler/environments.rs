@@ -105,6 +105,15 @@ impl Scheduler {
         }
         self.journal(Record::EnvRemove { name: name.clone() });
         self.send_environments_to_all();
+        // An `env register --wait` for it would wait for verdicts no worker gives any more.
+        let (gone, waits) = std::mem::take(&mut self.env_waits)
+            .into_iter()
+            .partition(|w| w.name == name);
+        self.env_waits = waits;
+        for wait in gone {
+            let message = format!("environment `{name}` was removed while waiting for it");
+            self.refuse(wait.client, ErrorCode::NotFound, message);
+        }
         self.reply_durable(client, Response::EnvRemoved { name });
     }
 

@@ -44,6 +44,17 @@ impl Scheduler {
             }
         }
         self.managers.sanity_check()?;
+        // A `weir env register --wait` waits for a registered environment's verdicts.
+        if let Some(wait) = self
+            .env_waits
+            .iter()
+            .find(|w| !self.tasks.environments().is_registered(&w.name))
+        {
+            return Err(format!(
+                "a client waits for `{}`, which is not registered",
+                wait.name
+            ));
+        }
         // Clients wait only for jobs that are held.
         for job in self.waiters.keys().chain(self.watchers.keys()) {
             if let Err(error) = self.tasks.job_counts(*job) {

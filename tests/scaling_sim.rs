@@ -155,6 +155,8 @@ enum Op {
     StreamEnds(usize, bool),
     /// A worker reports a task it holds started (one held ahead of a free slot, or not).
     Started(usize),
+    /// `weir workers wait N [--env NAME]`.
+    WaitWorkers(u32, Option<usize>),
 }
 
 fn scaling_op() -> impl Strategy<Value = Op> {
@@ -197,6 +199,7 @@ fn any_op() -> impl Strategy<Value = Op> {
         1 => (1..4_000u64).prop_map(Op::Later),
         1 => (0..8usize, any::<bool>()).prop_map(|(w, stops)| Op::StreamEnds(w, stops)),
         2 => (0..16usize).prop_map(Op::Started),
+        1 => (0..4u32, proptest::option::of(0..2usize)).prop_map(|(n, e)| Op::WaitWorkers(n, e)),
     ]
 }
 
@@ -699,6 +702,10 @@ impl Sim {
                 self.request(request, vec![(hash, bytes)])?;
             }
             Op::Later(ms) => self.now += ms,
+            Op::WaitWorkers(count, env) => {
+                let environment = env.map(|e| ENVIRONMENTS[e].to_string());
+                self.request(Request::WaitWorkers { count, environment }, vec![])?;
+            }
             Op::Started(i) => {
                 if !self.running.is_empty() {
                     let (worker, task) = self.running[i % self.running.len()];

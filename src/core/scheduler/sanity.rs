@@ -55,6 +55,30 @@ impl Scheduler {
                 wait.name
             ));
         }
+        // Waits that are met were answered in the round they were met.
+        for wait in &self.env_waits {
+            let live = self.tasks.worker_ids();
+            if !wait
+                .workers
+                .iter()
+                .any(|w| live.contains(w) && !self.tasks.has_verdict(*w, &wait.name))
+            {
+                return Err(format!(
+                    "a wait for `{}` is met but not answered",
+                    wait.name
+                ));
+            }
+        }
+        if let Some(wait) = self
+            .worker_waits
+            .iter()
+            .find(|w| self.tasks.ready_workers(w.environment.as_deref()) >= w.count)
+        {
+            return Err(format!(
+                "a wait for {} workers is met but not answered",
+                wait.count
+            ));
+        }
         // Clients wait only for jobs that are held and unfinished: a job's end is answered in
         // the round it comes.
         for job in self.waiters.keys().chain(self.watchers.keys()) {

@@ -213,6 +213,11 @@ impl Managers {
         gone
     }
 
+    /// Whether `id` has reported and is not forgotten.
+    pub fn knows(&self, id: &str) -> bool {
+        self.entries.contains_key(id)
+    }
+
     /// Managers forgotten after being offline whose workers may still be here.
     pub fn orphaned(&self) -> &BTreeSet<String> {
         &self.orphaned

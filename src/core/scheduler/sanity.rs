@@ -44,6 +44,17 @@ impl Scheduler {
             }
         }
         self.managers.sanity_check()?;
+        // A decision is kept only for a manager still known (goodbye and forgetting drop it).
+        if let Some(id) = self
+            .scaling
+            .decisions
+            .keys()
+            .find(|id| !self.managers.knows(id))
+        {
+            return Err(format!(
+                "a decision is kept for manager {id}, which is not known"
+            ));
+        }
         // A `weir env register --wait` waits for a registered environment's verdicts.
         if let Some(wait) = self
             .env_waits

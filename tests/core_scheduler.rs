@@ -1247,6 +1247,32 @@ fn progress_goes_at_most_every_100_ms_and_the_end_at_once() {
     assert!(replies(&core.take_actions(), 2).is_empty());
 }
 
+/// Progress held back for a client that is gone is dropped with it: no wake-up for nobody.
+#[test]
+fn progress_due_for_a_client_that_is_gone_is_dropped() {
+    use weir::core::scheduler::PROGRESS_EVERY_MS;
+    let mut core = Scheduler::new(config(false));
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            join(1, worker("w1", 4)),
+            from_client(1, submit(4)),
+            from_client(2, Request::Wait { job: 1 }),
+        ],
+    );
+    let tasks = runs(&actions);
+    finish(&mut core, 10, tasks[0]);
+    finish(&mut core, 20, tasks[1]);
+    assert_eq!(
+        core.poll_timeout(),
+        10 + PROGRESS_EVERY_MS,
+        "progress held back"
+    );
+    round(&mut core, 30, vec![Input::ClientGone { client: 2 }]);
+    assert!(core.poll_timeout() > 10 + PROGRESS_EVERY_MS);
+}
+
 /// Worker 1 reports `task` succeeded at `now`; what the core asks for.
 fn finish(core: &mut Scheduler, now: u64, task: u64) -> Vec<Action> {
     round(

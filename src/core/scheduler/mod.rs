@@ -435,6 +435,8 @@ impl Scheduler {
             waiters.retain(|c| *c != client);
         }
         self.waiters.retain(|_, waiters| !waiters.is_empty());
+        let waiters = &self.waiters;
+        self.progress_due.retain(|job| waiters.contains_key(job));
         for watchers in self.watchers.values_mut() {
             watchers.retain(|c| *c != client);
         }

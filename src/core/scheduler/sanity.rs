@@ -90,6 +90,15 @@ impl Scheduler {
                 wait.count
             ));
         }
+        if let Some(job) = self
+            .progress_due
+            .iter()
+            .find(|j| !self.waiters.contains_key(j))
+        {
+            return Err(format!(
+                "progress is due for job {job}, which nobody waits for"
+            ));
+        }
         // Clients wait only for jobs that are held and unfinished: a job's end is answered in
         // the round it comes.
         for job in self.waiters.keys().chain(self.watchers.keys()) {

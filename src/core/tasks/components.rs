@@ -28,11 +28,8 @@ impl Components {
         self.known.get(hash).map(|c| c.groups)
     }
 
-    pub fn hashes(&self) -> impl Iterator<Item = &ComponentHash> {
-        self.known.keys()
-    }
-
-    /// Known from now on (with no user yet); whether it is new.
+    /// Known from now on (with no user yet); whether it is new. One no group ever uses stays
+    /// (as before: a later submission may name it without bringing it again).
     fn add(&mut self, hash: ComponentHash, bytes: Arc<[u8]>) -> bool {
         match self.known.entry(hash) {
             std::collections::hash_map::Entry::Occupied(_) => false,

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use weir::core::managers::{Context, Managers};
-use weir::core::scaling::{Demand, Tier, Verdict};
+use weir::core::scaling::{Decision, Demand, Tier, Verdict};
 use weir::core::tasks::WorkerView;
 use weir::proto::{EnvVerdict, ManagerState, UnitReport, UnitState};
 
@@ -39,12 +39,17 @@ fn view(id: u64, name: &str, manager: &str) -> WorkerView {
     }
 }
 
+/// No decision applied yet.
+static NO_DECISIONS: std::sync::LazyLock<std::collections::HashMap<String, Decision>> =
+    std::sync::LazyLock::new(Default::default);
+
 fn context(now: u64, workers: Vec<WorkerView>, tiers: &[Tier]) -> Context<'_> {
     Context {
         now,
         workers,
         tiers,
         registered: BTreeSet::new(),
+        decisions: &NO_DECISIONS,
     }
 }
 
@@ -81,7 +86,9 @@ fn a_restarted_manager_that_does_not_list_its_workers_yet_loses_none_of_them() {
     managers.heartbeat(0, state("m", &["a", "b"]), &workers);
     // A new process under the same id (it adopts its batch jobs only after its first heartbeat):
     // absence from its first heartbeat proves nothing; what it says exited is still gone.
-    managers.connected_again("m");
+    managers
+        .connect("m", "10.0.0.2:1".into())
+        .expect("no other connection holds the id");
     let mut first = state("m", &[]);
     first.exited = vec!["b".into()];
     assert_eq!(managers.heartbeat(1_000, first, &workers), vec![(2, false)]);
@@ -161,6 +168,7 @@ fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
             workers,
             tiers: &[],
             registered: registered.clone(),
+            decisions: &NO_DECISIONS,
         };
         let snapshot = managers.snapshot(&context, 0, wanting("big"));
         snapshot.managers[0].environments.clone()
@@ -214,6 +222,7 @@ fn a_worker_still_evaluating_a_wanted_environment_is_starting_not_idle() {
         workers: vec![pending, answered],
         tiers: &[],
         registered,
+        decisions: &NO_DECISIONS,
     };
     let snapshot = managers.snapshot(&context, 1_000, wanting("big"));
     let m = &snapshot.managers[0];

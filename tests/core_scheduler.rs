@@ -119,12 +119,15 @@ fn from_client(client: u64, request: Request) -> Input {
     }
 }
 
-/// Feed inputs, end the batch, and return what the core asks for.
+/// Feed inputs, end the batch, and return what the core asks for (the whole core sane after).
 fn round(core: &mut Scheduler, now: u64, inputs: Vec<Input>) -> Vec<Action> {
     for input in inputs {
         core.handle(now, input);
     }
     core.handle(now, Input::EndOfBatch);
+    if let Err(error) = core.sanity_check() {
+        panic!("after a round at {now}: {error}");
+    }
     core.take_actions()
 }
 
@@ -463,6 +466,132 @@ fn what_a_managers_worker_answered_outlives_it_without_a_heartbeat_in_between() 
     );
 }
 
+/// A worker whose stream ended has `STOP_GRACE_MS` to close as one stopping on purpose: then
+/// its tasks run again at once without spending a retry; past it, it is lost (the shell is
+/// told to close it) and its tasks wait out their fence. The core judges, on its own clock.
+#[test]
+fn a_worker_whose_stream_ended_is_stopped_if_it_closes_in_time_else_lost() {
+    use weir::core::scheduler::STOP_GRACE_MS;
+    let mut cfg = config(false);
+    cfg.tasks.fence_ms = 60_000;
+    (cfg.tick_ms, cfg.scaling_ms) = (10_000, None);
+    let start = |cfg: &Config| {
+        let mut core = Scheduler::new(cfg.clone());
+        let actions = round(
+            &mut core,
+            0,
+            vec![join(1, worker("w1", 1)), from_client(1, submit(1))],
+        );
+        assert_eq!(runs(&actions).len(), 1);
+        core.handle(
+            100,
+            Input::WorkerEnding {
+                worker: 1,
+                reason: "the stream ended".into(),
+            },
+        );
+        assert_eq!(core.poll_timeout(), 100 + STOP_GRACE_MS);
+        core
+    };
+    // It closes in time, as stopping: its task runs again at once, on the next worker.
+    let mut core = start(&cfg);
+    core.handle(100 + STOP_GRACE_MS - 1, Input::Timeout);
+    assert_eq!(core.tasks().worker_ids(), vec![1], "still within its grace");
+    let at = 100 + STOP_GRACE_MS - 1;
+    let stopped = Input::WorkerGone {
+        worker: 1,
+        reason: "it stopped".into(),
+        planned: true,
+    };
+    round(&mut core, at, vec![stopped]);
+    assert!(core.tasks().worker_ids().is_empty());
+    let actions = round(&mut core, at, vec![join(2, worker("w2", 1))]);
+    assert_eq!(runs(&actions).len(), 1, "requeued at once");
+    // It does not: lost at the end of the grace (the shell closes it), its task fenced.
+    let mut core = start(&cfg);
+    core.handle(100 + STOP_GRACE_MS, Input::Timeout);
+    let actions = round(&mut core, 100 + STOP_GRACE_MS, vec![]);
+    assert!(core.tasks().worker_ids().is_empty(), "lost");
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::CloseWorker { worker: 1 })),
+        "{actions:#?}"
+    );
+    // A close that comes later changes nothing.
+    let late = Input::WorkerGone {
+        worker: 1,
+        reason: "it stopped".into(),
+        planned: true,
+    };
+    round(&mut core, 100 + STOP_GRACE_MS + 500, vec![late]);
+    let actions = round(&mut core, 3_000, vec![join(2, worker("w2", 1))]);
+    assert!(runs(&actions).is_empty(), "fenced, not run again yet");
+}
+
+/// Admission is the core's: a worker with no slot, or more environments of its own than the
+/// scheduler keeps, is refused with why, and nothing is kept of it.
+#[test]
+fn a_worker_with_no_slot_or_too_many_environments_is_refused() {
+    let mut core = Scheduler::new(config(false));
+    let mut too_many = worker("w2", 1);
+    too_many.local_environments = (0..=weir::core::scheduler::MAX_ENVIRONMENTS)
+        .map(|i| format!("e{i}"))
+        .collect();
+    let actions = round(
+        &mut core,
+        0,
+        vec![join(1, worker("w1", 0)), join(2, too_many)],
+    );
+    let refused: Vec<u64> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Refused { connection, reason } if reason.contains("at least one slot") => {
+                Some(*connection)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused, vec![1, 2], "{actions:#?}");
+    assert!(core.tasks().worker_ids().is_empty());
+    assert!(
+        core.environment_report(None).is_empty(),
+        "nothing kept of them"
+    );
+}
+
+/// Manager connections are the core's to end: a broken connection or a goodbye closes the
+/// manager's link once (the shell keeps no judgement of its own), a second connection of the id
+/// is refused while one is open and let in once it is closed.
+#[test]
+fn the_core_closes_a_managers_link_once_when_it_breaks_or_says_goodbye() {
+    let closes = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::CloseManager { manager } if manager == "m1"))
+            .count()
+    };
+    let mut core = Scheduler::new(config(false));
+    round(&mut core, 0, vec![manager_joins(manager("m1"))]);
+    let refused = round(&mut core, 1, vec![manager_joins(manager("m1"))]);
+    assert!(
+        refused
+            .iter()
+            .any(|a| matches!(a, Action::ManagerRefused { .. }))
+    );
+    let gone = || Input::ManagerGone { id: "m1".into() };
+    assert_eq!(closes(&round(&mut core, 2, vec![gone()])), 1);
+    assert_eq!(closes(&round(&mut core, 3, vec![gone()])), 0, "once");
+    let back = round(&mut core, 4, vec![manager_joins(manager("m1"))]);
+    assert!(
+        back.iter()
+            .any(|a| matches!(a, Action::ManagerRegistered { .. }))
+    );
+    let goodbye = Input::ManagerGoodbye { id: "m1".into() };
+    assert_eq!(closes(&round(&mut core, 5, vec![goodbye])), 1);
+    assert!(core.status(5).managers.is_empty(), "gone with its goodbye");
+}
+
 #[test]
 fn refusals_carry_a_code_to_act_on() {
     use weir::proto::ErrorCode;
@@ -609,6 +738,83 @@ fn the_journal_is_compacted_only_once_big_enough_and_as_it_was_at_that_point() {
     assert!(matches!(image.last(), Some(Record::Compacted)));
 }
 
+/// At start the core decides: a journal holding forgotten jobs is compacted whatever its size
+/// (into the state replayed), one without them is left as it is.
+#[test]
+fn a_journal_with_forgotten_jobs_is_compacted_at_start_whatever_its_size() {
+    let mut core = Scheduler::new(config(true));
+    let mut rounds = Vec::new();
+    let actions = round(
+        &mut core,
+        0,
+        vec![join(1, worker("w1", 2)), from_client(1, submit(2))],
+    );
+    let results = runs(&actions).into_iter().map(|t| (t, ok())).collect();
+    rounds.push(actions);
+    rounds.push(round(
+        &mut core,
+        1,
+        vec![Input::Finished { worker: 1, results }],
+    ));
+    // A scheduler started from what the rounds so far journaled.
+    let start = |rounds: &[Vec<Action>]| {
+        let mut restarted = Scheduler::new(config(true));
+        for record in rounds.iter().flat_map(|actions| journaled(actions)) {
+            restarted.handle(10, Input::Replay(record));
+        }
+        restarted.handle(10, Input::Replayed);
+        restarted.take_actions()
+    };
+    let kept = start(&rounds);
+    assert!(kept.is_empty(), "nothing forgotten: {kept:#?}");
+    rounds.push(round(
+        &mut core,
+        2,
+        vec![from_client(2, Request::Forget { job: 1 })],
+    ));
+    match &start(&rounds)[..] {
+        [Action::Compact(image)] => {
+            assert!(matches!(
+                image.first(),
+                Some(Record::Base { first_job: 2, .. })
+            ));
+            assert!(matches!(image.last(), Some(Record::Compacted)));
+        }
+        other => panic!("compacted at start: {other:#?}"),
+    }
+}
+
+/// An `env register --wait` whose environment is removed meanwhile is answered at once (no
+/// worker would ever give a verdict on it), not left waiting.
+#[test]
+fn an_environment_wait_ends_when_its_environment_is_removed() {
+    let mut core = Scheduler::new(config(false));
+    let register = Input::Request {
+        client: 1,
+        request: Request::EnvRegister {
+            name: "big".into(),
+            component: vec![],
+            config: vec![],
+            wait: true,
+        },
+        components: vec![([3; 32], std::sync::Arc::from(&b"c"[..]))],
+    };
+    let actions = round(&mut core, 0, vec![join(1, worker("w1", 1)), register]);
+    assert!(replies(&actions, 1).is_empty(), "waits for w1's verdict");
+    let remove = from_client(2, Request::EnvRemove { name: "big".into() });
+    let actions = round(&mut core, 1, vec![remove]);
+    assert!(matches!(
+        replies(&actions, 1)[..],
+        [(
+            Response::Error {
+                code: weir::proto::ErrorCode::NotFound,
+                ..
+            },
+            true
+        )]
+    ));
+}
+
 #[test]
 fn an_environment_wait_ends_when_the_worker_it_waits_for_falls_silent() {
     let mut core = Scheduler::new(config(false));
@@ -724,6 +930,56 @@ fn a_policy_set_while_running_is_journaled_and_restored() {
             .iter()
             .any(|r| matches!(r, Record::PolicySet { .. })),
         "compaction keeps it"
+    );
+    // While it is tried, a user sets another: that one is adopted, and the journal's, ready
+    // after it, is not (nor kept by a compaction).
+    let adopted = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::AdoptPolicy { client } => Some(*client),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut newer = policy.clone();
+    newer.content = "1, c\n".into();
+    let tiers = |member: &str| {
+        vec![Tier {
+            priority: 1,
+            members: vec![member.into()],
+        }]
+    };
+    let actions = round(
+        &mut restarted,
+        20,
+        vec![Input::PolicySwapped {
+            client: Some(7),
+            policy: newer,
+            result: Ok(tiers("c")),
+        }],
+    );
+    assert_eq!(adopted(&actions), vec![Some(7)]);
+    let actions = round(
+        &mut restarted,
+        21,
+        vec![Input::PolicySwapped {
+            client: None,
+            policy,
+            result: Ok(tiers("b")),
+        }],
+    );
+    assert_eq!(adopted(&actions), vec![], "superseded: not adopted");
+    assert_eq!(restarted.policy_report().content, "1, c\n");
+    let image = restarted.journal_image();
+    assert!(
+        image
+            .iter()
+            .any(|r| matches!(r, Record::PolicySet { content, .. } if content == "1, c\n"))
+            && !image
+                .iter()
+                .any(|r| matches!(r, Record::PolicySet { content, .. } if content == "1, b\n")),
+        "compaction keeps the user's"
     );
 }
 
@@ -989,6 +1245,32 @@ fn progress_goes_at_most_every_100_ms_and_the_end_at_once() {
     assert_eq!(replies(&actions, 2), vec![(&Response::Done(done), true)]);
     core.handle(1_000, Input::Timeout);
     assert!(replies(&core.take_actions(), 2).is_empty());
+}
+
+/// Progress held back for a client that is gone is dropped with it: no wake-up for nobody.
+#[test]
+fn progress_due_for_a_client_that_is_gone_is_dropped() {
+    use weir::core::scheduler::PROGRESS_EVERY_MS;
+    let mut core = Scheduler::new(config(false));
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            join(1, worker("w1", 4)),
+            from_client(1, submit(4)),
+            from_client(2, Request::Wait { job: 1 }),
+        ],
+    );
+    let tasks = runs(&actions);
+    finish(&mut core, 10, tasks[0]);
+    finish(&mut core, 20, tasks[1]);
+    assert_eq!(
+        core.poll_timeout(),
+        10 + PROGRESS_EVERY_MS,
+        "progress held back"
+    );
+    round(&mut core, 30, vec![Input::ClientGone { client: 2 }]);
+    assert!(core.poll_timeout() > 10 + PROGRESS_EVERY_MS);
 }
 
 /// Worker 1 reports `task` succeeded at `now`; what the core asks for.

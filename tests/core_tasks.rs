@@ -255,7 +255,14 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
     core.submit(vec![group(1, &[])]).unwrap(); // task 3: runs anywhere
     let mut envs = group(1, &[]);
     envs.spec.environments = vec!["big".into()];
-    core.register_environment("big");
+    core.register_environment(
+        weir::proto::EnvironmentDef {
+            name: "big".into(),
+            component: [1; 32],
+            config: vec![],
+        },
+        std::sync::Arc::from(vec![0u8; 4]),
+    );
     core.submit(vec![envs]).unwrap(); // task 4: needs `big`, not evaluated yet
     let w = core
         .worker_joined(0, worker(1, &[("gpu", 0)]))
@@ -294,7 +301,7 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
 fn a_component_no_held_task_uses_is_released() {
     let mut core = Tasks::new(Config::default());
     let hash = [7; 32];
-    core.add_component(hash);
+    core.add_component(hash, std::sync::Arc::from(vec![0u8; 4]));
     let mut wasm = group(2, &[]);
     wasm.spec.kind = TaskKind::Wasm { component: hash };
     core.submit(vec![wasm.clone()]).unwrap(); // job 1
@@ -327,7 +334,7 @@ fn a_component_no_held_task_uses_is_released() {
         core.submit(vec![wasm.clone()]),
         Err(SubmitError::UnknownComponent { .. })
     ));
-    core.add_component(hash);
+    core.add_component(hash, std::sync::Arc::from(vec![0u8; 4]));
     core.submit(vec![wasm]).unwrap();
     core.sanity_check().unwrap();
 }
@@ -1066,7 +1073,14 @@ proptest! {
 #[test]
 fn explain_never_contradicts_itself_while_verdicts_are_pending() {
     let mut core = Tasks::new(Config::default());
-    core.register_environment("big");
+    core.register_environment(
+        weir::proto::EnvironmentDef {
+            name: "big".into(),
+            component: [1; 32],
+            config: vec![],
+        },
+        std::sync::Arc::from(vec![0u8; 4]),
+    );
     let plain = core.worker_joined(0, worker(1, &[])).expect("joins").0;
     let mut own = worker(1, &[]);
     own.name = "own".into();
@@ -1411,4 +1425,50 @@ fn finished_is_finished_a_worker_back_with_an_outcome_takes_its_task_back_from_t
     core.submit(vec![group(1, &[])]).unwrap();
     core.schedule(2_300);
     assert_eq!(dispatched(&core.take_actions())[&b], vec![2]);
+}
+
+/// A condition's bytes live in the one component store while a definition uses them: replaced
+/// or removed, they go (unless a held group uses them); a task component that a condition also
+/// uses keeps its bytes when its last group is dropped, though the workers forget it as a task
+/// component.
+#[test]
+fn condition_bytes_go_with_their_last_definition() {
+    let mut core = Tasks::new(Config::default());
+    let def = |component| weir::proto::EnvironmentDef {
+        name: "big".into(),
+        component,
+        config: vec![],
+    };
+    let bytes = || std::sync::Arc::from(vec![0u8; 4]);
+    core.register_environment(def([1; 32]), bytes());
+    assert!(core.components().get(&[1; 32]).is_some());
+    let replaced = core.register_environment(def([2; 32]), bytes());
+    assert_eq!(replaced.map(|d| d.component), Some([1; 32]));
+    assert!(core.components().get(&[1; 32]).is_none(), "replaced: gone");
+    assert!(core.components().get(&[2; 32]).is_some());
+    core.sanity_check().unwrap();
+    // A job uses the condition's component as a task component too.
+    let mut wasm = group(1, &[]);
+    wasm.spec.kind = TaskKind::Wasm { component: [2; 32] };
+    core.submit(vec![wasm]).unwrap();
+    assert_eq!(core.cancel_job(1), 1);
+    core.take_actions();
+    core.forget(1).unwrap();
+    assert_eq!(
+        core.take_actions(),
+        [Action::Dropped {
+            groups: vec![1],
+            components: vec![[2; 32]]
+        }]
+    );
+    assert!(
+        core.components().get(&[2; 32]).is_some(),
+        "still a condition"
+    );
+    assert_eq!(
+        core.remove_environment("big").map(|d| d.component),
+        Some([2; 32])
+    );
+    assert!(core.components().get(&[2; 32]).is_none(), "removed: gone");
+    core.sanity_check().unwrap();
 }

@@ -1,18 +1,28 @@
-//! The scaling loop as a pure simulation, no processes: the task core, the manager controller,
-//! the native waterfall, the validation every decision passes, and worker managers modelled
-//! with the same convergence step the real one runs (`weir::manager::plan`). Random worker
-//! deaths, restarts, registrations, late disconnects, submissions and finishes never take a
-//! manager past its cap: every decision is within it, the manager never runs more processes,
-//! and once the manager has reported (one tick) the scheduler's view of it is within it too.
+//! The scheduler core driven through its one entry point, `Scheduler::handle`, as a pure
+//! simulation, no processes: the shell's part is played by this file (actions answered the way
+//! the shell and the peers answer them), the policy is the native waterfall, and worker
+//! managers are modelled with the same convergence step the real one runs
+//! (`weir::manager::plan`). After every round (inputs, `EndOfBatch`, `Synced`) the whole
+//! scheduler passes `Scheduler::sanity_check`.
+//!
+//! Random worker deaths, restarts, registrations, late disconnects, submissions and finishes
+//! never take a manager past its cap: every decision is within it, the manager never runs more
+//! processes, and once the manager has reported the scheduler's view of it is within it too.
+//! A broader run adds clients, cancels, forgets, environments, verdicts, manager connections
+//! that break and come back, goodbyes, failing decisions and policy changes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use proptest::prelude::*;
-use weir::core::managers::{Context, Managers};
 use weir::core::scaling::validate_decisions;
-use weir::core::tasks::{Action, Config, Loss, Tasks};
+use weir::core::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
+use weir::core::{component_hash, tasks};
 use weir::manager::plan;
-use weir::proto::{ManagerState, NewGroup, Outcome, TaskKind, TaskSpec, WorkerId, WorkerInfo};
+use weir::proto::{
+    EnvVerdict, ManagerState, NewGroup, Outcome, Request, TaskId, TaskKind, TaskSpec, ToManager,
+    ToWorker, WorkerId, WorkerInfo,
+};
 use weir_waterfall::{Flavor, Policy};
 
 /// One simulated manager: its processes (oldest first) and which scheduler id each registered as.
@@ -21,6 +31,7 @@ struct Pool {
     cap_tasks: u32,
     slots: u32,
     alive: Vec<String>,
+    /// Its processes registered with the scheduler and not known gone there.
     registered: HashMap<String, WorkerId>,
     /// Registered workers whose process died (the scheduler may not know yet).
     dead: Vec<WorkerId>,
@@ -29,6 +40,8 @@ struct Pool {
     desired: u32,
     /// Workers it saw exit or stopped, newest last.
     exited: Vec<String>,
+    /// Whether its connection is registered.
+    connected: bool,
 }
 
 impl Pool {
@@ -36,17 +49,39 @@ impl Pool {
         (self.cap_tasks / self.slots).max(1) as usize
     }
 
-    /// The manager's convergence step (`weir::manager::plan`): its processes only.
-    fn converge(&mut self, desired: u32, stop: &[String], registered: &[String]) {
+    fn new(id: &str, cap_tasks: u32, slots: u32) -> Pool {
+        Pool {
+            id: id.into(),
+            cap_tasks,
+            slots,
+            alive: vec![],
+            registered: HashMap::new(),
+            dead: vec![],
+            next: 0,
+            desired: 0,
+            exited: vec![],
+            connected: false,
+        }
+    }
+
+    /// The manager's convergence step (`weir::manager::plan`): its processes only. Returns the
+    /// registered workers it stopped (each closes its connection as it stops).
+    fn converge(&mut self, desired: u32, stop: &[String], registered: &[String]) -> Vec<WorkerId> {
         let desired = desired.min(self.max_workers() as u32);
         self.desired = desired;
         let step = plan(&self.alive, desired, stop, registered, true);
         self.alive.retain(|n| !step.stop.contains(n));
+        let stopped = step
+            .stop
+            .iter()
+            .filter_map(|n| self.registered.get(n).copied())
+            .collect();
         self.exited.extend(step.stop);
         for _ in 0..step.start {
             self.next += 1;
             self.alive.push(format!("{}-{}", self.id, self.next));
         }
+        stopped
     }
 
     fn state(&self) -> ManagerState {
@@ -75,7 +110,8 @@ impl Pool {
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Policy decides, managers converge and report (one scaling tick).
+    /// Time passes to the next scaling interval: the policy decides, the managers converge and
+    /// report.
     Tick,
     /// A started worker registers with the scheduler.
     Register(usize, usize),
@@ -87,12 +123,43 @@ enum Op {
     Heartbeat(usize),
     /// A manager's own tick: it replaces dead workers at once; its report may arrive later.
     ManagerTick(usize),
-    Submit(u32),
-    Schedule,
-    Finish(usize),
+    /// A job of this many tasks; a wasm one (of one of three components); needing an
+    /// environment.
+    Submit(u32, Option<usize>, Option<usize>),
+    /// A running task's report: succeeded, or failed.
+    Finish(usize, bool),
+    /// Every live worker process heartbeats and asks for its lease.
+    WorkerHeartbeats,
+    /// A client waits for (or watches) a job.
+    Wait(u64, bool),
+    ClientGone(usize),
+    Cancel(u64),
+    Forget(u64),
+    /// `weir env register` of one of two names, with one of three components.
+    EnvRegister(usize, usize, bool),
+    EnvRemove(usize),
+    /// A live worker's verdict on an environment.
+    Verdict(usize, usize, bool),
+    /// A manager's connection breaks (its processes run on).
+    ManagerGone(usize),
+    /// A manager connects again.
+    ManagerJoin(usize),
+    ManagerGoodbye(usize),
+    /// The policy's next answer is an error.
+    PolicyFails,
+    /// `weir policy set` (the same waterfall).
+    PolicySet,
+    /// This many milliseconds pass.
+    Later(u64),
+    /// A live worker's stream ends; it then closes as stopping on purpose, or says nothing.
+    StreamEnds(usize, bool),
+    /// A worker reports a task it holds started (one held ahead of a free slot, or not).
+    Started(usize),
+    /// `weir workers wait N [--env NAME]`.
+    WaitWorkers(u32, Option<usize>),
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn scaling_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => Just(Op::Tick),
         3 => (0..2usize, 0..8usize).prop_map(|(m, w)| Op::Register(m, w)),
@@ -100,31 +167,621 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..8usize).prop_map(Op::LateDisconnect),
         1 => (0..2usize).prop_map(Op::Heartbeat),
         2 => (0..2usize).prop_map(Op::ManagerTick),
-        1 => (1..12u32).prop_map(Op::Submit),
-        2 => Just(Op::Schedule),
-        2 => (0..16usize).prop_map(Op::Finish),
+        1 => (1..12u32).prop_map(|n| Op::Submit(n, None, None)),
+        2 => (0..16usize).prop_map(|i| Op::Finish(i, true)),
     ]
 }
 
-fn submit(core: &mut Tasks, count: u32) {
-    let spec = TaskSpec {
-        kind: TaskKind::Command {
-            argv: vec!["true".into()],
-            env: vec![],
+fn any_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        // Workers and managers about half the time, the rest everything else.
+        16 => scaling_op(),
+        1 => (
+            1..6u32,
+            proptest::option::of(0..3usize),
+            proptest::option::of(0..2usize)
+        )
+            .prop_map(|(n, wasm, env)| Op::Submit(n, wasm, env)),
+        1 => (0..16usize, any::<bool>()).prop_map(|(i, ok)| Op::Finish(i, ok)),
+        1 => Just(Op::WorkerHeartbeats),
+        1 => (1..8u64, any::<bool>()).prop_map(|(j, watch)| Op::Wait(j, watch)),
+        1 => (0..4usize).prop_map(Op::ClientGone),
+        1 => (1..8u64).prop_map(Op::Cancel),
+        1 => (1..8u64).prop_map(Op::Forget),
+        1 => (0..2usize, 0..3usize, any::<bool>()).prop_map(|(n, c, w)| Op::EnvRegister(n, c, w)),
+        1 => (0..2usize).prop_map(Op::EnvRemove),
+        1 => (0..8usize, 0..2usize, any::<bool>()).prop_map(|(w, n, m)| Op::Verdict(w, n, m)),
+        1 => (0..2usize).prop_map(Op::ManagerGone),
+        1 => (0..2usize).prop_map(Op::ManagerJoin),
+        1 => (0..2usize).prop_map(Op::ManagerGoodbye),
+        1 => Just(Op::PolicyFails),
+        1 => Just(Op::PolicySet),
+        1 => (1..4_000u64).prop_map(Op::Later),
+        1 => (0..8usize, any::<bool>()).prop_map(|(w, stops)| Op::StreamEnds(w, stops)),
+        2 => (0..16usize).prop_map(Op::Started),
+        1 => (0..4u32, proptest::option::of(0..2usize)).prop_map(|(n, e)| Op::WaitWorkers(n, e)),
+    ]
+}
+
+const ENVIRONMENTS: [&str; 2] = ["big", "fast"];
+const POLICY: &str = "1, t\n";
+
+/// Component bytes: task and condition components may be the same.
+fn component(index: usize) -> (weir::proto::ComponentHash, Arc<[u8]>) {
+    let bytes = vec![index as u8 + 1; 8];
+    (component_hash(&bytes), Arc::from(bytes))
+}
+
+fn config(broad: bool) -> Config {
+    let never = u64::MAX / 4;
+    Config {
+        tasks: tasks::Config {
+            heartbeat_timeout_ms: if broad { 3_000 } else { never },
+            forget_after_ms: broad.then_some(1_000),
+            fence_ms: if broad { 2_000 } else { 0 },
+            prefetch: u32::from(broad),
+            ..tasks::Config::default()
         },
-        capabilities: vec![],
-        environments: vec![],
-        priority: 0,
-        timeout_ms: 0,
-        retries: 1_000,
-        input: vec![],
-    };
-    core.submit(vec![NewGroup {
-        spec,
-        count,
-        inputs: vec![],
-    }])
-    .expect("submission accepted");
+        manager_timeout_ms: if broad { 3_000 } else { never },
+        manager_forget_ms: if broad { 8_000 } else { never },
+        lease_ms: 3_000,
+        tick_ms: 500,
+        scaling_ms: Some(1_000),
+        scale_down_delay_ms: 0,
+        unschedulable_timeout_ms: broad.then_some(6_000),
+        policy: PolicyInfo {
+            name: "waterfall".into(),
+            content: POLICY.into(),
+            ..PolicyInfo::default()
+        },
+        tiers: Policy::parse(Flavor::WorkerType, POLICY)
+            .expect("content")
+            .tiers(),
+        journal: broad,
+        compact_min_bytes: 0,
+    }
+}
+
+/// The scheduler core and everything around it: the shell's part, workers, managers, clients.
+struct Sim {
+    core: Scheduler,
+    policy: Policy,
+    pools: Vec<Pool>,
+    now: u64,
+    /// Worker connections waiting for their id: (pool, name, the tasks it claims).
+    joining: HashMap<u64, (usize, String, Vec<TaskId>)>,
+    /// Tasks handed to workers and not reported.
+    running: Vec<(WorkerId, TaskId)>,
+    /// Tasks a live process still runs while it has no connection (it claims them when it
+    /// registers again), by process name.
+    holding: HashMap<String, Vec<TaskId>>,
+    /// What the actions call for next (the shell feeds it in the same round).
+    inputs: VecDeque<Input>,
+    next_id: u64,
+    fail_next: bool,
+    /// Managers that reported in this round.
+    reported: Vec<usize>,
+    journal_bytes: u64,
+}
+
+impl Sim {
+    fn new(broad: bool, caps: (u32, u32), slots: (u32, u32)) -> Sim {
+        Sim {
+            core: Scheduler::new(config(broad)),
+            policy: Policy::parse(Flavor::WorkerType, POLICY).expect("content"),
+            pools: vec![
+                Pool::new("a", caps.0, slots.0),
+                Pool::new("b", caps.1, slots.1),
+            ],
+            now: 0,
+            joining: HashMap::new(),
+            running: Vec::new(),
+            holding: HashMap::new(),
+            inputs: VecDeque::new(),
+            next_id: 0,
+            fail_next: false,
+            reported: Vec::new(),
+            journal_bytes: 0,
+        }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Feed `input`, then what its actions call for, until nothing is left.
+    fn feed(&mut self, input: Input) -> Result<(), TestCaseError> {
+        self.inputs.push_back(input);
+        while let Some(input) = self.inputs.pop_front() {
+            if let Input::ManagerHeartbeat { state } | Input::ManagerJoined { state, .. } = &input
+                && let Some(index) = self.pools.iter().position(|p| p.id == state.id)
+            {
+                self.reported.push(index);
+            }
+            self.core.handle(self.now, input);
+            while let Some(action) = self.core.poll_action() {
+                self.perform(action)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The shell's and the peers' answer to an action.
+    fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
+        match action {
+            Action::Registered { connection, worker } => {
+                if let Some((pool, name, claims)) = self.joining.remove(&connection) {
+                    self.pools[pool].registered.insert(name, worker);
+                    // Those it may not keep, the core tells it to stop (`Cancel`).
+                    self.running.extend(claims.into_iter().map(|t| (worker, t)));
+                }
+            }
+            Action::Refused { connection, .. } => drop(self.joining.remove(&connection)),
+            Action::ToWorker { worker, message } => self.worker_answers(worker, message),
+            Action::CloseWorker { worker } => {
+                // The connection's session ends and says so.
+                self.inputs.push_back(Input::WorkerGone {
+                    worker,
+                    reason: "dropped by the scheduler".into(),
+                    planned: false,
+                });
+                self.forget_worker(worker);
+            }
+            Action::ManagerRegistered { id, .. } => self.pool(&id).connected = true,
+            Action::ManagerRefused { .. } => {}
+            Action::CloseManager { manager } => self.pool(&manager).connected = false,
+            Action::ToManager { manager, message } => {
+                let ToManager::Desired {
+                    desired,
+                    stop,
+                    registered,
+                    ..
+                } = message;
+                let pool = self.pool(&manager);
+                prop_assert!(pool.connected, "a decision for {manager}, not connected");
+                let stopped = pool.converge(desired, &stop, &registered);
+                prop_assert!(
+                    pool.alive.len() <= pool.max_workers(),
+                    "{} runs {} processes",
+                    pool.id,
+                    pool.alive.len()
+                );
+                let state = pool.state();
+                self.inputs.push_back(Input::ManagerHeartbeat { state });
+                for worker in stopped {
+                    self.inputs.push_back(Input::WorkerGone {
+                        worker,
+                        reason: "it stopped".into(),
+                        planned: true,
+                    });
+                    self.forget_worker(worker);
+                }
+            }
+            Action::Reply { .. } | Action::Journal { .. } => {}
+            Action::Compact(_) => self.inputs.push_back(Input::Compacted),
+            Action::SwapPolicy { client, policy, .. } => {
+                let result = Ok(self.policy.tiers());
+                self.inputs.push_back(Input::PolicySwapped {
+                    client,
+                    policy,
+                    result,
+                });
+            }
+            // The same waterfall: nothing changes here.
+            Action::AdoptPolicy { .. } => {}
+            Action::Decide(snapshot) => {
+                let decisions = self.policy.decide(&snapshot);
+                prop_assert_eq!(validate_decisions(&snapshot, &decisions), Ok(()));
+                for decision in &decisions {
+                    let pool = self.pool(&decision.manager_id);
+                    prop_assert!(
+                        decision.desired_workers as usize <= pool.max_workers(),
+                        "{decision:?}"
+                    );
+                }
+                let result = match std::mem::take(&mut self.fail_next) {
+                    true => Err("the policy trapped".to_string()),
+                    false => Ok(decisions),
+                };
+                self.inputs.push_back(Input::Decided { result });
+            }
+        }
+        Ok(())
+    }
+
+    fn worker_answers(&mut self, worker: WorkerId, message: ToWorker) {
+        match message {
+            ToWorker::Run(assignments) => self
+                .running
+                .extend(assignments.into_iter().map(|a| (worker, a.task))),
+            // A worker gives back what it has not started: here, all it can.
+            ToWorker::Revoke { tasks, count } => {
+                let back: Vec<TaskId> = tasks.into_iter().take(count as usize).collect();
+                self.running
+                    .retain(|(w, t)| *w != worker || !back.contains(t));
+                self.inputs.push_back(Input::Revoked {
+                    worker,
+                    tasks: back,
+                });
+            }
+            // It stops them and reports them.
+            ToWorker::Cancel(tasks) => {
+                self.running
+                    .retain(|(w, t)| *w != worker || !tasks.contains(t));
+                let results = tasks
+                    .into_iter()
+                    .map(|t| {
+                        (
+                            t,
+                            Outcome::Error {
+                                message: "canceled".into(),
+                            },
+                        )
+                    })
+                    .collect();
+                self.inputs.push_back(Input::Finished { worker, results });
+            }
+            _ => {}
+        }
+    }
+
+    fn pool(&mut self, id: &str) -> &mut Pool {
+        let index = self.pools.iter().position(|p| p.id == id).unwrap_or(0);
+        &mut self.pools[index]
+    }
+
+    /// The worker's connection is gone: its process, if alive, may register again, claiming
+    /// the tasks it still runs.
+    fn forget_worker(&mut self, worker: WorkerId) {
+        for pool in &self.pools {
+            let name = pool.registered.iter().find(|(_, id)| **id == worker);
+            if let Some((name, _)) = name
+                && pool.alive.contains(name)
+            {
+                let held = self.running.iter().filter(|(w, _)| *w == worker);
+                let held: Vec<TaskId> = held.map(|(_, t)| *t).collect();
+                self.holding.entry(name.clone()).or_default().extend(held);
+            }
+        }
+        for pool in &mut self.pools {
+            pool.registered.retain(|_, id| *id != worker);
+            pool.dead.retain(|id| *id != worker);
+        }
+        self.running.retain(|(w, _)| *w != worker);
+    }
+
+    /// A request from a new client.
+    fn request(
+        &mut self,
+        request: Request,
+        components: Vec<(weir::proto::ComponentHash, Arc<[u8]>)>,
+    ) -> Result<(), TestCaseError> {
+        let client = self.next_id();
+        self.feed(Input::Request {
+            client,
+            request,
+            components,
+        })
+    }
+
+    fn manager_join(&mut self, m: usize) -> Result<(), TestCaseError> {
+        if self.pools[m].connected {
+            return Ok(());
+        }
+        let connection = self.next_id();
+        let state = self.pools[m].state();
+        self.feed(Input::ManagerJoined {
+            connection,
+            state,
+            peer: format!("10.0.0.{m}:1"),
+        })
+    }
+
+    fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        self.now += 100;
+        match *op {
+            Op::Tick => {
+                // Rounds of one timeout each, until the policy is handed a snapshot and the
+                // managers report (there may be no manager).
+                for _ in 0..8 {
+                    self.now = self.now.max(self.core.poll_timeout());
+                    self.feed(Input::Timeout)?;
+                    let decided = !self.reported.is_empty();
+                    self.end_round(op)?;
+                    if decided {
+                        break;
+                    }
+                }
+            }
+            Op::Register(m, w) => {
+                let pool = &self.pools[m];
+                let unregistered: Vec<String> = pool
+                    .alive
+                    .iter()
+                    .filter(|n| !pool.registered.contains_key(*n))
+                    .cloned()
+                    .collect();
+                let slots = pool.slots;
+                let manager = pool.id.clone();
+                if let Some(name) = unregistered.get(w % unregistered.len().max(1)) {
+                    let connection = self.next_id();
+                    let claims = self.holding.remove(name).unwrap_or_default();
+                    let info = WorkerInfo {
+                        name: name.clone(),
+                        slots,
+                        capabilities: vec![],
+                        worker_type: "t".into(),
+                        manager: Some(manager),
+                        local_environments: vec![],
+                        running: claims.clone(),
+                        // One per process: its claims are its own only if it is the same one.
+                        instance: name
+                            .bytes()
+                            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
+                        ends_in_ms: None,
+                        finished: vec![],
+                    };
+                    self.joining.insert(connection, (m, name.clone(), claims));
+                    self.feed(Input::WorkerJoined { connection, info })?;
+                }
+            }
+            Op::Kill(m, w) => {
+                let pool = &mut self.pools[m];
+                if !pool.alive.is_empty() {
+                    let name = pool.alive.remove(w % pool.alive.len());
+                    self.holding.remove(&name);
+                    pool.exited.push(name.clone());
+                    if let Some(id) = pool.registered.get(&name) {
+                        pool.dead.push(*id);
+                        let id = *id;
+                        self.running.retain(|(w, _)| *w != id);
+                    }
+                }
+            }
+            Op::LateDisconnect(w) => {
+                let dead: Vec<WorkerId> = self.pools.iter().flat_map(|p| p.dead.clone()).collect();
+                if let Some(&worker) = dead.get(w % dead.len().max(1)) {
+                    self.forget_worker(worker);
+                    self.feed(Input::WorkerGone {
+                        worker,
+                        reason: "timed out".into(),
+                        planned: false,
+                    })?;
+                }
+            }
+            Op::Heartbeat(m) => {
+                if self.pools[m].connected {
+                    let state = self.pools[m].state();
+                    self.feed(Input::ManagerHeartbeat { state })?;
+                }
+            }
+            Op::ManagerTick(m) => {
+                let pool = &mut self.pools[m];
+                let registered: Vec<String> = pool.registered.keys().cloned().collect();
+                let desired = pool.desired;
+                pool.converge(desired, &[], &registered);
+                prop_assert!(pool.alive.len() <= pool.max_workers());
+            }
+            Op::Submit(count, wasm, env) => {
+                let (kind, components) = match wasm {
+                    Some(c) => {
+                        let (hash, bytes) = component(c);
+                        (TaskKind::Wasm { component: hash }, vec![(hash, bytes)])
+                    }
+                    None => (
+                        TaskKind::Command {
+                            argv: vec!["true".into()],
+                            env: vec![],
+                        },
+                        vec![],
+                    ),
+                };
+                let spec = TaskSpec {
+                    kind,
+                    capabilities: vec![],
+                    environments: env
+                        .map(|e| ENVIRONMENTS[e].to_string())
+                        .into_iter()
+                        .collect(),
+                    priority: 0,
+                    timeout_ms: 0,
+                    retries: 1_000,
+                    input: vec![],
+                };
+                let groups = vec![NewGroup {
+                    spec,
+                    count,
+                    inputs: vec![],
+                }];
+                let request = Request::Submit {
+                    components: vec![],
+                    groups,
+                };
+                self.request(request, components)?;
+            }
+            Op::Finish(i, ok) => {
+                let alive: Vec<(WorkerId, TaskId)> = self
+                    .running
+                    .iter()
+                    .copied()
+                    .filter(|(w, _)| !self.pools.iter().any(|p| p.dead.contains(w)))
+                    .collect();
+                if !alive.is_empty() {
+                    let (worker, task) = alive[i % alive.len()];
+                    self.running.retain(|r| *r != (worker, task));
+                    let outcome = Outcome::Exited {
+                        code: Some(if ok { 0 } else { 1 }),
+                        stdout: vec![],
+                        stderr: vec![],
+                    };
+                    self.feed(Input::Finished {
+                        worker,
+                        results: vec![(task, outcome)],
+                    })?;
+                }
+            }
+            Op::WorkerHeartbeats => {
+                let live: Vec<WorkerId> = self
+                    .pools
+                    .iter()
+                    .flat_map(|p| {
+                        p.registered
+                            .values()
+                            .copied()
+                            .filter(|w| !p.dead.contains(w))
+                    })
+                    .collect();
+                for worker in live {
+                    self.feed(Input::Heartbeat {
+                        worker,
+                        renew: Some(self.now),
+                    })?;
+                }
+            }
+            Op::Wait(job, watch) => {
+                let request = match watch {
+                    true => Request::Watch { job },
+                    false => Request::Wait { job },
+                };
+                self.request(request, vec![])?;
+            }
+            Op::ClientGone(back) => {
+                let client = self.next_id.saturating_sub(back as u64);
+                self.feed(Input::ClientGone { client })?;
+            }
+            Op::Cancel(job) => self.request(Request::Cancel { job }, vec![])?,
+            Op::Forget(job) => self.request(Request::Forget { job }, vec![])?,
+            Op::EnvRegister(name, c, wait) => {
+                let request = Request::EnvRegister {
+                    name: ENVIRONMENTS[name].into(),
+                    component: vec![],
+                    config: vec![],
+                    wait,
+                };
+                self.request(request, vec![component(c)])?;
+            }
+            Op::EnvRemove(name) => {
+                let name = ENVIRONMENTS[name].into();
+                self.request(Request::EnvRemove { name }, vec![])?;
+            }
+            Op::Verdict(w, name, matches) => {
+                let live = self.core.tasks().worker_ids();
+                if let Some(&worker) = live.get(w % live.len().max(1)) {
+                    let verdict = match matches {
+                        true => EnvVerdict::Match,
+                        false => EnvVerdict::NoMatch,
+                    };
+                    self.feed(Input::Verdicts {
+                        worker,
+                        verdicts: vec![(ENVIRONMENTS[name].into(), verdict)],
+                    })?;
+                }
+            }
+            Op::ManagerGone(m) => {
+                if self.pools[m].connected {
+                    let id = self.pools[m].id.clone();
+                    self.feed(Input::ManagerGone { id })?;
+                }
+            }
+            Op::ManagerJoin(m) => self.manager_join(m)?,
+            Op::ManagerGoodbye(m) => {
+                if self.pools[m].connected {
+                    let id = self.pools[m].id.clone();
+                    self.feed(Input::ManagerGoodbye { id })?;
+                }
+            }
+            Op::PolicyFails => self.fail_next = true,
+            Op::PolicySet => {
+                let (hash, bytes) = component(7);
+                let request = Request::PolicySet {
+                    name: "waterfall".into(),
+                    component: vec![],
+                    content: POLICY.into(),
+                };
+                self.request(request, vec![(hash, bytes)])?;
+            }
+            Op::Later(ms) => self.now += ms,
+            Op::WaitWorkers(count, env) => {
+                let environment = env.map(|e| ENVIRONMENTS[e].to_string());
+                self.request(Request::WaitWorkers { count, environment }, vec![])?;
+            }
+            Op::Started(i) => {
+                if !self.running.is_empty() {
+                    let (worker, task) = self.running[i % self.running.len()];
+                    self.feed(Input::Started {
+                        worker,
+                        tasks: vec![task],
+                    })?;
+                }
+            }
+            Op::StreamEnds(w, stops) => {
+                let live = self.core.tasks().worker_ids();
+                if let Some(&worker) = live.get(w % live.len().max(1)) {
+                    let reason = "the stream ended".to_string();
+                    self.feed(Input::WorkerEnding { worker, reason })?;
+                    if stops {
+                        for pool in &mut self.pools {
+                            let name = pool.registered.iter().find(|(_, id)| **id == worker);
+                            if let Some(name) = name.map(|(n, _)| n.clone()) {
+                                pool.alive.retain(|n| *n != name);
+                                pool.exited.push(name);
+                            }
+                        }
+                        self.forget_worker(worker);
+                        self.feed(Input::WorkerGone {
+                            worker,
+                            reason: "it stopped".into(),
+                            planned: true,
+                        })?;
+                    }
+                }
+            }
+        }
+        self.end_round(op)
+    }
+
+    /// The end of a round, as the shell ends every one: at most one timeout (when due), then
+    /// `EndOfBatch` and the journal's sync. Then the checks.
+    fn end_round(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        if self.now >= self.core.poll_timeout() && !matches!(op, Op::Tick) {
+            self.feed(Input::Timeout)?;
+        }
+        self.feed(Input::EndOfBatch)?;
+        self.journal_bytes += 100;
+        let journal_bytes = self.journal_bytes;
+        self.feed(Input::Synced { journal_bytes })?;
+        if let Err(error) = self.core.sanity_check() {
+            return Err(TestCaseError::fail(format!("after {op:?}: {error}")));
+        }
+        // Once a manager has reported, the scheduler counts no more workers for it than its cap.
+        let snapshot = self.core.scaling_snapshot(self.now);
+        for &index in &self.reported {
+            let pool = &self.pools[index];
+            if let Some(manager) = snapshot.managers.iter().find(|m| m.id == pool.id) {
+                prop_assert!(
+                    manager.current_workers() <= pool.max_workers() as u64,
+                    "{} counts {} workers (cap {}) after it reported: {manager:?}",
+                    pool.id,
+                    manager.current_workers(),
+                    pool.max_workers()
+                );
+            }
+        }
+        self.reported.clear();
+        Ok(())
+    }
+}
+
+fn run(broad: bool, ops: &[Op], caps: (u32, u32), slots: (u32, u32)) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new(broad, caps, slots);
+    for m in 0..sim.pools.len() {
+        sim.manager_join(m)?;
+    }
+    for op in ops {
+        sim.step(op)?;
+    }
+    Ok(())
 }
 
 proptest! {
@@ -132,139 +789,21 @@ proptest! {
 
     #[test]
     fn deaths_restarts_and_late_disconnects_never_take_a_manager_past_its_cap(
-        ops in proptest::collection::vec(op(), 1..160),
+        ops in proptest::collection::vec(scaling_op(), 1..160),
         caps in (1..5u32, 1..9u32),
         slots in (1..3u32, 1..3u32),
     ) {
-        let mut core = Tasks::new(Config::default());
-        let mut managers = Managers::new(u64::MAX);
-        let policy = Policy::parse(Flavor::WorkerType, "1, t\n").expect("content");
-        let mut pools = [
-            Pool { id: "a".into(), cap_tasks: caps.0, slots: slots.0, alive: vec![], registered: HashMap::new(), dead: vec![], next: 0, desired: 0, exited: vec![] },
-            Pool { id: "b".into(), cap_tasks: caps.1, slots: slots.1, alive: vec![], registered: HashMap::new(), dead: vec![], next: 0, desired: 0, exited: vec![] },
-        ];
-        let mut running: Vec<(WorkerId, u64)> = Vec::new();
-        let mut now = 0u64;
-        let tiers = policy.tiers();
-        let context = |core: &Tasks, now: u64| Context {
-            now,
-            workers: core.worker_views(now),
-            tiers: &tiers,
-            registered: core.registered_environments(),
-        };
-        // The manager reports; the scheduler drops the workers it no longer lists.
-        fn heartbeat(core: &mut Tasks, managers: &mut Managers, pool: &mut Pool, now: u64) {
-            let gone = managers.heartbeat(now, pool.state(), &core.worker_views(now));
-            for (worker, planned) in gone {
-                core.worker_lost(now, worker, "its manager no longer lists it", if planned { Loss::Stopped } else { Loss::Exited });
-                pool.dead.retain(|w| *w != worker);
-            }
-        }
-        for pool in &mut pools {
-            heartbeat(&mut core, &mut managers, pool, now);
-        }
-        for op in ops {
-            now += 100;
-            match op {
-                Op::Tick => {
-                    let snapshot = managers.snapshot(&context(&core, now), 0, core.demand());
-                    let decisions = policy.decide(&snapshot);
-                    prop_assert_eq!(validate_decisions(&snapshot, &decisions), Ok(()));
-                    let views = core.worker_views(now);
-                    for decision in decisions {
-                        let pool = pools.iter_mut().find(|p| p.id == decision.manager_id).expect("known");
-                        prop_assert!(decision.desired_workers as usize <= pool.max_workers(), "{decision:?}");
-                        let stop = core.drain(now, &decision.stop);
-                        let registered: Vec<String> = views
-                            .iter()
-                            .filter(|w| w.manager.as_deref() == Some(pool.id.as_str()))
-                            .map(|w| w.name.clone())
-                            .collect();
-                        pool.converge(decision.desired_workers, &stop, &registered);
-                        prop_assert!(pool.alive.len() <= pool.max_workers(), "{} runs {} processes", pool.id, pool.alive.len());
-                        heartbeat(&mut core, &mut managers, pool, now);
-                    }
-                }
-                Op::Register(m, w) => {
-                    let pool = &mut pools[m];
-                    let unregistered: Vec<String> = pool.alive.iter().filter(|n| !pool.registered.contains_key(*n)).cloned().collect();
-                    if let Some(name) = unregistered.get(w % unregistered.len().max(1)) {
-                        let (id, _) = core.worker_joined(now, WorkerInfo {
-                            name: name.clone(),
-                            slots: pool.slots,
-                            capabilities: vec![],
-                            worker_type: "t".into(),
-                            manager: Some(pool.id.clone()),
-                            local_environments: vec![],
-                            running: vec![],
-                            instance: 0,
-                            ends_in_ms: None,
-                            finished: vec![],
-                        }).expect("names are unique");
-                        pool.registered.insert(name.clone(), id);
-                    }
-                }
-                Op::Kill(m, w) => {
-                    let pool = &mut pools[m];
-                    if !pool.alive.is_empty() {
-                        let name = pool.alive.remove(w % pool.alive.len());
-                        pool.exited.push(name.clone());
-                        if let Some(id) = pool.registered.get(&name) {
-                            pool.dead.push(*id);
-                        }
-                    }
-                }
-                Op::LateDisconnect(w) => {
-                    let dead: Vec<WorkerId> = pools.iter().flat_map(|p| p.dead.clone()).collect();
-                    if let Some(worker) = dead.get(w % dead.len().max(1)) {
-                        core.worker_lost(now, *worker, "no heartbeat", Loss::Silent);
-                        for pool in &mut pools {
-                            pool.dead.retain(|d| d != worker);
-                        }
-                    }
-                }
-                Op::Heartbeat(m) => heartbeat(&mut core, &mut managers, &mut pools[m], now),
-                Op::ManagerTick(m) => {
-                    let pool = &mut pools[m];
-                    let registered: Vec<String> = pool.registered.keys().cloned().collect();
-                    pool.converge(pool.desired, &[], &registered);
-                    prop_assert!(pool.alive.len() <= pool.max_workers());
-                }
-                Op::Submit(count) => submit(&mut core, count),
-                Op::Schedule => core.schedule(0),
-                Op::Finish(i) => {
-                    if !running.is_empty() {
-                        let (worker, task) = running.remove(i % running.len());
-                        core.finished(now, worker, task, Outcome::Exited { code: Some(0), stdout: vec![], stderr: vec![] });
-                    }
-                }
-            }
-            for action in core.take_actions() {
-                if let Action::Dispatch { worker, tasks } = action {
-                    running.extend(tasks.into_iter().map(|t| (worker, t)));
-                }
-            }
-            running.retain(|(worker, _)| core.worker_ids().contains(worker));
-            prop_assert_eq!(core.sanity_check(), Ok(()));
-            // Within one tick of any death or restart: once a manager has reported, the
-            // scheduler counts no more workers for it than its cap.
-            let reported: Vec<usize> = match op {
-                Op::Tick => vec![0, 1],
-                Op::Heartbeat(m) => vec![m],
-                _ => vec![],
-            };
-            let snapshot = managers.snapshot(&context(&core, now), 0, core.demand());
-            for index in reported {
-                let (manager, pool) = (&snapshot.managers[index], &pools[index]);
-                {
-                    prop_assert!(
-                        manager.current_workers() <= pool.max_workers() as u64,
-                        "{} counts {} workers (cap {}) after it reported: {manager:?}",
-                        pool.id, manager.current_workers(), pool.max_workers()
-                    );
-                }
-            }
-        }
+        run(false, &ops, caps, slots)?;
+    }
+
+    /// Every kind of input, in any order: the whole scheduler stays sane after every round.
+    #[test]
+    fn every_round_of_any_inputs_keeps_the_whole_scheduler_sane(
+        ops in proptest::collection::vec(any_op(), 1..200),
+        caps in (1..5u32, 1..9u32),
+        slots in (1..3u32, 1..3u32),
+    ) {
+        run(true, &ops, caps, slots)?;
     }
 }
 

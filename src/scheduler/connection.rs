@@ -8,7 +8,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Event;
 use crate::core::scheduler::Input;
-use crate::core::scheduler::MAX_ENVIRONMENTS;
 use crate::net::{AccessFile, Link, LinkEnd, NetError};
 use crate::plugin::PluginHost;
 use crate::proto::{
@@ -165,14 +164,6 @@ async fn worker_session(
             return Ok(());
         }
     };
-    if info.local_environments.len() > MAX_ENVIRONMENTS || info.slots == 0 {
-        let reason = format!(
-            "a worker needs at least one slot and at most {} environments of its own",
-            MAX_ENVIRONMENTS
-        );
-        connection.close(1u32.into(), reason.as_bytes());
-        return Ok(());
-    }
     let (reply, joined) = oneshot::channel();
     if events
         .send(Event::WorkerJoined {
@@ -229,10 +220,17 @@ async fn worker_session(
     };
     drop(link);
     tracing::debug!(?worker, stats = ?connection.stats(), "worker connection ended");
-    // A worker that stops closes its connection right after its stream ends: give the close
-    // a moment to arrive, so a planned stop is not taken for a loss.
+    // A worker that stops closes its connection right after its stream ends: the core gives
+    // the close a moment to arrive (`STOP_GRACE_MS`), so a planned stop is not taken for a
+    // loss, and judges the worker lost if it does not. Here the session only waits for the
+    // close, a second longer than that (by then the core has judged), so it always ends.
     if from_peer && connection.close_reason().is_none() {
-        let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+        let _ = events.send(Event::Core(Input::WorkerEnding {
+            worker,
+            reason: reason.clone(),
+        }));
+        let bound = Duration::from_millis(crate::core::scheduler::STOP_GRACE_MS + 1_000);
+        let _ = tokio::time::timeout(bound, connection.closed()).await;
     }
     let planned = crate::net::peer_stopped(&connection);
     let _ = events.send(Event::Core(Input::WorkerGone {

@@ -19,7 +19,7 @@ impl Managers {
             let state = &entry.state;
             let missing =
                 self.obstacles(entry, context, capabilities, environments, timeout_ms, true);
-            let last = self.last.get(&state.id).map(|d| {
+            let last = context.decisions.get(&state.id).map(|d| {
                 format!(
                     "; last decision: {} worker(s), {}",
                     d.desired_workers, d.reason

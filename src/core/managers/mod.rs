@@ -42,6 +42,8 @@ pub struct Context<'a> {
     pub workers: Vec<WorkerView>,
     pub tiers: &'a [Tier],
     pub registered: BTreeSet<String>,
+    /// The last decision applied for each manager (the scaling loop keeps them).
+    pub decisions: &'a HashMap<String, Decision>,
 }
 
 impl Context<'_> {
@@ -64,12 +66,23 @@ impl Context<'_> {
     }
 }
 
+/// Every fact about managers: what each reported and when ([`Entry`]), which have an open
+/// connection (decisions go only to them), and the last decision applied for each. Online
+/// (for the policy and the status) means heard from within `timeout_ms`: a connection that
+/// breaks and comes back within it is ridden out; a decision meanwhile is not sent.
 #[derive(Default)]
 pub struct Managers {
     entries: BTreeMap<String, Entry>,
+    /// Managers with an open connection, and where each connects from: one live connection
+    /// per manager id (a second is refused naming the first). Kept apart from `entries`: a
+    /// manager forgotten after being offline may still hold a connection that sends nothing.
+    connections: BTreeMap<String, String>,
+    /// Managers forgotten after being offline whose workers may still be here (units of a
+    /// cluster engine they started): those are told to leave once idle. One that reports
+    /// again is no orphan.
+    orphaned: BTreeSet<String>,
     /// A manager silent this long is offline (and not scaled).
     timeout_ms: u64,
-    last: HashMap<String, Decision>,
 }
 
 impl Managers {
@@ -90,6 +103,8 @@ impl Managers {
         state: ManagerState,
         workers: &[WorkerView],
     ) -> Vec<(WorkerId, bool)> {
+        // Back after being forgotten: its workers are its own again.
+        self.orphaned.remove(&state.id);
         let before: HashSet<&String> = self
             .entries
             .get(&state.id)
@@ -132,14 +147,31 @@ impl Managers {
         gone
     }
 
-    /// A manager connected (again, or for the first time): forget what it listed before, so a
-    /// worker it does not list in its first heartbeat is not taken for gone. A restarted
-    /// manager may adopt its units (batch jobs that ran on) only after that heartbeat; what it
-    /// saw exit it still says.
-    pub fn connected_again(&mut self, id: &str) {
+    /// A manager's connection registers as `id` from `peer`; refused (with where the live one
+    /// connects from) while another connection of that id is open. Connected (again, or for the
+    /// first time): what it listed before is forgotten, so a worker it does not list in its
+    /// first heartbeat is not taken for gone. A restarted manager may adopt its units (batch
+    /// jobs that ran on) only after that heartbeat; what it saw exit it still says.
+    pub fn connect(&mut self, id: &str, peer: String) -> Result<(), String> {
+        if let Some(first) = self.connections.get(id) {
+            return Err(first.clone());
+        }
+        self.connections.insert(id.to_string(), peer);
         if let Some(entry) = self.entries.get_mut(id) {
             entry.state.workers.clear();
         }
+        Ok(())
+    }
+
+    /// Its connection ended; whether it had one. It stays known (offline once silent for
+    /// `timeout_ms`) until it comes back or is forgotten.
+    pub fn disconnect(&mut self, id: &str) -> bool {
+        self.connections.remove(id).is_some()
+    }
+
+    /// Whether it has an open connection (decisions are sent only to those).
+    pub fn is_connected(&self, id: &str) -> bool {
+        self.connections.contains_key(id)
     }
 
     /// Its workers answered (or one of them is about to be gone): remember what they say now,
@@ -174,14 +206,43 @@ impl Managers {
             .collect();
         for id in &gone {
             tracing::info!(manager = %id, "worker manager forgotten after being offline");
-            self.remove(id);
+            // Its connection, if one is still open, stays its (its heartbeats come back in).
+            self.entries.remove(id);
+            self.orphaned.insert(id.clone());
         }
         gone
     }
 
-    /// The manager said goodbye: it is gone, with its workers.
+    /// Whether `id` has reported and is not forgotten.
+    pub fn knows(&self, id: &str) -> bool {
+        self.entries.contains_key(id)
+    }
+
+    /// Managers forgotten after being offline whose workers may still be here.
+    pub fn orphaned(&self) -> &BTreeSet<String> {
+        &self.orphaned
+    }
+
+    /// Orphans with no worker here any more are not looked for again.
+    pub fn keep_orphans(&mut self, with_workers: &BTreeSet<String>) {
+        self.orphaned.retain(|id| with_workers.contains(id));
+    }
+
+    /// What must hold between inputs: an orphan is a manager forgotten, not a known one.
+    pub fn sanity_check(&self) -> Result<(), String> {
+        match self
+            .orphaned
+            .iter()
+            .find(|id| self.entries.contains_key(*id))
+        {
+            Some(id) => Err(format!("manager {id} is known and orphaned")),
+            None => Ok(()),
+        }
+    }
+
+    /// The manager said goodbye: it is gone, with its workers (and its connection).
     pub fn remove(&mut self, id: &str) -> bool {
-        self.last.remove(id);
+        self.connections.remove(id);
         self.entries.remove(id).is_some()
     }
 
@@ -273,25 +334,6 @@ impl Managers {
         }
     }
 
-    /// A new policy runs: the old one's decisions are not its.
-    pub fn forget_decisions(&mut self) {
-        self.last.clear();
-    }
-
-    /// The last decision applied for each manager, by manager id.
-    pub fn last_decisions(&self) -> impl Iterator<Item = &Decision> {
-        let mut last: Vec<&Decision> = self.last.values().collect();
-        last.sort_by(|a, b| a.manager_id.cmp(&b.manager_id));
-        last.into_iter()
-    }
-
-    pub fn record(&mut self, decisions: &[Decision]) {
-        for decision in decisions {
-            self.last
-                .insert(decision.manager_id.clone(), decision.clone());
-        }
-    }
-
     pub fn status(&self, context: &Context<'_>) -> Vec<ManagerStatus> {
         self.entries
             .values()
@@ -308,7 +350,7 @@ impl Managers {
                             .any(|m| *m == state.id || *m == state.worker_type)
                     })
                     .map(|t| t.priority);
-                let last = self.last.get(&state.id);
+                let last = context.decisions.get(&state.id);
                 ManagerStatus {
                     id: state.id.clone(),
                     worker_type: state.worker_type.clone(),

@@ -42,7 +42,8 @@ impl Scheduler {
         if let Err(message) = check_env_name(&name) {
             return self.refuse(client, ErrorCode::Invalid, message);
         }
-        if !self.environments.contains_key(&name) && self.environments.len() >= MAX_ENVIRONMENTS {
+        let registered = self.tasks.environments().definitions().count();
+        if !self.tasks.environments().is_registered(&name) && registered >= MAX_ENVIRONMENTS {
             return self.refuse(
                 client,
                 ErrorCode::Limit,
@@ -62,7 +63,7 @@ impl Scheduler {
         };
         // The same definition again changes nothing: the workers would not evaluate it anew,
         // so forgetting their verdicts would leave `--wait` waiting for answers that never come.
-        if self.environments.get(&name) == Some(&def) {
+        if self.tasks.environments().definition(&name) == Some(&def) {
             tracing::info!(environment = %name, "environment registered again, unchanged");
         } else {
             if self.config.journal {
@@ -71,10 +72,8 @@ impl Scheduler {
                     component: bytes.to_vec(),
                 });
             }
-            self.components.insert(hash, bytes);
-            self.tasks.register_environment(&name);
+            self.tasks.register_environment(def, bytes);
             self.managers.forget_verdicts(&name);
-            self.environments.insert(name.clone(), def);
             tracing::info!(environment = %name, "environment registered");
             self.send_environments_to_all();
         }
@@ -93,13 +92,12 @@ impl Scheduler {
     }
 
     pub(super) fn env_remove(&mut self, client: ClientId, name: String) {
-        if !self.tasks.remove_environment(&name) {
+        if self.tasks.remove_environment(&name).is_none() {
             let message = format!(
                 "no run-time environment `{name}` (a worker's own --env-plugin cannot be removed here)"
             );
             return self.refuse(client, ErrorCode::NotFound, message);
         }
-        self.environments.remove(&name);
         self.managers.forget_verdicts(&name);
         // Managers that define the name themselves still do.
         if !self.managers.declaring(&name).is_empty() {
@@ -107,6 +105,15 @@ impl Scheduler {
         }
         self.journal(Record::EnvRemove { name: name.clone() });
         self.send_environments_to_all();
+        // An `env register --wait` for it would wait for verdicts no worker gives any more.
+        let (gone, waits) = std::mem::take(&mut self.env_waits)
+            .into_iter()
+            .partition(|w| w.name == name);
+        self.env_waits = waits;
+        for wait in gone {
+            let message = format!("environment `{name}` was removed while waiting for it");
+            self.refuse(wait.client, ErrorCode::NotFound, message);
+        }
         self.reply_durable(client, Response::EnvRemoved { name });
     }
 

@@ -30,9 +30,10 @@ pub struct Config {
     pub scale_down_delay_ms: u64,
     /// Fail queued tasks nothing could run for this long (`None`: they wait).
     pub unschedulable_timeout_ms: Option<u64>,
-    /// The policy in force at start (its name is in the errors about its decisions).
+    /// The policy in force at start (its name is in the errors about its decisions). Read once:
+    /// the scaling loop keeps the one in force from then on (`weir policy set` replaces it).
     pub policy: PolicyInfo,
-    /// The policy's tiers (for the snapshot and `weir status`).
+    /// The start policy's tiers (for the snapshot and `weir status`), read once likewise.
     pub tiers: Vec<Tier>,
     /// Whether there is a journal: without one, no record is made (and none is cloned).
     pub journal: bool,
@@ -87,6 +88,12 @@ pub enum Input {
         worker: WorkerId,
         loads: Vec<(String, ComponentLoad)>,
     },
+    /// Its stream ended from its side and its connection is not closed yet. A worker that
+    /// stops closes it right after (and [`Input::WorkerGone`] follows, `planned`): the core
+    /// waits [`STOP_GRACE_MS`] for that, then takes the worker for lost, for `reason`.
+    ///
+    /// [`STOP_GRACE_MS`]: super::STOP_GRACE_MS
+    WorkerEnding { worker: WorkerId, reason: String },
     /// Its connection ended; `planned`: it closed it on purpose (stopped by its manager or a
     /// signal, its tasks stopped first).
     WorkerGone {
@@ -121,8 +128,8 @@ pub enum Input {
     Decided {
         result: Result<Vec<Decision>, String>,
     },
-    /// The answer to [`Action::SwapPolicy`]: the new policy runs now (with these tiers), or
-    /// why the old one stays.
+    /// The answer to [`Action::SwapPolicy`]: the new policy is ready (with these tiers), or
+    /// why the old one stays. The core answers [`Action::AdoptPolicy`] if it takes over.
     PolicySwapped {
         client: Option<ClientId>,
         policy: PolicyInfo,
@@ -151,8 +158,8 @@ pub enum Action {
         connection: ConnectionId,
         worker: WorkerId,
     },
-    /// The connection is refused (a second worker of a live worker's name): close it, saying
-    /// why.
+    /// The connection is refused (a second worker of a live worker's name, or one with no slot
+    /// or too many environments of its own): close it, saying why.
     Refused {
         connection: ConnectionId,
         reason: String,
@@ -179,6 +186,11 @@ pub enum Action {
     ToManager {
         manager: String,
         message: ToManager,
+    },
+    /// Manager `manager`'s connection is no longer its (it broke, or the manager said
+    /// goodbye): frames to that id stop until a connection registers it again.
+    CloseManager {
+        manager: String,
     },
     /// Answer a client; `last`: its final answer (the shell drops the channel); `durable`: hold
     /// it until the journal is synced (a journal error turns it into an error).
@@ -208,4 +220,10 @@ pub enum Action {
     },
     /// Ask the policy to decide on this snapshot (answer with [`Input::Decided`]).
     Decide(Snapshot),
+    /// The policy tried for `client` (see [`Action::SwapPolicy`]) takes over from the next
+    /// snapshot on. A tried policy the core does not adopt (the journal's, superseded by a
+    /// `weir policy set` meanwhile) is never named here.
+    AdoptPolicy {
+        client: Option<ClientId>,
+    },
 }

@@ -3,9 +3,13 @@
 //! ([`Scheduler::poll_action`]), with the next time it wants to be woken
 //! ([`Scheduler::poll_timeout`]).
 //!
-//! It owns every fact the scheduler holds: tasks and workers ([`Tasks`]), managers
-//! ([`Managers`]), run-time environments (names and definitions), components (bytes, shared),
-//! what each worker was sent, the clients waiting for answers, and the scaling policy's state.
+//! It owns every fact the scheduler holds, each in one store: tasks and workers ([`Tasks`]),
+//! with the environments (names, sources and run-time definitions: [`tasks::Environments`])
+//! and the components (bytes and their users: [`tasks::Components`]) the matching needs;
+//! managers, what they report and which are connected ([`Managers`]); the scaling loop (the
+//! policy in force, its tiers, its state, its last decisions and timing: `ScalingLoop`); what
+//! each worker was sent (its link); and the clients waiting for answers.
+//! [`Scheduler::sanity_check`] checks them against each other.
 //! The shell (`crate::scheduler`) owns only sockets, the journal file and the policy thread:
 //! it turns frames and timers into inputs, and actions into frames, journal writes and replies.
 //!
@@ -19,22 +23,23 @@ mod interface;
 mod policy;
 mod replay;
 mod requests;
+mod sanity;
+mod scaling_loop;
 mod workers;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
 
 use super::managers::{Context, Managers};
 use super::record::Record;
-use super::scaling::Snapshot;
 use super::tasks::{self, Tasks};
 use crate::proto::{
-    ComponentHash, EnvironmentDef, EnvironmentStatus, ErrorCode, JobId, ManagerUnits, Response,
-    StatusReport, TaskId, ToWorker, WorkerId,
+    ComponentHash, EnvironmentStatus, ErrorCode, JobId, ManagerUnits, Response, StatusReport,
+    TaskId, ToWorker, WorkerId,
 };
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
 pub use interface::{Action, Config, Input, PolicyInfo};
+use scaling_loop::ScalingLoop;
 
 /// Names a client's request stream: the shell keeps the reply channel, the core the waits.
 pub type ClientId = u64;
@@ -51,6 +56,8 @@ struct Link {
     components: std::collections::HashSet<ComponentHash>,
     /// Condition components already sent.
     conditions: std::collections::HashSet<ComponentHash>,
+    /// It was told to leave, its manager being an orphan (see [`Managers::orphaned`]).
+    dismissed: bool,
 }
 
 /// A `weir workers wait` waiting for enough live workers.
@@ -69,21 +76,9 @@ struct EnvWait {
     workers: std::collections::HashSet<WorkerId>,
 }
 
-/// The scaling policy's side: whether it is deciding, and how it last did.
-#[derive(Default)]
-struct PolicyState {
-    busy: bool,
-    /// The snapshot it is deciding on: its decisions are checked against it.
-    deciding: Option<Snapshot>,
-    /// The last snapshot it was given (a new policy runs once on it before it takes over).
-    last: Option<Snapshot>,
-    /// A policy set while running, read back from the journal: the shell creates it at start.
-    restored: Option<PolicyInfo>,
-    /// A `weir policy set` is being tried (one at a time).
-    trying: bool,
-    error: Option<String>,
-    errors: u64,
-}
+/// A worker whose stream ended is given this long to close its connection as one stopping on
+/// purpose ([`Input::WorkerEnding`]) before it is taken for lost.
+pub const STOP_GRACE_MS: u64 = 2_000;
 
 /// The least time between two progress answers to `weir wait` (a job's end is answered at once).
 pub const PROGRESS_EVERY_MS: u64 = 100;
@@ -96,16 +91,12 @@ pub const UNRUNNABLE_AFTER_MS: u64 = 2_000;
 pub struct Scheduler {
     config: Config,
     tasks: Tasks,
+    /// Managers: what they report, and which are connected.
     managers: Managers,
-    /// Managers with an open connection (decisions go only to them), and where each connects
-    /// from: one live connection per manager id, a second is refused naming the first.
-    connected: HashMap<String, String>,
-    /// Run-time environments, sent whole to every worker.
-    environments: BTreeMap<String, EnvironmentDef>,
-    /// Component bytes, task and condition components alike, shared by every frame that sends
-    /// them.
-    components: HashMap<ComponentHash, Arc<[u8]>>,
     links: HashMap<WorkerId, Link>,
+    /// Workers whose stream ended, until when they may still close as stopping, and the
+    /// reason they are lost for if they do not ([`Input::WorkerEnding`]).
+    ending: std::collections::BTreeMap<WorkerId, (u64, String)>,
     /// Workers that reported outcomes not acknowledged yet.
     unacknowledged: std::collections::BTreeSet<WorkerId>,
     waiters: HashMap<JobId, Vec<ClientId>>,
@@ -119,20 +110,13 @@ pub struct Scheduler {
     progress_quiet_until: u64,
     env_waits: Vec<EnvWait>,
     worker_waits: Vec<WorkerWait>,
-    policy: PolicyState,
+    /// The scaling loop: the policy, its state, its last decisions and its timing.
+    scaling: ScalingLoop,
     /// Jobs forgotten since the journal was last compacted (what compacting would drop).
     forgets_since_compaction: u64,
     /// The journal's size at the last sync.
     journal_bytes: u64,
     next_tick: u64,
-    next_scale: u64,
-    /// Managers forgotten after being offline whose workers are still here (units of a
-    /// cluster engine they started): told to leave once idle, and those told so.
-    orphaned: std::collections::BTreeSet<String>,
-    dismissed: std::collections::HashSet<WorkerId>,
-    /// When the policy was last handed a snapshot, and the fewest tasks queued since: new demand
-    /// that nothing live can take calls it again early (see [`Scheduler::scale_soon`]).
-    last_scale: Option<(u64, u64)>,
     actions: VecDeque<Action>,
 }
 
@@ -141,10 +125,8 @@ impl Scheduler {
         Scheduler {
             tasks: Tasks::new(config.tasks.clone()),
             managers: Managers::new(config.manager_timeout_ms),
-            connected: Default::default(),
-            environments: BTreeMap::new(),
-            components: HashMap::new(),
             links: HashMap::new(),
+            ending: Default::default(),
             unacknowledged: Default::default(),
             waiters: HashMap::new(),
             watchers: HashMap::new(),
@@ -153,14 +135,10 @@ impl Scheduler {
             progress_quiet_until: 0,
             env_waits: Vec::new(),
             worker_waits: Vec::new(),
-            policy: PolicyState::default(),
+            scaling: ScalingLoop::new(&config),
             forgets_since_compaction: 0,
             journal_bytes: 0,
             next_tick: config.tick_ms,
-            next_scale: config.scaling_ms.unwrap_or(u64::MAX),
-            orphaned: Default::default(),
-            dismissed: Default::default(),
-            last_scale: None,
             actions: VecDeque::new(),
             config,
         }
@@ -192,6 +170,11 @@ impl Scheduler {
                 self.learn_verdicts(now, worker);
                 self.settle_env_waits();
             }
+            Input::WorkerEnding { worker, reason } => {
+                if self.tasks.has_worker(worker) {
+                    self.ending.insert(worker, (now + STOP_GRACE_MS, reason));
+                }
+            }
             Input::WorkerGone {
                 worker,
                 reason,
@@ -216,18 +199,25 @@ impl Scheduler {
             } => self.manager_joined(now, connection, state, peer),
             Input::ManagerHeartbeat { state } => {
                 // Only from the connection that registered it (the shell feeds nothing else).
-                if self.connected.contains_key(&state.id) {
+                if self.managers.is_connected(&state.id) {
                     self.manager_heartbeat(now, state)
                 }
             }
             Input::ManagerGone { id } => {
                 tracing::warn!(manager = %id, "worker manager disconnected");
-                self.connected.remove(&id);
+                if self.managers.disconnect(&id) {
+                    self.actions.push_back(Action::CloseManager { manager: id });
+                }
             }
             Input::ManagerGoodbye { id } => {
                 tracing::info!(manager = %id, "worker manager stopped");
-                self.connected.remove(&id);
+                if self.managers.is_connected(&id) {
+                    self.actions.push_back(Action::CloseManager {
+                        manager: id.clone(),
+                    });
+                }
                 self.managers.remove(&id);
+                self.scaling.decisions.remove(&id);
             }
             Input::Decided { result } => self.decided(now, result),
             Input::PolicySwapped {
@@ -271,7 +261,11 @@ impl Scheduler {
             true => u64::MAX,
             false => self.progress_quiet_until,
         };
-        self.next_tick.min(self.next_scale).min(progress)
+        let ending = self.ending.values().map(|(until, _)| *until).min();
+        self.next_tick
+            .min(self.scaling.next)
+            .min(progress)
+            .min(ending.unwrap_or(u64::MAX))
     }
 
     /// The task core, to read (the metrics page, tests).
@@ -283,7 +277,7 @@ impl Scheduler {
     pub fn status(&self, now: u64) -> StatusReport {
         let mut report = self.tasks.status();
         report.managers = self.managers.status(&self.context(now));
-        report.policy_error = self.policy.error.clone();
+        report.policy_error = self.scaling.error.clone();
         report
     }
 
@@ -306,7 +300,7 @@ impl Scheduler {
 
     /// Policy calls that failed (or decided nonsense) so far.
     pub fn policy_errors(&self) -> u64 {
-        self.policy.errors
+        self.scaling.errors
     }
 
     /// The environments (one or all), with the managers that declared each name.
@@ -323,12 +317,14 @@ impl Scheduler {
         Context {
             now,
             workers: self.tasks.worker_views(now),
-            tiers: &self.config.tiers,
+            tiers: &self.scaling.tiers,
             registered: self.tasks.registered_environments(),
+            decisions: &self.scaling.decisions,
         }
     }
 
     fn timeout(&mut self, now: u64) {
+        self.end_grace(now);
         if now >= self.progress_quiet_until && !self.progress_due.is_empty() {
             self.send_progress(now);
         }
@@ -336,15 +332,15 @@ impl Scheduler {
             self.next_tick = now + self.config.tick_ms;
             self.tick(now);
         }
-        if now >= self.next_scale
-            && let Some(interval) = self.config.scaling_ms
+        if now >= self.scaling.next
+            && let Some(interval) = self.scaling.interval
         {
-            self.next_scale = now + interval;
+            self.scaling.next = now + interval;
             if self.scale(now) {
-                self.last_scale = Some((now, self.tasks.queued()));
-            } else if self.policy.busy {
+                self.scaling.last_call = Some((now, self.tasks.queued()));
+            } else if self.scaling.busy() {
                 // Still deciding on the last snapshot: try again soon, not a whole interval on.
-                self.next_scale = now + (interval / 10).max(1);
+                self.scaling.next = now + (interval / 10).max(1);
             }
         }
     }
@@ -354,11 +350,11 @@ impl Scheduler {
     /// now instead of at the next interval, at most once per tenth of the interval. A burst
     /// into an empty cluster reaches the managers within milliseconds, not up to an interval.
     fn scale_soon(&mut self, now: u64) {
-        let Some(interval) = self.config.scaling_ms else {
+        let Some(interval) = self.scaling.interval else {
             return;
         };
         let queued = self.tasks.queued();
-        let (earliest, seen) = match &mut self.last_scale {
+        let (earliest, seen) = match &mut self.scaling.last_call {
             Some((at, seen)) => {
                 // Queued tasks placed since are no longer demand: count new ones from the low.
                 *seen = (*seen).min(queued);
@@ -367,7 +363,7 @@ impl Scheduler {
             None => (now, 0),
         };
         if queued > seen && self.managers.any_scalable() {
-            self.next_scale = self.next_scale.min(earliest.max(now));
+            self.scaling.next = self.scaling.next.min(earliest.max(now));
         }
     }
 
@@ -375,10 +371,12 @@ impl Scheduler {
         self.tasks.tick(now);
         // A manager gone without a goodbye leaves the status after a while; the workers it
         // started elsewhere are told to leave once idle.
-        self.orphaned.extend(
-            self.managers
-                .drop_offline(now, self.config.manager_forget_ms),
-        );
+        for id in self
+            .managers
+            .drop_offline(now, self.config.manager_forget_ms)
+        {
+            self.scaling.decisions.remove(&id);
+        }
         self.dismiss_orphans(now);
         // The journal stays bounded by what is held, like memory: compacted while running once
         // at least as many tasks were forgotten since the last compaction as are still held
@@ -393,30 +391,6 @@ impl Scheduler {
                 .push_back(Action::Compact(self.journal_image()));
         }
         self.unschedulable(now);
-    }
-
-    /// Workers of a manager forgotten after being offline (a `kill -9`ed Slurm manager's batch
-    /// jobs, which nobody would cancel): each is drained and told to leave once idle, and the
-    /// unit it runs in ends with it.
-    fn dismiss_orphans(&mut self, now: u64) {
-        if self.orphaned.is_empty() {
-            return;
-        }
-        let views = self.tasks.worker_views(now);
-        let mut still = std::collections::BTreeSet::new();
-        for w in &views {
-            let Some(manager) = w.manager.as_ref().filter(|m| self.orphaned.contains(*m)) else {
-                continue;
-            };
-            still.insert(manager.clone());
-            if w.busy == 0 && self.dismissed.insert(w.id) {
-                tracing::warn!(worker = %w.name, %manager, "its manager is gone: telling it to leave");
-                self.tasks.drain(now, &[w.id]);
-                let reason = format!("its manager {manager} has been gone for a minute");
-                self.send_worker(w.id, ToWorker::Leave { reason });
-            }
-        }
-        self.orphaned = still;
     }
 
     fn reply(&mut self, client: ClientId, response: Response, last: bool) {
@@ -461,6 +435,8 @@ impl Scheduler {
             waiters.retain(|c| *c != client);
         }
         self.waiters.retain(|_, waiters| !waiters.is_empty());
+        let waiters = &self.waiters;
+        self.progress_due.retain(|job| waiters.contains_key(job));
         for watchers in self.watchers.values_mut() {
             watchers.retain(|c| *c != client);
         }

@@ -2,9 +2,9 @@
 //! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
 
 use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler, UNRUNNABLE_AFTER_MS};
-use crate::core::scaling::{Decision, Tier, is_reserved_environment, validate_decisions};
+use crate::core::scaling::{Decision, Snapshot, Tier, is_reserved_environment, validate_decisions};
 use crate::core::tasks::Loss;
-use crate::proto::{ErrorCode, JobId, ManagerState, PolicyReport, Response, ToManager};
+use crate::proto::{ErrorCode, JobId, ManagerState, PolicyReport, Response, ToManager, ToWorker};
 
 /// Most bytes of policy content `weir policy set` takes (the waterfall's rows are a few dozen).
 pub const MAX_POLICY_CONTENT: usize = 1 << 20;
@@ -22,7 +22,7 @@ impl Scheduler {
         state: ManagerState,
         peer: String,
     ) {
-        if let Some(first) = self.connected.get(&state.id) {
+        if let Err(first) = self.managers.connect(&state.id, peer.clone()) {
             let reason = format!(
                 "a worker manager with id `{}` is already connected (from {first}): manager ids \
                  must be unique; stop that one, or give this one another --id",
@@ -38,8 +38,6 @@ impl Scheduler {
             connection,
             id: state.id.clone(),
         });
-        self.connected.insert(state.id.clone(), peer);
-        self.managers.connected_again(&state.id);
         self.manager_heartbeat(now, state);
     }
 
@@ -53,8 +51,6 @@ impl Scheduler {
             }
             !reserved
         });
-        // Back after being forgotten: its workers are its own again.
-        self.orphaned.remove(&state.id);
         self.tasks
             .declare_environments(state.environments.iter().map(|d| d.name.as_str()));
         let id = state.id.clone();
@@ -69,54 +65,83 @@ impl Scheduler {
         }
     }
 
+    /// Workers of a manager forgotten after being offline (a `kill -9`ed Slurm manager's batch
+    /// jobs, which nobody would cancel): each is drained and told to leave once idle, and the
+    /// unit it runs in ends with it.
+    pub(super) fn dismiss_orphans(&mut self, now: u64) {
+        if self.managers.orphaned().is_empty() {
+            return;
+        }
+        let views = self.tasks.worker_views(now);
+        let mut still = std::collections::BTreeSet::new();
+        for w in &views {
+            let orphaned = self.managers.orphaned();
+            let Some(manager) = w.manager.as_ref().filter(|m| orphaned.contains(*m)) else {
+                continue;
+            };
+            still.insert(manager.clone());
+            let link = self.links.get_mut(&w.id);
+            if w.busy == 0 && link.is_some_and(|l| !std::mem::replace(&mut l.dismissed, true)) {
+                tracing::warn!(worker = %w.name, %manager, "its manager is gone: telling it to leave");
+                self.tasks.drain(now, &[w.id]);
+                let reason = format!("its manager {manager} has been gone for a minute");
+                self.send_worker(w.id, ToWorker::Leave { reason });
+            }
+        }
+        self.managers.keep_orphans(&still);
+    }
+
     /// Hand the policy a snapshot, unless it is still deciding on the last one (or there is no
     /// manager to scale). Returns whether it did.
     pub(super) fn scale(&mut self, now: u64) -> bool {
-        if self.policy.busy || !self.managers.any_scalable() {
+        if self.scaling.busy() || !self.managers.any_scalable() {
             return false;
         }
-        let snapshot = self.managers.snapshot(
+        let snapshot = self.scaling_snapshot(now);
+        self.scaling.deciding = Some(snapshot.clone());
+        self.scaling.last = Some(snapshot.clone());
+        self.actions.push_back(Action::Decide(snapshot));
+        true
+    }
+
+    /// What the policy would be handed now (the managers it scales, their workers, the demand).
+    pub fn scaling_snapshot(&self, now: u64) -> Snapshot {
+        self.managers.snapshot(
             &self.context(now),
             self.config.scale_down_delay_ms,
             self.tasks.demand(),
-        );
-        self.policy.busy = true;
-        self.policy.deciding = Some(snapshot.clone());
-        self.policy.last = Some(snapshot.clone());
-        self.actions.push_back(Action::Decide(snapshot));
-        true
+        )
     }
 
     /// The policy's answer: checked against the snapshot it was given, then applied; a failure
     /// or a nonsense decision keeps the last good one in force.
     pub(super) fn decided(&mut self, now: u64, result: Result<Vec<Decision>, String>) {
-        self.policy.busy = false;
-        let snapshot = self.policy.deciding.take();
+        let snapshot = self.scaling.deciding.take();
         let checked = result.and_then(|decisions| match &snapshot {
             Some(snapshot) => validate_decisions(snapshot, &decisions)
                 .map(|()| decisions)
                 .map_err(|detail| {
-                    let policy = &self.config.policy.name;
+                    let policy = &self.scaling.policy.name;
                     format!("{policy}: nonsense decision: {detail}")
                 }),
             None => Err("a decision nobody asked for".into()),
         });
         match checked {
             Ok(decisions) => {
-                self.policy.error = None;
+                self.scaling.error = None;
                 self.apply_decisions(now, &decisions);
             }
             Err(error) => {
                 tracing::error!(%error, "scaling policy failed; holding its last good decision");
-                self.policy.errors += 1;
-                self.policy.error = Some(error);
+                self.scaling.errors += 1;
+                self.scaling.error = Some(error);
             }
         }
     }
 
     fn apply_decisions(&mut self, now: u64, decisions: &[Decision]) {
         for decision in decisions {
-            if !self.connected.contains_key(&decision.manager_id) {
+            if !self.managers.is_connected(&decision.manager_id) {
                 continue;
             }
             let mut stop = self.tasks.drain(now, &decision.stop);
@@ -148,7 +173,7 @@ impl Scheduler {
                 },
             });
         }
-        self.managers.record(decisions);
+        self.scaling.record(decisions);
     }
 
     /// Queued tasks nothing can run (the task core decides, asking the managers whether one of
@@ -162,8 +187,9 @@ impl Scheduler {
         let context = crate::core::managers::Context {
             now,
             workers: self.tasks.worker_views(now),
-            tiers: &self.config.tiers,
+            tiers: &self.scaling.tiers,
             registered: self.tasks.registered_environments(),
+            decisions: &self.scaling.decisions,
         };
         let managers = &self.managers;
         let found = self
@@ -249,7 +275,7 @@ impl Scheduler {
 
     /// `weir policy set`: the shell creates the new policy and tries it on the last snapshot.
     pub(super) fn set_policy(&mut self, client: ClientId, policy: PolicyInfo) {
-        if self.config.scaling_ms.is_none() {
+        if self.scaling.interval.is_none() {
             let message = "this scheduler runs without a scaling policy".to_string();
             return self.refuse(client, ErrorCode::Invalid, message);
         }
@@ -260,17 +286,17 @@ impl Scheduler {
             );
             return self.refuse(client, ErrorCode::Limit, message);
         }
-        if self.policy.trying {
+        if self.scaling.trying {
             let message =
                 "the policy was not changed: another change is being tried; try again".to_string();
             return self.refuse(client, ErrorCode::Limit, message);
         }
-        self.policy.trying = true;
+        self.scaling.trying = true;
         tracing::info!(policy = %policy.name, "replacing the scaling policy");
         self.actions.push_back(Action::SwapPolicy {
             client: Some(client),
             policy,
-            snapshot: self.policy.last.clone(),
+            snapshot: self.scaling.last.clone(),
         });
     }
 
@@ -281,13 +307,21 @@ impl Scheduler {
         policy: PolicyInfo,
         result: Result<Vec<Tier>, String>,
     ) {
+        // The journal's policy, tried at start, superseded by a `weir policy set` meanwhile.
+        let superseded = client.is_none() && self.scaling.restored.is_none();
         match client {
-            None => self.policy.restored = None,
-            Some(_) => self.policy.trying = false,
+            None => self.scaling.restored = None,
+            Some(_) => self.scaling.trying = false,
         }
         match (result, client) {
+            (Ok(_), None) if superseded => {
+                tracing::info!(policy = %policy.name, "the journal's scaling policy was replaced meanwhile: not restored");
+            }
             (Ok(tiers), client) => {
                 tracing::info!(policy = %policy.name, tiers = tiers.len(), "scaling policy replaced");
+                self.actions.push_back(Action::AdoptPolicy { client });
+                // The journal's choice is this one now (compaction keeps it, not the old).
+                self.scaling.restored = None;
                 if let (Some(_), Some(bytes)) = (client, &policy.bytes) {
                     self.journal(Record::PolicySet {
                         name: policy.name.clone(),
@@ -295,11 +329,11 @@ impl Scheduler {
                         content: policy.content.clone(),
                     });
                 }
-                self.config.tiers = tiers;
-                self.config.policy = policy;
-                self.policy.error = None;
+                self.scaling.tiers = tiers;
+                self.scaling.policy = policy;
+                self.scaling.error = None;
                 // The last decisions shown are the new policy's, from its first tick on.
-                self.managers.forget_decisions();
+                self.scaling.decisions.clear();
                 if let Some(client) = client {
                     let report = self.policy_report();
                     self.reply_durable(client, Response::Policy(report));
@@ -318,7 +352,7 @@ impl Scheduler {
     /// The policy in force, its tiers and its last decisions.
     /// The running policy, its tiers, last decisions and last error (`weir policy show`).
     pub fn policy_report(&self) -> PolicyReport {
-        let policy = &self.config.policy;
+        let policy = &self.scaling.policy;
         PolicyReport {
             name: policy.name.clone(),
             sha256: policy
@@ -328,24 +362,24 @@ impl Scheduler {
                 .collect(),
             content: policy.content.clone(),
             tiers: self
-                .config
+                .scaling
                 .tiers
                 .iter()
                 .map(|t| (t.priority, t.members.clone()))
                 .collect(),
             last: self
-                .managers
+                .scaling
                 .last_decisions()
                 .map(|d| (d.manager_id.clone(), d.desired_workers, d.reason.clone()))
                 .collect(),
-            error: self.policy.error.clone(),
+            error: self.scaling.error.clone(),
         }
     }
 
     /// A policy set while running that the journal holds: the shell creates it at start.
     /// It stays the journal's choice (compaction keeps it) until it runs or cannot.
     pub fn restored_policy(&self) -> Option<Action> {
-        let policy = self.policy.restored.clone()?;
+        let policy = self.scaling.restored.clone()?;
         Some(Action::SwapPolicy {
             client: None,
             policy,

@@ -27,8 +27,7 @@ impl Scheduler {
             }
             Record::Submit { components, groups } => {
                 for (hash, bytes) in components {
-                    self.tasks.add_component(hash);
-                    self.components.insert(hash, Arc::from(bytes));
+                    self.tasks.add_component(hash, Arc::from(bytes));
                 }
                 if let Err(error) = self.tasks.restore(groups) {
                     tracing::error!(%error, "a journaled submission does not validate; skipped");
@@ -40,14 +39,10 @@ impl Scheduler {
                 }
             }
             Record::EnvRegister { def, component } => {
-                self.tasks.add_component(def.component);
-                self.components.insert(def.component, Arc::from(component));
-                self.tasks.register_environment(&def.name);
-                self.environments.insert(def.name.clone(), def);
+                self.tasks.register_environment(def, Arc::from(component));
             }
             Record::EnvRemove { name } => {
                 self.tasks.remove_environment(&name);
-                self.environments.remove(&name);
             }
             Record::Compacted => self.forgets_since_compaction = 0,
             Record::Started(tasks) => {
@@ -66,7 +61,7 @@ impl Scheduler {
                 content,
             } => {
                 let bytes: Arc<[u8]> = Arc::from(component);
-                self.policy.restored = Some(PolicyInfo {
+                self.scaling.restored = Some(PolicyInfo {
                     name,
                     component: crate::core::component_hash(&bytes),
                     content,
@@ -83,12 +78,19 @@ impl Scheduler {
     }
 
     /// The last record was replayed: tasks that were handed to workers wait out their fence,
-    /// and nothing the replay did is sent or journaled again.
+    /// and nothing the replay did is sent or journaled again. A journal that holds forgotten
+    /// jobs is compacted now, whatever its size ([`Action::Compact`]).
+    ///
+    /// [`Action::Compact`]: super::Action::Compact
     pub(super) fn replayed(&mut self, now: u64) {
         self.tasks.replayed();
         self.tasks.fence_unfinished(now);
         self.tasks.take_actions();
         self.actions.clear();
+        if self.config.journal && self.forgets_since_compaction > 0 {
+            self.actions
+                .push_back(super::Action::Compact(self.journal_image()));
+        }
         let status = self.tasks.status();
         if status.jobs > 0 {
             tracing::info!(
@@ -114,7 +116,11 @@ impl Scheduler {
             first_task,
         }];
         // A policy set while running (or one read back and not yet running: it stays chosen).
-        let policy = self.policy.restored.as_ref().unwrap_or(&self.config.policy);
+        let policy = self
+            .scaling
+            .restored
+            .as_ref()
+            .unwrap_or(&self.scaling.policy);
         if let Some(bytes) = &policy.bytes {
             records.push(Record::PolicySet {
                 name: policy.name.clone(),
@@ -122,8 +128,8 @@ impl Scheduler {
                 content: policy.content.clone(),
             });
         }
-        for def in self.environments.values() {
-            if let Some(bytes) = self.components.get(&def.component) {
+        for def in self.tasks.environments().definitions() {
+            if let Some(bytes) = self.tasks.components().get(&def.component) {
                 records.push(Record::EnvRegister {
                     def: def.clone(),
                     component: bytes.to_vec(),
@@ -136,7 +142,7 @@ impl Scheduler {
             for group in &held.groups {
                 if let TaskKind::Wasm { component } = &group.spec.kind
                     && written.insert(*component)
-                    && let Some(bytes) = self.components.get(component)
+                    && let Some(bytes) = self.tasks.components().get(component)
                 {
                     components.push((*component, bytes.to_vec()));
                 }

@@ -124,11 +124,9 @@ impl Scheduler {
     ) {
         let mut new_components = Vec::new();
         for (hash, bytes) in components {
-            self.tasks.add_component(hash);
-            if self.config.journal && !self.components.contains_key(&hash) {
+            if self.tasks.add_component(hash, bytes.clone()) && self.config.journal {
                 new_components.push((hash, bytes.to_vec()));
             }
-            self.components.insert(hash, bytes);
         }
         let journaled = self.config.journal.then(|| groups.clone());
         match self.tasks.submit(groups) {

@@ -1,7 +1,7 @@
 //! Workers as the scheduler sees them: joining, reports, loss, and the frames each one is sent
 //! (a group's spec and component once per worker, then assignments).
 
-use super::{Action, ConnectionId, Link, Record, Scheduler};
+use super::{Action, ConnectionId, Link, MAX_ENVIRONMENTS, Record, Scheduler};
 use crate::core::scaling::is_reserved_environment;
 use crate::core::tasks::{self, Loss};
 use std::collections::BTreeMap;
@@ -18,6 +18,16 @@ impl Scheduler {
         connection: ConnectionId,
         mut info: WorkerInfo,
     ) {
+        // Admission: what the core could not serve is refused before anything is kept of it.
+        if info.local_environments.len() > MAX_ENVIRONMENTS || info.slots == 0 {
+            let reason = format!(
+                "a worker needs at least one slot and at most {MAX_ENVIRONMENTS} environments of its own"
+            );
+            tracing::warn!(name = %info.name, %reason, "worker refused");
+            self.actions
+                .push_back(Action::Refused { connection, reason });
+            return;
+        }
         tracing::info!(name = %info.name, slots = info.slots, "worker joined");
         // As for a manager: the scheduler's own environment names are not taken from a worker.
         info.local_environments.retain(|name| {
@@ -94,7 +104,7 @@ impl Scheduler {
         if close {
             self.close_worker(worker);
         }
-        self.dismissed.remove(&worker);
+        self.ending.remove(&worker);
         if !self.tasks.has_worker(worker) {
             return;
         }
@@ -119,7 +129,23 @@ impl Scheduler {
         }
     }
 
+    /// Workers whose stream ended and that did not close as stopping in time are lost.
+    pub(super) fn end_grace(&mut self, now: u64) {
+        let over: Vec<WorkerId> = self
+            .ending
+            .iter()
+            .filter(|(_, (until, _))| *until <= now)
+            .map(|(worker, _)| *worker)
+            .collect();
+        for worker in over {
+            if let Some((_, reason)) = self.ending.remove(&worker) {
+                self.worker_gone(now, worker, &reason, Loss::Silent, true);
+            }
+        }
+    }
+
     pub(super) fn close_worker(&mut self, worker: WorkerId) {
+        self.ending.remove(&worker);
         if self.links.remove(&worker).is_some() {
             self.actions.push_back(Action::CloseWorker { worker });
         }
@@ -164,7 +190,7 @@ impl Scheduler {
             if link.groups.insert(group.id) {
                 if let TaskKind::Wasm { component } = &group.spec.kind
                     && link.components.insert(*component)
-                    && let Some(bytes) = self.components.get(component)
+                    && let Some(bytes) = self.tasks.components().get(component)
                 {
                     frames.push(ToWorker::Component {
                         hash: *component,
@@ -190,15 +216,9 @@ impl Scheduler {
         }
     }
 
-    /// Forgotten jobs were dropped: free the components no one uses any more and tell the
-    /// workers that have them.
+    /// Forgotten jobs were dropped (with the task components no held group uses any more):
+    /// tell the workers that have them.
     pub(super) fn dropped(&mut self, groups: &[GroupId], components: &[ComponentHash]) {
-        for hash in components {
-            // Environments share the map: keep what a registered condition uses.
-            if !self.environments.values().any(|d| d.component == *hash) {
-                self.components.remove(hash);
-            }
-        }
         for (&worker, link) in &mut self.links {
             let groups: Vec<GroupId> = groups
                 .iter()
@@ -224,11 +244,11 @@ impl Scheduler {
         let Some(link) = self.links.get_mut(&worker) else {
             return;
         };
-        let defs: Vec<EnvironmentDef> = self.environments.values().cloned().collect();
+        let defs: Vec<EnvironmentDef> = self.tasks.environments().definitions().cloned().collect();
         let mut components = Vec::new();
         for def in &defs {
             if link.conditions.insert(def.component)
-                && let Some(bytes) = self.components.get(&def.component)
+                && let Some(bytes) = self.tasks.components().get(&def.component)
             {
                 components.push((def.component, bytes.clone()));
             }

@@ -20,6 +20,7 @@
 //!   worker already declared lost) is ignored: every task is finished exactly once.
 
 mod claims;
+mod components;
 mod environments;
 mod explain;
 mod prefetch;
@@ -42,7 +43,8 @@ use crate::proto::{
     WorkerId, WorkerInfo, WorkerStatus,
 };
 
-pub use environments::EnvSource;
+pub use components::Components;
+pub use environments::{EnvSource, Environments};
 use schedule::could_ever_run;
 pub use submit::{Group, Inputs, SubmitError};
 pub use unschedulable::Unschedulable;
@@ -315,11 +317,11 @@ pub struct Tasks {
     /// Claimed or canceled ones are skipped lazily when they are released.
     fenced: BTreeMap<u64, Vec<TaskId>>,
     workers: BTreeMap<WorkerId, Worker>,
-    /// Known wasm task components, with how many held groups use each: a component no held
-    /// group uses any more is forgotten too (`Action::Dropped`).
-    components: HashMap<ComponentHash, usize>,
+    /// Component bytes, with how many held groups use each: a task component no held group
+    /// uses any more is forgotten too (`Action::Dropped`).
+    components: Components,
     /// Known environment names: registered at run time, or evaluated by some worker on its own.
-    environments: BTreeMap<String, EnvSource>,
+    environments: Environments,
     counts: JobCounts,
     next_worker: WorkerId,
     actions: Vec<Action>,
@@ -337,11 +339,6 @@ impl Tasks {
 
     pub fn take_actions(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.actions)
-    }
-
-    /// A wasm task component is known (the shell keeps its bytes).
-    pub fn add_component(&mut self, hash: ComponentHash) {
-        self.components.entry(hash).or_insert(0);
     }
 
     pub fn group(&self, id: GroupId) -> Option<&Arc<Group>> {

@@ -129,13 +129,9 @@ impl Tasks {
                 };
                 groups.push(group.id);
                 if let TaskKind::Wasm { component } = &group.spec.kind
-                    && let Some(users) = self.components.get_mut(component)
+                    && self.release_component(component)
                 {
-                    *users = users.saturating_sub(1);
-                    if *users == 0 {
-                        self.components.remove(component);
-                        components.push(*component);
-                    }
+                    components.push(*component);
                 }
             }
             self.actions.push(Action::Dropped { groups, components });

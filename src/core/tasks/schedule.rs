@@ -5,11 +5,7 @@ use crate::core::scaling::walltime_environment;
 
 /// Whether `worker` could ever run tasks of `class` (once its slots and amounts are free): it has
 /// the capabilities, and every environment matches there, or its verdict is still pending.
-pub(super) fn could_ever_run(
-    worker: &Worker,
-    class: &Class,
-    known: &BTreeMap<String, EnvSource>,
-) -> bool {
+pub(super) fn could_ever_run(worker: &Worker, class: &Class, known: &Environments) -> bool {
     class
         .capabilities
         .iter()

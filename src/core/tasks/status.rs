@@ -33,6 +33,7 @@ impl Tasks {
 
     /// Check every invariant; the tests call this after each step. Returns the first violation.
     pub fn sanity_check(&self) -> Result<(), String> {
+        self.check_stores()?;
         let mut counted = JobCounts::default();
         for (id, task) in self.tasks.iter() {
             *slot(&mut counted, task.state) += 1;

@@ -144,7 +144,7 @@ impl Tasks {
                 .spec
                 .environments
                 .iter()
-                .find(|e| check_references && !self.environments.contains_key(*e))
+                .find(|e| check_references && !self.environments.contains_key(e))
             {
                 return Err(SubmitError::UnknownEnvironment {
                     group: index,
@@ -178,7 +178,7 @@ impl Tasks {
             let first = self.tasks.next_id();
             let priority = std::cmp::Reverse(new.spec.priority);
             if let TaskKind::Wasm { component } = &new.spec.kind {
-                *self.components.entry(*component).or_insert(0) += 1;
+                self.components.use_one(component);
             }
             self.groups.insert(
                 gid,

@@ -51,12 +51,12 @@ pub(super) struct Worker {
 impl Worker {
     /// Whether it evaluates `environment`: its own definition, or a run-time registration
     /// (sent to every worker). A name only other workers define is never evaluated here.
-    pub(super) fn evaluates(&self, environment: &str, known: &BTreeMap<String, EnvSource>) -> bool {
+    pub(super) fn evaluates(&self, environment: &str, known: &Environments) -> bool {
         self.info
             .local_environments
             .iter()
             .any(|e| e == environment)
-            || known.get(environment) == Some(&EnvSource::Registered)
+            || known.is_registered(environment)
     }
 
     /// Whether a task of `class` started `now` ends (by its timeout) before this worker leaves.
@@ -227,9 +227,7 @@ impl Tasks {
         self.next_worker += 1;
         let id = self.next_worker;
         for name in &info.local_environments {
-            self.environments
-                .entry(name.clone())
-                .or_insert(EnvSource::Worker);
+            self.declare_worker_environment(name);
         }
         // Each claim once (a task listed twice would be adopted, then refused and stopped).
         let mut claims: Vec<TaskId> = info.running.iter().chain(&info.finished).copied().collect();
@@ -400,7 +398,7 @@ impl Tasks {
                 if !w.info.local_environments.contains(&name) {
                     continue; // removed meanwhile
                 }
-                self.environments.insert(name.clone(), EnvSource::Worker);
+                self.environments.declare(&name, EnvSource::Worker);
             }
             if verdict == EnvVerdict::Match {
                 w.environments.insert(name.clone());

@@ -5,7 +5,6 @@ use super::Actor;
 use crate::core::scheduler::Input;
 use crate::scheduler::event::{Event, Snapshot, View};
 use crate::scheduler::metrics;
-use crate::scheduler::policy::PolicyJob;
 
 impl Actor {
     pub(super) fn event(&mut self, event: Event) {
@@ -20,12 +19,7 @@ impl Actor {
                 self.joining.insert(connection, (frames, reply));
                 Input::WorkerJoined { connection, info }
             }
-            Event::Core(input) => {
-                if let Input::ManagerGone { id } | Input::ManagerGoodbye { id } = &input {
-                    self.managers.remove(id);
-                }
-                input
-            }
+            Event::Core(input) => input,
             Event::Request {
                 request,
                 components,
@@ -62,12 +56,13 @@ impl Actor {
                 policy,
                 result,
             } => {
-                // The new one decides from the next snapshot on; the core learns its tiers.
+                // The core learns its tiers and decides whether it takes over; it waits here.
                 let result = match result {
-                    Ok((new, tiers)) => match &self.policy {
-                        Some(thread) if thread.send(PolicyJob::Replace(new)).is_ok() => Ok(tiers),
-                        _ => Err("the policy thread is gone".to_string()),
-                    },
+                    Ok((new, tiers)) if self.policy.is_some() => {
+                        self.adopting.insert(client, new);
+                        Ok(tiers)
+                    }
+                    Ok(_) => Err("the policy thread is gone".to_string()),
                     Err(error) => Err(error),
                 };
                 Input::PolicySwapped {

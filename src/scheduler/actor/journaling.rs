@@ -6,15 +6,15 @@ use crate::core::scheduler::Input;
 use crate::scheduler::journal;
 
 impl Actor {
-    /// Feed the journal's records to the core; compact it if it held forgotten jobs.
+    /// Feed the journal's records to the core, and compact it if the core says so.
     pub fn replay(&mut self, records: Vec<journal::Record>) {
         let now = self.now();
         for record in records {
             self.core.handle(now, Input::Replay(record));
         }
         self.core.handle(now, Input::Replayed);
-        if self.core.forgets_since_compaction() > 0 {
-            self.compact_journal(self.core.journal_image());
+        while let Some(records) = self.perform() {
+            self.compact_journal(records);
         }
     }
 

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use super::event::{Event, JoinReply, ManagerReply};
 use super::policy::PolicyJob;
 use super::{journal, metrics};
+use crate::core::scaling::ScalingPolicy;
 use crate::core::scheduler::{ClientId, ConnectionId, Input, Scheduler};
 use crate::proto::{ErrorCode, Response, ToManager, ToWorker, WorkerId};
 use journaling::stopping;
@@ -34,6 +35,9 @@ pub(super) struct Actor {
     pub policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
     /// Where `weir policy set` tries a new policy.
     pub trials: Option<super::policy::Trials>,
+    /// Tried policies ready to take over, by who asked, until the core adopts one
+    /// ([`crate::core::scheduler::Action::AdoptPolicy`]).
+    adopting: HashMap<Option<ClientId>, Box<dyn ScalingPolicy>>,
     record: Option<std::fs::File>,
     pub journal: Option<journal::Journal>,
     /// Replies held until this round's journal records are on disk.
@@ -61,6 +65,7 @@ impl Actor {
             next_id: 0,
             policy,
             trials: None,
+            adopting: HashMap::new(),
             record,
             journal,
             deferred: Vec::new(),

@@ -51,6 +51,7 @@ impl Actor {
                         let _ = link.send(message);
                     }
                 }
+                Action::CloseManager { manager } => drop(self.managers.remove(&manager)),
                 Action::Reply {
                     client,
                     response,
@@ -71,6 +72,14 @@ impl Actor {
                     policy,
                     snapshot,
                 } => self.swap_policy(client, policy, snapshot),
+                // It decides from the next snapshot on.
+                Action::AdoptPolicy { client } => {
+                    if let (Some(new), Some(thread)) = (self.adopting.remove(&client), &self.policy)
+                        && thread.send(PolicyJob::Replace(new)).is_err()
+                    {
+                        tracing::error!("the policy thread is gone: the new policy cannot run");
+                    }
+                }
             }
         }
         None

@@ -30,6 +30,7 @@ mod schedule;
 mod status;
 mod submit;
 mod unschedulable;
+mod worker;
 mod workers;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -48,8 +49,8 @@ pub use environments::{EnvSource, Environments};
 use schedule::could_ever_run;
 pub use submit::{Group, Inputs, SubmitError};
 pub use unschedulable::Unschedulable;
-pub use workers::{NameTaken, WorkerView};
-use workers::{Worker, amount};
+pub use worker::{NameTaken, WorkerView};
+use worker::{Worker, amount};
 
 /// Tasks of a group are prefetched once one of them has run, from hand-over to report, within
 /// this many milliseconds: prefetching saves a round trip per task, which matters only for

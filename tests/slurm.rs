@@ -88,6 +88,37 @@ fn slurm_manager(
     cluster.manager(&args)
 }
 
+/// A Slurm manager's command (heartbeat 0.2 s, worker type `hpc`, at most `cap` tasks, job logs
+/// in the cluster's directory), for a test that sets more (a `PATH` with a fake command first,
+/// its log level) before it spawns it with [`keep_manager`].
+fn slurm_manager_command(cluster: &Cluster, id: &str, cap: u32) -> Command {
+    let output = cluster.dir.path().join("job-%j.out");
+    let mut manager = cluster.launcher().command("worker-manager").unwrap();
+    manager
+        .args([
+            "--heartbeat-interval",
+            "0.2",
+            "--backend",
+            "slurm",
+            "--id",
+            id,
+        ])
+        .args([
+            "--worker-type",
+            "hpc",
+            "--max-task-concurrency",
+            &cap.to_string(),
+        ])
+        .args(["--job-output", output.to_str().unwrap()]);
+    manager
+}
+
+/// Spawn `manager` as one of the cluster's processes.
+fn keep_manager(cluster: &mut Cluster, mut manager: Command) {
+    let child = manager.spawn().unwrap();
+    cluster.keep(child);
+}
+
 /// Each job's own log, to see why a test failed.
 fn job_logs(dir: &Path) -> String {
     let mut logs = String::new();
@@ -231,23 +262,12 @@ fn a_burst_goes_through_sbatch_and_idle_units_end_completed() {
         Cluster::with_policy("waterfall_v2", "1, hpc", &["--scale-down-delay", "0.5"]);
     // Two jobs of two one-slot workers: a job goes only once both of its workers are drained.
     // Logging at info, so each job's own log (a file, not a terminal) has lines to look at.
-    let output = cluster.dir.path().join("job-%j.out");
-    let mut manager = cluster.launcher().command("worker-manager").unwrap();
+    let mut manager = slurm_manager_command(&cluster, &id, 4);
     manager
-        .args([
-            "--heartbeat-interval",
-            "0.2",
-            "--backend",
-            "slurm",
-            "--id",
-            &id,
-        ])
-        .args(["--worker-type", "hpc", "--max-task-concurrency", "4"])
-        .args(["--unit-size", "2", "--job-output", output.to_str().unwrap()])
+        .args(["--unit-size", "2"])
         .env("RUST_LOG", "info")
         .stderr(std::fs::File::create(cluster.dir.path().join("manager.log")).unwrap());
-    let child = manager.spawn().unwrap();
-    cluster.keep(child);
+    keep_manager(&mut cluster, manager);
     let job = submit(
         &cluster,
         &["--count", "8"],
@@ -776,22 +796,9 @@ fn a_scancel_that_fails_is_run_again_and_no_job_outlives_the_demand() {
         )
     });
     std::fs::write(&flag, "").unwrap();
-    let output = cluster.dir.path().join("job-%j.out");
-    let mut manager = cluster.launcher().command("worker-manager").unwrap();
-    manager
-        .args([
-            "--heartbeat-interval",
-            "0.2",
-            "--backend",
-            "slurm",
-            "--id",
-            &id,
-        ])
-        .args(["--worker-type", "hpc", "--max-task-concurrency", "2"])
-        .args(["--job-output", output.to_str().unwrap()])
-        .env("PATH", path);
-    let child = manager.spawn().unwrap();
-    cluster.keep(child);
+    let mut manager = slurm_manager_command(&cluster, &id, 2);
+    manager.env("PATH", path);
+    keep_manager(&mut cluster, manager);
 
     let job = submit(&cluster, &["--count", "2"], "echo $WEIR_WORKER_NAME");
     ran_on(&cluster, &job, 2);
@@ -912,22 +919,9 @@ fn the_workers_gone_from_a_completing_job_do_not_count_as_starting() {
             flag.display()
         )
     });
-    let output = cluster.dir.path().join("job-%j.out");
-    let mut manager = cluster.launcher().command("worker-manager").unwrap();
-    manager
-        .args([
-            "--heartbeat-interval",
-            "0.2",
-            "--backend",
-            "slurm",
-            "--id",
-            &id,
-        ])
-        .args(["--worker-type", "hpc", "--max-task-concurrency", "1"])
-        .args(["--job-output", output.to_str().unwrap()])
-        .env("PATH", path);
-    let child = manager.spawn().unwrap();
-    cluster.keep(child);
+    let mut manager = slurm_manager_command(&cluster, &id, 1);
+    manager.env("PATH", path);
+    keep_manager(&mut cluster, manager);
     // One task runs, one waits: the manager wants its one job throughout.
     let gate = cluster.dir.path().join("gate");
     submit(&cluster, &["--count", "2"], &gated(&gate));

@@ -1,6 +1,6 @@
 //! The scaling loop as a pure simulation, no processes: the task core, the manager controller,
 //! the native waterfall, the validation every decision passes, and worker managers modelled
-//! with the same convergence step the real one runs (`weir::manager::plan`). Random worker
+//! with the same convergence step the real one runs (`weir::core::units::Book::processes`). Random worker
 //! deaths, restarts, registrations, late disconnects, submissions and finishes never take a
 //! manager past its cap: every decision is within it, the manager never runs more processes,
 //! and once the manager has reported (one tick) the scheduler's view of it is within it too.
@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use weir::core::managers::{Context, Managers};
 use weir::core::scaling::validate_decisions;
 use weir::core::tasks::{Action, Config, Loss, Tasks};
-use weir::manager::plan;
+use weir::core::units::{Book, Unit};
 use weir::proto::{ManagerState, NewGroup, Outcome, TaskKind, TaskSpec, WorkerId, WorkerInfo};
 use weir_waterfall::{Flavor, Policy};
 
@@ -20,7 +20,8 @@ struct Pool {
     id: String,
     cap_tasks: u32,
     slots: u32,
-    alive: Vec<String>,
+    /// Its processes, oldest first, as the real manager keeps them: units of one.
+    book: Book,
     registered: HashMap<String, WorkerId>,
     /// Registered workers whose process died (the scheduler may not know yet).
     dead: Vec<WorkerId>,
@@ -32,20 +33,40 @@ struct Pool {
 }
 
 impl Pool {
+    fn new(id: &str, cap_tasks: u32, slots: u32) -> Pool {
+        let max_workers = (cap_tasks / slots).max(1);
+        Pool {
+            id: id.into(),
+            cap_tasks,
+            slots,
+            book: Book::processes(id, max_workers),
+            registered: HashMap::new(),
+            dead: vec![],
+            next: 0,
+            desired: 0,
+            exited: vec![],
+        }
+    }
+
     fn max_workers(&self) -> usize {
         (self.cap_tasks / self.slots).max(1) as usize
     }
 
-    /// The manager's convergence step (`weir::manager::plan`): its processes only.
+    /// Its alive processes, oldest first.
+    fn alive(&self) -> Vec<String> {
+        self.book.workers(&[])
+    }
+
+    /// The manager's convergence step (`Book::step` of a process pool): its processes only.
     fn converge(&mut self, desired: u32, stop: &[String], registered: &[String]) {
         let desired = desired.min(self.max_workers() as u32);
         self.desired = desired;
-        let step = plan(&self.alive, desired, stop, registered, true);
-        self.alive.retain(|n| !step.stop.contains(n));
-        self.exited.extend(step.stop);
+        let step = self.book.step(0, desired, stop, registered, false);
+        self.exited.extend(step.stop.into_iter().map(|s| s.id));
         for _ in 0..step.start {
             self.next += 1;
-            self.alive.push(format!("{}-{}", self.id, self.next));
+            let name = format!("{}-{}", self.id, self.next);
+            self.book.units.push(Unit::one(name, 0));
         }
     }
 
@@ -56,7 +77,7 @@ impl Pool {
             max_task_concurrency: self.cap_tasks,
             worker_slots: self.slots,
             capabilities: vec![],
-            workers: self.alive.clone(),
+            workers: self.alive(),
             environments: vec![],
             fixed: None,
             exited: self
@@ -140,8 +161,8 @@ proptest! {
         let mut managers = Managers::new(u64::MAX);
         let policy = Policy::parse(Flavor::WorkerType, "1, t\n").expect("content");
         let mut pools = [
-            Pool { id: "a".into(), cap_tasks: caps.0, slots: slots.0, alive: vec![], registered: HashMap::new(), dead: vec![], next: 0, desired: 0, exited: vec![] },
-            Pool { id: "b".into(), cap_tasks: caps.1, slots: slots.1, alive: vec![], registered: HashMap::new(), dead: vec![], next: 0, desired: 0, exited: vec![] },
+            Pool::new("a", caps.0, slots.0),
+            Pool::new("b", caps.1, slots.1),
         ];
         let mut running: Vec<(WorkerId, u64)> = Vec::new();
         let mut now = 0u64;
@@ -181,13 +202,13 @@ proptest! {
                             .map(|w| w.name.clone())
                             .collect();
                         pool.converge(decision.desired_workers, &stop, &registered);
-                        prop_assert!(pool.alive.len() <= pool.max_workers(), "{} runs {} processes", pool.id, pool.alive.len());
+                        prop_assert!(pool.alive().len() <= pool.max_workers(), "{} runs {} processes", pool.id, pool.alive().len());
                         heartbeat(&mut core, &mut managers, pool, now);
                     }
                 }
                 Op::Register(m, w) => {
                     let pool = &mut pools[m];
-                    let unregistered: Vec<String> = pool.alive.iter().filter(|n| !pool.registered.contains_key(*n)).cloned().collect();
+                    let unregistered: Vec<String> = pool.alive().into_iter().filter(|n| !pool.registered.contains_key(n)).collect();
                     if let Some(name) = unregistered.get(w % unregistered.len().max(1)) {
                         let (id, _) = core.worker_joined(now, WorkerInfo {
                             name: name.clone(),
@@ -206,8 +227,8 @@ proptest! {
                 }
                 Op::Kill(m, w) => {
                     let pool = &mut pools[m];
-                    if !pool.alive.is_empty() {
-                        let name = pool.alive.remove(w % pool.alive.len());
+                    if !pool.book.units.is_empty() {
+                        let name = pool.book.units.remove(w % pool.book.units.len()).id;
                         pool.exited.push(name.clone());
                         if let Some(id) = pool.registered.get(&name) {
                             pool.dead.push(*id);
@@ -228,7 +249,7 @@ proptest! {
                     let pool = &mut pools[m];
                     let registered: Vec<String> = pool.registered.keys().cloned().collect();
                     pool.converge(pool.desired, &[], &registered);
-                    prop_assert!(pool.alive.len() <= pool.max_workers());
+                    prop_assert!(pool.alive().len() <= pool.max_workers());
                 }
                 Op::Submit(count) => submit(&mut core, count),
                 Op::Schedule => core.schedule(0),
@@ -271,18 +292,24 @@ proptest! {
 #[test]
 fn the_manager_plan_stops_named_then_unregistered_and_fills_up() {
     let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let alive = names(&["m-1", "m-2", "m-3", "m-4"]);
+    let pool = |alive: &[&str]| {
+        let mut book = Book::processes("m", 100);
+        book.units = alive.iter().map(|n| Unit::one(n.to_string(), 0)).collect();
+        book
+    };
+    let alive = ["m-1", "m-2", "m-3", "m-4"];
     // Named first; then the newest unregistered ones; registered ones are never taken unnamed.
-    let step = plan(
-        &alive,
+    let mut book = pool(&alive);
+    let step = book.step(
+        0,
         1,
         &names(&["m-1"]),
         &names(&["m-1", "m-2", "m-4"]),
-        true,
+        false,
     );
-    assert_eq!(step.stop, names(&["m-1", "m-3"]));
+    let stopped: Vec<String> = step.stop.into_iter().map(|s| s.id).collect();
+    assert_eq!(stopped, names(&["m-1", "m-3"]));
     assert_eq!(step.start, 0);
-    // Below the desired count: start the difference, unless backing off.
-    assert_eq!(plan(&alive, 6, &[], &[], true).start, 2);
-    assert_eq!(plan(&alive, 6, &[], &[], false).start, 0);
+    // Below the desired count: start the difference (the pool starts none while backing off).
+    assert_eq!(pool(&alive).step(0, 6, &[], &[], false).start, 2);
 }

@@ -5,12 +5,14 @@
 //! rules live here once. Times are milliseconds on the manager's own clock.
 
 mod backoff;
+mod engine;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashSet;
 
 pub use backoff::{Backoff, Failed};
+pub use engine::{Listed, Seen};
 
 /// One unit of workers: a unit of the command backend or a Slurm job (`size` workers, named
 /// `{manager}-{unit}-{n}`), or one worker process (its own name).

@@ -183,6 +183,52 @@ fn the_wait_is_capped_at_a_minute() {
     assert_eq!(delay(40), 60_000);
 }
 
+#[test]
+fn the_book_follows_the_engine_ended_requeued_and_adopted_units() {
+    let mut book = Book::new("m", 2, 60_000, 100, 4);
+    let mut ran = unit(&book, "2", 0, true);
+    ran.running = true;
+    book.units = vec![unit(&book, "1", 0, false), ran, unit(&book, "3", 0, false)];
+    let listed = [
+        ("2".to_string(), Listed::Pending),
+        ("3".to_string(), Listed::Completing),
+        ("8".to_string(), Listed::Running),
+        ("9".to_string(), Listed::Pending),
+        ("10".to_string(), Listed::Completing),
+        ("11".to_string(), Listed::Running),
+    ];
+    let seen = book.listed(500, &listed, &["11".to_string()]);
+    let ended: Vec<&str> = seen.ended.iter().map(|u| u.id.as_str()).collect();
+    assert_eq!(ended, ["1"], "no longer listed");
+    assert_eq!(
+        seen.requeued,
+        ["2"],
+        "it ran and waits again: it starts over"
+    );
+    let adopted: Vec<&str> = seen.adopted.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        adopted,
+        ["8", "9"],
+        "not a completing one, nor one it is stopping"
+    );
+    let state = |id: &str| {
+        let u = book.units.iter().find(|u| u.id == id).expect("in the book");
+        (u.registered, u.running, u.ending, u.since)
+    };
+    assert_eq!(state("2"), (false, false, false, 500));
+    assert_eq!(state("3"), (false, false, true, 0));
+    assert_eq!(
+        state("8"),
+        (true, true, false, 500),
+        "running: may be busy, taken as registered"
+    );
+    assert_eq!(state("9"), (false, false, false, 500));
+    assert_eq!(book.units[2].workers, ["m-8-1", "m-8-2"]);
+    // An adopted running unit is never cancelled as one too many.
+    let step = book.step(500, 0, &[], &[], false);
+    assert!(step.stop.iter().all(|s| s.id != "8"), "{step:?}");
+}
+
 /// One thing that happens to a manager's units, for the property test.
 #[derive(Clone, Debug)]
 enum Op {

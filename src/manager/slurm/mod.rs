@@ -43,7 +43,7 @@ use std::time::Duration;
 use super::command::{self, CommandError};
 use super::unit_log::{self, UnitLog};
 use super::{Clock, Settings};
-use crate::core::units::{Backoff, Book, Unit, Why};
+use crate::core::units::{self, Backoff, Book, Unit, Why};
 use crate::proto::ManagerState;
 
 pub use commands::{Listed, parse_sbatch, parse_squeue, parse_time_left};
@@ -322,48 +322,29 @@ impl Jobs {
         }
         self.stopping
             .retain(|s| listed.iter().any(|l| l.id == s.job));
+        let engine: Vec<(String, units::Listed)> = listed
+            .iter()
+            .map(|l| (l.id.clone(), engine_state(&l.state)))
+            .collect();
+        let stopping: Vec<String> = self.stopping.iter().map(|s| s.job.clone()).collect();
+        let seen = self.book.listed(now, &engine, &stopping);
         let mut ended_early = Vec::new();
-        self.book.units.retain_mut(|job| {
-            let Some(l) = listed.iter().find(|l| l.id == job.id) else {
-                tracing::warn!(job = %job.id, registered = job.registered, "unit ended; replacing it if still wanted");
-                if !job.registered {
-                    ended_early.push(job.id.clone());
-                }
-                let last = self.listed.0.iter().find(|l| l.id == job.id);
-                self.log
-                    .ended(&job.id, job.since, report::ended_why(last), now);
-                return false;
-            };
-            if l.state == "PENDING" && (job.registered || job.running) {
-                // Requeued by Slurm (a failed node, a preemption with requeue): it starts over.
-                tracing::warn!(job = %job.id, "unit requeued by Slurm; waiting for it again");
-                job.registered = false;
-                job.since = now;
-            }
-            job.running = l.state == "RUNNING";
-            job.ending = l.state == "COMPLETING";
-            true
-        });
-        for l in listed {
-            let known = self.book.units.iter().any(|j| j.id == l.id)
-                || self.stopping.iter().any(|s| s.job == l.id);
-            if l.state != "COMPLETING" && !known {
-                tracing::info!(job = %l.id, state = %l.state, "adopted a unit of this manager");
-                // A running job may have busy workers (not registered again yet, after a
-                // restart of the scheduler too): taken as registered, it is cancelled only
-                // once the scheduler has drained its workers, never as "not started".
-                let unit = Unit {
-                    registered: l.state == "RUNNING",
-                    running: l.state == "RUNNING",
-                    ..self.book.unit(l.id.clone(), now)
-                };
-                self.book.units.push(unit);
+        for job in seen.ended {
+            tracing::warn!(job = %job.id, registered = job.registered, "unit ended; replacing it if still wanted");
+            let last = self.listed.0.iter().find(|l| l.id == job.id);
+            self.log
+                .ended(&job.id, job.since, report::ended_why(last), now);
+            if !job.registered {
+                ended_early.push(CommandError::Ended { unit: job.id });
             }
         }
+        for job in seen.requeued {
+            tracing::warn!(job, "unit requeued by Slurm; waiting for it again");
+        }
+        for (job, state) in seen.adopted {
+            tracing::info!(job, ?state, "adopted a unit of this manager");
+        }
         ended_early
-            .into_iter()
-            .map(|unit| CommandError::Ended { unit })
-            .collect()
     }
 
     pub async fn stop_all(&mut self) {
@@ -375,5 +356,15 @@ impl Jobs {
         for stopping in std::mem::take(&mut self.stopping) {
             self.scancel(&stopping.job).await;
         }
+    }
+}
+
+/// A job's `squeue` state as the pure step knows it.
+fn engine_state(state: &str) -> units::Listed {
+    match state {
+        "PENDING" => units::Listed::Pending,
+        "RUNNING" => units::Listed::Running,
+        "COMPLETING" => units::Listed::Completing,
+        _ => units::Listed::Other,
     }
 }

@@ -8,13 +8,8 @@ use tokio::process::{Child, Command};
 
 use super::unit_log::{self, UnitLog};
 use super::{Clock, ManagerError, Settings};
-use crate::core::units::{Book, Unit, Why};
+use crate::core::units::{Book, Restarts, Unit, Why};
 use crate::proto::{ManagerState, UnitState};
-
-/// A worker that exits sooner than this after its start counts as a failed start.
-const YOUNG: Duration = Duration::from_secs(10);
-/// Longest wait before starting again after failed starts.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The manager's worker processes; kept across reconnections to the scheduler.
 pub struct Pool {
@@ -34,8 +29,7 @@ pub struct Pool {
     /// a unit, the unit ends too.
     pub(super) dismissed: bool,
     /// Workers that died young in a row, and when (on `clock`) starting is allowed again.
-    failures: u32,
-    not_before: u64,
+    restarts: Restarts,
     /// Its workers that exited or were stopped, and why: each worker is a unit of its own in
     /// the report.
     log: UnitLog,
@@ -52,8 +46,7 @@ impl Pool {
             next: 0,
             exited: std::collections::VecDeque::new(),
             dismissed: false,
-            failures: 0,
-            not_before: 0,
+            restarts: Restarts::default(),
             log: UnitLog::default(),
         }
     }
@@ -164,7 +157,7 @@ impl Pool {
             let since = self.book.units.iter().find(|u| u.id == name);
             let since = since.map_or(now, |u| u.since);
             self.book.units.retain(|u| u.id != name);
-            let lived = Duration::from_millis(now.saturating_sub(since));
+            let lived = now.saturating_sub(since);
             self.remember_exited(&name);
             self.log
                 .ended(&name, since, format!("exited ({status})"), now);
@@ -173,15 +166,13 @@ impl Pool {
                 self.dismissed = true;
                 continue;
             }
-            if lived < YOUNG {
-                self.failures += 1;
-                let backoff = (Duration::from_millis(250) * 2u32.saturating_pow(self.failures))
-                    .min(MAX_BACKOFF);
-                self.not_before = now.saturating_add(unit_log::millis(backoff));
-                tracing::warn!(worker = %name, %status, ?lived, ?backoff, "worker exited young; replacing it after a backoff");
-            } else {
-                self.failures = 0;
-                tracing::warn!(worker = %name, %status, "worker exited; replacing it");
+            match self.restarts.exited(now, lived) {
+                Some(wait) => {
+                    let (lived, backoff) =
+                        (Duration::from_millis(lived), Duration::from_millis(wait));
+                    tracing::warn!(worker = %name, %status, ?lived, ?backoff, "worker exited young; replacing it after a backoff");
+                }
+                None => tracing::warn!(worker = %name, %status, "worker exited; replacing it"),
             }
         }
     }
@@ -250,7 +241,7 @@ impl Pool {
             self.log.ended(&unit.id, unit.since, why.into(), now);
             self.stop(&unit.id);
         }
-        if now >= self.not_before && !ending && !self.dismissed {
+        if self.restarts.may_start(now) && !ending && !self.dismissed {
             for _ in 0..step.start {
                 self.start()?;
             }

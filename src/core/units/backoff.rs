@@ -69,3 +69,37 @@ impl Backoff {
 pub fn delay(failures: u32) -> u64 {
     (1000u64 << failures.clamp(1, 7).saturating_sub(1)).min(MAX_DELAY_MS)
 }
+
+/// A worker process that exits sooner than this (ms) after its start counts as a failed start.
+pub const YOUNG_MS: u64 = 10_000;
+/// Longest wait (ms) before starting processes again after failed starts.
+const MAX_RESTART_MS: u64 = 30_000;
+
+/// The process backend's backoff: worker processes that died young in a row, and when (ms)
+/// starting is allowed again (0.5 s, doubling, at most 30 s); one that lived resets it.
+#[derive(Debug, Default)]
+pub struct Restarts {
+    failures: u32,
+    not_before: u64,
+}
+
+impl Restarts {
+    /// A worker process that lived `lived` ms exited at `now`: the wait (ms) before starting
+    /// again if it died young.
+    pub fn exited(&mut self, now: u64, lived: u64) -> Option<u64> {
+        if lived >= YOUNG_MS {
+            self.failures = 0;
+            return None;
+        }
+        self.failures = self.failures.saturating_add(1);
+        let wait = 250u64
+            .saturating_mul(2u64.saturating_pow(self.failures))
+            .min(MAX_RESTART_MS);
+        self.not_before = now.saturating_add(wait);
+        Some(wait)
+    }
+
+    pub fn may_start(&self, now: u64) -> bool {
+        now >= self.not_before
+    }
+}

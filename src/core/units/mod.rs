@@ -11,7 +11,7 @@ mod tests;
 
 use std::collections::HashSet;
 
-pub use backoff::{Backoff, Failed};
+pub use backoff::{Backoff, Failed, Restarts};
 pub use engine::{Listed, Seen};
 
 /// One unit of workers: a unit of the command backend or a Slurm job (`size` workers, named

@@ -229,6 +229,25 @@ fn the_book_follows_the_engine_ended_requeued_and_adopted_units() {
     assert!(step.stop.iter().all(|s| s.id != "8"), "{step:?}");
 }
 
+#[test]
+fn processes_dying_young_in_a_row_double_the_wait_and_one_that_lived_resets_it() {
+    let mut restarts = Restarts::default();
+    assert!(restarts.may_start(0));
+    assert_eq!(restarts.exited(1000, 9_999), Some(500));
+    assert!(!restarts.may_start(1499) && restarts.may_start(1500));
+    assert_eq!(restarts.exited(2000, 100), Some(1000));
+    for _ in 0..10 {
+        restarts.exited(3000, 0);
+    }
+    assert_eq!(restarts.exited(3000, 0), Some(30_000), "capped");
+    assert_eq!(restarts.exited(40_000, 10_000), None, "it lived: no wait");
+    assert_eq!(
+        restarts.exited(50_000, 0),
+        Some(500),
+        "from the start again"
+    );
+}
+
 /// One thing that happens to a manager's units, for the property test.
 #[derive(Clone, Debug)]
 enum Op {

@@ -1,7 +1,7 @@
 //! `src/core` is the pure state machine (DESIGN §2): no async runtime, no network, no wasmtime,
 //! no clock (no `Instant` at all: time is an argument), no I/O. This reads its sources (the
-//! scheduler's core and the worker's) and fails on any of them, so the rule is checked, not
-//! only agreed.
+//! scheduler's core, the worker's and the worker manager's convergence) and fails on any of
+//! them, so the rule is checked, not only agreed.
 
 #[test]
 fn the_core_uses_no_runtime_network_sandbox_clock_or_io() {
@@ -20,10 +20,13 @@ fn the_core_uses_no_runtime_network_sandbox_clock_or_io() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/core");
     let mut files = 0;
     let mut worker = 0;
+    let mut units = 0;
     for path in sources(std::path::Path::new(dir)) {
         files += 1;
         // The worker's core (its lease, held tasks, reports) is held to the same rule.
         worker += usize::from(path.parent().is_some_and(|p| p.ends_with("core/worker")));
+        // So is the manager's convergence step (its units, the backoff after failures).
+        units += usize::from(path.parent().is_some_and(|p| p.ends_with("core/units")));
         let text = std::fs::read_to_string(&path).unwrap();
         for (number, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or_default();
@@ -39,6 +42,10 @@ fn the_core_uses_no_runtime_network_sandbox_clock_or_io() {
     }
     assert!(files >= 12, "read {files} files of {dir}");
     assert!(worker >= 3, "read {worker} files of the worker's core");
+    assert!(
+        units >= 3,
+        "read {units} files of the manager's convergence core"
+    );
 }
 
 /// Every `.rs` file under `dir`, in its subfolders too.

@@ -2,7 +2,7 @@
 //! simulation, no processes: the shell's part is played by this file (actions answered the way
 //! the shell and the peers answer them), the policy is the native waterfall, and worker
 //! managers are modelled with the same convergence step the real one runs
-//! (`weir::manager::plan`). After every round (inputs, `EndOfBatch`, `Synced`) the whole
+//! (`weir::core::units::Book::processes`). After every round (inputs, `EndOfBatch`, `Synced`) the whole
 //! scheduler passes `Scheduler::sanity_check`.
 //!
 //! Random worker deaths, restarts, registrations, late disconnects, submissions and finishes
@@ -17,8 +17,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use weir::core::scaling::validate_decisions;
 use weir::core::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
+use weir::core::units::{Book, Unit};
 use weir::core::{component_hash, tasks};
-use weir::manager::plan;
 use weir::proto::{
     EnvVerdict, ManagerState, NewGroup, Outcome, Request, TaskId, TaskKind, TaskSpec, ToManager,
     ToWorker, WorkerId, WorkerInfo,
@@ -30,8 +30,8 @@ struct Pool {
     id: String,
     cap_tasks: u32,
     slots: u32,
-    alive: Vec<String>,
-    /// Its processes registered with the scheduler and not known gone there.
+    /// Its processes, oldest first, as the real manager keeps them: units of one.
+    book: Book,
     registered: HashMap<String, WorkerId>,
     /// Registered workers whose process died (the scheduler may not know yet).
     dead: Vec<WorkerId>,
@@ -54,7 +54,7 @@ impl Pool {
             id: id.into(),
             cap_tasks,
             slots,
-            alive: vec![],
+            book: Book::processes(id, (cap_tasks / slots).max(1)),
             registered: HashMap::new(),
             dead: vec![],
             next: 0,
@@ -64,22 +64,27 @@ impl Pool {
         }
     }
 
-    /// The manager's convergence step (`weir::manager::plan`): its processes only. Returns the
-    /// registered workers it stopped (each closes its connection as it stops).
+    /// Its alive processes, oldest first.
+    fn alive(&self) -> Vec<String> {
+        self.book.workers(&[])
+    }
+
+    /// The manager's convergence step (`Book::step` of a process pool): its processes only.
+    /// Returns the registered workers it stopped (each closes its connection as it stops).
     fn converge(&mut self, desired: u32, stop: &[String], registered: &[String]) -> Vec<WorkerId> {
         let desired = desired.min(self.max_workers() as u32);
         self.desired = desired;
-        let step = plan(&self.alive, desired, stop, registered, true);
-        self.alive.retain(|n| !step.stop.contains(n));
-        let stopped = step
-            .stop
+        let step = self.book.step(0, desired, stop, registered, false);
+        let stopped_names: Vec<String> = step.stop.into_iter().map(|s| s.id).collect();
+        let stopped = stopped_names
             .iter()
             .filter_map(|n| self.registered.get(n).copied())
             .collect();
-        self.exited.extend(step.stop);
+        self.exited.extend(stopped_names);
         for _ in 0..step.start {
             self.next += 1;
-            self.alive.push(format!("{}-{}", self.id, self.next));
+            let name = format!("{}-{}", self.id, self.next);
+            self.book.units.push(Unit::one(name, 0));
         }
         stopped
     }
@@ -91,7 +96,7 @@ impl Pool {
             max_task_concurrency: self.cap_tasks,
             worker_slots: self.slots,
             capabilities: vec![],
-            workers: self.alive.clone(),
+            workers: self.alive(),
             environments: vec![],
             fixed: None,
             exited: self
@@ -342,10 +347,10 @@ impl Sim {
                 prop_assert!(pool.connected, "a decision for {manager}, not connected");
                 let stopped = pool.converge(desired, &stop, &registered);
                 prop_assert!(
-                    pool.alive.len() <= pool.max_workers(),
+                    pool.book.units.len() <= pool.max_workers(),
                     "{} runs {} processes",
                     pool.id,
-                    pool.alive.len()
+                    pool.book.units.len()
                 );
                 let state = pool.state();
                 self.inputs.push_back(Input::ManagerHeartbeat { state });
@@ -437,7 +442,7 @@ impl Sim {
         for pool in &self.pools {
             let name = pool.registered.iter().find(|(_, id)| **id == worker);
             if let Some((name, _)) = name
-                && pool.alive.contains(name)
+                && pool.alive().contains(name)
             {
                 let held = self.running.iter().filter(|(w, _)| *w == worker);
                 let held: Vec<TaskId> = held.map(|(_, t)| *t).collect();
@@ -497,7 +502,7 @@ impl Sim {
             Op::Register(m, w) => {
                 let pool = &self.pools[m];
                 let unregistered: Vec<String> = pool
-                    .alive
+                    .alive()
                     .iter()
                     .filter(|n| !pool.registered.contains_key(*n))
                     .cloned()
@@ -528,8 +533,9 @@ impl Sim {
             }
             Op::Kill(m, w) => {
                 let pool = &mut self.pools[m];
-                if !pool.alive.is_empty() {
-                    let name = pool.alive.remove(w % pool.alive.len());
+                if !pool.book.units.is_empty() {
+                    let i = w % pool.book.units.len();
+                    let name = pool.book.units.remove(i).id;
                     self.holding.remove(&name);
                     pool.exited.push(name.clone());
                     if let Some(id) = pool.registered.get(&name) {
@@ -561,7 +567,7 @@ impl Sim {
                 let registered: Vec<String> = pool.registered.keys().cloned().collect();
                 let desired = pool.desired;
                 pool.converge(desired, &[], &registered);
-                prop_assert!(pool.alive.len() <= pool.max_workers());
+                prop_assert!(pool.book.units.len() <= pool.max_workers());
             }
             Op::Submit(count, wasm, env) => {
                 let (kind, components) = match wasm {
@@ -724,7 +730,7 @@ impl Sim {
                         for pool in &mut self.pools {
                             let name = pool.registered.iter().find(|(_, id)| **id == worker);
                             if let Some(name) = name.map(|(n, _)| n.clone()) {
-                                pool.alive.retain(|n| *n != name);
+                                pool.book.units.retain(|u| u.id != name);
                                 pool.exited.push(name);
                             }
                         }
@@ -810,18 +816,24 @@ proptest! {
 #[test]
 fn the_manager_plan_stops_named_then_unregistered_and_fills_up() {
     let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let alive = names(&["m-1", "m-2", "m-3", "m-4"]);
+    let pool = |alive: &[&str]| {
+        let mut book = Book::processes("m", 100);
+        book.units = alive.iter().map(|n| Unit::one(n.to_string(), 0)).collect();
+        book
+    };
+    let alive = ["m-1", "m-2", "m-3", "m-4"];
     // Named first; then the newest unregistered ones; registered ones are never taken unnamed.
-    let step = plan(
-        &alive,
+    let mut book = pool(&alive);
+    let step = book.step(
+        0,
         1,
         &names(&["m-1"]),
         &names(&["m-1", "m-2", "m-4"]),
-        true,
+        false,
     );
-    assert_eq!(step.stop, names(&["m-1", "m-3"]));
+    let stopped: Vec<String> = step.stop.into_iter().map(|s| s.id).collect();
+    assert_eq!(stopped, names(&["m-1", "m-3"]));
     assert_eq!(step.start, 0);
-    // Below the desired count: start the difference, unless backing off.
-    assert_eq!(plan(&alive, 6, &[], &[], true).start, 2);
-    assert_eq!(plan(&alive, 6, &[], &[], false).start, 0);
+    // Below the desired count: start the difference (the pool starts none while backing off).
+    assert_eq!(pool(&alive).step(0, 6, &[], &[], false).start, 2);
 }

@@ -9,6 +9,7 @@ pub mod scaling;
 pub mod scenarios;
 pub mod scheduler;
 pub mod tasks;
+pub mod units;
 pub mod worker;
 
 /// A component's identity: the SHA-256 of its bytes.

@@ -12,13 +12,13 @@
 //! unit (it could not adopt them after a restart).
 
 use std::process::ExitStatus;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::core::units::{self, Backoff, Book, Failed, Why};
 use crate::proto::ManagerState;
 
-use super::Settings;
 use super::unit_log::{self, UnitLog};
-use super::units::{self, Book, Unit, Why};
+use super::{Clock, Settings};
 
 /// A failure of the backend: it counts, and the manager backs off.
 #[derive(Debug, thiserror::Error)]
@@ -46,59 +46,26 @@ pub enum CommandError {
     Ended { unit: String },
 }
 
-/// After a failure of the backend: no capacity and no new unit for a while (1 s, doubling with
-/// each failed round in a row to 60 s), so the waterfall spills to the next tier meanwhile.
-/// A round is one poll: several units found late or ended in it are one failure, not several
-/// (one event, such as a full queue or a down controller, fails them together); so are failures
-/// found while already backing off (no unit was started since: they are of the same batch,
-/// found a poll later because they were submitted a little later). Until a unit
-/// comes up again it is `recovering`: units are started one at a time, not the whole batch.
-#[derive(Debug, Default)]
-pub struct Backoff {
-    failures: u32,
-    until: Option<Instant>,
-}
-
-impl Backoff {
-    pub fn active(&self, now: Instant) -> bool {
-        self.until.is_some_and(|until| now < until)
-    }
-
-    /// Failed since a unit last came up.
-    pub fn recovering(&self) -> bool {
-        self.failures > 0
-    }
-
-    /// The failures of one round: one more failure in a row if there are any.
-    pub fn fail(&mut self, errors: Vec<CommandError>, now: Instant) {
-        let Some(first) = errors.first() else {
-            return;
-        };
-        if self.active(now) {
+/// The failures of one round (see [`crate::core::units::Backoff`]): logged, and one more
+/// failure in a row if there are any and the manager is not backing off already.
+pub(super) fn fail(backoff: &mut Backoff, errors: Vec<CommandError>, now: u64) {
+    match backoff.fail(errors.len(), now) {
+        Failed::Nothing => {}
+        Failed::Same => {
             for error in &errors {
                 tracing::warn!(%error, "backend failure while backing off: the same event");
             }
-            return;
         }
-        self.failures += 1;
-        let delay = Self::delay(self.failures);
-        let more = errors.len() - 1;
-        tracing::warn!(error = %first, more, failures = self.failures, ?delay, "backend failure; backing off (no capacity meanwhile)");
-        for error in &errors[1..] {
-            tracing::warn!(%error, "backend failure in the same round");
+        Failed::Round { failures, delay_ms } => {
+            let delay = Duration::from_millis(delay_ms);
+            let more = errors.len().saturating_sub(1);
+            if let Some(first) = errors.first() {
+                tracing::warn!(error = %first, more, failures, ?delay, "backend failure; backing off (no capacity meanwhile)");
+            }
+            for error in errors.iter().skip(1) {
+                tracing::warn!(%error, "backend failure in the same round");
+            }
         }
-        self.until = Some(now + delay);
-    }
-
-    /// The wait after `failures` failed rounds in a row: 1 s, doubling, at most 60 s.
-    fn delay(failures: u32) -> Duration {
-        Duration::from_secs(1 << failures.clamp(1, 7).saturating_sub(1))
-            .min(Duration::from_secs(60))
-    }
-
-    /// A unit came up: failures in a row start again from zero.
-    pub fn reset(&mut self) {
-        self.failures = 0;
     }
 }
 
@@ -126,6 +93,7 @@ pub struct Units {
     book: Book,
     next: u64,
     backoff: Backoff,
+    clock: Clock,
     /// The units it stopped, for its report.
     log: UnitLog,
 }
@@ -135,7 +103,7 @@ impl Units {
         let book = Book::new(
             &settings.id,
             backend.unit_size,
-            backend.unit_timeout,
+            unit_log::millis(backend.unit_timeout),
             settings.max_workers(),
             backend.max_pending,
         );
@@ -145,6 +113,7 @@ impl Units {
             book,
             next: 0,
             backoff: Backoff::default(),
+            clock: Clock::new(),
             log: UnitLog::default(),
         }
     }
@@ -187,16 +156,17 @@ impl Units {
     pub fn state(&self) -> ManagerState {
         // The command backend does not know when a unit ends: all of its workers are reported.
         let workers = self.book.workers(&[]);
-        let mut state =
-            self.settings
-                .report(self.backoff.active(Instant::now()), workers, Vec::new());
+        let now = self.clock.now();
+        let mut state = self
+            .settings
+            .report(self.backoff.active(now), workers, Vec::new());
         state.backend = "command".into();
-        state.units = self.units(Instant::now());
+        state.units = self.units(now);
         state
     }
 
     /// Its units for the report: one with a registered worker runs, the others are pending.
-    fn units(&self, now: Instant) -> Vec<crate::proto::UnitReport> {
+    fn units(&self, now: u64) -> Vec<crate::proto::UnitReport> {
         use crate::proto::UnitState;
         let live = self
             .book
@@ -207,7 +177,7 @@ impl Units {
                     true => UnitState::Running,
                     false => UnitState::Pending,
                 };
-                unit_log::live(&self.book, unit, (state, None, None), now)
+                unit_log::live(unit, (state, None, None), now)
             })
             .collect();
         let (manager, size) = (&self.settings.id, self.backend.unit_size);
@@ -218,32 +188,33 @@ impl Units {
     /// Move toward `desired` workers, in whole units. A failed command is not an error of the
     /// manager: it backs off (see [`CommandError`]).
     pub async fn apply(&mut self, desired: u32, stop: &[String], registered: &[String]) {
-        let started = unit_log::started(&self.book);
         let recovering = self.backoff.recovering();
-        let step = self
-            .book
-            .step(desired, stop, registered, Instant::now(), recovering);
+        let now = self.clock.now();
+        let step = self.book.step(now, desired, stop, registered, recovering);
         if !step.registered.is_empty() {
             self.backoff.reset();
         }
         for (unit, after) in &step.registered {
+            let after = Duration::from_millis(*after);
             tracing::info!(%unit, ?after, "unit registered");
         }
         let mut failures = Vec::new();
-        for (unit, why) in step.stop {
-            self.run_stop(&unit).await;
-            let said = unit_log::why(why, self.backend.unit_timeout);
-            let since = unit_log::since(&started, &unit);
-            self.log.ended(&unit, since, said, Instant::now());
-            if why == Why::Late {
+        for unit in step.stop {
+            self.run_stop(&unit.id).await;
+            let said = unit_log::why(unit.why, self.book.timeout);
+            self.log.ended(&unit.id, unit.since, said, self.clock.now());
+            if unit.why == Why::Late {
                 let timeout = self.backend.unit_timeout;
-                failures.push(CommandError::Late { unit, timeout });
+                failures.push(CommandError::Late {
+                    unit: unit.id,
+                    timeout,
+                });
             }
         }
-        self.backoff.fail(failures, Instant::now());
+        fail(&mut self.backoff, failures, self.clock.now());
         // Too few: start units, unless backing off.
         for _ in 0..step.start {
-            if self.backoff.active(Instant::now()) {
+            if self.backoff.active(self.clock.now()) {
                 break;
             }
             self.next += 1;
@@ -251,10 +222,11 @@ impl Units {
             match self.run(&self.backend.start.clone(), &unit).await {
                 Ok(()) => {
                     tracing::info!(%unit, "unit started");
-                    self.book.units.push(Unit::new(unit, Instant::now()));
+                    let unit = self.book.unit(unit, self.clock.now());
+                    self.book.units.push(unit);
                 }
                 Err(error) => {
-                    self.backoff.fail(vec![error], Instant::now());
+                    fail(&mut self.backoff, vec![error], self.clock.now());
                     break;
                 }
             }
@@ -272,50 +244,5 @@ impl Units {
         for unit in std::mem::take(&mut self.book.units) {
             self.run_stop(&unit.id).await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn late(unit: &str) -> CommandError {
-        CommandError::Late {
-            unit: unit.into(),
-            timeout: Duration::from_secs(1),
-        }
-    }
-
-    #[test]
-    fn units_failing_in_one_round_count_once_and_rounds_in_a_row_double_the_wait() {
-        let t0 = Instant::now();
-        let mut backoff = Backoff::default();
-        backoff.fail(Vec::new(), t0);
-        assert!(!backoff.active(t0) && !backoff.recovering(), "no failure");
-        // Four units late in the same poll: one failure, a 1 s wait.
-        backoff.fail(vec![late("1"), late("2"), late("3"), late("4")], t0);
-        assert!(backoff.active(t0 + Duration::from_millis(999)));
-        assert!(!backoff.active(t0 + Duration::from_secs(1)));
-        // Another found late a poll later, while backing off: the same event, no longer wait.
-        backoff.fail(vec![late("5")], t0 + Duration::from_millis(200));
-        assert!(!backoff.active(t0 + Duration::from_secs(1)));
-        // The next round fails too: 2 s.
-        let t1 = t0 + Duration::from_secs(1);
-        backoff.fail(vec![late("5"), late("6")], t1);
-        assert!(backoff.active(t1 + Duration::from_millis(1999)));
-        assert!(!backoff.active(t1 + Duration::from_secs(2)));
-        assert!(backoff.recovering(), "until a unit comes up");
-        backoff.reset();
-        assert!(!backoff.recovering());
-        let t2 = t1 + Duration::from_secs(2);
-        backoff.fail(vec![late("7")], t2);
-        assert!(!backoff.active(t2 + Duration::from_secs(1)), "1 s again");
-    }
-
-    #[test]
-    fn the_wait_is_capped_at_a_minute() {
-        assert_eq!(Backoff::delay(1), Duration::from_secs(1));
-        assert_eq!(Backoff::delay(3), Duration::from_secs(4));
-        assert_eq!(Backoff::delay(40), Duration::from_secs(60));
     }
 }

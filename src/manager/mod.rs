@@ -11,28 +11,26 @@
 //! workers, except a Slurm manager that leaves its jobs running (`--on-stop leave`, its
 //! default): it closes without a goodbye, and the next manager with its id adopts them.
 //!
-//! `plan.rs` is the pure convergence step, `pool.rs` the process backend, `command.rs` the
-//! command backend, `slurm/` the Slurm backend (its `commands.rs`: what it runs of Slurm),
-//! `units.rs` the pure step both unit backends take, `backend.rs` the choice between them,
-//! `session.rs` the sessions with the scheduler.
+//! The convergence step every backend takes is pure, in [`crate::core::units`] (a worker
+//! process is a unit of one); here are the shells that run it: `pool.rs` the process backend,
+//! `command.rs` the command backend, `slurm/` the Slurm backend (its `commands.rs`: what it runs
+//! of Slurm), `unit_log.rs` what they report of their units, `backend.rs` the choice between
+//! them, `session.rs` the sessions with the scheduler.
 
 mod backend;
 pub mod command;
-mod plan;
 mod pool;
 mod session;
 pub mod slurm;
 mod unit_log;
-mod units;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::net::NetError;
 use crate::proto::{EnvironmentDef, ManagerState};
 
 pub use backend::Backend;
-pub use plan::{Plan, plan};
 pub use pool::Pool;
 pub use session::{run, run_dynamic, run_unit};
 
@@ -118,4 +116,23 @@ pub enum ManagerError {
         command: PathBuf,
         error: std::io::Error,
     },
+}
+
+/// A backend's clock: ms since it was made, the time of the pure step ([`crate::core::units`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Clock(Instant);
+
+impl Clock {
+    pub(crate) fn new() -> Clock {
+        Clock(Instant::now())
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        unit_log::millis(self.0.elapsed())
+    }
+
+    /// `ms` on this clock as an instant (for the shell's timers).
+    pub(crate) fn at(&self, ms: u64) -> Instant {
+        self.0 + Duration::from_millis(ms)
+    }
 }

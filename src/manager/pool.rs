@@ -1,37 +1,35 @@
 //! The process backend: the manager's own worker processes, started, stopped, reaped and
-//! replaced (with a backoff when they keep dying young).
+//! replaced (with a backoff when they keep dying young). Each process is a unit of one worker
+//! in the pure convergence step ([`crate::core::units::Book::processes`]).
 
 use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
 
 use super::unit_log::{self, UnitLog};
-use super::{ManagerError, Settings, plan};
-use crate::proto::{ManagerState, UnitReport, UnitState};
-
-/// A worker that exits sooner than this after its start counts as a failed start.
-const YOUNG: Duration = Duration::from_secs(10);
-/// Longest wait before starting again after failed starts.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+use super::{Clock, ManagerError, Settings};
+use crate::core::units::{Book, Restarts, Unit, Why};
+use crate::proto::{ManagerState, UnitState};
 
 /// The manager's worker processes; kept across reconnections to the scheduler.
 pub struct Pool {
     pub(super) settings: Settings,
-    /// Alive worker processes, oldest first: (name, process, when it started).
-    children: Vec<(String, Child, Instant)>,
+    /// Alive worker processes, by name (their units, oldest first, are in `book`).
+    children: Vec<(String, Child)>,
+    /// Each alive worker as a unit of one: when it started, and whether the scheduler has ever
+    /// said it registered (in any session): then it is stopped only when named (drained), never
+    /// as "not registered yet" — after a scheduler restart it is busy with tasks it has not
+    /// claimed yet.
+    book: Book,
+    clock: Clock,
     next: u64,
-    /// Workers the scheduler has ever said are registered (in any session): they are stopped
-    /// only when it names them (drained), never as "not registered yet" — after a scheduler
-    /// restart they are busy with tasks they have not claimed yet.
-    ever_registered: std::collections::HashSet<String>,
     /// The last workers that exited or were stopped, newest last (reported to the scheduler).
     exited: std::collections::VecDeque<String>,
     /// A worker exited because the scheduler dismissed it (its dynamic manager is gone): inside
     /// a unit, the unit ends too.
     pub(super) dismissed: bool,
-    /// Workers that died young in a row, and when starting is allowed again.
-    failures: u32,
-    not_before: Instant,
+    /// Workers that died young in a row, and when (on `clock`) starting is allowed again.
+    restarts: Restarts,
     /// Its workers that exited or were stopped, and why: each worker is a unit of its own in
     /// the report.
     log: UnitLog,
@@ -39,15 +37,16 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(settings: Settings) -> Pool {
+        let max_workers = settings.fixed.unwrap_or_else(|| settings.max_workers());
         Pool {
+            book: Book::processes(&settings.id, max_workers),
             settings,
             children: Vec::new(),
+            clock: Clock::new(),
             next: 0,
-            ever_registered: std::collections::HashSet::new(),
             exited: std::collections::VecDeque::new(),
             dismissed: false,
-            failures: 0,
-            not_before: Instant::now(),
+            restarts: Restarts::default(),
             log: UnitLog::default(),
         }
     }
@@ -59,7 +58,7 @@ impl Pool {
             // expects): a worker that died is replaced under its name.
             Some(unit) => (1..)
                 .map(|n| format!("{}-{unit}-{n}", s.id))
-                .find(|name| !self.children.iter().any(|(n, _, _)| n == name))
+                .find(|name| !self.children.iter().any(|(n, _)| n == name))
                 .unwrap_or_default(),
             None => {
                 self.next += 1;
@@ -105,7 +104,9 @@ impl Pool {
             error,
         })?;
         tracing::info!(worker = %name, "worker started");
-        self.children.push((name.clone(), child, Instant::now()));
+        self.children.push((name.clone(), child));
+        let unit = Unit::one(name.clone(), self.clock.now());
+        self.book.units.push(unit);
         Ok(name)
     }
 
@@ -121,8 +122,9 @@ impl Pool {
 
     /// Send a worker SIGTERM and hand back its process.
     fn signal_stop(&mut self, name: &str) -> Option<Child> {
-        let index = self.children.iter().position(|(n, _, _)| n == name)?;
-        let (_, mut child, _) = self.children.remove(index);
+        self.book.units.retain(|u| u.id != name);
+        let index = self.children.iter().position(|(n, _)| n == name)?;
+        let (_, mut child) = self.children.remove(index);
         self.remember_exited(name);
         tracing::info!(worker = %name, "stopping worker");
         let pid = child.id().and_then(|pid| i32::try_from(pid).ok());
@@ -139,38 +141,36 @@ impl Pool {
 
     /// Forget workers that exited; back off when they die young.
     fn reap(&mut self) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut exited = Vec::new();
         self.children
-            .retain_mut(|(name, child, started)| match child.try_wait() {
+            .retain_mut(|(name, child)| match child.try_wait() {
                 Ok(Some(status)) => {
-                    exited.push((name.clone(), status, now.duration_since(*started)));
+                    exited.push((name.clone(), status));
                     false
                 }
                 _ => true,
             });
-        for (name, status, lived) in exited {
+        for (name, status) in exited {
+            let since = self.book.units.iter().find(|u| u.id == name);
+            let since = since.map_or(now, |u| u.since);
+            self.book.units.retain(|u| u.id != name);
+            let lived = now.saturating_sub(since);
             self.remember_exited(&name);
-            self.log.ended(
-                &name,
-                now.checked_sub(lived).unwrap_or(now),
-                format!("exited ({status})"),
-                now,
-            );
+            self.log
+                .ended(&name, since, format!("exited ({status})"), now);
             if status.code() == Some(crate::proto::EXIT_DISMISSED) {
                 tracing::warn!(worker = %name, "dismissed by the scheduler: its manager is gone");
                 self.dismissed = true;
                 continue;
             }
-            if lived < YOUNG {
-                self.failures += 1;
-                let backoff = (Duration::from_millis(250) * 2u32.saturating_pow(self.failures))
-                    .min(MAX_BACKOFF);
-                self.not_before = now + backoff;
-                tracing::warn!(worker = %name, %status, ?lived, ?backoff, "worker exited young; replacing it after a backoff");
-            } else {
-                self.failures = 0;
-                tracing::warn!(worker = %name, %status, "worker exited; replacing it");
+            match self.restarts.exited(now, lived) {
+                Some(wait) => {
+                    let (lived, backoff) =
+                        (Duration::from_millis(lived), Duration::from_millis(wait));
+                    tracing::warn!(worker = %name, %status, ?lived, ?backoff, "worker exited young; replacing it after a backoff");
+                }
+                None => tracing::warn!(worker = %name, %status, "worker exited; replacing it"),
             }
         }
     }
@@ -186,36 +186,33 @@ impl Pool {
         let exited = self.exited.iter().cloned().collect();
         let mut state = self.settings.report(false, self.names(), exited);
         state.backend = "process".into();
-        state.units = self.units(Instant::now());
+        state.units = self.units(self.clock.now());
         state
     }
 
     /// Each worker process as a unit of one: running once the scheduler has said it registered.
-    fn units(&self, now: Instant) -> Vec<UnitReport> {
+    fn units(&self, now: u64) -> Vec<crate::proto::UnitReport> {
+        let left = self
+            .settings
+            .ends_at
+            .map(|end| end.saturating_duration_since(self.clock.at(now)));
         let live = self
-            .children
+            .book
+            .units
             .iter()
-            .map(|(name, _, started)| UnitReport {
-                id: name.clone(),
-                state: match self.ever_registered.contains(name) {
+            .map(|unit| {
+                let state = match unit.registered {
                     true => UnitState::Running,
                     false => UnitState::Pending,
-                },
-                reason: None,
-                age_ms: unit_log::millis(now.saturating_duration_since(*started)),
-                workers: vec![name.clone()],
-                time_left_ms: self
-                    .settings
-                    .ends_at
-                    .map(|end| unit_log::millis(end.saturating_duration_since(now))),
-                ended_ms: None,
+                };
+                unit_log::live(unit, (state, None, left), now)
             })
             .collect();
         self.log.report(live, |name| vec![name.to_string()], now)
     }
 
     fn names(&self) -> Vec<String> {
-        self.children.iter().map(|(n, _, _)| n.clone()).collect()
+        self.book.workers(&[])
     }
 
     /// Move toward `desired` workers (a fixed pool: toward its N), never above the cap.
@@ -226,38 +223,26 @@ impl Pool {
         registered: &[String],
     ) -> Result<(), ManagerError> {
         self.reap();
-        let desired = match self.settings.fixed {
-            Some(n) => n,
-            None => desired.min(self.settings.max_workers()),
-        };
-        self.ever_registered.extend(registered.iter().cloned());
-        let alive = self.names();
-        self.ever_registered.retain(|name| alive.contains(name));
-        let known: Vec<String> = self.ever_registered.iter().cloned().collect();
+        let desired = self.settings.fixed.unwrap_or(desired);
+        let now = self.clock.now();
         // Past the end of the allocation nothing new starts (the unit is leaving).
         let ending = self
             .settings
             .ends_at
-            .is_some_and(|end| Instant::now() >= end);
-        let plan = plan(
-            &alive,
-            desired,
-            stop,
-            &known,
-            Instant::now() >= self.not_before && !ending && !self.dismissed,
-        );
-        for name in &plan.stop {
-            let started = self.children.iter().find(|(n, _, _)| n == name);
-            let since = started.map_or(Instant::now(), |(_, _, at)| *at);
-            let why = match stop.contains(name) {
-                true => "drained",
-                false => "not needed",
+            .is_some_and(|end| self.clock.at(now) >= end);
+        let step = self.book.step(now, desired, stop, registered, false);
+        for unit in step.stop {
+            let why = match unit.why {
+                Why::Drained => "drained",
+                Why::Late | Why::Excess => "not needed",
             };
-            self.log.ended(name, since, why.into(), Instant::now());
-            self.stop(name);
+            self.log.ended(&unit.id, unit.since, why.into(), now);
+            self.stop(&unit.id);
         }
-        for _ in 0..plan.start {
-            self.start()?;
+        if self.restarts.may_start(now) && !ending && !self.dismissed {
+            for _ in 0..step.start {
+                self.start()?;
+            }
         }
         Ok(())
     }

@@ -1,21 +1,21 @@
 //! What a manager reports of its units (`ManagerState::units`, for `weir managers`): the live
 //! ones as its backend sees them, those it is stopping, and the last that ended with why
-//! (at most [`UNITS_ENDED_KEPT`]). Ages are durations on this manager's clock.
+//! (at most [`UNITS_ENDED_KEPT`]). Times are ms on this manager's clock ([`super::Clock`]).
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::units::{self, Book, Unit, Why};
+use crate::core::units::{Unit, Why};
 use crate::proto::{UNITS_ENDED_KEPT, UnitReport, UnitState};
 
 /// A unit being stopped or gone: its id, when it started, and why it was stopped.
 #[derive(Debug)]
 struct Stopped {
     id: String,
-    since: Instant,
+    since: u64,
     why: String,
     /// When it ended; `None` while it is stopping (still listed by its engine).
-    at: Option<Instant>,
+    at: Option<u64>,
 }
 
 /// The units a manager stopped or saw end.
@@ -27,7 +27,7 @@ pub struct UnitLog {
 
 impl UnitLog {
     /// It was told to stop and may take a while (a cancelled Slurm job still listed).
-    pub fn stopping(&mut self, id: &str, since: Instant, why: String) {
+    pub fn stopping(&mut self, id: &str, since: u64, why: String) {
         self.stopping.push(Stopped {
             id: id.to_string(),
             since,
@@ -37,7 +37,7 @@ impl UnitLog {
     }
 
     /// A stopping unit is gone (ended at `now`).
-    pub fn gone(&mut self, id: &str, now: Instant) {
+    pub fn gone(&mut self, id: &str, now: u64) {
         if let Some(index) = self.stopping.iter().position(|s| s.id == id) {
             let mut unit = self.stopping.remove(index);
             unit.at = Some(now);
@@ -46,7 +46,7 @@ impl UnitLog {
     }
 
     /// It ended at `now` (stopped at once, or ended by itself).
-    pub fn ended(&mut self, id: &str, since: Instant, why: String, now: Instant) {
+    pub fn ended(&mut self, id: &str, since: u64, why: String, now: u64) {
         self.stopping.retain(|s| s.id != id);
         self.push(Stopped {
             id: id.to_string(),
@@ -69,14 +69,14 @@ impl UnitLog {
         &self,
         mut live: Vec<UnitReport>,
         workers: impl Fn(&str) -> Vec<String>,
-        now: Instant,
+        now: u64,
     ) -> Vec<UnitReport> {
         for unit in &self.stopping {
             live.push(UnitReport {
                 id: unit.id.clone(),
                 state: UnitState::Completing,
                 reason: Some(unit.why.clone()),
-                age_ms: millis(now.saturating_duration_since(unit.since)),
+                age_ms: now.saturating_sub(unit.since),
                 workers: workers(&unit.id),
                 time_left_ms: None,
                 ended_ms: None,
@@ -88,51 +88,37 @@ impl UnitLog {
                 id: unit.id.clone(),
                 state: UnitState::Ended,
                 reason: Some(unit.why.clone()),
-                age_ms: millis(at.saturating_duration_since(unit.since)),
+                age_ms: at.saturating_sub(unit.since),
                 workers: Vec::new(),
                 time_left_ms: None,
-                ended_ms: Some(millis(now.saturating_duration_since(at))),
+                ended_ms: Some(now.saturating_sub(at)),
             });
         }
         live
     }
 }
 
-/// Why a unit was stopped, in a few words.
-pub fn why(why: Why, timeout: Duration) -> String {
+/// Why a unit was stopped, in a few words (`timeout`: the unit timeout, ms).
+pub fn why(why: Why, timeout: u64) -> String {
     match why {
-        Why::Late => format!("late: no worker registered within {}s", timeout.as_secs()),
+        Why::Late => format!("late: no worker registered within {}s", timeout / 1000),
         Why::Drained => "drained".into(),
         Why::Excess => "not needed".into(),
     }
 }
 
-/// When each unit of `book` started, to log the ones a step stops (it takes them out).
-pub fn started(book: &Book) -> Vec<(String, Instant)> {
-    book.units.iter().map(|u| (u.id.clone(), u.since)).collect()
-}
-
-/// When `unit` started, of those [`started`] returned (now if it is not there).
-pub fn since(started: &[(String, Instant)], unit: &str) -> Instant {
-    started
-        .iter()
-        .find(|(id, _)| id == unit)
-        .map_or_else(Instant::now, |(_, at)| *at)
-}
-
-/// One live unit of a book: `state`, `reason` and `time_left` as its engine says.
+/// One live unit: `state`, `reason` and `time_left` as its engine says.
 pub fn live(
-    book: &Book,
     unit: &Unit,
     (state, reason, time_left): (UnitState, Option<String>, Option<Duration>),
-    now: Instant,
+    now: u64,
 ) -> UnitReport {
     UnitReport {
         id: unit.id.clone(),
         state,
         reason,
-        age_ms: millis(now.saturating_duration_since(unit.since)),
-        workers: units::names(&book.manager, &unit.id, book.size),
+        age_ms: now.saturating_sub(unit.since),
+        workers: unit.workers.clone(),
         time_left_ms: time_left.map(millis),
         ended_ms: None,
     }
@@ -148,10 +134,10 @@ mod tests {
 
     #[test]
     fn stopping_then_gone_then_only_the_last_ended_are_kept() {
-        let t0 = Instant::now();
+        let t0 = 0;
         let mut log = UnitLog::default();
         log.stopping("7", t0, "drained".into());
-        let later = t0 + Duration::from_secs(5);
+        let later = t0 + 5000;
         let report = log.report(Vec::new(), |id| vec![format!("m-{id}-1")], later);
         assert_eq!(report.len(), 1);
         assert_eq!(report[0].state, UnitState::Completing);
@@ -160,7 +146,7 @@ mod tests {
         for n in 0..UNITS_ENDED_KEPT {
             log.ended(&format!("u{n}"), t0, "not needed".into(), later);
         }
-        let report = log.report(Vec::new(), |_| Vec::new(), later + Duration::from_secs(1));
+        let report = log.report(Vec::new(), |_| Vec::new(), later + 1000);
         assert_eq!(report.len(), UNITS_ENDED_KEPT, "bounded");
         assert!(report.iter().all(|u| u.id != "7"), "the oldest went first");
         assert_eq!(

@@ -39,12 +39,12 @@ mod report;
 pub mod walltime;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::Settings;
-use super::command::{Backoff, CommandError};
+use super::command::{self, CommandError};
 use super::unit_log::{self, UnitLog};
-use super::units::{Book, Unit, Why};
+use super::{Clock, Settings};
+use crate::core::units::{self, Backoff, Book, Unit, Why};
 use crate::proto::ManagerState;
 
 pub use parse::{Listed, parse_sbatch, parse_squeue, parse_time_left};
@@ -83,8 +83,8 @@ const CANCEL_AGAIN: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 struct Stopping {
     job: String,
-    /// When it was last told to end (or cancelled).
-    last: Instant,
+    /// When it was last told to end (or cancelled), on the backend's clock.
+    last: u64,
     /// Told to end from inside (SIGTERM to its batch step), not cancelled (yet).
     from_inside: bool,
 }
@@ -103,8 +103,9 @@ pub struct Jobs {
     /// The workers the scheduler said last that it has registered.
     registered: Vec<String>,
     backoff: Backoff,
+    clock: Clock,
     /// What the last successful `squeue` listed, and when (for the report).
-    listed: (Vec<Listed>, Instant),
+    listed: (Vec<Listed>, u64),
     /// The jobs it cancelled or saw end, for the report.
     log: UnitLog,
 }
@@ -114,7 +115,7 @@ impl Jobs {
         let book = Book::new(
             &settings.id,
             slurm.unit_size,
-            slurm.unit_timeout,
+            unit_log::millis(slurm.unit_timeout),
             settings.max_workers(),
             slurm.max_pending,
         );
@@ -125,7 +126,8 @@ impl Jobs {
             stopping: Vec::new(),
             registered: Vec::new(),
             backoff: Backoff::default(),
-            listed: (Vec::new(), Instant::now()),
+            clock: Clock::new(),
+            listed: (Vec::new(), 0),
             log: UnitLog::default(),
         }
     }
@@ -138,11 +140,12 @@ impl Jobs {
                     .unit_workers(&stopping.job, true, &self.registered),
             );
         }
-        let mut state =
-            self.settings
-                .report(self.backoff.active(Instant::now()), workers, Vec::new());
+        let now = self.clock.now();
+        let mut state = self
+            .settings
+            .report(self.backoff.active(now), workers, Vec::new());
         state.backend = "slurm".into();
-        state.units = self.units(Instant::now());
+        state.units = self.units(now);
         state
     }
 
@@ -169,15 +172,11 @@ impl Jobs {
             }
         };
         let registered = self.registered.clone();
-        let book = &self.book;
         let queued = |unit: &Unit| {
             listed
                 .iter()
                 .any(|l| l.id == unit.id && l.state == "PENDING")
-                && !book
-                    .unit_workers(&unit.id, false, &[])
-                    .iter()
-                    .any(|w| registered.contains(w))
+                && !unit.workers.iter().any(|w| registered.contains(w))
         };
         let (waiting, running): (Vec<Unit>, Vec<Unit>) =
             self.book.units.clone().into_iter().partition(queued);
@@ -200,19 +199,19 @@ impl Jobs {
         let Some(mut failures) = self.poll_round().await else {
             return;
         };
-        let started = unit_log::started(&self.book);
         let recovering = self.backoff.recovering();
-        let step = self
-            .book
-            .step(desired, stop, registered, Instant::now(), recovering);
+        let now = self.clock.now();
+        let step = self.book.step(now, desired, stop, registered, recovering);
         if !step.registered.is_empty() {
             // A job whose workers came up: failures in a row start again from zero.
             self.backoff.reset();
         }
         for (job, after) in &step.registered {
+            let after = Duration::from_millis(*after);
             tracing::info!(job, ?after, "unit registered");
         }
-        for (job, why) in step.stop {
+        for unit in step.stop {
+            let (job, why) = (unit.id, unit.why);
             let mut from_inside = why == Why::Drained;
             if from_inside {
                 tracing::info!(job, "unit drained: telling it to end");
@@ -224,30 +223,30 @@ impl Jobs {
             }
             self.stopping.push(Stopping {
                 job: job.clone(),
-                last: Instant::now(),
+                last: self.clock.now(),
                 from_inside,
             });
-            let said = unit_log::why(why, self.slurm.unit_timeout);
-            let since = unit_log::since(&started, &job);
-            self.log.stopping(&job, since, said);
+            let said = unit_log::why(why, self.book.timeout);
+            self.log.stopping(&job, unit.since, said);
             if why == Why::Late {
                 let timeout = self.slurm.unit_timeout;
                 failures.push(CommandError::Late { unit: job, timeout });
             }
         }
         // One failure for the round, however many jobs it found late or ended.
-        self.backoff.fail(failures, Instant::now());
+        command::fail(&mut self.backoff, failures, self.clock.now());
         for _ in 0..step.start {
-            if self.backoff.active(Instant::now()) {
+            if self.backoff.active(self.clock.now()) {
                 break;
             }
             match self.sbatch().await {
                 Ok(id) => {
                     tracing::info!(job = %id, "unit submitted");
-                    self.book.units.push(Unit::new(id, Instant::now()));
+                    let unit = self.book.unit(id, self.clock.now());
+                    self.book.units.push(unit);
                 }
                 Err(error) => {
-                    self.backoff.fail(vec![error], Instant::now());
+                    command::fail(&mut self.backoff, vec![error], self.clock.now());
                     break;
                 }
             }
@@ -260,7 +259,7 @@ impl Jobs {
     pub async fn poll(&mut self) -> bool {
         match self.poll_round().await {
             Some(failures) => {
-                self.backoff.fail(failures, Instant::now());
+                command::fail(&mut self.backoff, failures, self.clock.now());
                 true
             }
             None => false,
@@ -274,11 +273,11 @@ impl Jobs {
             Ok(listed) => {
                 let ended = self.track(&listed);
                 self.cancel_again(&listed).await;
-                self.listed = (listed, Instant::now());
+                self.listed = (listed, self.clock.now());
                 Some(ended)
             }
             Err(error) => {
-                self.backoff.fail(vec![error], Instant::now());
+                command::fail(&mut self.backoff, vec![error], self.clock.now());
                 None
             }
         }
@@ -288,7 +287,7 @@ impl Jobs {
     /// inside that still runs after [`END_GRACE`], and one cancelled again every
     /// [`CANCEL_AGAIN`] (the first `scancel` failed, or Slurm lost it).
     async fn cancel_again(&mut self, listed: &[Listed]) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut again = Vec::new();
         for stopping in &mut self.stopping {
             let running = listed
@@ -298,7 +297,7 @@ impl Jobs {
                 true => END_GRACE,
                 false => CANCEL_AGAIN,
             };
-            if running && now.duration_since(stopping.last) >= wait {
+            if running && now.saturating_sub(stopping.last) >= unit_log::millis(wait) {
                 stopping.last = now;
                 stopping.from_inside = false;
                 again.push(stopping.job.clone());
@@ -316,7 +315,7 @@ impl Jobs {
     /// spending a retry); were they dropped from the heartbeat first, the scheduler would take
     /// them for dead. Returns the failures: jobs that ended before any worker registered.
     fn track(&mut self, listed: &[Listed]) -> Vec<CommandError> {
-        let now = Instant::now();
+        let now = self.clock.now();
         for stopping in &self.stopping {
             if !listed.iter().any(|l| l.id == stopping.job) {
                 self.log.gone(&stopping.job, now);
@@ -324,47 +323,29 @@ impl Jobs {
         }
         self.stopping
             .retain(|s| listed.iter().any(|l| l.id == s.job));
+        let engine: Vec<(String, units::Listed)> = listed
+            .iter()
+            .map(|l| (l.id.clone(), engine_state(&l.state)))
+            .collect();
+        let stopping: Vec<String> = self.stopping.iter().map(|s| s.job.clone()).collect();
+        let seen = self.book.listed(now, &engine, &stopping);
         let mut ended_early = Vec::new();
-        self.book.units.retain_mut(|job| {
-            let Some(l) = listed.iter().find(|l| l.id == job.id) else {
-                tracing::warn!(job = %job.id, registered = job.registered, "unit ended; replacing it if still wanted");
-                if !job.registered {
-                    ended_early.push(job.id.clone());
-                }
-                let last = self.listed.0.iter().find(|l| l.id == job.id);
-                self.log
-                    .ended(&job.id, job.since, report::ended_why(last), now);
-                return false;
-            };
-            if l.state == "PENDING" && (job.registered || job.running) {
-                // Requeued by Slurm (a failed node, a preemption with requeue): it starts over.
-                tracing::warn!(job = %job.id, "unit requeued by Slurm; waiting for it again");
-                job.registered = false;
-                job.since = Instant::now();
-            }
-            job.running = l.state == "RUNNING";
-            job.ending = l.state == "COMPLETING";
-            true
-        });
-        for l in listed {
-            let known = self.book.units.iter().any(|j| j.id == l.id)
-                || self.stopping.iter().any(|s| s.job == l.id);
-            if l.state != "COMPLETING" && !known {
-                tracing::info!(job = %l.id, state = %l.state, "adopted a unit of this manager");
-                // A running job may have busy workers (not registered again yet, after a
-                // restart of the scheduler too): taken as registered, it is cancelled only
-                // once the scheduler has drained its workers, never as "not started".
-                self.book.units.push(Unit {
-                    registered: l.state == "RUNNING",
-                    running: l.state == "RUNNING",
-                    ..Unit::new(l.id.clone(), Instant::now())
-                });
+        for job in seen.ended {
+            tracing::warn!(job = %job.id, registered = job.registered, "unit ended; replacing it if still wanted");
+            let last = self.listed.0.iter().find(|l| l.id == job.id);
+            self.log
+                .ended(&job.id, job.since, report::ended_why(last), now);
+            if !job.registered {
+                ended_early.push(CommandError::Ended { unit: job.id });
             }
         }
+        for job in seen.requeued {
+            tracing::warn!(job, "unit requeued by Slurm; waiting for it again");
+        }
+        for (job, state) in seen.adopted {
+            tracing::info!(job, ?state, "adopted a unit of this manager");
+        }
         ended_early
-            .into_iter()
-            .map(|unit| CommandError::Ended { unit })
-            .collect()
     }
 
     pub async fn stop_all(&mut self) {
@@ -376,5 +357,15 @@ impl Jobs {
         for stopping in std::mem::take(&mut self.stopping) {
             self.scancel(&stopping.job).await;
         }
+    }
+}
+
+/// A job's `squeue` state as the pure step knows it.
+fn engine_state(state: &str) -> units::Listed {
+    match state {
+        "PENDING" => units::Listed::Pending,
+        "RUNNING" => units::Listed::Running,
+        "COMPLETING" => units::Listed::Completing,
+        _ => units::Listed::Other,
     }
 }

@@ -2,24 +2,24 @@
 //! (pending with Slurm's reason, running with its time left, completing), then those it
 //! cancelled and those that ended.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Jobs, Listed};
+use crate::core::units::{self, Unit};
 use crate::manager::unit_log;
-use crate::manager::units::{self, Unit};
 use crate::proto::{UnitReport, UnitState};
 
 impl Jobs {
-    pub(super) fn units(&self, now: Instant) -> Vec<UnitReport> {
+    pub(super) fn units(&self, now: u64) -> Vec<UnitReport> {
         let (listed, at) = &self.listed;
-        let since = now.saturating_duration_since(*at);
+        let since = Duration::from_millis(now.saturating_sub(*at));
         let live = self
             .book
             .units
             .iter()
             .map(|unit| {
                 let job = listed.iter().find(|l| l.id == unit.id);
-                unit_log::live(&self.book, unit, engine_state(unit, job, since), now)
+                unit_log::live(unit, engine_state(unit, job, since), now)
             })
             .collect();
         let (manager, size) = (&self.settings.id, self.slurm.unit_size);

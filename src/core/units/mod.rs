@@ -222,15 +222,21 @@ impl Book {
     }
 }
 
-/// The scheduler named some of its workers, and every one of them it has registered.
+/// Every worker of it the scheduler has registered is named, and: for a unit of several, one of
+/// them at least is registered (a named worker that just left, beside a sibling still starting,
+/// does not drain the unit); for a process of its own (a unit of one), it is named.
 fn drained(unit: &Unit, stop: &HashSet<&str>, registered: &HashSet<&str>) -> bool {
     let named = |n: &&String| stop.contains(n.as_str());
-    unit.workers.iter().any(|n| named(&n))
-        && unit
-            .workers
-            .iter()
-            .filter(|n| registered.contains(n.as_str()))
-            .all(|n| named(&n))
+    let mut listed = unit
+        .workers
+        .iter()
+        .filter(|n| registered.contains(n.as_str()))
+        .peekable();
+    let some = match unit.workers.len() {
+        1 => unit.workers.iter().any(|n| named(&n)),
+        _ => listed.peek().is_some(),
+    };
+    some && listed.all(|n| named(&n))
 }
 
 fn stopped(unit: &Unit, why: Why) -> Stopped {

@@ -66,6 +66,21 @@ fn a_unit_goes_only_once_all_its_workers_are_drained() {
     assert_eq!(ids(&step), vec![("7", Why::Drained)]);
 }
 
+/// A unit of several whose only named worker is no longer registered (it just left) while its
+/// sibling is still starting is not drained: nothing of it is registered. A process of its own
+/// (a unit of one) named by the scheduler goes, registered or not.
+#[test]
+fn a_named_worker_that_left_drains_a_unit_of_one_but_not_its_starting_sibling() {
+    let mut book = Book::new("m", 2, 60_000, 100, 100);
+    book.units = vec![unit(&book, "7", 0, true)];
+    let named = strings(&["m-7-1"]);
+    assert!(book.step(0, 1, &named, &[], false).stop.is_empty());
+    let mut pool = Book::processes("p", 4);
+    pool.units = vec![Unit::one("p-1".into(), 0)];
+    let step = pool.step(0, 1, &strings(&["p-1"]), &[], false);
+    assert_eq!(ids(&step), vec![("p-1", Why::Drained)]);
+}
+
 #[test]
 fn a_started_unit_is_not_cancelled_as_one_too_many() {
     let mut book = Book::new("m", 1, 60_000, 100, 100);

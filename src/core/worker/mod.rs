@@ -114,9 +114,11 @@ pub enum Action {
 enum Phase {
     /// No session.
     Off,
-    /// Registered at `asked`, not answered yet.
+    /// Registered at `asked`, not answered yet; `claimed_running`: the registration claimed
+    /// tasks as running (which the scheduler adopts), whatever has ended since.
     Registering {
         asked: u64,
+        claimed_running: bool,
     },
     On {
         id: WorkerId,
@@ -279,18 +281,27 @@ impl Worker {
         info.finished = self.reports.claimed();
         info.ends_in_ms = self.config.ends_at.map(|end| end.saturating_sub(now));
         // The registration is the first request the lease is granted for: it runs from here.
-        self.phase = Phase::Registering { asked: now };
+        self.phase = Phase::Registering {
+            asked: now,
+            claimed_running: !info.running.is_empty(),
+        };
         self.send(FromWorker::Register(info));
     }
 
     fn registered(&mut self, now: u64, id: WorkerId, lease_ms: u64) {
-        let Phase::Registering { asked } = self.phase else {
+        let Phase::Registering {
+            asked,
+            claimed_running,
+        } = self.phase
+        else {
             return self.end(End::Protocol("registered twice"));
         };
         // The previous lease ran out while registering: the guard killed the tasks claimed as
         // running, which the scheduler has just adopted. Give them up, and register again at
-        // once, claiming only what finished.
-        let lapsed = self.expired(now) && !self.held.is_empty();
+        // once, claiming only what finished. Counted from the claim, not from what is held
+        // now: a claimed run that ended meanwhile past the lease (its outcome dropped) would
+        // otherwise stay adopted with nothing left to report it.
+        let lapsed = self.expired(now) && claimed_running;
         self.give_up_if_expired(now);
         match lease_ms {
             0 => self.lease = None,

@@ -349,3 +349,54 @@ fn between_sessions_a_held_task_starts_within_the_lease_and_both_are_claimed() {
     w.handle(LEASE + 1, ended(1, 1, LEASE - 1));
     assert!(started(&actions(&mut w)).is_empty());
 }
+
+/// A run claimed as running by a registration, killed past the lease before the answer came:
+/// its outcome is not reported (it may run elsewhere), and the scheduler has adopted the claim,
+/// so the worker registers again at once, claiming nothing. (Judged from the claim: with
+/// nothing held any more, the task stayed adopted here with nothing left to report it.)
+#[test]
+fn a_claimed_run_ended_past_the_lease_while_registering_makes_the_worker_register_again() {
+    let mut w = worker(1);
+    registered(&mut w, 100);
+    w.handle(200, run(&[1]));
+    assert_eq!(started(&actions(&mut w)), [(1, 1)]);
+    // The connection breaks; the next one registers while the lease (to 10 100) still holds.
+    w.handle(5_000, Input::SessionEnded { stopping: false });
+    w.handle(9_000, Input::Connected);
+    let out = actions(&mut w);
+    let info = out.iter().find_map(|a| match a {
+        Action::Send(FromWorker::Register(info)) => Some(info),
+        _ => None,
+    });
+    assert_eq!(info.map(|i| i.running.clone()), Some(vec![1]), "{out:?}");
+    // The answer is late: the lease ends, the guard kills the run, its end is read.
+    let killed = Outcome::Exited {
+        code: None,
+        stdout: vec![],
+        stderr: vec![],
+    };
+    w.handle(
+        10_300,
+        Input::TaskEnded {
+            task: 1,
+            run: 1,
+            outcome: killed,
+            at: 10_250,
+        },
+    );
+    actions(&mut w);
+    w.handle(
+        10_500,
+        Input::Frame(ToWorker::Registered {
+            id: 2,
+            lease_ms: LEASE,
+        }),
+    );
+    let out = actions(&mut w);
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::End(End::LeaseExpired))),
+        "{out:?}"
+    );
+    assert!(finished(&out).is_empty(), "{out:?}");
+}

@@ -231,7 +231,15 @@ impl Worker {
                         handle.abort();
                     }
                 }
-                Action::LeaseUntil(until) => guard::renew_until(until),
+                Action::LeaseUntil(until) => {
+                    guard::renew_until(until);
+                    // The lease may have run out between the core's step and this one: then
+                    // the guard counted a lapse the core did not, and its count holds.
+                    let lapses = guard::lapses();
+                    if lapses > self.core.lapses() {
+                        self.core.handle(guard::now_ms(), Input::Lapsed { lapses });
+                    }
+                }
                 Action::End(why) => {
                     end = end.or(Some(match why {
                         End::LeaseExpired => {

@@ -69,6 +69,12 @@ pub enum Input {
     /// The session is over (its link broke, or [`Action::End`] ended it); `stopping`: the worker
     /// stops (a signal), and every task with it.
     SessionEnded { stopping: bool },
+    /// The guard's count of lapses, when it is ahead of [`Worker::lapses`]: a renewal reached
+    /// it after the lease had run out there (the lease ended between the core's `handle` and the
+    /// shell's performing [`Action::LeaseUntil`]), so it may have killed the runs. The guard is
+    /// what kills: its count is the one that holds, and runs handed over before count as ended
+    /// out of the lease.
+    Lapsed { lapses: u64 },
 }
 
 /// Why the core ends a session.
@@ -179,7 +185,13 @@ impl Worker {
             } => self.task_ended(now, task, run, outcome, at),
             Input::Timeout => self.timeout(now),
             Input::SessionEnded { stopping } => self.session_ended(stopping),
+            Input::Lapsed { lapses } => self.lapses = self.lapses.max(lapses),
         }
+    }
+
+    /// How many times the lease ran out and was renewed after (see [`Input::Lapsed`]).
+    pub fn lapses(&self) -> u64 {
+        self.lapses
     }
 
     /// The next thing to do, in order.

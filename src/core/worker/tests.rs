@@ -400,3 +400,55 @@ fn a_claimed_run_ended_past_the_lease_while_registering_makes_the_worker_registe
     );
     assert!(finished(&out).is_empty(), "{out:?}");
 }
+
+/// The lease ran out between the core's step and the shell's renewal of the guard: the guard
+/// counted a lapse (it may have killed the run) that the core had not. Told so, the core takes
+/// the run handed over before as ended out of the lease: its outcome is not reported (it runs
+/// elsewhere), and the worker registers again.
+#[test]
+fn a_lapse_the_guard_counted_at_a_late_renewal_voids_the_runs_handed_over_before() {
+    let mut w = worker(1);
+    registered(&mut w, 100);
+    w.handle(200, run(&[1]));
+    assert_eq!(started(&actions(&mut w)), [(1, 1)]);
+    w.handle(1_100, Input::Timeout);
+    let seq = actions(&mut w).iter().find_map(|a| match a {
+        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
+        _ => None,
+    });
+    // Answered just before the end (10 100): the core renews, the guard is told just after.
+    w.handle(
+        10_099,
+        Input::Frame(ToWorker::Lease {
+            seq: seq.unwrap_or_default(),
+        }),
+    );
+    actions(&mut w);
+    assert_eq!(w.lapses(), 0);
+    w.handle(10_101, Input::Lapsed { lapses: 1 });
+    assert_eq!(w.lapses(), 1);
+    let killed = Outcome::Exited {
+        code: None,
+        stdout: vec![],
+        stderr: vec![],
+    };
+    w.handle(
+        10_102,
+        Input::TaskEnded {
+            task: 1,
+            run: 1,
+            outcome: killed,
+            at: 10_101,
+        },
+    );
+    let out = actions(&mut w);
+    assert!(finished(&out).is_empty(), "{out:?}");
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, Action::End(End::LeaseExpired))),
+        "{out:?}"
+    );
+    // A count that is not ahead changes nothing.
+    w.handle(10_200, Input::Lapsed { lapses: 0 });
+    assert_eq!(w.lapses(), 1);
+}

@@ -167,19 +167,7 @@ impl Units {
 
     /// Its units for the report: one with a registered worker runs, the others are pending.
     fn units(&self, now: u64) -> Vec<crate::proto::UnitReport> {
-        use crate::proto::UnitState;
-        let live = self
-            .book
-            .units
-            .iter()
-            .map(|unit| {
-                let state = match unit.registered {
-                    true => UnitState::Running,
-                    false => UnitState::Pending,
-                };
-                unit_log::live(unit, (state, None, None), now)
-            })
-            .collect();
+        let live = unit_log::by_registration(&self.book.units, None, now);
         let (manager, size) = (&self.settings.id, self.backend.unit_size);
         self.log
             .report(live, |unit| units::names(manager, unit, size), now)

@@ -9,7 +9,7 @@ use tokio::process::{Child, Command};
 use super::unit_log::{self, UnitLog};
 use super::{Clock, ManagerError, Settings};
 use crate::core::units::{Book, Restarts, Unit, Why};
-use crate::proto::{ManagerState, UnitState};
+use crate::proto::ManagerState;
 
 /// The manager's worker processes; kept across reconnections to the scheduler.
 pub struct Pool {
@@ -196,18 +196,7 @@ impl Pool {
             .settings
             .ends_at
             .map(|end| end.saturating_duration_since(self.clock.at(now)));
-        let live = self
-            .book
-            .units
-            .iter()
-            .map(|unit| {
-                let state = match unit.registered {
-                    true => UnitState::Running,
-                    false => UnitState::Pending,
-                };
-                unit_log::live(unit, (state, None, left), now)
-            })
-            .collect();
+        let live = unit_log::by_registration(&self.book.units, left, now);
         self.log.report(live, |name| vec![name.to_string()], now)
     }
 

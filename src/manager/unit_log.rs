@@ -124,6 +124,21 @@ pub fn live(
     }
 }
 
+/// Live units of a backend whose engine says nothing of them (the process pool, the command
+/// backend): running once one of its workers registered, pending before; `time_left` for all.
+pub fn by_registration(units: &[Unit], time_left: Option<Duration>, now: u64) -> Vec<UnitReport> {
+    units
+        .iter()
+        .map(|unit| {
+            let state = match unit.registered {
+                true => UnitState::Running,
+                false => UnitState::Pending,
+            };
+            live(unit, (state, None, time_left), now)
+        })
+        .collect()
+}
+
 pub fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -52,10 +52,7 @@ impl Managers {
         environments: &[String],
         timeout_ms: u64,
     ) -> bool {
-        self.entries.values().any(|entry| {
-            self.obstacles(entry, context, capabilities, environments, timeout_ms, true)
-                .is_empty()
-        })
+        self.any_could(context, capabilities, environments, timeout_ms, true)
     }
 
     /// [`Managers::could_serve`], counting a manager that is offline as if it were back (it
@@ -68,16 +65,28 @@ impl Managers {
         environments: &[String],
         timeout_ms: u64,
     ) -> bool {
+        self.any_could(context, capabilities, environments, timeout_ms, false)
+    }
+
+    /// Whether some manager has no obstacle (being offline one only if `offline_counts`).
+    fn any_could(
+        &self,
+        context: &Context<'_>,
+        capabilities: &[(String, u64)],
+        environments: &[String],
+        timeout_ms: u64,
+        offline_counts: bool,
+    ) -> bool {
         self.entries.values().any(|entry| {
-            self.obstacles(
+            let why = self.obstacles(
                 entry,
                 context,
                 capabilities,
                 environments,
                 timeout_ms,
-                false,
-            )
-            .is_empty()
+                offline_counts,
+            );
+            why.is_empty()
         })
     }
 

@@ -1,27 +1,24 @@
 //! weir: a distributed task scheduler whose scaling policies and environment conditions are
-//! sandboxed WebAssembly components. See DESIGN.md for the architecture.
+//! sandboxed WebAssembly components. See docs/architecture.md for the layout.
 //!
-//! - [`core`]: pure state machines and rules (no I/O, no clock).
-//! - [`plugin`]: the wasmtime host for the components defined in `wit/weir.wit`.
-//! - [`config`]: policy selection from flags and the reference TOML form.
-//! - [`cluster`]: a scheduler, workers and worker managers as child processes on loopback.
-//!
-//! Without the default `host` feature only [`client`], [`net`], [`proto`], [`core`], [`cluster`]
-//! and [`telemetry`] are built (the Python package's native part links that, no wasmtime).
+//! This crate is the host: the [`scheduler`], [`worker`] and [`manager`] shells, the wasmtime
+//! host for the components defined in `wit/weir.wit` ([`plugin`]), policy selection
+//! ([`config`]) and the local-cluster launcher ([`cluster`]). The layers below are crates of
+//! their own, re-exported here under the names the shells use:
+//! - [`proto`] (`weir-proto`): the messages and their frames;
+//! - [`core`] (`weir-core`): the pure state machines (no I/O, no clock);
+//! - [`net`] (`weir-net`): QUIC, TLS, the access file, links and sessions;
+//! - [`client`] (`weir-client`): the client library, all the Python package links.
 
-pub mod client;
+pub use weir_client as client;
+pub use weir_core as core;
+pub use weir_net as net;
+pub use weir_proto as proto;
+
 pub mod cluster;
-#[cfg(feature = "host")]
 pub mod config;
-pub mod core;
-#[cfg(feature = "host")]
 pub mod manager;
-pub mod net;
-#[cfg(feature = "host")]
 pub mod plugin;
-pub mod proto;
-#[cfg(feature = "host")]
 pub mod scheduler;
 pub mod telemetry;
-#[cfg(feature = "host")]
 pub mod worker;

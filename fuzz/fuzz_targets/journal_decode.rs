@@ -3,24 +3,13 @@
 //! tests in `src/scheduler/journal.rs`.
 #![no_main]
 
-// The journal format and the messages it holds, compiled without the rest of weir.
-#[allow(dead_code, unused_imports)]
-#[path = "../../src/proto/messages/mod.rs"]
-mod messages;
+// The journal's file format, compiled without the rest of the scheduler (and its wasmtime);
+// the records and messages it holds are the core's and the protocol's crates.
 #[allow(dead_code)]
 #[path = "../../src/scheduler/record.rs"]
 mod record;
-/// The records themselves live in the core (`record.rs` re-exports them).
-#[allow(dead_code)]
-#[path = "../../src/core/record.rs"]
-pub mod core_record;
-mod core {
-    pub use super::core_record as record;
-}
-/// `record.rs` names the messages as `crate::proto`.
-mod proto {
-    pub use super::messages::*;
-}
+/// `record.rs` names the core as the host crate re-exports it.
+use weir_core as core;
 
 use libfuzzer_sys::fuzz_target;
 

@@ -1,4 +1,4 @@
-//! `weir._native`: the Rust client (`weir::client`) for the Python package. Futures, `map`,
+//! `weir._native`: the Rust client (`weir-client`) for the Python package. Futures, `map`,
 //! pickling and the local cluster are in Python (`weir/__init__.py`); this is the connection.
 //! Every call that waits on the network releases the GIL.
 
@@ -8,9 +8,8 @@ use std::time::Duration;
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use weir::client::{Client, Responses};
-use weir::net::NetError;
-use weir::proto::{NewGroup, Outcome, Response, TaskKind, TaskResult, TaskSpec};
+use weir_client::proto::{NewGroup, Outcome, Response, TaskKind, TaskResult, TaskSpec};
+use weir_client::{Client, NetError, Responses};
 
 pyo3::create_exception!(
     weir,
@@ -70,7 +69,7 @@ fn runtime() -> PyResult<tokio::runtime::Runtime> {
 
 #[pymethods]
 impl Connection {
-    /// Connect with the access file the scheduler wrote (`weir::client::reach`): at once to a
+    /// Connect with the access file the scheduler wrote (`weir_client::reach`): at once to a
     /// scheduler that is there, a `ConnectionError` at once when it is gone (its lock free, its
     /// process gone) or no access file and no scheduler exist; while it may be (re)starting,
     /// keep trying for `timeout` seconds.
@@ -80,7 +79,7 @@ impl Connection {
         let runtime = runtime()?;
         let timeout = Duration::from_secs_f64(timeout.max(0.0));
         let client =
-            py.detach(|| runtime.block_on(weir::client::reach(&access_file, timeout, |_| {})));
+            py.detach(|| runtime.block_on(weir_client::reach(&access_file, timeout, |_| {})));
         Ok(Connection {
             client: client.map_err(error)?,
             runtime,
@@ -264,8 +263,8 @@ fn result_dict<'py>(py: Python<'py>, result: &TaskResult) -> PyResult<Bound<'py,
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connection>()?;
     m.add_class::<Watch>()?;
-    m.add("PROTOCOL_VERSION", weir::proto::PROTOCOL_VERSION)?;
-    m.add("MAX_REQUEST", weir::proto::MAX_FRAME)?;
+    m.add("PROTOCOL_VERSION", weir_client::proto::PROTOCOL_VERSION)?;
+    m.add("MAX_REQUEST", weir_client::proto::MAX_FRAME)?;
     m.add("RequestTooLarge", m.py().get_type::<RequestTooLarge>())?;
     Ok(())
 }

@@ -20,14 +20,14 @@ struct Stopped {
 
 /// The units a manager stopped or saw end.
 #[derive(Debug, Default)]
-pub struct UnitLog {
+pub(super) struct UnitLog {
     stopping: Vec<Stopped>,
     ended: VecDeque<Stopped>,
 }
 
 impl UnitLog {
     /// It was told to stop and may take a while (a cancelled Slurm job still listed).
-    pub fn stopping(&mut self, id: &str, since: u64, why: String) {
+    pub(super) fn stopping(&mut self, id: &str, since: u64, why: String) {
         self.stopping.push(Stopped {
             id: id.to_string(),
             since,
@@ -37,7 +37,7 @@ impl UnitLog {
     }
 
     /// A stopping unit is gone (ended at `now`).
-    pub fn gone(&mut self, id: &str, now: u64) {
+    pub(super) fn gone(&mut self, id: &str, now: u64) {
         if let Some(index) = self.stopping.iter().position(|s| s.id == id) {
             let mut unit = self.stopping.remove(index);
             unit.at = Some(now);
@@ -46,7 +46,7 @@ impl UnitLog {
     }
 
     /// It ended at `now` (stopped at once, or ended by itself).
-    pub fn ended(&mut self, id: &str, since: u64, why: String, now: u64) {
+    pub(super) fn ended(&mut self, id: &str, since: u64, why: String, now: u64) {
         self.stopping.retain(|s| s.id != id);
         self.push(Stopped {
             id: id.to_string(),
@@ -65,7 +65,7 @@ impl UnitLog {
 
     /// `live` (the units the backend runs), then those stopping (with their `workers`'
     /// names), then the ended ones, newest first.
-    pub fn report(
+    pub(super) fn report(
         &self,
         mut live: Vec<UnitReport>,
         workers: impl Fn(&str) -> Vec<String>,
@@ -99,7 +99,7 @@ impl UnitLog {
 }
 
 /// Why a unit was stopped, in a few words (`timeout`: the unit timeout, ms).
-pub fn why(why: Why, timeout: u64) -> String {
+pub(super) fn why(why: Why, timeout: u64) -> String {
     match why {
         Why::Late => format!("late: no worker registered within {}s", timeout / 1000),
         Why::Drained => "drained".into(),
@@ -108,7 +108,7 @@ pub fn why(why: Why, timeout: u64) -> String {
 }
 
 /// One live unit: `state`, `reason` and `time_left` as its engine says.
-pub fn live(
+pub(super) fn live(
     unit: &Unit,
     (state, reason, time_left): (UnitState, Option<String>, Option<Duration>),
     now: u64,
@@ -126,7 +126,11 @@ pub fn live(
 
 /// Live units of a backend whose engine says nothing of them (the process pool, the command
 /// backend): running once one of its workers registered, pending before; `time_left` for all.
-pub fn by_registration(units: &[Unit], time_left: Option<Duration>, now: u64) -> Vec<UnitReport> {
+pub(super) fn by_registration(
+    units: &[Unit],
+    time_left: Option<Duration>,
+    now: u64,
+) -> Vec<UnitReport> {
     units
         .iter()
         .map(|unit| {
@@ -139,7 +143,7 @@ pub fn by_registration(units: &[Unit], time_left: Option<Duration>, now: u64) ->
         .collect()
 }
 
-pub fn millis(duration: Duration) -> u64 {
+pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 

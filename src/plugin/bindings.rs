@@ -1,14 +1,14 @@
 //! Host bindings generated from `wit/weir.wit`, one module per world. The shared interfaces
 //! (`types`, `log`) are generated once, in `environment`, and reused by the others.
 
-pub mod environment {
+pub(super) mod environment {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "environment",
     });
 }
 
-pub mod policy {
+pub(super) mod policy {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "policy",
@@ -19,7 +19,7 @@ pub mod policy {
     });
 }
 
-pub mod task {
+pub(super) mod task {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "task",

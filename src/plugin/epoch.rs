@@ -53,7 +53,7 @@ impl Drop for Busy<'_> {
 impl Epoch {
     /// Start the ticker thread of `engine`: it ticks for [`LINGER_TICKS`], then sleeps until
     /// a call begins.
-    pub fn start(engine: &Engine) -> Epoch {
+    pub(super) fn start(engine: &Engine) -> Epoch {
         Epoch::with_check(engine, CHECK_ENGINE)
     }
 
@@ -82,12 +82,12 @@ impl Epoch {
         }
     }
 
-    pub fn engine(&self) -> &Engine {
+    pub(super) fn engine(&self) -> &Engine {
         &self.engine
     }
 
     /// A call begins: the ticker ticks until it ends (and a little longer).
-    pub fn busy(&self) -> Busy<'_> {
+    pub(super) fn busy(&self) -> Busy<'_> {
         let shared = &*self.shared;
         shared.running.fetch_add(1, SeqCst);
         // Either the ticker sees `running` above zero before it waits, or this sees it asleep

@@ -194,7 +194,7 @@ fn linker(
 }
 
 /// Most sandboxed instances (tasks and conditions) one pooled host holds at once.
-pub const MAX_INSTANCES: u32 = 1000;
+pub(super) const MAX_INSTANCES: u32 = 1000;
 
 /// How instance memory is provided, fastest first: each is tried until the host accepts it.
 #[derive(Clone, Copy, Debug)]

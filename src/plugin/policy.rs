@@ -108,7 +108,7 @@ mod reuse {
     use super::wit;
     use crate::core::scaling::{Snapshot, Verdict};
 
-    pub fn snapshot_into_wit(s: &Snapshot, out: &mut wit::Snapshot) {
+    pub(super) fn snapshot_into_wit(s: &Snapshot, out: &mut wit::Snapshot) {
         out.now_ms = s.now_ms;
         out.scale_down_delay_ms = s.scale_down_delay_ms;
         let blank_manager = |_: &_| wit::Manager {

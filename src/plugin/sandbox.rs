@@ -17,7 +17,7 @@ use super::facts::HostFacts;
 use super::{EPOCH_TICK, Limits, PluginError};
 
 /// Per-store data.
-pub struct State {
+pub(super) struct State {
     pub(super) plugin: Arc<str>,
     wasi: WasiCtx,
     table: ResourceTable,
@@ -40,7 +40,7 @@ impl WasiView for State {
 }
 
 impl State {
-    pub fn new(plugin: Arc<str>, limits: &Limits) -> State {
+    pub(super) fn new(plugin: Arc<str>, limits: &Limits) -> State {
         let stdout = Output::new(limits.output_bytes);
         let stderr = Output::new(limits.output_bytes);
         // Nothing is granted: no files, no environment, no arguments, no network (the
@@ -119,7 +119,7 @@ impl HostWallClock for FrozenClock {
 }
 
 /// Caps the sum of all linear memories of one store (a component may have several).
-pub struct MemoryCap {
+pub(super) struct MemoryCap {
     limit: u64,
     used: u64,
     /// Set when a growth was refused, so the resulting trap is reported as a memory limit.
@@ -174,13 +174,13 @@ impl super::bindings::environment::weir::plugin::types::Host for State {}
 
 /// A guest's own refusal: the message of a WIT `result<_, string>` (it becomes
 /// [`PluginError::Refused`]).
-pub type Refusal = String;
+pub(super) type Refusal = String;
 
 /// Instantiates a component and prepares its bindings; the inner `Err` is the guest's refusal.
 type Make<B> = Box<dyn Fn(&mut Store<State>) -> wasmtime::Result<Result<B, Refusal>> + Send>;
 
 /// One live instance of a component, created on first use and after every trap.
-pub struct Sandboxed<B> {
+pub(super) struct Sandboxed<B> {
     pub(super) plugin: Arc<str>,
     pub(super) limits: Limits,
     /// The engine, and the ticker that must tick while a call runs.
@@ -196,7 +196,7 @@ pub struct Sandboxed<B> {
 pub type StopCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl<B> Sandboxed<B> {
-    pub fn new(
+    pub(super) fn new(
         plugin: Arc<str>,
         limits: Limits,
         epoch: Epoch,
@@ -214,17 +214,17 @@ impl<B> Sandboxed<B> {
 
     /// Calls from now on stop (with [`PluginError::Canceled`]) within one epoch tick of `stop`
     /// answering true, instead of running on until their deadline.
-    pub fn set_cancel(&mut self, stop: Option<StopCheck>) {
+    pub(super) fn set_cancel(&mut self, stop: Option<StopCheck>) {
         self.cancel = stop;
     }
 
     /// Drop the live instance (the next call starts a fresh one).
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.live = None;
     }
 
     /// Make sure an instance is live; `call` names what is being done, for errors.
-    pub fn ensure_live(&mut self, call: &'static str) -> Result<(), PluginError> {
+    pub(super) fn ensure_live(&mut self, call: &'static str) -> Result<(), PluginError> {
         if self.live.is_some() {
             return Ok(());
         }
@@ -252,7 +252,7 @@ impl<B> Sandboxed<B> {
     }
 
     /// Run `f` on the live instance under the deadline; a trap discards the instance.
-    pub fn call<R>(
+    pub(super) fn call<R>(
         &mut self,
         call: &'static str,
         f: impl FnOnce(&mut Store<State>, &B) -> wasmtime::Result<R>,

@@ -34,7 +34,7 @@ impl Drop for Slot<'_> {
 }
 
 impl ConnectionLimits {
-    pub fn new(max: usize) -> ConnectionLimits {
+    pub(super) fn new(max: usize) -> ConnectionLimits {
         ConnectionLimits {
             max,
             clients: 0.into(),

@@ -84,7 +84,7 @@ async fn snapshot(events: &mpsc::UnboundedSender<Event>) -> Option<Snapshot> {
 }
 
 /// Serve the page until the process ends; `token`: required when bound beyond loopback.
-pub async fn serve(
+pub(super) async fn serve(
     listener: TcpListener,
     events: mpsc::UnboundedSender<Event>,
     token: Option<String>,

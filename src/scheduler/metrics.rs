@@ -22,17 +22,18 @@ use super::event::Event;
 use crate::core::scheduler::Scheduler;
 
 /// Upper bounds (seconds) of the policy call latency histogram.
-pub const BUCKETS: [f64; 10] = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
+pub(super) const BUCKETS: [f64; 10] =
+    [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
 
 /// The policy call latency histogram the actor keeps between scrapes.
-pub type Histogram = prometheus_client::metrics::histogram::Histogram;
+pub(super) type Histogram = prometheus_client::metrics::histogram::Histogram;
 
-pub fn policy_histogram() -> Histogram {
+pub(super) fn policy_histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
 
 /// Serve until the process ends.
-pub async fn serve(listener: TcpListener, events: mpsc::UnboundedSender<Event>) {
+pub(super) async fn serve(listener: TcpListener, events: mpsc::UnboundedSender<Event>) {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try GET /metrics\n") })

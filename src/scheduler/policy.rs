@@ -57,7 +57,12 @@ pub(super) struct Trials {
 
 impl Trials {
     /// Try `info` on `snapshot` and report `Event::PolicyTried`.
-    pub fn start(&self, client: Option<ClientId>, info: PolicyInfo, snapshot: Option<Snapshot>) {
+    pub(super) fn start(
+        &self,
+        client: Option<ClientId>,
+        info: PolicyInfo,
+        snapshot: Option<Snapshot>,
+    ) {
         let trials = self.clone();
         let spawned = std::thread::Builder::new()
             .name("weir-policy-trial".into())

@@ -20,14 +20,14 @@ pub(super) struct Cancel {
 
 impl Cancel {
     /// The controls of a run started when the lease had lapsed `lapses` times.
-    pub fn started(lapses: u64) -> Cancel {
+    pub(super) fn started(lapses: u64) -> Cancel {
         Cancel {
             lapses,
             ..Cancel::default()
         }
     }
 
-    pub fn cancel(&self) {
+    pub(super) fn cancel(&self) {
         self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
         self.notify.notify_one();
     }
@@ -47,7 +47,7 @@ impl Cancel {
     }
 
     /// Until the stop request (at once if it came already).
-    pub async fn stopped(&self) {
+    pub(super) async fn stopped(&self) {
         if !self.is_set() {
             self.notify.notified().await;
         }

@@ -83,7 +83,7 @@ enum Waited {
 }
 
 impl Runners {
-    pub fn new(max_tasks: u32, worker_name: String) -> Runners {
+    pub(super) fn new(max_tasks: u32, worker_name: String) -> Runners {
         Runners {
             idle: Mutex::default(),
             max_tasks,
@@ -92,7 +92,7 @@ impl Runners {
     }
 
     /// Run one task of `function` in an idle runner of `argv` (started if there is none).
-    pub async fn run(
+    pub(super) async fn run(
         &self,
         argv: &[String],
         function: &[u8],

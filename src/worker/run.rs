@@ -50,7 +50,7 @@ pub(super) struct Runner {
 }
 
 impl Runner {
-    pub fn new(
+    pub(super) fn new(
         host: Arc<PluginHost>,
         output_limit: usize,
         max_tasks_per_runner: u32,
@@ -80,7 +80,7 @@ impl Runner {
     }
 
     /// Compile (or take from the cache) a component the scheduler sent.
-    pub async fn add_component(&self, hash: ComponentHash, bytes: std::sync::Arc<[u8]>) {
+    pub(super) async fn add_component(&self, hash: ComponentHash, bytes: std::sync::Arc<[u8]>) {
         let host = self.host.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             host.load(
@@ -100,7 +100,7 @@ impl Runner {
 
     /// Components of forgotten jobs: drop them, their idle instances and the host's compiled copy
     /// (the disk cache keeps it, should a later task bring it again).
-    pub async fn forget_components(&self, hashes: &[ComponentHash]) {
+    pub(super) async fn forget_components(&self, hashes: &[ComponentHash]) {
         let mut components = self.components.write().await;
         for hash in hashes {
             if let Some(Ok(loaded)) = components.remove(hash) {
@@ -112,7 +112,12 @@ impl Runner {
         }
     }
 
-    pub async fn run(&self, group: &Group, assignment: Assignment, cancel: &Cancel) -> Outcome {
+    pub(super) async fn run(
+        &self,
+        group: &Group,
+        assignment: Assignment,
+        cancel: &Cancel,
+    ) -> Outcome {
         if cancel.is_set() {
             return canceled();
         }

@@ -14,7 +14,7 @@ use weir::cluster::Launcher;
 /// The library's [`weir::cluster::Cluster`] in a temporary directory (the access file, the
 /// compile cache), with `RUST_LOG=error`, workers and managers that heartbeat every 0.2 s, and
 /// `weir` helpers. Its `scheduler`, `workers` and `metrics` are the library cluster's.
-pub struct Cluster {
+pub(crate) struct Cluster {
     // Declared first: the processes die before their directory is removed.
     processes: weir::cluster::Cluster,
     pub dir: tempfile::TempDir,
@@ -36,12 +36,12 @@ impl DerefMut for Cluster {
 const HEARTBEAT: [&str; 2] = ["--heartbeat-interval", "0.2"];
 
 impl Cluster {
-    pub fn start(heartbeat_timeout: &str) -> Cluster {
+    pub(crate) fn start(heartbeat_timeout: &str) -> Cluster {
         Cluster::start_with(&["--heartbeat-timeout", heartbeat_timeout])
     }
 
     /// A scheduler scaling with `engine` and `content`, deciding every 0.2 s; `more` flags.
-    pub fn with_policy(engine: &str, content: &str, more: &[&str]) -> Cluster {
+    pub(crate) fn with_policy(engine: &str, content: &str, more: &[&str]) -> Cluster {
         let policy = [
             "--policy",
             engine,
@@ -53,12 +53,12 @@ impl Cluster {
         Cluster::start_with(&[&policy[..], more].concat())
     }
 
-    pub fn start_with(args: &[&str]) -> Cluster {
+    pub(crate) fn start_with(args: &[&str]) -> Cluster {
         Cluster::start_with_env(args, &[])
     }
 
     /// `start_with`, every process of the cluster also given the variables `env`.
-    pub fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Cluster {
+    pub(crate) fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let bin = Path::new(env!("CARGO_BIN_EXE_scheduler")).parent().unwrap();
         let mut launcher = Launcher::new(bin, dir.path())
@@ -77,32 +77,32 @@ impl Cluster {
     }
 
     /// `kill -9` the scheduler and start a new one with the same access file.
-    pub fn restart_scheduler(&mut self, args: &[&str]) {
+    pub(crate) fn restart_scheduler(&mut self, args: &[&str]) {
         self.processes
             .restart_scheduler(args)
             .expect("scheduler starts");
     }
 
     /// A new scheduler with the same access file, after `kill_scheduler`.
-    pub fn start_scheduler(&mut self, args: &[&str]) {
+    pub(crate) fn start_scheduler(&mut self, args: &[&str]) {
         self.processes
             .start_scheduler(args)
             .expect("scheduler starts");
     }
 
-    pub fn worker(&mut self, name: &str, args: &[&str]) -> usize {
+    pub(crate) fn worker(&mut self, name: &str, args: &[&str]) -> usize {
         let child = self.worker_process(name, args);
         self.keep(child)
     }
 
     /// A worker process not kept by the cluster (to put in place of one killed).
-    pub fn worker_process(&self, name: &str, args: &[&str]) -> Child {
+    pub(crate) fn worker_process(&self, name: &str, args: &[&str]) -> Child {
         self.spawn_worker(name, &[&HEARTBEAT[..], args].concat())
             .expect("worker starts")
     }
 
     /// A worker with its own compile cache, as on a machine of its own.
-    pub fn worker_with_cache(&mut self, name: &str, args: &[&str], cache: &Path) -> usize {
+    pub(crate) fn worker_with_cache(&mut self, name: &str, args: &[&str], cache: &Path) -> usize {
         let mut command = self.launcher().command("worker").unwrap();
         command
             .args(["--name", name])
@@ -114,14 +114,14 @@ impl Cluster {
     }
 
     /// A worker manager; it starts the `worker` executable beside it.
-    pub fn manager(&mut self, args: &[&str]) -> usize {
+    pub(crate) fn manager(&mut self, args: &[&str]) -> usize {
         self.processes
             .manager(&[&HEARTBEAT[..], args].concat())
             .expect("worker-manager starts")
     }
 
     /// A manager that scales workers of `worker_type` up to `max_tasks` running tasks.
-    pub fn dynamic_manager(&mut self, id: &str, worker_type: &str, max_tasks: u32) -> usize {
+    pub(crate) fn dynamic_manager(&mut self, id: &str, worker_type: &str, max_tasks: u32) -> usize {
         self.manager(&[
             "--id",
             id,
@@ -132,18 +132,18 @@ impl Cluster {
         ])
     }
 
-    pub fn weir(&self, args: &[&str]) -> Output {
+    pub(crate) fn weir(&self, args: &[&str]) -> Output {
         self.weir_with(&self.access_file(), args)
     }
 
-    pub fn weir_with(&self, access_file: &Path, args: &[&str]) -> Output {
+    pub(crate) fn weir_with(&self, access_file: &Path, args: &[&str]) -> Output {
         self.weir_command(access_file, args)
             .output()
             .expect("weir runs")
     }
 
     /// A `weir` command to run (or spawn) against `access_file`.
-    pub fn weir_command(&self, access_file: &Path, args: &[&str]) -> Command {
+    pub(crate) fn weir_command(&self, access_file: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
         command
             .arg("--access-file")
@@ -154,7 +154,7 @@ impl Cluster {
         command
     }
 
-    pub fn json(&self, args: &[&str]) -> Value {
+    pub(crate) fn json(&self, args: &[&str]) -> Value {
         let mut all = vec!["--output", "json"];
         all.extend_from_slice(args);
         let out = self.weir(&all);
@@ -169,7 +169,7 @@ impl Cluster {
 
     /// The job's results: exactly one per task, each a success whose stdout is its task index
     /// (the tasks run `echo $WEIR_TASK_INDEX`). Returns them for further checks.
-    pub fn assert_each_task_ran_once(&self, job: &str, count: usize) -> Vec<Value> {
+    pub(crate) fn assert_each_task_ran_once(&self, job: &str, count: usize) -> Vec<Value> {
         let results = self.json(&["results", job]);
         let results = results.as_array().unwrap().clone();
         assert_eq!(results.len(), count, "one result per task");
@@ -190,12 +190,12 @@ impl Cluster {
     }
 
     /// `weir env register NAME FILE --config CONFIG --wait`: the environments it answers.
-    pub fn env_register(&self, name: &str, file: &str, config: &str) -> Value {
+    pub(crate) fn env_register(&self, name: &str, file: &str, config: &str) -> Value {
         self.json(&["env", "register", name, file, "--config", config, "--wait"])
     }
 
     /// `weir explain TASK`: its lines.
-    pub fn explain(&self, task: &str) -> Vec<String> {
+    pub(crate) fn explain(&self, task: &str) -> Vec<String> {
         let explanation = self.json(&["explain", task]);
         let lines = explanation["explanation"].as_array();
         let lines = lines.unwrap_or_else(|| panic!("no explanation: {explanation}"));
@@ -206,7 +206,7 @@ impl Cluster {
     }
 
     /// Poll `weir status` until `managers` managers are registered.
-    pub fn await_managers(&self, managers: usize) -> Value {
+    pub(crate) fn await_managers(&self, managers: usize) -> Value {
         self.await_status(|s| {
             s["managers"]
                 .as_array()
@@ -216,7 +216,7 @@ impl Cluster {
 
     /// Poll `weir managers units MANAGER` until one of its units is `ready`; returns the unit.
     /// A manager not registered yet is waited for.
-    pub fn await_unit(&self, manager: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn await_unit(&self, manager: &str, ready: impl Fn(&Value) -> bool) -> Value {
         let deadline = Deadline::start(format!("a ready unit of manager {manager}"));
         loop {
             let view = self.json(&["managers", "units", manager]);
@@ -235,7 +235,7 @@ impl Cluster {
 
     /// Poll `weir status` until `ready` holds for it.
     #[track_caller]
-    pub fn await_status(&self, ready: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn await_status(&self, ready: impl Fn(&Value) -> bool) -> Value {
         let caller = std::panic::Location::caller();
         let deadline = Deadline::start(format!("the status awaited at {caller}"));
         loop {
@@ -248,12 +248,12 @@ impl Cluster {
     }
 }
 
-pub fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A JSON array of names (workers, environments), sorted.
-pub fn sorted_names(value: &Value) -> Vec<String> {
+pub(crate) fn sorted_names(value: &Value) -> Vec<String> {
     let mut names: Vec<String> = value
         .as_array()
         .unwrap_or_else(|| panic!("not an array: {value}"))
@@ -271,7 +271,7 @@ pub fn sorted_names(value: &Value) -> Vec<String> {
 /// `value[name]`, which must be there (it may be `null`): a field the output no longer has
 /// fails the test, naming it, instead of reading as `null` or 0.
 #[track_caller]
-pub fn field<'a>(value: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn field<'a>(value: &'a Value, name: &str) -> &'a Value {
     value
         .get(name)
         .unwrap_or_else(|| panic!("no field `{name}` in {value}"))
@@ -279,7 +279,7 @@ pub fn field<'a>(value: &'a Value, name: &str) -> &'a Value {
 
 /// `value[name]`, a count: there, and a non-negative integer.
 #[track_caller]
-pub fn count(value: &Value, name: &str) -> u64 {
+pub(crate) fn count(value: &Value, name: &str) -> u64 {
     let found = field(value, name);
     found
         .as_u64()
@@ -288,7 +288,7 @@ pub fn count(value: &Value, name: &str) -> u64 {
 
 /// The registered workers in a status.
 #[track_caller]
-pub fn workers(status: &Value) -> usize {
+pub(crate) fn workers(status: &Value) -> usize {
     let workers = field(status, "workers");
     workers
         .as_array()
@@ -298,7 +298,7 @@ pub fn workers(status: &Value) -> usize {
 
 /// The manager `id` in a status, if it is registered.
 #[track_caller]
-pub fn manager<'a>(status: &'a Value, id: &str) -> Option<&'a Value> {
+pub(crate) fn manager<'a>(status: &'a Value, id: &str) -> Option<&'a Value> {
     let managers = field(status, "managers");
     let managers = managers.as_array();
     let managers = managers.unwrap_or_else(|| panic!("`managers` is not an array in {status}"));
@@ -307,21 +307,21 @@ pub fn manager<'a>(status: &'a Value, id: &str) -> Option<&'a Value> {
 
 /// The manager's live workers (0 if it is not registered; a registered one must say).
 #[track_caller]
-pub fn live(status: &Value, id: &str) -> u64 {
+pub(crate) fn live(status: &Value, id: &str) -> u64 {
     manager(status, id).map_or(0, |m| count(m, "live"))
 }
 
 /// The manager's live and starting workers (0 if it is not registered; a registered one must
 /// say both).
 #[track_caller]
-pub fn current(status: &Value, id: &str) -> u64 {
+pub(crate) fn current(status: &Value, id: &str) -> u64 {
     manager(status, id).map_or(0, |m| count(m, "live") + count(m, "starting"))
 }
 
 /// How long a test polls for a condition before it fails: `WEIR_TEST_DEADLINE_SECS`, else
 /// 120 s. Generous: it only turns a hang into a failure that says what it last saw;
 /// correctness never depends on it.
-pub fn deadline() -> Duration {
+pub(crate) fn deadline() -> Duration {
     let secs = std::env::var("WEIR_TEST_DEADLINE_SECS").ok();
     let secs = secs.map(|s| {
         s.parse()
@@ -332,7 +332,7 @@ pub fn deadline() -> Duration {
 
 /// The bound of one polling loop: [`Deadline::pause`] between two looks, which fails the test,
 /// naming what it awaited and what it last saw, once [`deadline`] has passed.
-pub struct Deadline {
+pub(crate) struct Deadline {
     what: String,
     started: Instant,
     bound: Duration,
@@ -340,12 +340,12 @@ pub struct Deadline {
 
 impl Deadline {
     /// Awaiting `what`, from now, for [`deadline`].
-    pub fn start(what: impl Into<String>) -> Deadline {
+    pub(crate) fn start(what: impl Into<String>) -> Deadline {
         Deadline::within(what, deadline())
     }
 
     /// Awaiting `what`, from now, for `bound`.
-    pub fn within(what: impl Into<String>, bound: Duration) -> Deadline {
+    pub(crate) fn within(what: impl Into<String>, bound: Duration) -> Deadline {
         Deadline {
             what: what.into(),
             started: Instant::now(),
@@ -356,7 +356,7 @@ impl Deadline {
     /// Between two polls: panics past the deadline with what was `seen` last; else waits a
     /// little, which keeps the poller from starving the cluster it watches on a 2-core machine.
     #[track_caller]
-    pub fn pause(&self, seen: impl Display) {
+    pub(crate) fn pause(&self, seen: impl Display) {
         assert!(
             self.started.elapsed() < self.bound,
             "still waiting for {} after {:?} (WEIR_TEST_DEADLINE_SECS); last seen: {seen}",
@@ -368,7 +368,7 @@ impl Deadline {
 }
 
 /// GET a URL on loopback (plain HTTP/1.0), returning the body.
-pub fn http_get(url: &str) -> String {
+pub(crate) fn http_get(url: &str) -> String {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').unwrap();
     let response = http_request(host, &format!("/{path}"), host);
@@ -379,7 +379,7 @@ pub fn http_get(url: &str) -> String {
 
 /// `GET path` from `address` (HOST:PORT) naming `host` in its Host header: the whole response,
 /// status line first, whatever the status.
-pub fn http_request(address: &str, path: &str, host: &str) -> String {
+pub(crate) fn http_request(address: &str, path: &str, host: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
@@ -412,7 +412,7 @@ fn processes() -> Vec<(u32, u32, String)> {
 }
 
 /// Live processes whose parent is `pid`.
-pub fn children_of(pid: u32) -> Vec<u32> {
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
     processes()
         .into_iter()
         .filter(|(_, ppid, _)| *ppid == pid)
@@ -421,7 +421,7 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 }
 
 /// Live processes whose command line contains `marker`.
-pub fn processes_with(marker: &str) -> Vec<u32> {
+pub(crate) fn processes_with(marker: &str) -> Vec<u32> {
     processes()
         .into_iter()
         .filter(|(_, _, cmdline)| cmdline.contains(marker))
@@ -430,12 +430,12 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
 }
 
 /// `kill SIGNAL PID` (e.g. "-9", "-STOP"); it must be there.
-pub fn signal(pid: u32, signal: &str) {
+pub(crate) fn signal(pid: u32, signal: &str) {
     assert!(try_signal(pid, signal), "kill {signal} {pid}");
 }
 
 /// `kill SIGNAL PID`, whether or not it is still there; says whether it was.
-pub fn try_signal(pid: u32, signal: &str) -> bool {
+pub(crate) fn try_signal(pid: u32, signal: &str) -> bool {
     Command::new("kill")
         .args([signal, &pid.to_string()])
         .stderr(Stdio::null())
@@ -445,10 +445,10 @@ pub fn try_signal(pid: u32, signal: &str) -> bool {
 
 /// xorshift64*: a small seeded generator, so a run (chaos, the network relay's draws) can be
 /// replayed from its seed.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -456,18 +456,18 @@ impl Rng {
     }
 
     /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
     /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
 /// A seed from the environment variable `var` (to replay a run), or from the clock.
-pub fn seed(var: &str) -> u64 {
+pub(crate) fn seed(var: &str) -> u64 {
     std::env::var(var)
         .ok()
         .and_then(|s| s.parse().ok())

@@ -85,13 +85,13 @@ fn reservations() -> PathBuf {
 /// A /24 of 10.213.0.0/16 reserved for this process until dropped (a file created with
 /// `create_new`, so two test processes never share one), and not on any interface of the root
 /// namespace.
-pub struct Subnet {
+pub(crate) struct Subnet {
     pub third: u8,
     file: PathBuf,
 }
 
 impl Subnet {
-    pub fn reserve() -> Subnet {
+    pub(crate) fn reserve() -> Subnet {
         sweep_stale();
         let dir = reservations();
         std::fs::create_dir_all(&dir).unwrap();
@@ -122,7 +122,7 @@ impl Subnet {
     }
 
     /// 10.213.THIRD.HOST
-    pub fn host(&self, host: u8) -> Ipv4Addr {
+    pub(crate) fn host(&self, host: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, 213, self.third, host)
     }
 }
@@ -134,7 +134,7 @@ impl Drop for Subnet {
 }
 
 /// A network namespace with loopback up, deleted (with the veth ends in it) on drop.
-pub struct Netns {
+pub(crate) struct Netns {
     pub name: String,
 }
 
@@ -143,7 +143,7 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 impl Netns {
     /// A new namespace `weir-PID-TAG-N`; the error says why there can be none (not root, no
     /// `ip`, no namespaces in this kernel or container).
-    pub fn new(tag: &str) -> Result<Netns, String> {
+    pub(crate) fn new(tag: &str) -> Result<Netns, String> {
         sweep_stale();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let tag: String = tag
@@ -160,14 +160,14 @@ impl Netns {
 
     /// `ip netns exec NAME PROGRAM`: a command that runs PROGRAM inside this namespace (`ip`
     /// execs it, so the child's pid is PROGRAM's). Add its arguments and spawn it.
-    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    pub(crate) fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", &self.name]).arg(program);
         command
     }
 
     /// `ip ARGS` inside this namespace.
-    pub fn ip(&self, args: &[&str]) {
+    pub(crate) fn ip(&self, args: &[&str]) {
         ip_ok(Some(&self.name), args);
     }
 }
@@ -185,7 +185,7 @@ impl Drop for Netns {
 /// One end of a veth pair: its interface, the namespace it is in (None: the test's own) and its
 /// address.
 #[derive(Clone, Debug)]
-pub struct End {
+pub(crate) struct End {
     pub interface: String,
     pub netns: Option<String>,
     pub address: Ipv4Addr,
@@ -194,7 +194,7 @@ pub struct End {
 /// A veth pair joining two namespaces (or one and the test's own), each end with an address
 /// in one reserved /24 (`.1` and `.2`). Deleted with its namespace; the subnet's reservation
 /// goes on drop, and the pair too when both ends are in the root namespace's view (never).
-pub struct Link {
+pub(crate) struct Link {
     pub a: End,
     pub b: End,
     pub subnet: Subnet,
@@ -202,12 +202,12 @@ pub struct Link {
 
 impl Link {
     /// A veth pair from the test's own namespace (`.1`) to `netns` (`.2`).
-    pub fn to_root(netns: &Netns) -> Link {
+    pub(crate) fn to_root(netns: &Netns) -> Link {
         Link::join(None, Some(netns))
     }
 
     /// A veth pair from `a` (`.1`) to `b` (`.2`).
-    pub fn between(a: &Netns, b: &Netns) -> Link {
+    pub(crate) fn between(a: &Netns, b: &Netns) -> Link {
         Link::join(Some(a), Some(b))
     }
 
@@ -254,7 +254,7 @@ impl Link {
 
     /// `ip link set END down`: nothing passes either way until `up` (the kernel drops the
     /// routes through it; packets sent meanwhile are lost).
-    pub fn down(&self, end: &End) {
+    pub(crate) fn down(&self, end: &End) {
         ip_ok(
             end.netns.as_deref(),
             &["link", "set", &end.interface, "down"],
@@ -262,7 +262,7 @@ impl Link {
     }
 
     /// `ip link set END up` (the routes of its address come back with it).
-    pub fn up(&self, end: &End) {
+    pub(crate) fn up(&self, end: &End) {
         ip_ok(end.netns.as_deref(), &["link", "set", &end.interface, "up"]);
     }
 }

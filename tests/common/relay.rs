@@ -19,7 +19,7 @@ use crate::common::Rng;
 
 /// Which way a datagram goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Direction {
+pub(crate) enum Direction {
     /// Client to upstream (worker to scheduler).
     Up,
     /// Upstream to client (scheduler to worker).
@@ -28,7 +28,7 @@ pub enum Direction {
 
 /// What happens to the datagrams of one direction.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Shape {
+pub(crate) struct Shape {
     pub delay: Duration,
     /// Each datagram's delay is `delay` ± a uniform draw of up to this (never below zero).
     pub jitter: Duration,
@@ -42,11 +42,11 @@ pub struct Shape {
 
 impl Shape {
     /// Pass everything at once.
-    pub fn clear() -> Shape {
+    pub(crate) fn clear() -> Shape {
         Shape::default()
     }
 
-    pub fn delay(delay: Duration, jitter: Duration) -> Shape {
+    pub(crate) fn delay(delay: Duration, jitter: Duration) -> Shape {
         Shape {
             delay,
             jitter,
@@ -54,14 +54,14 @@ impl Shape {
         }
     }
 
-    pub fn loss(loss: f64) -> Shape {
+    pub(crate) fn loss(loss: f64) -> Shape {
         Shape {
             loss,
             ..Shape::default()
         }
     }
 
-    pub fn cut() -> Shape {
+    pub(crate) fn cut() -> Shape {
         Shape {
             drop_all: true,
             ..Shape::default()
@@ -126,7 +126,7 @@ struct Shared {
 }
 
 /// The relay; stopped (its threads joined) on drop.
-pub struct Relay {
+pub(crate) struct Relay {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     pub address: SocketAddr,
@@ -134,7 +134,7 @@ pub struct Relay {
 }
 
 /// A seed from the environment (`WEIR_RELAY_SEED`) or the clock.
-pub fn seed() -> u64 {
+pub(crate) fn seed() -> u64 {
     crate::common::seed("WEIR_RELAY_SEED")
 }
 
@@ -142,7 +142,7 @@ const POLL: Duration = Duration::from_millis(50);
 
 impl Relay {
     /// Listen on `listen` (port 0: any) and forward to `upstream`. `name` labels its lines.
-    pub fn start(name: &str, listen: SocketAddr, upstream: SocketAddr, seed: u64) -> Relay {
+    pub(crate) fn start(name: &str, listen: SocketAddr, upstream: SocketAddr, seed: u64) -> Relay {
         let socket =
             UdpSocket::bind(listen).unwrap_or_else(|e| panic!("relay binds {listen}: {e}"));
         socket.set_read_timeout(Some(POLL)).unwrap();
@@ -186,7 +186,7 @@ impl Relay {
     }
 
     /// Shape one direction from now on (datagrams already waiting keep their deadlines).
-    pub fn set(&self, direction: Direction, shape: Shape) {
+    pub(crate) fn set(&self, direction: Direction, shape: Shape) {
         let mut state = self.shared.state.lock().unwrap();
         match direction {
             Direction::Up => state.up = shape,
@@ -196,14 +196,19 @@ impl Relay {
     }
 
     /// Shape both directions alike.
-    pub fn set_both(&self, shape: Shape) {
+    pub(crate) fn set_both(&self, shape: Shape) {
         self.set(Direction::Up, shape);
         self.set(Direction::Down, shape);
     }
 
     /// Shape one client's datagrams in one direction, in place of the direction's shape (None:
     /// the direction's shape again).
-    pub fn set_client(&self, client: SocketAddr, direction: Direction, shape: Option<Shape>) {
+    pub(crate) fn set_client(
+        &self,
+        client: SocketAddr,
+        direction: Direction,
+        shape: Option<Shape>,
+    ) {
         let mut state = self.shared.state.lock().unwrap();
         let entry = state.per_client.entry(client).or_default();
         match direction {
@@ -213,18 +218,18 @@ impl Relay {
     }
 
     /// Drop what is waiting for its deadline (a cut that also loses what was in flight).
-    pub fn flush_pending(&self) {
+    pub(crate) fn flush_pending(&self) {
         self.shared.state.lock().unwrap().queue.clear();
     }
 
     /// The client addresses seen so far, in order.
-    pub fn clients(&self) -> Vec<SocketAddr> {
+    pub(crate) fn clients(&self) -> Vec<SocketAddr> {
         let clients = self.shared.clients.lock().unwrap();
         clients.iter().map(|(a, _)| *a).collect()
     }
 
     /// (passed, dropped, duplicated) per direction so far.
-    pub fn counters(&self) -> String {
+    pub(crate) fn counters(&self) -> String {
         let state = self.shared.state.lock().unwrap();
         let mut out = String::new();
         for direction in [Direction::Up, Direction::Down] {

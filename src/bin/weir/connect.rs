@@ -12,7 +12,7 @@ use weir::net::AccessFile;
 use crate::output::Output;
 
 /// Where the scheduler is, and how long to keep trying to reach it when it does not answer.
-pub struct Reach {
+pub(crate) struct Reach {
     pub access_file: PathBuf,
     pub timeout: Duration,
 }
@@ -21,7 +21,7 @@ impl Reach {
     /// Connect to the scheduler ([`weir::client::reach`]): a scheduler known to be gone (its
     /// lock free, its process gone) or never started here fails at once; one that may be
     /// (re)starting is waited for up to `--reconnect-timeout`, saying so.
-    pub async fn connect(&self, output: &dyn Output) -> Result<Client> {
+    pub(crate) async fn connect(&self, output: &dyn Output) -> Result<Client> {
         let timeout = self.timeout;
         let client = weir::client::reach(&self.access_file, timeout, |error| {
             output.note(&format!(
@@ -35,7 +35,7 @@ impl Reach {
     /// After a lost connection: connect, retrying with backoff up to 5 s (re-reading the access
     /// file: a restarted scheduler may listen elsewhere) for up to `timeout` while the scheduler
     /// does not answer.
-    pub async fn reconnect(&self) -> Result<Client> {
+    pub(crate) async fn reconnect(&self) -> Result<Client> {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(200);
         loop {

@@ -14,7 +14,7 @@ pub struct Listed {
 }
 
 /// The `squeue -o` format [`parse_squeue`] reads: the reason last, as it may hold spaces.
-pub const SQUEUE_FORMAT: &str = "%i %T %L %r";
+pub(super) const SQUEUE_FORMAT: &str = "%i %T %L %r";
 
 /// Parse `squeue -h -o '%i %T %L %r'`: one job a line, id, state, then (optionally) time left
 /// and the pending reason. Lines with less than id and state are skipped (and said).

@@ -7,7 +7,7 @@ use crate::scheduler::journal;
 
 impl Actor {
     /// Feed the journal's records to the core, and compact it if the core says so.
-    pub fn replay(&mut self, records: Vec<journal::Record>) {
+    pub(crate) fn replay(&mut self, records: Vec<journal::Record>) {
         let now = self.now();
         for record in records {
             self.core.handle(now, Input::Replay(record));

@@ -48,7 +48,7 @@ pub(super) struct Actor {
 }
 
 impl Actor {
-    pub fn new(
+    pub(super) fn new(
         core: Scheduler,
         policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
         record: Option<std::fs::File>,
@@ -74,14 +74,14 @@ impl Actor {
         }
     }
 
-    pub fn now(&self) -> u64 {
+    pub(super) fn now(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
     /// The event loop. Returns only when the journal cannot be written (with why): fail-stop,
     /// as a database does when its log cannot be synced. What it had synced stays, a torn last
     /// record is cut at the next start, and nothing that was acknowledged is lost.
-    pub async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>) -> Option<String> {
+    pub(super) async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>) -> Option<String> {
         // One timer, moved only when the core's next timeout moves (not a new one per round).
         let mut timeout = self.core.poll_timeout();
         let timer =

@@ -35,7 +35,7 @@ struct SimWorker {
     idle_since: u64,
 }
 
-pub fn run(host: &PluginHost, output: &dyn Output) -> Result<()> {
+pub(crate) fn run(host: &PluginHost, output: &dyn Output) -> Result<()> {
     let ticks = simulate(host)?;
     let (conditions, total_memory_bytes) = conditions(host)?;
     output.demo(&Demo {

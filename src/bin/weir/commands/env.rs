@@ -9,7 +9,7 @@ use super::files::component;
 use crate::output::Output;
 
 #[derive(Subcommand)]
-pub enum EnvCommand {
+pub(crate) enum EnvCommand {
     /// Register (or replace) an environment: every worker evaluates the condition and reports.
     Register {
         name: String,
@@ -28,7 +28,7 @@ pub enum EnvCommand {
     Remove { name: String },
 }
 
-pub async fn run(client: &Client, command: &EnvCommand, output: &dyn Output) -> Result<()> {
+pub(crate) async fn run(client: &Client, command: &EnvCommand, output: &dyn Output) -> Result<()> {
     match command {
         EnvCommand::Register {
             name,

@@ -6,7 +6,7 @@ use weir::proto::TaskId;
 
 use crate::output::{Explanation, Output};
 
-pub async fn run(client: &Client, task: TaskId, output: &dyn Output) -> Result<()> {
+pub(crate) async fn run(client: &Client, task: TaskId, output: &dyn Output) -> Result<()> {
     let explanation = client.explain(task).await?;
     output.explanation(&Explanation { task, explanation });
     Ok(())

@@ -8,7 +8,7 @@ use weir::plugin::bundled;
 
 /// A component from a file, or a bundled one by name (`square`, `mem_gt`) when no such file
 /// exists.
-pub fn component(file: &str) -> Result<Vec<u8>> {
+pub(crate) fn component(file: &str) -> Result<Vec<u8>> {
     match bundled::by_name(file) {
         Some(bytes) if !Path::new(file).exists() => Ok(bytes.to_vec()),
         _ => read_limited(Path::new(file)),
@@ -17,7 +17,7 @@ pub fn component(file: &str) -> Result<Vec<u8>> {
 
 /// Read up to what one request can carry (a frame), and no further, so `/dev/zero` or a huge
 /// file is an error at once rather than gigabytes in memory.
-pub fn read_limited(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_limited(path: &Path) -> Result<Vec<u8>> {
     let limit = weir::proto::MAX_FRAME as u64;
     let file =
         std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;

@@ -8,19 +8,19 @@ use weir::proto::JobId;
 use crate::output::{Canceled, Forgotten, ForgottenFinished, Output};
 
 /// `weir jobs`: the newest `last`, newest first.
-pub async fn list(client: &Client, last: u32, output: &dyn Output) -> Result<()> {
+pub(crate) async fn list(client: &Client, last: u32, output: &dyn Output) -> Result<()> {
     output.jobs(&client.jobs(last).await?);
     Ok(())
 }
 
-pub async fn cancel(client: &Client, job: JobId, output: &dyn Output) -> Result<()> {
+pub(crate) async fn cancel(client: &Client, job: JobId, output: &dyn Output) -> Result<()> {
     let canceled = client.cancel(job).await?;
     output.canceled(&Canceled { job, canceled });
     Ok(())
 }
 
 /// `weir forget JOB...`, one job after the other.
-pub async fn forget(client: &Client, jobs: &[JobId], output: &dyn Output) -> Result<()> {
+pub(crate) async fn forget(client: &Client, jobs: &[JobId], output: &dyn Output) -> Result<()> {
     let mut all = Vec::new();
     for &job in jobs {
         let forgotten = Forgotten {
@@ -35,7 +35,7 @@ pub async fn forget(client: &Client, jobs: &[JobId], output: &dyn Output) -> Res
 }
 
 /// `weir forget --finished`.
-pub async fn forget_finished(client: &Client, output: &dyn Output) -> Result<()> {
+pub(crate) async fn forget_finished(client: &Client, output: &dyn Output) -> Result<()> {
     let (jobs, tasks) = client.forget_finished().await?;
     output.forgotten_finished(&ForgottenFinished { jobs, tasks });
     Ok(())

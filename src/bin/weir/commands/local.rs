@@ -15,7 +15,7 @@ use weir::proto::{NewGroup, Outcome, TaskKind, TaskResult, TaskSpec, TaskState};
 use crate::output::{LocalJob, LocalRun, LocalStep, Output};
 
 #[derive(Args)]
-pub struct LocalArgs {
+pub(crate) struct LocalArgs {
     /// Workers to start.
     #[arg(long, default_value_t = 2)]
     workers: u32,
@@ -39,7 +39,7 @@ fn spec(kind: TaskKind) -> TaskSpec {
     }
 }
 
-pub async fn run(args: &LocalArgs, output: &dyn Output) -> Result<()> {
+pub(crate) async fn run(args: &LocalArgs, output: &dyn Output) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("weir-local-{}", std::process::id()));
     let result = cluster(args, output, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -48,7 +48,7 @@ pub async fn run(args: &LocalArgs, output: &dyn Output) -> Result<()> {
 
 /// Start a scheduler (with `scheduler_args`) from the executables beside this one, its access
 /// file in `dir`.
-pub fn launch(dir: &Path, scheduler_args: &[&OsStr]) -> Result<Cluster> {
+pub(crate) fn launch(dir: &Path, scheduler_args: &[&OsStr]) -> Result<Cluster> {
     // The launcher waits for the scheduler's first line: blocking, but only this task.
     let cluster =
         tokio::task::block_in_place(|| Launcher::beside_current_exe(dir)?.start(scheduler_args))?;

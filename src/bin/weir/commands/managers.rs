@@ -6,7 +6,11 @@ use weir::client::Client;
 
 use crate::output::Output;
 
-pub async fn run(client: &Client, units_of: Option<&str>, output: &dyn Output) -> Result<()> {
+pub(crate) async fn run(
+    client: &Client,
+    units_of: Option<&str>,
+    output: &dyn Output,
+) -> Result<()> {
     match units_of {
         None => output.managers(&client.managers(None).await?),
         Some(id) => {

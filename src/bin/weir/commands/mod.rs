@@ -1,20 +1,20 @@
 //! The `weir` commands, one file per family. Each produces typed values and hands them to the
 //! chosen [`Output`](crate::output::Output).
 
-pub mod bench;
-pub mod demo;
-pub mod env;
-pub mod explain;
-pub mod files;
-pub mod jobs;
-pub mod local;
-pub mod managers;
-pub mod plot;
-pub mod plugin;
-pub mod policy;
-pub mod results;
-pub mod status;
-pub mod submit;
-pub mod top;
-pub mod wait;
-pub mod workers;
+pub(crate) mod bench;
+pub(crate) mod demo;
+pub(crate) mod env;
+pub(crate) mod explain;
+pub(crate) mod files;
+pub(crate) mod jobs;
+pub(crate) mod local;
+pub(crate) mod managers;
+pub(crate) mod plot;
+pub(crate) mod plugin;
+pub(crate) mod policy;
+pub(crate) mod results;
+pub(crate) mod status;
+pub(crate) mod submit;
+pub(crate) mod top;
+pub(crate) mod wait;
+pub(crate) mod workers;

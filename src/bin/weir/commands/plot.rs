@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use weir::core::scaling::{Decision, Snapshot};
 
 /// The chart of `steps` (each snapshot with the decisions made on it), written to `path`.
-pub fn draw(steps: &[(Snapshot, Vec<Decision>)], path: &Path) -> Result<()> {
+pub(crate) fn draw(steps: &[(Snapshot, Vec<Decision>)], path: &Path) -> Result<()> {
     let seconds = |s: &Snapshot| s.now_ms as f64 / 1000.0;
     // The range the times span, in whatever order the trace has them (a point outside the range
     // would be drawn far off the canvas).

@@ -8,7 +8,7 @@ use weir::plugin::PluginHost;
 
 use crate::output::{Output, PluginInfo};
 
-pub fn inspect(host: &PluginHost, file: &Path, output: &dyn Output) -> Result<()> {
+pub(crate) fn inspect(host: &PluginHost, file: &Path, output: &dyn Output) -> Result<()> {
     let loaded = host.load_file(file, None)?;
     output.plugin(&PluginInfo {
         file: file.to_path_buf(),

@@ -16,7 +16,7 @@ use crate::output::{
 };
 
 #[derive(Args)]
-pub struct PolicyArgs {
+pub(crate) struct PolicyArgs {
     /// Policy engine: `waterfall_v1`, `waterfall_v2` (bundled) or a .wasm component.
     #[arg(
         long,
@@ -45,7 +45,7 @@ impl PolicyArgs {
     }
 }
 
-pub fn check(host: &PluginHost, args: &PolicyArgs, output: &dyn Output) -> Result<()> {
+pub(crate) fn check(host: &PluginHost, args: &PolicyArgs, output: &dyn Output) -> Result<()> {
     let spec = args.spec()?;
     let mut policy = spec.instantiate(host, Limits::default())?;
     output.policy_tiers(&PolicyTiers {
@@ -55,7 +55,7 @@ pub fn check(host: &PluginHost, args: &PolicyArgs, output: &dyn Output) -> Resul
     Ok(())
 }
 
-pub fn simulate(
+pub(crate) fn simulate(
     host: &PluginHost,
     args: &PolicyArgs,
     trace: &Path,
@@ -90,7 +90,7 @@ pub fn simulate(
 
 /// `weir policy set`: the engine's bytes and content to the scheduler, which switches only if
 /// the new policy works.
-pub async fn set(client: &Client, args: &PolicyArgs, output: &dyn Output) -> Result<()> {
+pub(crate) async fn set(client: &Client, args: &PolicyArgs, output: &dyn Output) -> Result<()> {
     let spec = args.spec()?;
     let report = client
         .set_policy(spec.engine.name(), spec.component()?, spec.content.clone())
@@ -100,7 +100,7 @@ pub async fn set(client: &Client, args: &PolicyArgs, output: &dyn Output) -> Res
 }
 
 /// `weir policy test`: every scenario of every file through one instance of the policy.
-pub fn test(
+pub(crate) fn test(
     host: &PluginHost,
     args: &PolicyArgs,
     files: &[PathBuf],

@@ -6,7 +6,7 @@ use weir::proto::JobId;
 
 use crate::output::Output;
 
-pub async fn run(client: &Client, job: JobId, output: &dyn Output) -> Result<()> {
+pub(crate) async fn run(client: &Client, job: JobId, output: &dyn Output) -> Result<()> {
     output.results(&client.results(job).await?);
     Ok(())
 }

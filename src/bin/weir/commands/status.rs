@@ -5,7 +5,7 @@ use weir::client::Client;
 
 use crate::output::Output;
 
-pub async fn run(client: &Client, output: &dyn Output) -> Result<()> {
+pub(crate) async fn run(client: &Client, output: &dyn Output) -> Result<()> {
     output.status(&client.status().await?);
     Ok(())
 }

@@ -16,7 +16,7 @@ use crate::connect::Reach;
 use crate::output::{Output, Submitted};
 
 #[derive(Args)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// Number of tasks (each gets WEIR_TASK_INDEX 0..N-1).
     #[arg(long, default_value_t = 1)]
     count: u32,
@@ -54,7 +54,7 @@ pub struct SubmitArgs {
     command: Vec<String>,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     client: &Client,
     args: &SubmitArgs,
     output: &dyn Output,

@@ -19,7 +19,7 @@ struct View {
     error: Option<String>,
 }
 
-pub async fn run(client: &Client, refresh: Duration) -> Result<()> {
+pub(crate) async fn run(client: &Client, refresh: Duration) -> Result<()> {
     let mut terminal = ratatui::init();
     let result = run_loop(client, refresh, &mut terminal).await;
     ratatui::restore();

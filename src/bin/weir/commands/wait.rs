@@ -9,12 +9,17 @@ use weir::client::{Client, Waited};
 use weir::proto::{JobCounts, JobId};
 
 /// The exit code of a wait stopped because a task can run nowhere ([`Unrunnable`]).
-pub const EXIT_UNRUNNABLE: u8 = 3;
+pub(crate) const EXIT_UNRUNNABLE: u8 = 3;
 
 use crate::connect::Reach;
 use crate::output::{JobDone, Output, Unrunnable};
 
-pub async fn run(client: &Client, job: JobId, output: &dyn Output, reach: &Reach) -> Result<()> {
+pub(crate) async fn run(
+    client: &Client,
+    job: JobId,
+    output: &dyn Output,
+    reach: &Reach,
+) -> Result<()> {
     let counts = wait_for(client, job, output, reach).await?;
     let done = JobDone { job, counts };
     output.job_done(&done);

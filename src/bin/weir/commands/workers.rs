@@ -10,7 +10,7 @@ use weir::net::access::{Holder, holder};
 use crate::connect::Reach;
 use crate::output::{Output, WorkersReady, workers_matching};
 
-pub async fn wait(
+pub(crate) async fn wait(
     reach: &Reach,
     count: u32,
     environment: Option<&str>,

@@ -10,7 +10,7 @@ use super::{
     WorkersReady, progress, workers_matching,
 };
 
-pub struct Cli;
+pub(super) struct Cli;
 
 impl Output for Cli {
     fn note(&self, line: &str) {

@@ -11,7 +11,7 @@ use super::{
     Submitted, TasksFailed, WorkersReady,
 };
 
-pub struct Json;
+pub(super) struct Json;
 
 /// Print `value` as one line.
 fn print(value: &impl Serialize) {
@@ -23,7 +23,7 @@ fn print(value: &impl Serialize) {
 }
 
 /// `{"error": message}`, also for a command line that does not parse.
-pub fn print_error(message: &str) {
+pub(crate) fn print_error(message: &str) {
     println!("{}", json!({ "error": message }));
 }
 

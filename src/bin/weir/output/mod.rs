@@ -8,7 +8,7 @@ mod managers;
 mod progress;
 mod quiet;
 
-pub use json::print_error as print_json_error;
+pub(crate) use json::print_error as print_json_error;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -23,14 +23,14 @@ use weir::proto::{
 
 /// The `--output` modes.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     Cli,
     Json,
     Quiet,
 }
 
 impl Mode {
-    pub fn output(self) -> Box<dyn Output> {
+    pub(crate) fn output(self) -> Box<dyn Output> {
         match self {
             Mode::Cli => Box::new(cli::Cli),
             Mode::Json => Box::new(json::Json),
@@ -41,7 +41,7 @@ impl Mode {
 
 /// Prints what commands produce. JSON prints exactly one value per command (errors included);
 /// quiet prints nothing but errors and the id `submit` gives.
-pub trait Output {
+pub(crate) trait Output {
     /// A remark while a command works (retrying, reconnecting, waiting): for people only.
     fn note(&self, line: &str);
     /// Shows a job's counts while waiting for it.
@@ -95,14 +95,14 @@ fn error_line(error: &anyhow::Error) {
 }
 
 /// A job's counts as they change, until [`Progress::finish`].
-pub trait Progress {
+pub(crate) trait Progress {
     fn update(&mut self, counts: &JobCounts);
     fn finish(self: Box<Self>);
 }
 
 /// `weir submit`: the job and its tasks' ids.
 #[derive(Serialize)]
-pub struct Submitted {
+pub(crate) struct Submitted {
     pub job: JobId,
     pub first_task: TaskId,
     pub tasks: u64,
@@ -121,14 +121,14 @@ impl fmt::Display for Submitted {
 
 /// A job every task of which is final.
 #[derive(Serialize)]
-pub struct JobDone {
+pub(crate) struct JobDone {
     pub job: JobId,
     pub counts: JobCounts,
 }
 
 impl JobDone {
     /// A job with failed tasks is an error (exit 1).
-    pub fn failure(&self) -> Option<TasksFailed> {
+    pub(crate) fn failure(&self) -> Option<TasksFailed> {
         (self.counts.failed > 0).then_some(TasksFailed {
             job: self.job,
             failed: self.counts.failed,
@@ -139,7 +139,7 @@ impl JobDone {
 /// A job ended with failed tasks. The JSON output carries it in the job's own value.
 #[derive(Debug, thiserror::Error)]
 #[error("job {job}: {failed} task(s) failed (see `weir results {job}`)")]
-pub struct TasksFailed {
+pub(crate) struct TasksFailed {
     pub job: JobId,
     pub failed: u64,
 }
@@ -150,7 +150,7 @@ pub struct TasksFailed {
     "no worker or manager can run task {task}: {reason}; see `weir explain {task}` (job {job} \
      stays queued: `weir wait {job}` waits on, `weir cancel {job}` cancels it)"
 )]
-pub struct Unrunnable {
+pub(crate) struct Unrunnable {
     pub job: JobId,
     pub task: TaskId,
     pub reason: String,
@@ -158,7 +158,7 @@ pub struct Unrunnable {
 
 /// `weir policy test`: how each scenario of each file went.
 #[derive(Serialize)]
-pub struct PolicyTested {
+pub(crate) struct PolicyTested {
     pub engine: String,
     pub passed: usize,
     pub failed: usize,
@@ -166,7 +166,7 @@ pub struct PolicyTested {
 }
 
 #[derive(Serialize)]
-pub struct ScenarioRun {
+pub(crate) struct ScenarioRun {
     pub file: String,
     pub passed: bool,
     #[serde(flatten)]
@@ -176,39 +176,39 @@ pub struct ScenarioRun {
 /// Some scenarios failed. The JSON output carries them in its value.
 #[derive(Debug, thiserror::Error)]
 #[error("{failed} of {total} scenarios failed")]
-pub struct ScenariosFailed {
+pub(crate) struct ScenariosFailed {
     pub failed: usize,
     pub total: usize,
 }
 
 #[derive(Serialize)]
-pub struct Canceled {
+pub(crate) struct Canceled {
     pub job: JobId,
     pub canceled: u64,
 }
 
 #[derive(Serialize)]
-pub struct Forgotten {
+pub(crate) struct Forgotten {
     pub job: JobId,
     /// Task results freed (0: forgotten already).
     pub tasks: u64,
 }
 
 #[derive(Serialize)]
-pub struct ForgottenFinished {
+pub(crate) struct ForgottenFinished {
     pub jobs: Vec<JobId>,
     pub tasks: u64,
 }
 
 #[derive(Serialize)]
-pub struct Explanation {
+pub(crate) struct Explanation {
     pub task: TaskId,
     pub explanation: Vec<String>,
 }
 
 /// `weir workers wait`: how many live workers (matching `environment`) are registered.
 #[derive(Serialize)]
-pub struct WorkersReady {
+pub(crate) struct WorkersReady {
     pub workers: u32,
     pub wanted: u32,
     pub environment: Option<String>,
@@ -216,7 +216,7 @@ pub struct WorkersReady {
 
 /// "workers", or "workers matching environment `NAME`".
 /// `workers`, `1 worker`'s noun, or `workers matching environment `NAME``, for `n` of them.
-pub fn workers_matching(n: u32, environment: Option<&str>) -> String {
+pub(crate) fn workers_matching(n: u32, environment: Option<&str>) -> String {
     let noun = match n {
         1 => "worker",
         _ => "workers",
@@ -228,28 +228,28 @@ pub fn workers_matching(n: u32, environment: Option<&str>) -> String {
 }
 
 /// `weir plugin inspect`.
-pub struct PluginInfo {
+pub(crate) struct PluginInfo {
     pub file: PathBuf,
     pub inspection: Inspection,
 }
 
 /// `weir policy check`.
 #[derive(Serialize)]
-pub struct PolicyTiers {
+pub(crate) struct PolicyTiers {
     pub engine: String,
     pub tiers: Vec<Tier>,
 }
 
 /// A snapshot replayed through a policy by `weir policy simulate`.
 #[derive(Serialize)]
-pub struct SimulatedStep {
+pub(crate) struct SimulatedStep {
     pub step: usize,
     pub now_ms: u64,
     pub decisions: Vec<Decision>,
 }
 
 /// `weir demo`: the simulated seconds, then the bundled condition's verdicts on this machine.
-pub struct Demo {
+pub(crate) struct Demo {
     pub tasks: u32,
     pub task_seconds: u64,
     pub ticks: Vec<DemoTick>,
@@ -258,7 +258,7 @@ pub struct Demo {
 }
 
 #[derive(Serialize)]
-pub struct DemoTick {
+pub(crate) struct DemoTick {
     pub second: u64,
     pub queued: u32,
     pub running: u32,
@@ -269,13 +269,13 @@ pub struct DemoTick {
 
 /// Workers of the demo's two managers.
 #[derive(Serialize)]
-pub struct DemoWorkers {
+pub(crate) struct DemoWorkers {
     pub native_1: usize,
     pub burst_1: usize,
 }
 
 #[derive(Serialize)]
-pub struct DemoCondition {
+pub(crate) struct DemoCondition {
     /// `mem_gt threshold=8GiB`.
     pub condition: String,
     /// `match`, `no-match` or `error(...)`.
@@ -283,7 +283,7 @@ pub struct DemoCondition {
 }
 
 /// What `weir local` does, step by step.
-pub enum LocalStep<'a> {
+pub(crate) enum LocalStep<'a> {
     Scheduler {
         address: &'a str,
     },
@@ -301,7 +301,7 @@ pub enum LocalStep<'a> {
 
 /// One of `weir local`'s jobs, its results checked.
 #[derive(Serialize)]
-pub struct LocalJob {
+pub(crate) struct LocalJob {
     pub job: JobId,
     pub kind: &'static str,
     pub tasks: usize,
@@ -309,7 +309,7 @@ pub struct LocalJob {
 }
 
 #[derive(Serialize)]
-pub struct LocalRun {
+pub(crate) struct LocalRun {
     pub jobs: Vec<LocalJob>,
     pub seconds: f64,
     /// Tasks in all jobs.

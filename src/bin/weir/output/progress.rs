@@ -9,7 +9,7 @@ use weir::proto::{JobCounts, JobId};
 use super::Progress;
 
 /// The progress people see.
-pub fn for_people(job: JobId) -> Box<dyn Progress> {
+pub(super) fn for_people(job: JobId) -> Box<dyn Progress> {
     if !std::io::stderr().is_terminal() {
         return Box::new(Lines { job, last: None });
     }
@@ -70,7 +70,7 @@ impl Progress for Lines {
 }
 
 /// No progress: JSON and quiet outputs.
-pub struct Silent;
+pub(super) struct Silent;
 
 impl Progress for Silent {
     fn update(&mut self, _: &JobCounts) {}

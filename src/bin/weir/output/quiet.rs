@@ -10,7 +10,7 @@ use super::{
     WorkersReady,
 };
 
-pub struct Quiet;
+pub(super) struct Quiet;
 
 impl Output for Quiet {
     fn note(&self, _: &str) {}

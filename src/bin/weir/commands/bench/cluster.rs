@@ -107,7 +107,7 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
     Ok(())
 }
 
-pub async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Result<()> {
+pub(super) async fn benches(args: &BenchArgs, dir: &Path, report: &mut Report) -> Result<()> {
     Launcher::beside_current_exe(dir)?.command("scheduler")?;
     let mut scheduler = vec!["--threads".to_string(), args.scheduler_threads.to_string()];
     if let Some(n) = args.prefetch {

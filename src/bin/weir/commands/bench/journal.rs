@@ -25,7 +25,7 @@ async fn restart(dir: &Path, journal: &Path, previous: Option<Cluster>) -> Resul
     Ok((cluster, started.elapsed().as_secs_f64()))
 }
 
-pub async fn bench(
+pub(super) async fn bench(
     args: &BenchArgs,
     dir: &Path,
     report: &mut Report,

@@ -25,7 +25,7 @@ use weir::plugin::HostFacts;
 use weir::proto::{JobId, NewGroup, TaskKind, TaskSpec};
 
 #[derive(Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Task counts for the no-execute throughput runs (0 skips a run).
     #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
     tasks: Vec<u32>,
@@ -81,18 +81,18 @@ pub struct BenchArgs {
     scheduler_threads: u16,
 }
 
-pub struct Report {
+pub(crate) struct Report {
     lines: Vec<String>,
 }
 
 impl Report {
-    pub fn row(&mut self, line: String) {
+    pub(crate) fn row(&mut self, line: String) {
         println!("{line}");
         self.lines.push(line);
     }
 }
 
-pub async fn run(args: &BenchArgs) -> Result<()> {
+pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
     let mut report = Report { lines: Vec::new() };
     report.row(format!("machine: {}", machine()));
     report.row(format!(
@@ -161,7 +161,7 @@ fn machine() -> String {
 }
 
 /// Mean microseconds per call of `f`, over at least `min` calls and 0.5 s.
-pub fn per_call(min: u32, mut f: impl FnMut()) -> f64 {
+pub(crate) fn per_call(min: u32, mut f: impl FnMut()) -> f64 {
     f(); // warm-up
     let started = Instant::now();
     let mut calls = 0u32;
@@ -173,7 +173,7 @@ pub fn per_call(min: u32, mut f: impl FnMut()) -> f64 {
 }
 
 /// A task of `kind` with `input`, no needs, no timeout.
-pub fn spec(kind: TaskKind, input: &[u8]) -> TaskSpec {
+pub(crate) fn spec(kind: TaskKind, input: &[u8]) -> TaskSpec {
     TaskSpec {
         kind,
         capabilities: vec![],
@@ -186,7 +186,7 @@ pub fn spec(kind: TaskKind, input: &[u8]) -> TaskSpec {
 }
 
 /// Tasks that run `true`.
-pub fn noop_spec() -> TaskSpec {
+pub(crate) fn noop_spec() -> TaskSpec {
     spec(
         TaskKind::Command {
             argv: vec!["true".into()],
@@ -197,7 +197,7 @@ pub fn noop_spec() -> TaskSpec {
 }
 
 /// Submit `count` tasks of `spec` as one job.
-pub async fn submit(
+pub(crate) async fn submit(
     client: &Client,
     components: Vec<Vec<u8>>,
     spec: TaskSpec,

@@ -54,7 +54,7 @@ fn snapshot(managers: usize, workers: usize) -> Snapshot {
 
 /// `decide` of policy components given on the command line (a policy author's own, in any
 /// language), on the snapshots the bundled engines are timed on.
-pub fn policy_costs(
+pub(super) fn policy_costs(
     files: &[std::path::PathBuf],
     content: &str,
     report: &mut Report,
@@ -86,7 +86,7 @@ pub fn policy_costs(
     Ok(())
 }
 
-pub fn costs(report: &mut Report) -> Result<()> {
+pub(super) fn costs(report: &mut Report) -> Result<()> {
     let host = PluginHost::new(None)?;
     report.row(
         "| decide | managers | workers | native µs/call | wasm µs/call | wasm / native |".into(),

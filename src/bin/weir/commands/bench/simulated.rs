@@ -35,7 +35,7 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long the idle CPU is measured.
 const IDLE: Duration = Duration::from_secs(5);
 
-pub async fn simulated(
+pub(super) async fn simulated(
     workers: &[u32],
     managers: u32,
     threads: u16,

@@ -1,0 +1,360 @@
+//! The client library behind `weir`: one QUIC connection, one stream per request.
+
+mod reach;
+mod split;
+
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint};
+
+use weir_net::{self as net, AccessFile, Link, LinkEnd};
+use weir_proto::{
+    EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, ManagerUnits, NewGroup,
+    PolicyReport, Request, Response, Role, StatusReport, TaskId, TaskResult,
+};
+
+pub use weir_net::NetError;
+/// The messages a client sends and receives.
+pub use weir_proto as proto;
+
+pub use reach::reach;
+pub use split::split_submission;
+
+/// How [`Client::wait_or_unrunnable`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Waited {
+    /// Every task is final.
+    Done(JobCounts),
+    /// The scheduler says `task` (queued) can run nowhere, and why; the job goes on.
+    Unrunnable { task: TaskId, reason: String },
+}
+
+pub struct Client {
+    _endpoint: Endpoint,
+    connection: Connection,
+}
+
+/// The responses to one request, in order; `None` after the last.
+pub struct Responses {
+    link: Link<Response>,
+}
+
+impl Responses {
+    /// Cancel-safe: responses are read ahead by the link.
+    pub async fn next(&mut self) -> Result<Option<Response>, NetError> {
+        match self.link.next().await {
+            Ok(Response::Error { code, message }) => Err(NetError::Request { code, message }),
+            Ok(response) => Ok(Some(response)),
+            Err(end) if end.is_closed() => Ok(None),
+            Err(LinkEnd::Read(error) | LinkEnd::Write(error)) => Err(error.into()),
+            // A request link has no writer task: its request was written before it was made.
+            Err(end) => Err(NetError::Link(end)),
+        }
+    }
+}
+
+fn unexpected(response: Option<Response>) -> NetError {
+    match response {
+        Some(other) => NetError::Unanswered(format!("unexpected response {other:?}")),
+        None => NetError::Unanswered("it closed the request without answering".into()),
+    }
+}
+
+impl Client {
+    pub async fn connect(access: &AccessFile) -> Result<Client, NetError> {
+        let (endpoint, connection, mut send, _recv) =
+            net::connect(access, Role::Client, Duration::from_secs(30)).await?;
+        let _ = send.finish();
+        Ok(Client {
+            _endpoint: endpoint,
+            connection,
+        })
+    }
+
+    /// Send `request`. One over the frame limit is `NetError::RequestTooLarge` (nothing is sent:
+    /// the message is encoded before any of it is written).
+    pub async fn call(&self, request: &Request) -> Result<Responses, NetError> {
+        let (send, recv) = self.connection.open_bi().await?;
+        let link = Link::request(send, recv, request)
+            .await
+            .map_err(|error| match error {
+                FrameError::TooLarge { size, limit } => NetError::RequestTooLarge {
+                    size,
+                    limit,
+                    input: None,
+                },
+                other => other.into(),
+            })?;
+        Ok(Responses { link })
+    }
+
+    /// Each task's result as it becomes final: the stream yields `Response::Results` chunks,
+    /// then `Response::Done` with the job's counts (see [`Request::Watch`]).
+    pub async fn watch(&self, job: JobId) -> Result<Responses, NetError> {
+        self.call(&Request::Watch { job }).await
+    }
+
+    /// Cancel single tasks; returns how many were canceled (the others were final already).
+    pub async fn cancel_tasks(&self, tasks: Vec<TaskId>) -> Result<u64, NetError> {
+        let mut responses = self.call(&Request::CancelTasks { tasks }).await?;
+        match responses.next().await? {
+            Some(Response::Canceled { tasks }) => Ok(tasks),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Submit one job. Returns (job, first task id, number of tasks).
+    pub async fn submit(
+        &self,
+        components: Vec<Vec<u8>>,
+        groups: Vec<NewGroup>,
+    ) -> Result<(JobId, TaskId, u64), NetError> {
+        let mut responses = self.call(&Request::Submit { components, groups }).await?;
+        match responses.next().await? {
+            Some(Response::Submitted {
+                job,
+                first_task,
+                tasks,
+            }) => Ok((job, first_task, tasks)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Submit `group` as one job, or as several (see [`split_submission`]) when one request
+    /// would be over the frame limit or a submission's task limit. Returns each job's
+    /// (job, first task id, number of tasks), in the order of the inputs. If a submission fails
+    /// after others went through, those are canceled (as far as the connection allows) and the
+    /// error returned.
+    pub async fn submit_split(
+        &self,
+        group: NewGroup,
+    ) -> Result<Vec<(JobId, TaskId, u64)>, NetError> {
+        let mut jobs = Vec::new();
+        for part in split_submission(group)? {
+            match self.submit(Vec::new(), vec![part]).await {
+                Ok(job) => jobs.push(job),
+                Err(error) => {
+                    for (job, ..) in jobs {
+                        let _ = self.cancel(job).await;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// Wait until every task of `job` is final, calling `progress` on each update; tasks
+    /// nothing can run are ignored (they stay queued): see [`Client::wait_or_unrunnable`].
+    pub async fn wait(
+        &self,
+        job: JobId,
+        progress: impl FnMut(&JobCounts),
+    ) -> Result<JobCounts, NetError> {
+        match self.waiting(job, progress, false).await? {
+            Waited::Done(counts) => Ok(counts),
+            Waited::Unrunnable { task, reason } => Err(NetError::Unanswered(format!(
+                "task {task} unrunnable ({reason}) in a wait that goes on"
+            ))),
+        }
+    }
+
+    /// [`Client::wait`], but return at the scheduler's first word that a queued task of the
+    /// job can run nowhere ([`Response::Unrunnable`]; it stays queued).
+    pub async fn wait_or_unrunnable(
+        &self,
+        job: JobId,
+        progress: impl FnMut(&JobCounts),
+    ) -> Result<Waited, NetError> {
+        self.waiting(job, progress, true).await
+    }
+
+    async fn waiting(
+        &self,
+        job: JobId,
+        mut progress: impl FnMut(&JobCounts),
+        stop_at_unrunnable: bool,
+    ) -> Result<Waited, NetError> {
+        let mut responses = self.call(&Request::Wait { job }).await?;
+        loop {
+            match responses.next().await? {
+                Some(Response::Progress(counts)) => progress(&counts),
+                Some(Response::Done(counts)) => {
+                    progress(&counts);
+                    return Ok(Waited::Done(counts));
+                }
+                Some(Response::Unrunnable { task, reason }) if stop_at_unrunnable => {
+                    return Ok(Waited::Unrunnable { task, reason });
+                }
+                Some(Response::Unrunnable { .. }) => {}
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    pub async fn results(&self, job: JobId) -> Result<Vec<TaskResult>, NetError> {
+        let mut responses = self.call(&Request::Results { job }).await?;
+        let mut all = Vec::new();
+        loop {
+            match responses.next().await? {
+                Some(Response::Results(chunk)) => all.extend(chunk),
+                Some(Response::ResultsEnd { count }) if count == all.len() as u64 => {
+                    return Ok(all);
+                }
+                Some(Response::ResultsEnd { count }) => {
+                    return Err(NetError::Unanswered(format!(
+                        "the results of job {job} came incomplete: {} of {count}",
+                        all.len()
+                    )));
+                }
+                None => {
+                    return Err(NetError::Unanswered(format!(
+                        "the results of job {job} were cut short after {} results",
+                        all.len()
+                    )));
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    pub async fn cancel(&self, job: JobId) -> Result<u64, NetError> {
+        match self.call(&Request::Cancel { job }).await?.next().await? {
+            Some(Response::Canceled { tasks }) => Ok(tasks),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Free a finished job's results and inputs. Returns its task count (0: forgotten already).
+    pub async fn forget(&self, job: JobId) -> Result<u64, NetError> {
+        match self.call(&Request::Forget { job }).await?.next().await? {
+            Some(Response::Forgotten { tasks, .. }) => Ok(tasks),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Forget every finished job. Returns them and how many task results were freed.
+    pub async fn forget_finished(&self) -> Result<(Vec<JobId>, u64), NetError> {
+        match self.call(&Request::ForgetFinished).await?.next().await? {
+            Some(Response::ForgottenFinished { jobs, tasks }) => Ok((jobs, tasks)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The newest `limit` jobs the scheduler holds, newest first.
+    pub async fn jobs(&self, limit: u32) -> Result<Vec<JobSummary>, NetError> {
+        match self.call(&Request::Jobs { limit }).await?.next().await? {
+            Some(Response::Jobs(jobs)) => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn status(&self) -> Result<StatusReport, NetError> {
+        match self.call(&Request::Status).await?.next().await? {
+            Some(Response::Status(report)) => Ok(report),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Replace the running scaling policy (the old one stays if the new one fails).
+    pub async fn set_policy(
+        &self,
+        name: String,
+        component: Vec<u8>,
+        content: String,
+    ) -> Result<PolicyReport, NetError> {
+        let request = Request::PolicySet {
+            name,
+            component,
+            content,
+        };
+        match self.call(&request).await?.next().await? {
+            Some(Response::Policy(report)) => Ok(report),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The running scaling policy.
+    pub async fn show_policy(&self) -> Result<PolicyReport, NetError> {
+        match self.call(&Request::PolicyShow).await?.next().await? {
+            Some(Response::Policy(report)) => Ok(report),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Register (or replace) a run-time environment; with `wait`, after every live worker answered.
+    pub async fn env_register(
+        &self,
+        name: &str,
+        component: Vec<u8>,
+        config: Vec<(String, String)>,
+        wait: bool,
+    ) -> Result<Vec<EnvironmentStatus>, NetError> {
+        let request = Request::EnvRegister {
+            name: name.to_string(),
+            component,
+            config,
+            wait,
+        };
+        match self.call(&request).await?.next().await? {
+            Some(Response::Environments(list)) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn env_list(&self) -> Result<Vec<EnvironmentStatus>, NetError> {
+        match self.call(&Request::EnvList).await?.next().await? {
+            Some(Response::Environments(list)) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn env_remove(&self, name: &str) -> Result<(), NetError> {
+        match self
+            .call(&Request::EnvRemove {
+                name: name.to_string(),
+            })
+            .await?
+            .next()
+            .await?
+        {
+            Some(Response::EnvRemoved { .. }) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Wait until at least `count` live workers (matching `environment`, when given) are
+    /// registered, calling `progress(ready)` on every change. Returns the count reached.
+    pub async fn wait_workers(
+        &self,
+        count: u32,
+        environment: Option<String>,
+        mut progress: impl FnMut(u32),
+    ) -> Result<u32, NetError> {
+        let mut responses = self
+            .call(&Request::WaitWorkers { count, environment })
+            .await?;
+        loop {
+            match responses.next().await? {
+                Some(Response::WorkersReady { ready, .. }) if ready >= count => return Ok(ready),
+                Some(Response::WorkersReady { ready, .. }) => progress(ready),
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    pub async fn explain(&self, task: TaskId) -> Result<Vec<String>, NetError> {
+        match self.call(&Request::Explain { task }).await?.next().await? {
+            Some(Response::Explanation { lines }) => Ok(lines),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Managers and their units (`weir managers`): all, or the one named.
+    pub async fn managers(&self, id: Option<String>) -> Result<Vec<ManagerUnits>, NetError> {
+        match self.call(&Request::Managers { id }).await?.next().await? {
+            Some(Response::Managers(managers)) => Ok(managers),
+            other => Err(unexpected(other)),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Connecting through an access file, for every client (`weir`, the Python package): at once
+//! when the scheduler is there, an error at once when it is known to be gone, and a wait of up
+//! to a timeout only while it may be starting or restarting.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::Client;
+use weir_net::access::{Holder, holder};
+use weir_net::{AccessFile, NetError};
+
+/// Connect to the scheduler of the access file at `path`.
+///
+/// - Its lock free and its process gone ([`Holder::Gone`]): [`NetError::NotRunning`] at
+///   once, saying why; no access file and no lock either: the access file's error at once.
+/// - Otherwise an access file not there yet, or a scheduler that does not answer, is tried
+///   again (backoff 50 ms to 2 s, the file re-read: a restarted scheduler may listen
+///   elsewhere) until `timeout` has passed; `waiting` hears the first such error, once.
+///   Anything else (refused, a damaged file) fails at once.
+pub async fn reach(
+    path: &Path,
+    timeout: Duration,
+    mut waiting: impl FnMut(&NetError),
+) -> Result<Client, NetError> {
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    let mut told = false;
+    loop {
+        let error = match (AccessFile::read(path), holder(path)) {
+            // No file and no scheduler holding its lock: the file's error says where it looked.
+            (Err(error), Holder::Gone(_)) => return Err(error),
+            (Ok(_), Holder::Gone(reason)) => return Err(NetError::NotRunning(reason)),
+            // An attempt after the first takes at most what is left of `timeout` (quinn's own
+            // handshake timeout is 5 s: a wait of 12 s must not end at 15). The first is
+            // always made whole: `timeout` 0 means "do not wait", not "do not try".
+            (Ok(access), _) => {
+                let left = match told {
+                    false => Duration::MAX,
+                    true => timeout
+                        .saturating_sub(started.elapsed())
+                        .max(Duration::from_millis(100)),
+                };
+                match tokio::time::timeout(left, Client::connect(&access)).await {
+                    Ok(Ok(client)) => return Ok(client),
+                    Ok(Err(error @ NetError::Connect { .. })) => error,
+                    Ok(Err(error)) => return Err(error),
+                    Err(_) => NetError::GaveUp {
+                        after: started.elapsed(),
+                        error: format!("{} did not answer", access.address),
+                    },
+                }
+            }
+            // Not there yet: a scheduler that holds its lock is about to write it.
+            (Err(error), _) if !path.exists() => error,
+            (Err(error), _) => return Err(error),
+        };
+        if started.elapsed() + backoff > timeout {
+            return Err(match started.elapsed().is_zero() || timeout.is_zero() {
+                true => error,
+                false => NetError::GaveUp {
+                    after: started.elapsed(),
+                    error: error.to_string(),
+                },
+            });
+        }
+        if !told {
+            waiting(&error);
+            told = true;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}

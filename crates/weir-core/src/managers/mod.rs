@@ -1,0 +1,420 @@
+//! The WorkerManagerController: which managers exist, whether they are online, what each one's
+//! workers look like, and the snapshot the scaling policy decides on. Pure: `now` is passed in.
+//!
+//! The snapshot is the truth reconciled with what each manager reports alive: a registered
+//! worker that its manager listed in one heartbeat and no longer lists in the next is gone
+//! ([`Managers::heartbeat`] returns it, and the shell declares it lost at once), so a dead
+//! worker is never counted beside its replacement.
+
+mod explain;
+mod units;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use super::scaling::{
+    Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker, walltime_of, walltime_verdict,
+};
+use super::tasks::WorkerView;
+use weir_proto::{EnvVerdict, ManagerState, ManagerStatus, WorkerId};
+
+struct Entry {
+    state: ManagerState,
+    last_seen: u64,
+    /// What its workers answered on each environment, kept after they are gone: a manager
+    /// whose workers do not match is not sent another worker to ask again. Forgotten when the
+    /// definition changes (the manager's own, or a run-time registration).
+    learned: BTreeMap<String, Verdict>,
+}
+
+impl Entry {
+    fn declares(&self, environment: &str) -> bool {
+        self.state
+            .environments
+            .iter()
+            .any(|def| def.name == environment)
+    }
+}
+
+/// What the scheduler knows besides the managers: the live workers, the policy's tiers, and
+/// which environment names are registered at run time (evaluated by every worker).
+pub struct Context<'a> {
+    pub now: u64,
+    pub workers: Vec<WorkerView>,
+    pub tiers: &'a [Tier],
+    pub registered: BTreeSet<String>,
+    /// The last decision applied for each manager (the scaling loop keeps them).
+    pub decisions: &'a HashMap<String, Decision>,
+}
+
+impl Context<'_> {
+    fn is_registered(&self, environment: &str) -> bool {
+        self.registered.contains(environment)
+    }
+
+    fn workers_of<'w>(&'w self, manager: &'w str) -> impl Iterator<Item = &'w WorkerView> + 'w {
+        self.workers
+            .iter()
+            .filter(move |w| w.manager.as_deref() == Some(manager))
+    }
+
+    fn listed(&self, state: &ManagerState) -> bool {
+        self.tiers.iter().any(|t| {
+            t.members
+                .iter()
+                .any(|m| *m == state.id || *m == state.worker_type)
+        })
+    }
+}
+
+/// Every fact about managers: what each reported and when ([`Entry`]), which have an open
+/// connection (decisions go only to them), and the last decision applied for each. Online
+/// (for the policy and the status) means heard from within `timeout_ms`: a connection that
+/// breaks and comes back within it is ridden out; a decision meanwhile is not sent.
+#[derive(Default)]
+pub struct Managers {
+    entries: BTreeMap<String, Entry>,
+    /// Managers with an open connection, and where each connects from: one live connection
+    /// per manager id (a second is refused naming the first). Kept apart from `entries`: a
+    /// manager forgotten after being offline may still hold a connection that sends nothing.
+    connections: BTreeMap<String, String>,
+    /// Managers forgotten after being offline whose workers may still be here (units of a
+    /// cluster engine they started): those are told to leave once idle. One that reports
+    /// again is no orphan.
+    orphaned: BTreeSet<String>,
+    /// A manager silent this long is offline (and not scaled).
+    timeout_ms: u64,
+}
+
+impl Managers {
+    pub fn new(timeout_ms: u64) -> Managers {
+        Managers {
+            timeout_ms,
+            ..Managers::default()
+        }
+    }
+
+    /// A manager's heartbeat. Returns its registered workers that are gone: not listed alive in
+    /// this one, and listed in its previous heartbeat, or reported exited, or drained for it to
+    /// stop; each with whether it was stopped on purpose. (A worker never listed is never taken
+    /// for gone on absence alone: a report sent before it started may arrive after it registered.)
+    pub fn heartbeat(
+        &mut self,
+        now: u64,
+        state: ManagerState,
+        workers: &[WorkerView],
+    ) -> Vec<(WorkerId, bool)> {
+        // Back after being forgotten: its workers are its own again.
+        self.orphaned.remove(&state.id);
+        let before: HashSet<&String> = self
+            .entries
+            .get(&state.id)
+            .map(|previous| previous.state.workers.iter().collect())
+            .unwrap_or_default();
+        let alive: HashSet<&String> = state.workers.iter().collect();
+        let exited: HashSet<&String> = state.exited.iter().collect();
+        let gone = workers
+            .iter()
+            .filter(|w| w.manager.as_deref() == Some(state.id.as_str()))
+            .filter(|w| !alive.contains(&w.name))
+            .filter(|w| w.draining || before.contains(&w.name) || exited.contains(&w.name))
+            .map(|w| (w.id, w.draining))
+            .collect();
+        let mut learned = match self.entries.remove(&state.id) {
+            Some(previous) => {
+                let mut learned = previous.learned;
+                // A definition that changed is asked again.
+                learned.retain(|name, _| {
+                    previous.state.environments.iter().find(|d| d.name == *name)
+                        == state.environments.iter().find(|d| d.name == *name)
+                });
+                learned
+            }
+            None => BTreeMap::new(),
+        };
+        let mine: Vec<&WorkerView> = workers
+            .iter()
+            .filter(|w| w.manager.as_deref() == Some(state.id.as_str()))
+            .collect();
+        learned.extend(answered(&mine));
+        self.entries.insert(
+            state.id.clone(),
+            Entry {
+                state,
+                last_seen: now,
+                learned,
+            },
+        );
+        gone
+    }
+
+    /// A manager's connection registers as `id` from `peer`; refused (with where the live one
+    /// connects from) while another connection of that id is open. Connected (again, or for the
+    /// first time): what it listed before is forgotten, so a worker it does not list in its
+    /// first heartbeat is not taken for gone. A restarted manager may adopt its units (batch
+    /// jobs that ran on) only after that heartbeat; what it saw exit it still says.
+    pub fn connect(&mut self, id: &str, peer: String) -> Result<(), String> {
+        if let Some(first) = self.connections.get(id) {
+            return Err(first.clone());
+        }
+        self.connections.insert(id.to_string(), peer);
+        if let Some(entry) = self.entries.get_mut(id) {
+            entry.state.workers.clear();
+        }
+        Ok(())
+    }
+
+    /// Its connection ended; whether it had one. It stays known (offline once silent for
+    /// `timeout_ms`) until it comes back or is forgotten.
+    pub fn disconnect(&mut self, id: &str) -> bool {
+        self.connections.remove(id).is_some()
+    }
+
+    /// Whether it has an open connection (decisions are sent only to those).
+    pub fn is_connected(&self, id: &str) -> bool {
+        self.connections.contains_key(id)
+    }
+
+    /// Its workers answered (or one of them is about to be gone): remember what they say now,
+    /// so it is known after they are gone whether or not a heartbeat came in between.
+    pub fn learn(&mut self, manager: &str, workers: &[WorkerView]) {
+        let Some(entry) = self.entries.get_mut(manager) else {
+            return;
+        };
+        let mine: Vec<&WorkerView> = workers
+            .iter()
+            .filter(|w| w.manager.as_deref() == Some(manager))
+            .collect();
+        entry.learned.extend(answered(&mine));
+    }
+
+    /// A run-time environment was registered again or removed: what managers learned of it is
+    /// asked again.
+    pub fn forget_verdicts(&mut self, environment: &str) {
+        for entry in self.entries.values_mut() {
+            entry.learned.remove(environment);
+        }
+    }
+
+    /// Managers silent for longer than `after` (killed, their machine gone) leave the status;
+    /// one that comes back registers again.
+    pub fn drop_offline(&mut self, now: u64, after: u64) -> Vec<String> {
+        let gone: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| now.saturating_sub(e.last_seen) > after)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &gone {
+            tracing::info!(manager = %id, "worker manager forgotten after being offline");
+            // Its connection, if one is still open, stays its (its heartbeats come back in).
+            self.entries.remove(id);
+            self.orphaned.insert(id.clone());
+        }
+        gone
+    }
+
+    /// Whether `id` has reported and is not forgotten.
+    pub fn knows(&self, id: &str) -> bool {
+        self.entries.contains_key(id)
+    }
+
+    /// Managers forgotten after being offline whose workers may still be here.
+    pub fn orphaned(&self) -> &BTreeSet<String> {
+        &self.orphaned
+    }
+
+    /// Orphans with no worker here any more are not looked for again.
+    pub fn keep_orphans(&mut self, with_workers: &BTreeSet<String>) {
+        self.orphaned.retain(|id| with_workers.contains(id));
+    }
+
+    /// What must hold between inputs: an orphan is a manager forgotten, not a known one.
+    pub fn sanity_check(&self) -> Result<(), String> {
+        match self
+            .orphaned
+            .iter()
+            .find(|id| self.entries.contains_key(*id))
+        {
+            Some(id) => Err(format!("manager {id} is known and orphaned")),
+            None => Ok(()),
+        }
+    }
+
+    /// The manager said goodbye: it is gone, with its workers (and its connection).
+    pub fn remove(&mut self, id: &str) -> bool {
+        self.connections.remove(id);
+        self.entries.remove(id).is_some()
+    }
+
+    /// Whether any manager the policy could scale has reported.
+    pub fn any_scalable(&self) -> bool {
+        self.entries.values().any(|e| e.state.fixed.is_none())
+    }
+
+    /// Managers that declared `environment` (`worker-manager --env-plugin`).
+    pub fn declaring(&self, environment: &str) -> Vec<String> {
+        self.entries
+            .values()
+            .filter(|e| e.declares(environment))
+            .map(|e| e.state.id.clone())
+            .collect()
+    }
+
+    fn online(&self, entry: &Entry, now: u64) -> bool {
+        now.saturating_sub(entry.last_seen) <= self.timeout_ms
+    }
+
+    /// The snapshot the policy decides on. Fixed pools are left out: nothing scales them.
+    pub fn snapshot(
+        &self,
+        context: &Context<'_>,
+        scale_down_delay_ms: u64,
+        demand: Vec<Demand>,
+    ) -> Snapshot {
+        let wanted: BTreeSet<&str> = demand
+            .iter()
+            .flat_map(|d| d.environments.iter().map(String::as_str))
+            .collect();
+        let managers = self
+            .entries
+            .values()
+            .filter(|entry| entry.state.fixed.is_none())
+            .map(|entry| {
+                let state = &entry.state;
+                let mine: Vec<&WorkerView> = context.workers_of(&state.id).collect();
+                // Not usable yet, or no longer: started but not registered, and being stopped
+                // but not gone. Both still count as the manager's workers.
+                let registered: HashSet<&String> = mine.iter().map(|w| &w.name).collect();
+                let unregistered = state
+                    .workers
+                    .iter()
+                    .filter(|n| !registered.contains(n))
+                    .count();
+                let stopping = mine.iter().filter(|w| w.draining).count();
+                // Registered but still evaluating a wanted environment: still starting as far as
+                // the demand goes, so not stopped as idle before it could answer (and another
+                // started to ask again).
+                let answering = |w: &WorkerView| {
+                    wanted.iter().any(|name| {
+                        (entry.declares(name) || context.is_registered(name))
+                            && !w.verdicts.iter().any(|(n, _)| n == name)
+                    })
+                };
+                let evaluating = mine.iter().filter(|w| !w.draining && answering(w)).count();
+                Manager {
+                    id: state.id.clone(),
+                    worker_type: state.worker_type.clone(),
+                    max_task_concurrency: state.max_task_concurrency,
+                    worker_slots: state.worker_slots.max(1),
+                    online: self.online(entry, context.now),
+                    workers: mine
+                        .iter()
+                        .filter(|w| !w.draining && !answering(w))
+                        .map(|w| Worker {
+                            id: w.id,
+                            slots: w.slots,
+                            busy: w.busy,
+                            idle_ms: w.idle_ms,
+                        })
+                        .collect(),
+                    starting: (unregistered + stopping + evaluating) as u32,
+                    capabilities: state.capabilities.clone(),
+                    environments: wanted
+                        .iter()
+                        .map(|name| (name.to_string(), verdict(entry, &mine, name, context)))
+                        .collect(),
+                }
+            })
+            .collect();
+        Snapshot {
+            now_ms: context.now,
+            scale_down_delay_ms,
+            managers,
+            demand,
+        }
+    }
+
+    pub fn status(&self, context: &Context<'_>) -> Vec<ManagerStatus> {
+        self.entries
+            .values()
+            .map(|entry| {
+                let state = &entry.state;
+                let live = context.workers_of(&state.id).count() as u32;
+                let online = self.online(entry, context.now);
+                let tier = context
+                    .tiers
+                    .iter()
+                    .find(|t| {
+                        t.members
+                            .iter()
+                            .any(|m| *m == state.id || *m == state.worker_type)
+                    })
+                    .map(|t| t.priority);
+                let last = context.decisions.get(&state.id);
+                ManagerStatus {
+                    id: state.id.clone(),
+                    worker_type: state.worker_type.clone(),
+                    online,
+                    fixed: state.fixed,
+                    tier,
+                    max_task_concurrency: state.max_task_concurrency,
+                    desired: state.fixed.or(last.map(|d| d.desired_workers)),
+                    live,
+                    // An offline manager's list is stale: it starts nothing we know of.
+                    starting: match online {
+                        true => (state.workers.len() as u32).saturating_sub(live),
+                        false => 0,
+                    },
+                    reason: match (state.fixed, last, tier) {
+                        (Some(n), _, _) => format!("fixed pool of {n}: not scaled"),
+                        (None, Some(d), _) => d.reason.clone(),
+                        (None, None, None) => "not listed in the policy: not scaled".into(),
+                        (None, None, Some(_)) => "no decision yet".into(),
+                    },
+                    usable_ms: state.usable_ms,
+                }
+            })
+            .collect()
+    }
+}
+
+/// What `workers` answered, per environment: `match` if any matches, else `no-match`.
+fn answered(workers: &[&WorkerView]) -> BTreeMap<String, Verdict> {
+    let mut out: BTreeMap<String, Verdict> = BTreeMap::new();
+    for worker in workers {
+        for (name, verdict) in &worker.verdicts {
+            let entry = out.entry(name.clone()).or_insert(Verdict::NoMatch);
+            if *verdict == EnvVerdict::Match {
+                *entry = Verdict::Match;
+            }
+        }
+    }
+    out
+}
+
+/// A manager's verdict on `environment`: for a walltime name (`walltime_environment`), whether
+/// its usable time per worker covers it; else what its workers answer now, else what its
+/// workers answered before (kept after they are gone). Never asked: `unknown` when its workers will
+/// evaluate the name (the manager declared it, or it is registered at run time; the policy
+/// starts one worker to learn), `no-match` when they never will.
+fn verdict(
+    entry: &Entry,
+    workers: &[&WorkerView],
+    environment: &str,
+    context: &Context<'_>,
+) -> Verdict {
+    if let Some(walltime_ms) = walltime_of(environment) {
+        return walltime_verdict(entry.state.usable_ms, walltime_ms);
+    }
+    if let Some(verdict) = answered(workers).get(environment) {
+        return *verdict;
+    }
+    if let Some(verdict) = entry.learned.get(environment) {
+        return *verdict;
+    }
+    if entry.declares(environment) || context.is_registered(environment) {
+        Verdict::Unknown
+    } else {
+        Verdict::NoMatch
+    }
+}

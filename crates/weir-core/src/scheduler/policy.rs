@@ -1,0 +1,389 @@
+//! Managers and the scaling policy: heartbeats, the snapshot handed to the policy, the checks
+//! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
+
+use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler, UNRUNNABLE_AFTER_MS};
+use crate::scaling::{Decision, Snapshot, Tier, is_reserved_environment, validate_decisions};
+use crate::tasks::Loss;
+use weir_proto::{ErrorCode, JobId, ManagerState, PolicyReport, Response, ToManager, ToWorker};
+
+/// Most bytes of policy content `weir policy set` takes (the waterfall's rows are a few dozen).
+pub(super) const MAX_POLICY_CONTENT: usize = 1 << 20;
+
+impl Scheduler {
+    /// A manager's connection sent its first heartbeat. One process per manager id: while
+    /// another connection of that id is live, this one is refused (two processes of one id
+    /// would each start workers against the one cap, and each one's heartbeat would omit the
+    /// other's workers). A restarted manager is let in once its previous connection is gone
+    /// (closed, or timed out); what that one listed proves nothing about the new process.
+    pub(super) fn manager_joined(
+        &mut self,
+        now: u64,
+        connection: ConnectionId,
+        state: ManagerState,
+        peer: String,
+    ) {
+        if let Err(first) = self.managers.connect(&state.id, peer.clone()) {
+            let reason = format!(
+                "a worker manager with id `{}` is already connected (from {first}): manager ids \
+                 must be unique; stop that one, or give this one another --id",
+                state.id
+            );
+            tracing::warn!(manager = %state.id, %peer, %first, "second manager of one id refused");
+            self.actions
+                .push_back(Action::ManagerRefused { connection, reason });
+            return;
+        }
+        tracing::info!(manager = %state.id, worker_type = %state.worker_type, fixed = ?state.fixed, %peer, "worker manager joined");
+        self.actions.push_back(Action::ManagerRegistered {
+            connection,
+            id: state.id.clone(),
+        });
+        self.manager_heartbeat(now, state);
+    }
+
+    pub(super) fn manager_heartbeat(&mut self, now: u64, mut state: ManagerState) {
+        // The scheduler's own environment names (walltimes) are not taken from a manager: users
+        // cannot give them (`--env-plugin` and `env register` take letters, digits, `_`, `-`).
+        state.environments.retain(|def| {
+            let reserved = is_reserved_environment(&def.name);
+            if reserved {
+                tracing::warn!(manager = %state.id, name = %def.name, "ignored an environment of a reserved name");
+            }
+            !reserved
+        });
+        self.tasks
+            .declare_environments(state.environments.iter().map(|d| d.name.as_str()));
+        let id = state.id.clone();
+        let views = self.tasks.views_of_manager(now, &id);
+        let gone = self.managers.heartbeat(now, state, &views);
+        for (worker, stopped) in gone {
+            let (reason, loss) = match stopped {
+                true => (format!("its manager {id} stopped it"), Loss::Stopped),
+                false => (format!("its manager {id} saw it exit"), Loss::Exited),
+            };
+            self.worker_gone(now, worker, &reason, loss, !stopped);
+        }
+    }
+
+    /// Workers of a manager forgotten after being offline (a `kill -9`ed Slurm manager's batch
+    /// jobs, which nobody would cancel): each is drained and told to leave once idle, and the
+    /// unit it runs in ends with it.
+    pub(super) fn dismiss_orphans(&mut self, now: u64) {
+        if self.managers.orphaned().is_empty() {
+            return;
+        }
+        let views = self.tasks.worker_views(now);
+        let mut still = std::collections::BTreeSet::new();
+        for w in &views {
+            let orphaned = self.managers.orphaned();
+            let Some(manager) = w.manager.as_ref().filter(|m| orphaned.contains(*m)) else {
+                continue;
+            };
+            still.insert(manager.clone());
+            let link = self.links.get_mut(&w.id);
+            if w.busy == 0 && link.is_some_and(|l| !std::mem::replace(&mut l.dismissed, true)) {
+                tracing::warn!(worker = %w.name, %manager, "its manager is gone: telling it to leave");
+                self.tasks.drain(now, &[w.id]);
+                let reason = format!("its manager {manager} has been gone for a minute");
+                self.send_worker(w.id, ToWorker::Leave { reason });
+            }
+        }
+        self.managers.keep_orphans(&still);
+    }
+
+    /// Hand the policy a snapshot, unless it is still deciding on the last one (or there is no
+    /// manager to scale). Returns whether it did.
+    pub(super) fn scale(&mut self, now: u64) -> bool {
+        if self.scaling.busy() || !self.managers.any_scalable() {
+            return false;
+        }
+        let snapshot = self.scaling_snapshot(now);
+        self.scaling.deciding = Some(snapshot.clone());
+        self.scaling.last = Some(snapshot.clone());
+        self.actions.push_back(Action::Decide(snapshot));
+        true
+    }
+
+    /// What the policy would be handed now (the managers it scales, their workers, the demand).
+    pub fn scaling_snapshot(&self, now: u64) -> Snapshot {
+        self.managers.snapshot(
+            &self.context(now),
+            self.config.scale_down_delay_ms,
+            self.tasks.demand(),
+        )
+    }
+
+    /// The policy's answer: checked against the snapshot it was given, then applied; a failure
+    /// or a nonsense decision keeps the last good one in force.
+    pub(super) fn decided(&mut self, now: u64, result: Result<Vec<Decision>, String>) {
+        let snapshot = self.scaling.deciding.take();
+        let checked = result.and_then(|decisions| match &snapshot {
+            Some(snapshot) => validate_decisions(snapshot, &decisions)
+                .map(|()| decisions)
+                .map_err(|detail| {
+                    let policy = &self.scaling.policy.name;
+                    format!("{policy}: nonsense decision: {detail}")
+                }),
+            None => Err("a decision nobody asked for".into()),
+        });
+        match checked {
+            Ok(decisions) => {
+                self.scaling.error = None;
+                self.apply_decisions(now, &decisions);
+            }
+            Err(error) => {
+                tracing::error!(%error, "scaling policy failed; holding its last good decision");
+                self.scaling.errors += 1;
+                self.scaling.error = Some(error);
+            }
+        }
+    }
+
+    fn apply_decisions(&mut self, now: u64, decisions: &[Decision]) {
+        for decision in decisions {
+            if !self.managers.is_connected(&decision.manager_id) {
+                continue;
+            }
+            let mut stop = self.tasks.drain(now, &decision.stop);
+            // Its own workers only (after the drain, which marks them).
+            let views = self.tasks.views_of_manager(now, &decision.manager_id);
+            // Drained before and still here: named again in every decision, so a manager that
+            // missed it (it restarted meanwhile, or its engine's stop failed) stops them now.
+            for w in &views {
+                if w.draining
+                    && w.manager.as_deref() == Some(decision.manager_id.as_str())
+                    && !stop.contains(&w.name)
+                {
+                    stop.push(w.name.clone());
+                }
+            }
+            let registered: Vec<String> = views
+                .iter()
+                .filter(|w| w.manager.as_deref() == Some(decision.manager_id.as_str()))
+                .map(|w| w.name.clone())
+                .collect();
+            tracing::debug!(manager = %decision.manager_id, desired = decision.desired_workers, reason = %decision.reason, "scaling");
+            self.actions.push_back(Action::ToManager {
+                manager: decision.manager_id.clone(),
+                message: ToManager::Desired {
+                    desired: decision.desired_workers,
+                    stop,
+                    registered,
+                    reason: decision.reason.clone(),
+                },
+            });
+        }
+        self.scaling.record(decisions);
+    }
+
+    /// Queued tasks nothing can run (the task core decides, asking the managers whether one of
+    /// them could start a worker for them): failed after `--unschedulable-timeout`, and told
+    /// to the clients waiting for their jobs once it has held for [`UNRUNNABLE_AFTER_MS`].
+    pub(super) fn unschedulable(&mut self, now: u64) {
+        let asked = !self.waiters.is_empty() || !self.watchers.is_empty();
+        if self.tasks.queued() == 0 || !asked && self.config.unschedulable_timeout_ms.is_none() {
+            return;
+        }
+        let context = crate::managers::Context {
+            now,
+            workers: self.tasks.worker_views(now),
+            tiers: &self.scaling.tiers,
+            registered: self.tasks.registered_environments(),
+            decisions: &self.scaling.decisions,
+        };
+        let managers = &self.managers;
+        let found = self
+            .tasks
+            .unschedulable(now, |capabilities, environments, timeout_ms| {
+                managers.could_serve(&context, capabilities, environments, timeout_ms)
+            });
+        // Only definite answers are told: someone has been heard from (an empty cluster is
+        // one that is starting), and no manager would serve them once back online.
+        let anyone = !context.workers.is_empty() || managers.known() > 0;
+        let told: Vec<_> = found
+            .iter()
+            .filter(|u| anyone && now.saturating_sub(u.since) >= UNRUNNABLE_AFTER_MS)
+            .filter(|u| {
+                !managers.could_serve_once_online(
+                    &context,
+                    &u.capabilities,
+                    &u.environments,
+                    u.timeout_ms,
+                )
+            })
+            .map(|u| {
+                let managers = match managers.explain(
+                    &context,
+                    &u.capabilities,
+                    &u.environments,
+                    u.timeout_ms,
+                ) {
+                    lines if lines.is_empty() => "no worker manager".to_string(),
+                    lines => lines.join("; "),
+                };
+                (
+                    u.class,
+                    format!("{}; {managers}", self.tasks.why_no_worker(u.class, now)),
+                )
+            })
+            .collect();
+        if !told.is_empty() {
+            self.tell_unrunnable(&told);
+        }
+        let Some(timeout) = self.config.unschedulable_timeout_ms else {
+            return;
+        };
+        let failed = self.tasks.fail_classes(now, timeout, &found);
+        if failed > 0 {
+            tracing::warn!(
+                failed,
+                "failed tasks nothing can run (--unschedulable-timeout)"
+            );
+        }
+    }
+
+    /// Tell each client waiting for (or watching) a job with queued tasks of these classes,
+    /// once per class: `Unrunnable` naming its first such task and why.
+    fn tell_unrunnable(&mut self, classes: &[(usize, String)]) {
+        let ids: Vec<usize> = classes.iter().map(|(class, _)| *class).collect();
+        let jobs: std::collections::BTreeSet<JobId> = self
+            .waiters
+            .keys()
+            .chain(self.watchers.keys())
+            .copied()
+            .collect();
+        for job in jobs {
+            let clients: Vec<ClientId> = [self.waiters.get(&job), self.watchers.get(&job)]
+                .into_iter()
+                .flatten()
+                .flatten()
+                .copied()
+                .collect();
+            for (class, task) in self.tasks.queued_in(job, &ids) {
+                let Some((_, reason)) = classes.iter().find(|(c, _)| *c == class) else {
+                    continue;
+                };
+                for &client in &clients {
+                    if self.told_unrunnable.insert((client, class)) {
+                        let reason = reason.clone();
+                        self.reply(client, Response::Unrunnable { task, reason }, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `weir policy set`: the shell creates the new policy and tries it on the last snapshot.
+    pub(super) fn set_policy(&mut self, client: ClientId, policy: PolicyInfo) {
+        if self.scaling.interval.is_none() {
+            let message = "this scheduler runs without a scaling policy".to_string();
+            return self.refuse(client, ErrorCode::Invalid, message);
+        }
+        if policy.content.len() > MAX_POLICY_CONTENT {
+            let message = format!(
+                "the policy was not changed: its content is {} bytes, at most {MAX_POLICY_CONTENT}",
+                policy.content.len()
+            );
+            return self.refuse(client, ErrorCode::Limit, message);
+        }
+        if self.scaling.trying {
+            let message =
+                "the policy was not changed: another change is being tried; try again".to_string();
+            return self.refuse(client, ErrorCode::Limit, message);
+        }
+        self.scaling.trying = true;
+        tracing::info!(policy = %policy.name, "replacing the scaling policy");
+        self.actions.push_back(Action::SwapPolicy {
+            client: Some(client),
+            policy,
+            snapshot: self.scaling.last.clone(),
+        });
+    }
+
+    /// The new policy runs (journaled, so a restart keeps it), or the old one stays.
+    pub(super) fn policy_swapped(
+        &mut self,
+        client: Option<ClientId>,
+        policy: PolicyInfo,
+        result: Result<Vec<Tier>, String>,
+    ) {
+        // The journal's policy, tried at start, superseded by a `weir policy set` meanwhile.
+        let superseded = client.is_none() && self.scaling.restored.is_none();
+        match client {
+            None => self.scaling.restored = None,
+            Some(_) => self.scaling.trying = false,
+        }
+        match (result, client) {
+            (Ok(_), None) if superseded => {
+                tracing::info!(policy = %policy.name, "the journal's scaling policy was replaced meanwhile: not restored");
+            }
+            (Ok(tiers), client) => {
+                tracing::info!(policy = %policy.name, tiers = tiers.len(), "scaling policy replaced");
+                self.actions.push_back(Action::AdoptPolicy { client });
+                // The journal's choice is this one now (compaction keeps it, not the old).
+                self.scaling.restored = None;
+                if let (Some(_), Some(bytes)) = (client, &policy.bytes) {
+                    self.journal(Record::PolicySet {
+                        name: policy.name.clone(),
+                        component: bytes.to_vec(),
+                        content: policy.content.clone(),
+                    });
+                }
+                self.scaling.tiers = tiers;
+                self.scaling.policy = policy;
+                self.scaling.error = None;
+                // The last decisions shown are the new policy's, from its first tick on.
+                self.scaling.decisions.clear();
+                if let Some(client) = client {
+                    let report = self.policy_report();
+                    self.reply_durable(client, Response::Policy(report));
+                }
+            }
+            (Err(error), Some(client)) => {
+                let message = format!("the policy was not changed: {error}");
+                self.refuse(client, ErrorCode::Invalid, message);
+            }
+            (Err(error), None) => {
+                tracing::error!(%error, policy = %policy.name, "the journal's scaling policy cannot run; keeping the one given at start");
+            }
+        }
+    }
+
+    /// The policy in force, its tiers and its last decisions.
+    /// The running policy, its tiers, last decisions and last error (`weir policy show`).
+    pub fn policy_report(&self) -> PolicyReport {
+        let policy = &self.scaling.policy;
+        PolicyReport {
+            name: policy.name.clone(),
+            sha256: policy
+                .component
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+            content: policy.content.clone(),
+            tiers: self
+                .scaling
+                .tiers
+                .iter()
+                .map(|t| (t.priority, t.members.clone()))
+                .collect(),
+            last: self
+                .scaling
+                .last_decisions()
+                .map(|d| (d.manager_id.clone(), d.desired_workers, d.reason.clone()))
+                .collect(),
+            error: self.scaling.error.clone(),
+        }
+    }
+
+    /// A policy set while running that the journal holds: the shell creates it at start.
+    /// It stays the journal's choice (compaction keeps it) until it runs or cannot.
+    pub fn restored_policy(&self) -> Option<Action> {
+        let policy = self.scaling.restored.clone()?;
+        Some(Action::SwapPolicy {
+            client: None,
+            policy,
+            snapshot: None,
+        })
+    }
+}

@@ -1,0 +1,170 @@
+//! Starting from a journal: its records fed back in order ([`Input::Replay`]), and the
+//! records a compacted journal holds ([`Scheduler::journal_image`]).
+//!
+//! [`Input::Replay`]: super::Input::Replay
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::{PolicyInfo, Record, Scheduler};
+use weir_proto::{ComponentHash, TaskKind};
+
+impl Scheduler {
+    /// One journaled record: same jobs, same task ids, finished results, forgotten jobs.
+    pub(super) fn replay(&mut self, record: Record) {
+        match record {
+            Record::Base {
+                first_job,
+                first_task,
+            } => {
+                if !self.tasks.start_ids_at(first_job, first_task) {
+                    tracing::error!(
+                        first_job,
+                        first_task,
+                        "a journal base record after other records; ignored"
+                    );
+                }
+            }
+            Record::Submit { components, groups } => {
+                for (hash, bytes) in components {
+                    self.tasks.add_component(hash, Arc::from(bytes));
+                }
+                if let Err(error) = self.tasks.restore(groups) {
+                    tracing::error!(%error, "a journaled submission does not validate; skipped");
+                }
+            }
+            Record::Final(results) => {
+                for (task, state, outcome, attempts) in results {
+                    self.tasks.restore_final(task, state, outcome, attempts);
+                }
+            }
+            Record::EnvRegister { def, component } => {
+                self.tasks.register_environment(def, Arc::from(component));
+            }
+            Record::EnvRemove { name } => {
+                self.tasks.remove_environment(&name);
+            }
+            Record::Compacted => self.forgets_since_compaction = 0,
+            Record::Started(tasks) => {
+                for (task, attempts) in tasks {
+                    self.tasks.restore_started(task, attempts);
+                }
+            }
+            Record::Cut(tasks) => {
+                for (task, cuts) in tasks {
+                    self.tasks.restore_cuts(task, cuts);
+                }
+            }
+            Record::PolicySet {
+                name,
+                component,
+                content,
+            } => {
+                let bytes: Arc<[u8]> = Arc::from(component);
+                self.scaling.restored = Some(PolicyInfo {
+                    name,
+                    component: crate::component_hash(&bytes),
+                    content,
+                    bytes: Some(bytes),
+                });
+            }
+            Record::Forget { job } => {
+                self.forgets_since_compaction += 1;
+                if let Err(error) = self.tasks.forget(job) {
+                    tracing::warn!(job, %error, "a journaled forget does not apply; ignored");
+                }
+            }
+        }
+    }
+
+    /// The last record was replayed: tasks that were handed to workers wait out their fence,
+    /// and nothing the replay did is sent or journaled again. A journal that holds forgotten
+    /// jobs is compacted now, whatever its size ([`Action::Compact`]).
+    ///
+    /// [`Action::Compact`]: super::Action::Compact
+    pub(super) fn replayed(&mut self, now: u64) {
+        self.tasks.replayed();
+        self.tasks.fence_unfinished(now);
+        self.tasks.take_actions();
+        self.actions.clear();
+        if self.config.journal && self.forgets_since_compaction > 0 {
+            self.actions
+                .push_back(super::Action::Compact(self.journal_image()));
+        }
+        let status = self.tasks.status();
+        if status.jobs > 0 {
+            tracing::info!(
+                jobs = status.jobs,
+                forgets = self.forgets_since_compaction,
+                "journal replayed"
+            );
+        }
+    }
+
+    /// Jobs forgotten since the journal was last compacted (what compacting would drop).
+    pub fn forgets_since_compaction(&self) -> u64 {
+        self.forgets_since_compaction
+    }
+
+    /// The journal rewritten as the state now: the environments, then every held job (a
+    /// forgotten one without inputs or outcomes, to keep its ids), after a `Base` record that
+    /// keeps the ids of dropped jobs used. What was forgotten leaves the file.
+    pub fn journal_image(&self) -> Vec<Record> {
+        let (first_job, first_task) = self.tasks.first_ids();
+        let mut records = vec![Record::Base {
+            first_job,
+            first_task,
+        }];
+        // A policy set while running (or one read back and not yet running: it stays chosen).
+        let policy = self
+            .scaling
+            .restored
+            .as_ref()
+            .unwrap_or(&self.scaling.policy);
+        if let Some(bytes) = &policy.bytes {
+            records.push(Record::PolicySet {
+                name: policy.name.clone(),
+                component: bytes.to_vec(),
+                content: policy.content.clone(),
+            });
+        }
+        for def in self.tasks.environments().definitions() {
+            if let Some(bytes) = self.tasks.components().get(&def.component) {
+                records.push(Record::EnvRegister {
+                    def: def.clone(),
+                    component: bytes.to_vec(),
+                });
+            }
+        }
+        let mut written: HashSet<ComponentHash> = HashSet::new();
+        for held in self.tasks.held_jobs() {
+            let mut components = Vec::new();
+            for group in &held.groups {
+                if let TaskKind::Wasm { component } = &group.spec.kind
+                    && written.insert(*component)
+                    && let Some(bytes) = self.tasks.components().get(component)
+                {
+                    components.push((*component, bytes.to_vec()));
+                }
+            }
+            records.push(Record::Submit {
+                components,
+                groups: held.groups,
+            });
+            if !held.started.is_empty() {
+                records.push(Record::Started(held.started));
+            }
+            if !held.cuts.is_empty() {
+                records.push(Record::Cut(held.cuts));
+            }
+            if !held.finals.is_empty() {
+                records.push(Record::Final(held.finals));
+            }
+            if held.forgotten {
+                records.push(Record::Forget { job: held.job });
+            }
+        }
+        records.push(Record::Compacted);
+        records
+    }
+}

@@ -1,0 +1,324 @@
+//! The manager controller (`core::managers::Managers`) on its own: which registered workers a
+//! heartbeat reveals gone, when a manager is offline and forgotten, what the snapshot holds
+//! (fixed pools left out, verdicts learned and forgotten), and the allocation view of units.
+
+use std::collections::BTreeSet;
+
+use crate::managers::{Context, Managers};
+use crate::scaling::{Decision, Demand, Tier, Verdict};
+use crate::tasks::WorkerView;
+use weir_proto::{EnvVerdict, ManagerState, UnitReport, UnitState};
+
+fn state(id: &str, workers: &[&str]) -> ManagerState {
+    ManagerState {
+        id: id.into(),
+        worker_type: "cpu".into(),
+        max_task_concurrency: 8,
+        worker_slots: 2,
+        capabilities: vec![],
+        workers: workers.iter().map(|w| w.to_string()).collect(),
+        environments: vec![],
+        fixed: None,
+        exited: vec![],
+        backend: String::new(),
+        units: vec![],
+        usable_ms: None,
+    }
+}
+
+fn view(id: u64, name: &str, manager: &str) -> WorkerView {
+    WorkerView {
+        id,
+        name: name.into(),
+        manager: Some(manager.into()),
+        slots: 2,
+        busy: 0,
+        idle_ms: 0,
+        draining: false,
+        verdicts: vec![],
+    }
+}
+
+/// No decision applied yet.
+static NO_DECISIONS: std::sync::LazyLock<std::collections::HashMap<String, Decision>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn context(now: u64, workers: Vec<WorkerView>, tiers: &[Tier]) -> Context<'_> {
+    Context {
+        now,
+        workers,
+        tiers,
+        registered: BTreeSet::new(),
+        decisions: &NO_DECISIONS,
+    }
+}
+
+fn wanting(environment: &str) -> Vec<Demand> {
+    vec![Demand {
+        capabilities: vec![],
+        environments: vec![environment.into()],
+        queued: 1,
+        running: 0,
+    }]
+}
+
+#[test]
+fn a_worker_listed_then_missing_or_reported_exited_is_gone_at_once() {
+    let mut managers = Managers::new(5_000);
+    let workers = vec![view(1, "a", "m"), view(2, "b", "m"), view(3, "c", "m")];
+    // "c" registered before the manager ever listed it: absence alone proves nothing.
+    assert!(
+        managers
+            .heartbeat(0, state("m", &["a", "b"]), &workers)
+            .is_empty()
+    );
+    let mut next = state("m", &["b"]);
+    next.exited = vec!["c".into()];
+    let mut gone = managers.heartbeat(1_000, next, &workers);
+    gone.sort();
+    assert_eq!(gone, vec![(1, false), (3, false)], "a: missing, c: exited");
+}
+
+#[test]
+fn a_restarted_manager_that_does_not_list_its_workers_yet_loses_none_of_them() {
+    let mut managers = Managers::new(5_000);
+    let workers = vec![view(1, "a", "m"), view(2, "b", "m")];
+    managers.heartbeat(0, state("m", &["a", "b"]), &workers);
+    // A new process under the same id (it adopts its batch jobs only after its first heartbeat):
+    // absence from its first heartbeat proves nothing; what it says exited is still gone.
+    managers
+        .connect("m", "10.0.0.2:1".into())
+        .expect("no other connection holds the id");
+    let mut first = state("m", &[]);
+    first.exited = vec!["b".into()];
+    assert_eq!(managers.heartbeat(1_000, first, &workers), vec![(2, false)]);
+    assert!(
+        managers
+            .heartbeat(2_000, state("m", &["a"]), &workers)
+            .is_empty()
+    );
+    // From then on, the same rule as ever: listed, then missing, is gone.
+    assert_eq!(
+        managers.heartbeat(3_000, state("m", &[]), &workers),
+        vec![(1, false)]
+    );
+}
+
+#[test]
+fn a_drained_worker_that_is_gone_was_stopped_on_purpose() {
+    let mut managers = Managers::new(5_000);
+    let mut draining = view(1, "a", "m");
+    draining.draining = true;
+    let gone = managers.heartbeat(0, state("m", &[]), &[draining, view(2, "b", "other")]);
+    assert_eq!(
+        gone,
+        vec![(1, true)],
+        "another manager's worker is not its business"
+    );
+}
+
+#[test]
+fn a_silent_manager_is_offline_then_forgotten() {
+    let mut managers = Managers::new(5_000);
+    managers.heartbeat(0, state("m", &[]), &[]);
+    let tiers = [Tier {
+        priority: 0,
+        members: vec!["m".into()],
+    }];
+    let online = |managers: &Managers, now| {
+        let snapshot = managers.snapshot(&context(now, vec![], &tiers), 0, vec![]);
+        snapshot
+            .managers
+            .iter()
+            .map(|m| m.online)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(online(&managers, 5_000), vec![true]);
+    assert_eq!(online(&managers, 5_001), vec![false]);
+    managers.drop_offline(60_000, 60_000);
+    assert_eq!(managers.status(&context(60_000, vec![], &tiers)).len(), 1);
+    managers.drop_offline(60_001, 60_000);
+    assert!(managers.status(&context(60_001, vec![], &tiers)).is_empty());
+}
+
+#[test]
+fn fixed_pools_are_not_for_the_policy() {
+    let mut managers = Managers::new(5_000);
+    let mut fixed = state("f", &[]);
+    fixed.fixed = Some(3);
+    managers.heartbeat(0, fixed, &[]);
+    assert!(!managers.any_scalable());
+    let snapshot = managers.snapshot(&context(0, vec![], &[]), 0, vec![]);
+    assert!(snapshot.managers.is_empty());
+    managers.heartbeat(0, state("m", &[]), &[]);
+    assert!(managers.any_scalable());
+    let snapshot = managers.snapshot(&context(0, vec![], &[]), 0, vec![]);
+    let ids: Vec<&str> = snapshot.managers.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["m"]);
+}
+
+#[test]
+fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
+    let mut managers = Managers::new(5_000);
+    let mut registered = BTreeSet::new();
+    registered.insert("big".to_string());
+    let snapshot_verdict = |managers: &Managers, workers: Vec<WorkerView>| {
+        let context = Context {
+            now: 0,
+            workers,
+            tiers: &[],
+            registered: registered.clone(),
+            decisions: &NO_DECISIONS,
+        };
+        let snapshot = managers.snapshot(&context, 0, wanting("big"));
+        snapshot.managers[0].environments.clone()
+    };
+    managers.heartbeat(0, state("m", &["a"]), &[]);
+    // Registered at run time: its workers will evaluate it, so the policy may start one.
+    assert_eq!(
+        snapshot_verdict(&managers, vec![]),
+        vec![("big".to_string(), Verdict::Unknown)]
+    );
+    let mut asked = view(1, "a", "m");
+    asked.verdicts = vec![("big".into(), EnvVerdict::NoMatch)];
+    managers.heartbeat(10, state("m", &["a"]), std::slice::from_ref(&asked));
+    // The worker is gone; what it answered stays.
+    managers.heartbeat(20, state("m", &[]), &[asked]);
+    assert_eq!(
+        snapshot_verdict(&managers, vec![]),
+        vec![("big".to_string(), Verdict::NoMatch)]
+    );
+    managers.forget_verdicts("big");
+    assert_eq!(
+        snapshot_verdict(&managers, vec![]),
+        vec![("big".to_string(), Verdict::Unknown)]
+    );
+}
+
+#[test]
+fn a_name_nobody_there_evaluates_never_matches() {
+    let mut managers = Managers::new(5_000);
+    managers.heartbeat(0, state("m", &[]), &[]);
+    let snapshot = managers.snapshot(&context(0, vec![], &[]), 0, wanting("gpu-box"));
+    assert_eq!(
+        snapshot.managers[0].environments,
+        vec![("gpu-box".to_string(), Verdict::NoMatch)]
+    );
+}
+
+#[test]
+fn a_worker_still_evaluating_a_wanted_environment_is_starting_not_idle() {
+    let mut managers = Managers::new(5_000);
+    let mut registered = BTreeSet::new();
+    registered.insert("big".to_string());
+    managers.heartbeat(0, state("m", &["a", "b"]), &[]);
+    let mut answered = view(2, "b", "m");
+    answered.verdicts = vec![("big".into(), EnvVerdict::Match)];
+    answered.idle_ms = 9_000;
+    let mut pending = view(1, "a", "m");
+    pending.idle_ms = 9_000;
+    let context = Context {
+        now: 0,
+        workers: vec![pending, answered],
+        tiers: &[],
+        registered,
+        decisions: &NO_DECISIONS,
+    };
+    let snapshot = managers.snapshot(&context, 1_000, wanting("big"));
+    let m = &snapshot.managers[0];
+    let ids: Vec<u64> = m.workers.iter().map(|w| w.id).collect();
+    assert_eq!(
+        ids,
+        [2],
+        "only the worker that answered may be stopped as idle"
+    );
+    assert_eq!(m.starting, 1);
+    // Demand for nothing it evaluates: both are plain workers.
+    let snapshot = managers.snapshot(&context, 1_000, vec![]);
+    assert_eq!(snapshot.managers[0].workers.len(), 2);
+    assert_eq!(snapshot.managers[0].starting, 0);
+}
+
+fn unit(id: &str, state: UnitState, reason: Option<&str>, workers: &[&str]) -> UnitReport {
+    UnitReport {
+        id: id.into(),
+        state,
+        reason: reason.map(str::to_string),
+        age_ms: 10_000,
+        workers: workers.iter().map(|w| w.to_string()).collect(),
+        time_left_ms: Some(600_000),
+        ended_ms: None,
+    }
+}
+
+#[test]
+fn the_allocation_view_is_the_last_report_aged_to_now() {
+    let mut managers = Managers::new(60_000);
+    let mut hpc = state(
+        "hpc",
+        &["hpc-12-1", "hpc-12-2", "hpc-13-1", "hpc-13-2", "hpc-14-1"],
+    );
+    hpc.backend = "slurm".into();
+    let mut ended = unit("11", UnitState::Ended, Some("drained"), &[]);
+    (ended.time_left_ms, ended.ended_ms) = (None, Some(1_000));
+    hpc.units = vec![
+        unit("12", UnitState::Running, None, &["hpc-12-1", "hpc-12-2"]),
+        unit(
+            "13",
+            UnitState::Pending,
+            Some("JobHeldUser"),
+            &["hpc-13-1", "hpc-13-2"],
+        ),
+        ended,
+        // Its manager has not heard yet that its worker registered.
+        unit("14", UnitState::Pending, None, &["hpc-14-1"]),
+    ];
+    let workers = vec![
+        view(1, "hpc-12-1", "hpc"),
+        view(2, "local-1", "local"),
+        view(3, "hpc-14-1", "hpc"),
+    ];
+    managers.heartbeat(1_000, hpc, &workers);
+    managers.heartbeat(1_000, state("local", &["local-1"]), &workers);
+
+    // Asked 3 s after the report: the running job is 3 s older with 3 s less left; the held
+    // one's time left is its whole limit still; the ended one lived as long, ended 3 s longer ago.
+    let view = managers
+        .units(&context(4_000, workers.clone(), &[]), Some("hpc"))
+        .expect("hpc reported");
+    assert_eq!(view.len(), 1);
+    let hpc = &view[0];
+    assert_eq!(
+        (hpc.status.id.as_str(), hpc.backend.as_str()),
+        ("hpc", "slurm")
+    );
+    assert_eq!(
+        hpc.registered,
+        ["hpc-12-1", "hpc-14-1"],
+        "only its own registered workers"
+    );
+    let ages: Vec<_> = hpc
+        .units
+        .iter()
+        .map(|u| (u.id.as_str(), u.state, u.age_ms, u.time_left_ms, u.ended_ms))
+        .collect();
+    assert_eq!(
+        ages,
+        [
+            ("12", UnitState::Running, 13_000, Some(597_000), None),
+            ("13", UnitState::Pending, 13_000, Some(600_000), None),
+            ("11", UnitState::Ended, 10_000, None, Some(4_000)),
+            ("14", UnitState::Running, 13_000, Some(597_000), None),
+        ]
+    );
+    assert_eq!(hpc.units[1].reason.as_deref(), Some("JobHeldUser"));
+
+    let all = managers.units(&context(4_000, workers.clone(), &[]), None);
+    let ids: Vec<_> = all.iter().flatten().map(|m| m.status.id.clone()).collect();
+    assert_eq!(ids, ["hpc", "local"]);
+    assert!(
+        managers
+            .units(&context(4_000, workers, &[]), Some("nobody"))
+            .is_none()
+    );
+}

@@ -1,0 +1,90 @@
+//! Connecting to the scheduler: a QUIC endpoint that pins the scheduler's certificate, and the
+//! hello exchange on the first stream.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint, RecvStream, SendStream};
+
+use super::{AccessFile, CONNECT_TIMEOUT, NetError, parse_address, tls, transport};
+use weir_proto::{FrameError, Hello, HelloReply, PROTOCOL_VERSION, Role};
+
+/// Connect to the scheduler in `access` as `role`, and say hello on the first stream.
+pub async fn connect(
+    access: &AccessFile,
+    role: Role,
+    idle_timeout: Duration,
+) -> Result<(Endpoint, Connection, SendStream, RecvStream), NetError> {
+    let endpoint = client_endpoint(access, idle_timeout)?;
+    let (connection, send, recv) = connect_on(&endpoint, access, role).await?;
+    Ok((endpoint, connection, send, recv))
+}
+
+/// A client endpoint for the scheduler in `access`: it pins its certificate. One endpoint
+/// (one UDP socket) may carry many connections ([`connect_on`]).
+pub fn client_endpoint(access: &AccessFile, idle_timeout: Duration) -> Result<Endpoint, NetError> {
+    let address = parse_address(&access.address)?;
+    let bind: SocketAddr = if address.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    }
+    .parse()
+    .map_err(|_| NetError::Address(access.address.clone()))?;
+    let mut endpoint = Endpoint::client(bind)?;
+    let mut config = tls::client_config(&access.certificate_der()?)?;
+    config.transport_config(transport(idle_timeout));
+    endpoint.set_default_client_config(config);
+    Ok(endpoint)
+}
+
+/// Connect on `endpoint` (from [`client_endpoint`]) as `role`, and say hello on the first
+/// stream.
+pub async fn connect_on(
+    endpoint: &Endpoint,
+    access: &AccessFile,
+    role: Role,
+) -> Result<(Connection, SendStream, RecvStream), NetError> {
+    let address = parse_address(&access.address)?;
+    let connecting =
+        endpoint
+            .connect(address, tls::SERVER_NAME)
+            .map_err(|e| NetError::Connect {
+                address: access.address.clone(),
+                error: e.to_string(),
+            })?;
+    // A scheduler that is down answers nothing (QUIC ignores ICMP): give up on the handshake
+    // well before the idle timeout, so callers can retry or say so.
+    let connection = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+        Ok(connected) => connected.map_err(|e| NetError::Connect {
+            address: access.address.clone(),
+            error: e.to_string(),
+        })?,
+        Err(_) => {
+            return Err(NetError::Connect {
+                address: access.address.clone(),
+                error: format!("no answer within {CONNECT_TIMEOUT:?}"),
+            });
+        }
+    };
+    let (mut send, mut recv) = connection.open_bi().await?;
+    let token = match role {
+        Role::Client => access.client_token.clone(),
+        Role::Worker | Role::Manager => access.worker_token.clone(),
+    };
+    weir_proto::frame::write(
+        &mut send,
+        &Hello {
+            version: PROTOCOL_VERSION,
+            role,
+            token,
+        },
+    )
+    .await?;
+    match weir_proto::frame::read::<_, HelloReply>(&mut recv).await {
+        Ok(HelloReply::Welcome) => Ok((connection, send, recv)),
+        Ok(HelloReply::Refused { reason }) => Err(NetError::Refused(reason)),
+        Err(FrameError::Closed) => Err(NetError::Refused("connection closed during hello".into())),
+        Err(e) => Err(e.into()),
+    }
+}

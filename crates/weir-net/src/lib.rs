@@ -1,0 +1,193 @@
+//! QUIC plumbing: TLS with a pinned self-signed certificate, the access file, endpoints, the
+//! hello exchange every connection starts with ([`connect`]), typed links over a stream pair
+//! ([`Link`]), and the sessions of workers and managers with the scheduler ([`reconnecting`]).
+
+pub mod access;
+mod connect;
+pub mod link;
+pub mod session;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{Connection, Endpoint};
+
+pub use access::AccessFile;
+pub use connect::{client_endpoint, connect, connect_on};
+pub use link::{Link, LinkEnd, Outbox, frames};
+pub use session::{SessionEnd, Signal, Signals, reconnecting};
+use weir_proto::FrameError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("{0}")]
+    Tls(String),
+    #[error("bad address `{0}`: expected quic://HOST:PORT")]
+    Address(String),
+    #[error("cannot reach the scheduler at {address}: {error}")]
+    Connect { address: String, error: String },
+    #[error("the scheduler refused the connection: {0}")]
+    Refused(String),
+    /// The scheduler answered a request with an error (`no job 2`): the request was refused,
+    /// the connection is fine.
+    #[error("{message}")]
+    Request {
+        code: weir_proto::ErrorCode,
+        message: String,
+    },
+    /// A request's stream ended without its answer, or with the wrong one.
+    #[error("the scheduler ended the request: {0}")]
+    Unanswered(String),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    // The variants below name their error in their text: built by `From` (not `#[from]`, which
+    // would also make it the source, and `{:#}` would print it twice).
+    #[error("connection: {0}")]
+    Connection(quinn::ConnectionError),
+    #[error("i/o: {0}")]
+    Io(std::io::Error),
+    /// The scheduler cannot listen where it was told.
+    #[error("cannot listen on {address}: {error}")]
+    Listen { address: String, error: String },
+    #[error("write: {0}")]
+    Write(quinn::WriteError),
+    #[error("{0}")]
+    Access(String),
+    /// A link to the scheduler ended before the session began (during registration).
+    #[error(transparent)]
+    Link(#[from] LinkEnd),
+    /// The scheduler that wrote the access file is gone (its lock free, its process gone):
+    /// nothing will answer until one is started, so callers fail at once.
+    #[error("{0}")]
+    NotRunning(String),
+    /// The scheduler stayed away longer than the reconnect timeout.
+    #[error("gave up reaching the scheduler after {after:?}: {error}")]
+    GaveUp { after: Duration, error: String },
+    /// A request too large to send: its message would be `size` bytes, over the frame limit
+    /// (`limit`, [`weir_proto::MAX_FRAME`]). Nothing was sent; the connection is fine.
+    /// `input`: the submission's input that is too large with the rest of its request alone.
+    #[error("{}", too_large(*size, *limit, *input))]
+    RequestTooLarge {
+        size: usize,
+        limit: usize,
+        input: Option<usize>,
+    },
+}
+
+fn too_large(size: usize, limit: usize, input: Option<usize>) -> String {
+    let what = match input {
+        Some(index) => format!("input {index} of the submission makes a request of"),
+        None => "the request is".to_string(),
+    };
+    format!(
+        "{what} {size} bytes, over the {limit}-byte limit on one message to the scheduler \
+         (proto::MAX_FRAME); nothing was sent"
+    )
+}
+
+impl From<quinn::ConnectionError> for NetError {
+    fn from(error: quinn::ConnectionError) -> NetError {
+        NetError::Connection(error)
+    }
+}
+
+impl From<std::io::Error> for NetError {
+    fn from(error: std::io::Error) -> NetError {
+        NetError::Io(error)
+    }
+}
+
+impl From<quinn::WriteError> for NetError {
+    fn from(error: quinn::WriteError) -> NetError {
+        NetError::Write(error)
+    }
+}
+
+impl NetError {
+    /// `cannot listen on ADDRESS: ERROR`, for any listener the scheduler binds.
+    pub fn listen(address: impl std::fmt::Display, error: impl std::fmt::Display) -> NetError {
+        NetError::Listen {
+            address: address.to_string(),
+            error: error.to_string(),
+        }
+    }
+
+    /// Whether the connection to the scheduler is gone (it may be restarting), as opposed to a
+    /// request it refused or an answer that makes no sense: a caller may reconnect and ask again.
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            NetError::Connection(_) | NetError::Write(_) | NetError::Unanswered(_) => true,
+            NetError::Frame(error)
+            | NetError::Link(LinkEnd::Read(error) | LinkEnd::Write(error)) => {
+                matches!(error, FrameError::Io(_) | FrameError::Closed)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The application close code of a peer that stops on purpose (a worker or manager told to
+/// stop): the scheduler logs a planned stop, not a lost peer. Any other close, or silence for
+/// the idle timeout, is a loss.
+pub const CLOSE_STOPPING: quinn::VarInt = quinn::VarInt::from_u32(2);
+
+/// The close code of a registration the scheduler refuses (a worker under the name of a live
+/// worker): the reason says why, and the peer is not lost but refused.
+pub const CLOSE_REFUSED: quinn::VarInt = quinn::VarInt::from_u32(3);
+
+/// The close code of a worker manager refused because a live connection holds its id (one
+/// process per manager id): the reason names the other, and the manager tries again later.
+pub const CLOSE_ID_TAKEN: quinn::VarInt = quinn::VarInt::from_u32(4);
+
+/// Whether `connection` was closed by its peer with [`CLOSE_STOPPING`].
+pub fn peer_stopped(connection: &Connection) -> bool {
+    matches!(
+        connection.close_reason(),
+        Some(quinn::ConnectionError::ApplicationClosed(close)) if close.error_code == CLOSE_STOPPING
+    )
+}
+
+/// Close `connection` as a peer stopping on purpose, and wait (briefly) until the close has
+/// been sent and acknowledged, so the scheduler learns of the stop within one round trip
+/// instead of by idle timeout.
+pub async fn close_stopping(endpoint: &Endpoint, connection: &Connection, reason: &str) {
+    connection.close(CLOSE_STOPPING, reason.as_bytes());
+    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+}
+
+/// Liveness: keep-alives every second; a peer silent for `idle_timeout` is gone.
+pub fn transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(Duration::from_millis(500).min(idle_timeout / 3)));
+    if let Ok(timeout) = quinn::IdleTimeout::try_from(idle_timeout) {
+        transport.max_idle_timeout(Some(timeout));
+    }
+    // Many concurrent client requests (one stream each).
+    transport.max_concurrent_bidi_streams(1024u32.into());
+    Arc::new(transport)
+}
+
+/// `quic://HOST:PORT` (or `HOST:PORT`) to a socket address.
+pub fn parse_address(address: &str) -> Result<SocketAddr, NetError> {
+    use std::net::ToSocketAddrs;
+    let rest = address.strip_prefix("quic://").unwrap_or(address);
+    rest.to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| NetError::Address(address.to_string()))
+}
+
+/// A worker's or manager's connection is gone when the scheduler has been silent this long
+/// (QUIC keep-alives every 0.5 s keep a live one busy).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection attempt waits for the scheduler's handshake.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Constant-time comparison of tokens (in their content; their lengths are not secret).
+pub fn same_token(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    bool::from(a.ct_eq(b))
+}

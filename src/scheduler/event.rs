@@ -53,14 +53,16 @@ pub(crate) enum Event {
         policy: PolicyInfo,
         result: Tried,
     },
-    Metrics {
-        reply: oneshot::Sender<String>,
-    },
+    /// A scrape of `/metrics` (only the `http` feature's server sends it).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    Metrics { reply: oneshot::Sender<String> },
     /// The dashboard's snapshot or a task's explanation.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Dashboard(View),
 }
 
 /// What the actor answers for the page.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) enum View {
     Snapshot(oneshot::Sender<Snapshot>),
     Explain(TaskId, oneshot::Sender<Option<Vec<String>>>),

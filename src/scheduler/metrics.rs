@@ -1,24 +1,15 @@
-//! `scheduler --metrics ADDR`: Prometheus metrics over HTTP. axum serves `GET /metrics`;
-//! prometheus-client renders the text (OpenMetrics) from one consistent snapshot the actor
+//! `scheduler --metrics ADDR`: Prometheus metrics (served by `web/`). prometheus-client renders the text (OpenMetrics) from one consistent snapshot the actor
 //! takes on each scrape. Metric names and labels are those of the hand-written renderer this
 //! replaced (tests/scaling.rs compares them), so existing scrapers and dashboards keep working.
 
 use std::collections::BTreeMap;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
 
-use super::event::Event;
 use crate::core::scheduler::Scheduler;
 
 /// Upper bounds (seconds) of the policy call latency histogram.
@@ -33,32 +24,6 @@ pub(super) fn policy_histogram() -> Histogram {
 }
 
 /// Serve until the process ends.
-pub(super) async fn serve(listener: TcpListener, events: mpsc::UnboundedSender<Event>) {
-    let app = Router::new()
-        .route("/metrics", get(metrics))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "try GET /metrics\n") })
-        .with_state(events);
-    super::http::serve_http(listener, app, "metrics").await;
-}
-
-pub(super) async fn metrics(State(events): State<mpsc::UnboundedSender<Event>>) -> Response {
-    let (reply, text) = oneshot::channel();
-    if events.send(Event::Metrics { reply }).is_err() {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    }
-    match text.await {
-        Ok(body) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            body,
-        )
-            .into_response(),
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
-    }
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: &'static str,

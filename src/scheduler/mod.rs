@@ -8,15 +8,15 @@
 
 mod actor;
 mod connection;
-mod dashboard;
 mod event;
-mod http;
 pub mod journal;
 pub mod lock;
 mod metrics;
 mod policy;
 pub mod record;
 mod requests;
+#[cfg(feature = "http")]
+mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -111,6 +111,9 @@ pub enum SchedulerError {
     Certificate(String),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// A flag this build cannot serve (a feature left out).
+    #[error("{0}")]
+    Unsupported(&'static str),
 }
 
 /// A running scheduler: its address and access file.
@@ -178,6 +181,12 @@ pub async fn run(
     };
     access.write(&settings.access_file)?;
     tracing::info!(address = %access.address, access_file = %settings.access_file.display(), "scheduler listening");
+    #[cfg(not(feature = "http"))]
+    if settings.metrics.is_some() || settings.dashboard.is_some() {
+        return Err(SchedulerError::Unsupported(
+            "--metrics and --dashboard need a scheduler built with the `http` feature (on by default)",
+        ));
+    }
     let bind = |address: Option<SocketAddr>| async move {
         match address {
             Some(address) => tokio::net::TcpListener::bind(address)
@@ -230,12 +239,21 @@ pub async fn run(
         ),
         None => None,
     };
-    if let Some(listener) = metrics_listener {
-        tokio::spawn(metrics::serve(listener, events.clone()));
+    #[cfg(feature = "http")]
+    {
+        if let Some(listener) = metrics_listener {
+            tokio::spawn(web::serve_metrics(listener, events.clone()));
+        }
+        if let Some(listener) = dashboard_listener {
+            tokio::spawn(web::serve_dashboard(
+                listener,
+                events.clone(),
+                dashboard_token,
+            ));
+        }
     }
-    if let Some(listener) = dashboard_listener {
-        tokio::spawn(dashboard::serve(listener, events.clone(), dashboard_token));
-    }
+    #[cfg(not(feature = "http"))]
+    let _ = (metrics_listener, dashboard_listener, dashboard_token);
     let tiers = scaling
         .as_ref()
         .map(|s| s.tiers.clone())

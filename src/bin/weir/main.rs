@@ -16,7 +16,7 @@ use weir::config::{positive_seconds, seconds};
 use weir::plugin::PluginHost;
 
 use commands::{bench, demo, env, explain, jobs, local, plugin, policy, results, status, submit};
-use commands::{managers, top, wait, workers};
+use commands::{managers, wait, workers};
 use connect::Reach;
 use output::{Mode, Output};
 
@@ -316,12 +316,7 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
             *timeout,
             output,
         )),
-        Command::Top { refresh } => {
-            let refresh = (*refresh).clamp(Duration::from_millis(50), Duration::from_secs(3600));
-            connected(&reach, output, async |client| {
-                top::run(client, refresh).await
-            })
-        }
+        Command::Top { refresh } => top(&reach, output, *refresh),
         Command::Env(command) => connected(&reach, output, async |client| {
             env::run(client, command, output).await
         }),
@@ -332,6 +327,20 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
 }
 
 /// Connect to the scheduler, then run `command` with the client.
+/// `weir top`: the terminal view (feature `tui`, on by default).
+fn top(reach: &Reach, output: &dyn Output, refresh: Duration) -> Result<()> {
+    let refresh = refresh.clamp(Duration::from_millis(50), Duration::from_secs(3600));
+    #[cfg(feature = "tui")]
+    return connected(reach, output, async |client| {
+        commands::top::run(client, refresh).await
+    });
+    #[cfg(not(feature = "tui"))]
+    {
+        let _ = (reach, output, refresh);
+        anyhow::bail!("`weir top` needs weir built with the `tui` feature (on by default)")
+    }
+}
+
 fn connected(
     reach: &Reach,
     output: &dyn Output,

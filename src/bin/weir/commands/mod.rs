@@ -9,12 +9,14 @@ pub(crate) mod files;
 pub(crate) mod jobs;
 pub(crate) mod local;
 pub(crate) mod managers;
+#[cfg(feature = "plot")]
 pub(crate) mod plot;
 pub(crate) mod plugin;
 pub(crate) mod policy;
 pub(crate) mod results;
 pub(crate) mod status;
 pub(crate) mod submit;
+#[cfg(feature = "tui")]
 pub(crate) mod top;
 pub(crate) mod wait;
 pub(crate) mod workers;

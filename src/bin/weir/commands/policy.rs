@@ -82,7 +82,13 @@ pub(crate) fn simulate(
         steps.push(step);
     }
     if let Some(path) = plot {
+        #[cfg(feature = "plot")]
         super::plot::draw(&drawn, path)?;
+        #[cfg(not(feature = "plot"))]
+        anyhow::bail!(
+            "cannot write {}: --plot needs weir built with the `plot` feature (on by default)",
+            path.display()
+        );
     }
     output.simulation(&steps);
     Ok(())

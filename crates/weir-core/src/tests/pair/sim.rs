@@ -1,4 +1,4 @@
-//! The simulated cluster of `core_pair.rs`: the two cores, the shells' duties done by hand
+//! The simulated cluster of `mod.rs`: the two cores, the shells' duties done by hand
 //! (frames to inputs, actions to frames, runs and the guard's kill), and the network.
 
 #[path = "shells.rs"]

@@ -26,9 +26,9 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::event::{Event, Snapshot, View};
 use super::http::{Connection, MAX_STREAMS, MAX_STREAMS_PER_ADDRESS};
 use crate::proto::TaskId;
+use crate::scheduler::event::{Event, Snapshot, View};
 
 /// Samples kept for the chart: one a second for 15 minutes.
 const HISTORY: usize = 15 * 60;
@@ -84,7 +84,7 @@ async fn snapshot(events: &mpsc::UnboundedSender<Event>) -> Option<Snapshot> {
 }
 
 /// Serve the page until the process ends; `token`: required when bound beyond loopback.
-pub(super) async fn serve(
+pub(in crate::scheduler) async fn serve(
     listener: TcpListener,
     events: mpsc::UnboundedSender<Event>,
     token: Option<String>,
@@ -190,7 +190,7 @@ fn json(value: &impl Serialize) -> Response {
 }
 
 async fn metrics(State(shared): State<Shared>) -> Response {
-    super::metrics::metrics(State(shared.events)).await
+    super::metrics(State(shared.events)).await
 }
 
 async fn api_snapshot(State(shared): State<Shared>) -> Response {

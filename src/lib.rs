@@ -10,6 +10,8 @@
 //! and [`telemetry`] are built (the Python package's native part links that, no wasmtime).
 
 pub mod client;
+#[cfg(feature = "host")]
+pub mod clock;
 pub mod cluster;
 #[cfg(feature = "host")]
 pub mod config;

@@ -25,8 +25,9 @@ pub mod slurm;
 mod unit_log;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::clock::Millis;
 use crate::net::NetError;
 use crate::proto::{EnvironmentDef, ManagerState};
 
@@ -55,12 +56,15 @@ pub struct Settings {
     pub unit: Option<String>,
     /// Inside a unit with a walltime: when its workers leave (the allocation's end less
     /// `--leave-before`). Each worker is told (`--ends-in`), and the unit stops then.
-    pub ends_at: Option<std::time::Instant>,
+    pub ends_at: Option<tokio::time::Instant>,
     /// Slurm backend: seconds before the walltime its units' workers leave (`--leave-before`).
     pub leave_before: Duration,
     /// How long each worker it starts may run tasks (Slurm: `--time-limit` less
     /// `--leave-before`), reported to the scheduler; `None`: no limit.
     pub usable: Option<Duration>,
+    /// The manager's clock: its backends' convergence step runs on its milliseconds
+    /// ([`crate::core::units`]), its timers on its instants.
+    pub clock: Millis,
 }
 
 impl Settings {
@@ -116,23 +120,4 @@ pub enum ManagerError {
         command: PathBuf,
         error: std::io::Error,
     },
-}
-
-/// A backend's clock: ms since it was made, the time of the pure step ([`crate::core::units`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Clock(Instant);
-
-impl Clock {
-    pub(crate) fn new() -> Clock {
-        Clock(Instant::now())
-    }
-
-    pub(crate) fn now(&self) -> u64 {
-        unit_log::millis(self.0.elapsed())
-    }
-
-    /// `ms` on this clock as an instant (for the shell's timers).
-    pub(crate) fn at(&self, ms: u64) -> Instant {
-        self.0 + Duration::from_millis(ms)
-    }
 }

@@ -2,12 +2,12 @@
 //! replaced (with a backoff when they keep dying young). Each process is a unit of one worker
 //! in the pure convergence step ([`crate::core::units::Book::processes`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
 use super::unit_log::{self, UnitLog};
-use super::{Clock, ManagerError, Settings};
+use super::{ManagerError, Settings};
 use crate::core::units::{Book, Restarts, Unit, Why};
 use crate::proto::ManagerState;
 
@@ -21,7 +21,7 @@ pub struct Pool {
     /// as "not registered yet" — after a scheduler restart it is busy with tasks it has not
     /// claimed yet.
     book: Book,
-    clock: Clock,
+    clock: crate::clock::Millis,
     next: u64,
     /// The last workers that exited or were stopped, newest last (reported to the scheduler).
     exited: std::collections::VecDeque<String>,
@@ -40,9 +40,9 @@ impl Pool {
         let max_workers = settings.fixed.unwrap_or_else(|| settings.max_workers());
         Pool {
             book: Book::processes(&settings.id, max_workers),
+            clock: settings.clock.clone(),
             settings,
             children: Vec::new(),
-            clock: Clock::new(),
             next: 0,
             exited: std::collections::VecDeque::new(),
             dismissed: false,
@@ -87,7 +87,7 @@ impl Pool {
             command.args(["--env-plugin", env]);
         }
         if let Some(end) = s.ends_at {
-            let left = end.saturating_duration_since(Instant::now());
+            let left = end.saturating_duration_since(self.clock.instant());
             command.args(["--ends-in", &format!("{:.3}", left.as_secs_f64())]);
         }
         #[cfg(target_os = "linux")]

@@ -134,7 +134,7 @@ pub async fn run_dynamic(
 pub async fn run_unit(mut pool: Pool) -> Result<Signal, ManagerError> {
     let mut signals = Signals::term_and_int().map_err(NetError::from)?;
     let mut ticker = tokio::time::interval(pool.settings.heartbeat_interval);
-    let end = pool.settings.ends_at.map(tokio::time::Instant::from_std);
+    let end = pool.settings.ends_at;
     let signal = loop {
         tokio::select! {
             _ = ticker.tick() => {

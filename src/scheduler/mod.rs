@@ -17,6 +17,7 @@ mod metrics;
 mod policy;
 pub mod record;
 mod requests;
+mod seams;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ use crate::plugin::PluginHost;
 
 pub use crate::core::scheduler::MAX_ENVIRONMENTS;
 pub(crate) use event::Event;
+pub use seams::Seams;
 
 /// Scheduler settings (the executable's flags).
 #[derive(Clone, Debug)]
@@ -127,6 +129,16 @@ pub struct Running {
 pub async fn run(
     settings: Settings,
     scaling: Option<Scaling>,
+    ready: impl FnOnce(&Running),
+) -> Result<(), SchedulerError> {
+    run_with(settings, scaling, Seams::real(), ready).await
+}
+
+/// [`run`] through the given seams (a simulated cluster's clock, journal store and socket).
+pub async fn run_with(
+    settings: Settings,
+    scaling: Option<Scaling>,
+    seams: Seams,
     ready: impl FnOnce(&Running),
 ) -> Result<(), SchedulerError> {
     // One scheduler per access file: a second one would overwrite the first one's address.
@@ -269,7 +281,7 @@ pub async fn run(
         // Smaller journals are not worth rewriting while running (at start they are).
         compact_min_bytes: 1 << 20,
     });
-    let mut actor = actor::Actor::new(core, None, record, None);
+    let mut actor = actor::Actor::new(core, seams.clock.clone(), None, record, None);
     if let Some((journal, records)) = journal {
         actor.journal = Some(journal);
         actor.replay(records);

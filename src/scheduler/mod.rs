@@ -12,6 +12,7 @@ mod dashboard;
 mod event;
 mod http;
 pub mod journal;
+mod journal_store;
 pub mod lock;
 mod metrics;
 mod policy;
@@ -160,9 +161,13 @@ pub async fn run_with(
         .map_err(SchedulerError::Locked)?
     };
     // The journal is checked and locked before anything is served or written.
-    let journal = match &settings.journal {
-        Some(path) => Some(journal::Journal::open(path)?),
-        None => None,
+    let journal = match (seams.journal, &settings.journal) {
+        (Some(store), path) => {
+            let name = path.clone().unwrap_or_else(|| PathBuf::from("journal"));
+            Some(journal::Journal::open_in(&name, store, None)?)
+        }
+        (None, Some(path)) => Some(journal::Journal::open(path)?),
+        (None, None) => None,
     };
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;

@@ -3,20 +3,25 @@
 
 use std::sync::Arc;
 
+use super::journal::JournalStore;
 use crate::clock::{Clock, TokioClock};
 
 /// The scheduler's seams (see `docs/architecture.md`, "Seams").
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Seams {
     /// Where the actor reads the time.
     pub clock: Arc<dyn Clock>,
+    /// Where the journal's bytes are kept, instead of the file `--journal` names (`None`: that
+    /// file, or no journal without the flag).
+    pub journal: Option<Box<dyn JournalStore>>,
 }
 
 impl Seams {
-    /// The host's: tokio's clock.
+    /// The host's: tokio's clock, the journal's file.
     pub fn real() -> Seams {
         Seams {
             clock: Arc::new(TokioClock),
+            journal: None,
         }
     }
 }

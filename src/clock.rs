@@ -66,28 +66,52 @@ impl Millis {
     }
 }
 
+/// A clock moved by hand (tests, simulations): it stands still until [`ManualClock::advance`].
+#[derive(Debug)]
+pub struct ManualClock(std::sync::Mutex<Instant>);
+
+impl ManualClock {
+    /// Standing at the real time now.
+    pub fn new() -> ManualClock {
+        ManualClock(std::sync::Mutex::new(Instant::now()))
+    }
+
+    /// Move it on by `by`.
+    pub fn advance(&self, by: Duration) {
+        let mut now = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *now += by;
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> ManualClock {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
-
-    /// A clock moved by hand.
-    #[derive(Debug)]
-    struct Manual(Mutex<Instant>);
-
-    impl Clock for Manual {
-        fn now(&self) -> Instant {
-            *self.0.lock().expect("not poisoned")
-        }
-    }
 
     #[test]
     fn millis_follow_the_clock_they_are_given() {
-        let start = Instant::now();
-        let manual = Arc::new(Manual(Mutex::new(start)));
+        let manual = Arc::new(ManualClock::new());
+        let start = manual.now();
         let clock = Millis::new(manual.clone());
         assert_eq!(clock.now(), 0);
-        *manual.0.lock().expect("not poisoned") = start + Duration::from_millis(1500);
+        manual.advance(Duration::from_millis(1500));
         assert_eq!(clock.now(), 1500);
         assert_eq!(clock.at(42), start + Duration::from_millis(42));
         assert_eq!(clock.since(clock.at(42)), 42);

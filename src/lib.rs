@@ -2,6 +2,7 @@
 //! sandboxed WebAssembly components. See DESIGN.md for the architecture.
 //!
 //! - [`core`]: pure state machines and rules (no I/O, no clock).
+//! - [`clock`]: the clock the shells read the time through (a seam, see docs/architecture.md).
 //! - [`plugin`]: the wasmtime host for the components defined in `wit/weir.wit`.
 //! - [`config`]: policy selection from flags and the reference TOML form.
 //! - [`cluster`]: a scheduler, workers and worker managers as child processes on loopback.

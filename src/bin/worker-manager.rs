@@ -327,7 +327,7 @@ fn run(args: Args) -> Result<()> {
         leave_before: args.leave_before,
         // A Slurm job's workers run tasks for its walltime less --leave-before.
         usable,
-        clock: weir::clock::Millis::real(),
+        seams: weir::manager::Seams::real(),
     };
     if matches!(args.backend, BackendKind::Slurm | BackendKind::Command)
         && args.fixed.is_none()

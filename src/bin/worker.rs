@@ -177,7 +177,7 @@ fn run(args: Args) -> Result<()> {
     let reconnect = args.reconnect_timeout;
     let worker = std::sync::Arc::new(tokio::sync::Mutex::new(weir::worker::Worker::new(
         settings,
-        weir::clock::Millis::real(),
+        weir::worker::Seams::real(),
     )?));
     let reason = runtime.block_on(weir::net::reconnecting(
         &args.common.access_file,

@@ -108,7 +108,7 @@ impl Units {
             backend.max_pending,
         );
         Units {
-            clock: settings.clock.clone(),
+            clock: settings.seams.clock.clone(),
             settings,
             backend,
             book,

@@ -22,13 +22,16 @@ pub mod command;
 mod pool;
 mod session;
 pub mod slurm;
+pub mod spawn;
 mod unit_log;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Millis;
 use crate::net::NetError;
+use crate::net::udp::{HostUdp, Udp};
 use crate::proto::{EnvironmentDef, ManagerState};
 
 pub use backend::Backend;
@@ -62,9 +65,31 @@ pub struct Settings {
     /// How long each worker it starts may run tasks (Slurm: `--time-limit` less
     /// `--leave-before`), reported to the scheduler; `None`: no limit.
     pub usable: Option<Duration>,
+    /// What it takes from the outside world.
+    pub seams: Seams,
+}
+
+/// The manager's seams (see `docs/architecture.md`, "Seams"); [`Seams::real`] is the host's.
+#[derive(Clone, Debug)]
+pub struct Seams {
     /// The manager's clock: its backends' convergence step runs on its milliseconds
     /// ([`crate::core::units`]), its timers on its instants.
     pub clock: Millis,
+    /// How it starts its worker processes (the process backend).
+    pub spawner: Arc<dyn spawn::Spawner>,
+    /// The sockets it connects to the scheduler from.
+    pub udp: Arc<dyn Udp>,
+}
+
+impl Seams {
+    /// The host's: tokio's clock (starting now), real processes, the host's sockets.
+    pub fn real() -> Seams {
+        Seams {
+            clock: Millis::real(),
+            spawner: Arc::new(spawn::ProcessSpawner),
+            udp: Arc::new(HostUdp),
+        }
+    }
 }
 
 impl Settings {

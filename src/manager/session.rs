@@ -48,8 +48,13 @@ pub async fn run_dynamic(
     access: &AccessFile,
     pool: &mut Backend,
 ) -> Result<SessionEnd<ManagerError>, ManagerError> {
-    let (endpoint, connection, send, recv) =
-        net::connect(access, Role::Manager, Duration::from_secs(5)).await?;
+    let (endpoint, connection, send, recv) = net::connect_with(
+        &*pool.settings().seams.udp,
+        access,
+        Role::Manager,
+        Duration::from_secs(5),
+    )
+    .await?;
     let interval = pool.settings().heartbeat_interval;
     let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
     let _ = outgoing.send(FromManager::Heartbeat(pool.state()));

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::journal::JournalStore;
 use crate::clock::{Clock, TokioClock};
+use crate::net::udp::{HostUdp, Udp};
 
 /// The scheduler's seams (see `docs/architecture.md`, "Seams").
 #[derive(Debug)]
@@ -14,14 +15,17 @@ pub struct Seams {
     /// Where the journal's bytes are kept, instead of the file `--journal` names (`None`: that
     /// file, or no journal without the flag).
     pub journal: Option<Box<dyn JournalStore>>,
+    /// The socket it listens on (bound to `--listen`).
+    pub udp: Arc<dyn Udp>,
 }
 
 impl Seams {
-    /// The host's: tokio's clock, the journal's file.
+    /// The host's: tokio's clock, the journal's file, the host's sockets.
     pub fn real() -> Seams {
         Seams {
             clock: Arc::new(TokioClock),
             journal: None,
+            udp: Arc::new(HostUdp),
         }
     }
 }

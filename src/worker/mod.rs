@@ -30,6 +30,7 @@ use tokio::task::AbortHandle;
 use crate::clock::Millis;
 use crate::core::worker as core;
 use crate::net::NetError;
+use crate::net::udp::{HostUdp, Udp};
 use crate::plugin::{PluginError, PluginHost};
 use crate::proto::{Assignment, GroupId, JobId, Outcome, TaskId, TaskSpec, WorkerInfo};
 
@@ -74,6 +75,25 @@ pub struct Settings {
     pub ends_at: Option<tokio::time::Instant>,
 }
 
+/// The worker's seams (see `docs/architecture.md`, "Seams"); [`Seams::real`] is the host's.
+#[derive(Clone, Debug)]
+pub struct Seams {
+    /// The worker's clock: the core's `now`, the lease's times and the guard's deadline.
+    pub clock: Millis,
+    /// The sockets it connects to the scheduler from.
+    pub udp: Arc<dyn Udp>,
+}
+
+impl Seams {
+    /// The host's: tokio's clock (starting now), the host's sockets.
+    pub fn real() -> Seams {
+        Seams {
+            clock: Millis::real(),
+            udp: Arc::new(HostUdp),
+        }
+    }
+}
+
 /// A task's run ended here: which hand-over of it (the core's run number), its outcome, and
 /// when it ended on the worker's clock (`Worker::clock`; the core judges from that whether it
 /// ended under the lease).
@@ -105,8 +125,9 @@ pub(crate) struct Group {
 /// registers again), the group specs and components it was given, and its conditions.
 pub struct Worker {
     settings: Settings,
-    /// The worker's clock: the core's `now`, the lease's times and the guard's deadline.
+    /// The worker's clock (`Seams::clock`).
     clock: Millis,
+    udp: Arc<dyn Udp>,
     core: core::Worker,
     runner: Arc<run::Runner>,
     environments: Arc<Mutex<env::Environments>>,
@@ -119,7 +140,8 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(settings: Settings, clock: Millis) -> Result<Worker, WorkerError> {
+    pub fn new(settings: Settings, seams: Seams) -> Result<Worker, WorkerError> {
+        let Seams { clock, udp } = seams;
         // A fresh instance per wasm task: pooled memory.
         let host = Arc::new(PluginHost::pooled(crate::plugin::cache::default_dir())?);
         let facts = env::FactsSource {
@@ -160,6 +182,7 @@ impl Worker {
         Ok(Worker {
             settings,
             clock,
+            udp,
             core,
             runner,
             environments,

@@ -23,7 +23,8 @@ impl Worker {
     /// worker. Returns why it ended. Tasks go on across sessions; a signal stops them.
     pub async fn session(&mut self, access: &AccessFile) -> Result<SessionEnd, WorkerError> {
         // Runs go on while connecting: their ends are taken in (a held task may start).
-        let connecting = net::connect(access, Role::Worker, self.settings.idle_timeout);
+        let udp = self.udp.clone();
+        let connecting = net::connect_with(&*udp, access, Role::Worker, self.settings.idle_timeout);
         tokio::pin!(connecting);
         let (endpoint, connection, send, recv) = loop {
             tokio::select! {

@@ -248,7 +248,7 @@ mod tests {
             ends_at: None,
             leave_before: Duration::from_secs(30),
             usable: None,
-            clock: crate::clock::Millis::real(),
+            seams: crate::manager::Seams::real(),
         }
     }
 

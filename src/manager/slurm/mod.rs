@@ -120,7 +120,7 @@ impl Jobs {
             slurm.max_pending,
         );
         Jobs {
-            clock: settings.clock.clone(),
+            clock: settings.seams.clock.clone(),
             settings,
             slurm,
             book,

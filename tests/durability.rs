@@ -3,6 +3,8 @@
 //! processes that stop when told (timeout, cancel).
 
 mod common;
+#[path = "durability/journal_store.rs"]
+mod journal_store;
 
 use std::process::Command;
 

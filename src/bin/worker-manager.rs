@@ -321,12 +321,13 @@ fn run(args: Args) -> Result<()> {
         unit: args.unit.clone(),
         ends_at: match &args.time_left {
             Some(text) => time_left(text)?
-                .map(|left| std::time::Instant::now() + left.saturating_sub(args.leave_before)),
+                .map(|left| tokio::time::Instant::now() + left.saturating_sub(args.leave_before)),
             None => None,
         },
         leave_before: args.leave_before,
         // A Slurm job's workers run tasks for its walltime less --leave-before.
         usable,
+        seams: weir::manager::Seams::real(),
     };
     if matches!(args.backend, BackendKind::Slurm | BackendKind::Command)
         && args.fixed.is_none()

@@ -171,12 +171,13 @@ fn run(args: Args) -> Result<()> {
         cpus: args.cpus,
         no_execute: args.no_execute,
         signal_grace: args.signal_grace,
-        ends_at: args.ends_in.map(|left| std::time::Instant::now() + left),
+        ends_at: args.ends_in.map(|left| tokio::time::Instant::now() + left),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let reconnect = args.reconnect_timeout;
     let worker = std::sync::Arc::new(tokio::sync::Mutex::new(weir::worker::Worker::new(
         settings,
+        weir::worker::Seams::real(),
     )?));
     let reason = runtime.block_on(weir::net::reconnecting(
         &args.common.access_file,

@@ -17,8 +17,8 @@ use std::time::Duration;
 use crate::core::units::{self, Backoff, Book, Failed, Why};
 use crate::proto::ManagerState;
 
+use super::Settings;
 use super::unit_log::{self, UnitLog};
-use super::{Clock, Settings};
 
 /// A failure of the backend: it counts, and the manager backs off.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +93,7 @@ pub struct Units {
     book: Book,
     next: u64,
     backoff: Backoff,
-    clock: Clock,
+    clock: crate::clock::Millis,
     /// The units it stopped, for its report.
     log: UnitLog,
 }
@@ -108,12 +108,12 @@ impl Units {
             backend.max_pending,
         );
         Units {
+            clock: settings.seams.clock.clone(),
             settings,
             backend,
             book,
             next: 0,
             backoff: Backoff::default(),
-            clock: Clock::new(),
             log: UnitLog::default(),
         }
     }

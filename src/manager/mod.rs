@@ -22,12 +22,16 @@ pub mod command;
 mod pool;
 mod session;
 pub mod slurm;
+pub mod spawn;
 mod unit_log;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
+use crate::clock::Millis;
 use crate::net::NetError;
+use crate::net::udp::{HostUdp, Udp};
 use crate::proto::{EnvironmentDef, ManagerState};
 
 pub use backend::Backend;
@@ -55,12 +59,37 @@ pub struct Settings {
     pub unit: Option<String>,
     /// Inside a unit with a walltime: when its workers leave (the allocation's end less
     /// `--leave-before`). Each worker is told (`--ends-in`), and the unit stops then.
-    pub ends_at: Option<std::time::Instant>,
+    pub ends_at: Option<tokio::time::Instant>,
     /// Slurm backend: seconds before the walltime its units' workers leave (`--leave-before`).
     pub leave_before: Duration,
     /// How long each worker it starts may run tasks (Slurm: `--time-limit` less
     /// `--leave-before`), reported to the scheduler; `None`: no limit.
     pub usable: Option<Duration>,
+    /// What it takes from the outside world.
+    pub seams: Seams,
+}
+
+/// The manager's seams (see `docs/architecture.md`, "Seams"); [`Seams::real`] is the host's.
+#[derive(Clone, Debug)]
+pub struct Seams {
+    /// The manager's clock: its backends' convergence step runs on its milliseconds
+    /// ([`crate::core::units`]), its timers on its instants.
+    pub clock: Millis,
+    /// How it starts its worker processes (the process backend).
+    pub spawner: Arc<dyn spawn::Spawner>,
+    /// The sockets it connects to the scheduler from.
+    pub udp: Arc<dyn Udp>,
+}
+
+impl Seams {
+    /// The host's: tokio's clock (starting now), real processes, the host's sockets.
+    pub fn real() -> Seams {
+        Seams {
+            clock: Millis::real(),
+            spawner: Arc::new(spawn::ProcessSpawner),
+            udp: Arc::new(HostUdp),
+        }
+    }
 }
 
 impl Settings {
@@ -116,23 +145,4 @@ pub enum ManagerError {
         command: PathBuf,
         error: std::io::Error,
     },
-}
-
-/// A backend's clock: ms since it was made, the time of the pure step ([`crate::core::units`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Clock(Instant);
-
-impl Clock {
-    pub(crate) fn new() -> Clock {
-        Clock(Instant::now())
-    }
-
-    pub(crate) fn now(&self) -> u64 {
-        unit_log::millis(self.0.elapsed())
-    }
-
-    /// `ms` on this clock as an instant (for the shell's timers).
-    pub(crate) fn at(&self, ms: u64) -> Instant {
-        self.0 + Duration::from_millis(ms)
-    }
 }

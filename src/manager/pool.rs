@@ -2,12 +2,11 @@
 //! replaced (with a backoff when they keep dying young). Each process is a unit of one worker
 //! in the pure convergence step ([`crate::core::units::Book::processes`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::process::{Child, Command};
-
+use super::spawn::Process;
 use super::unit_log::{self, UnitLog};
-use super::{Clock, ManagerError, Settings};
+use super::{ManagerError, Settings};
 use crate::core::units::{Book, Restarts, Unit, Why};
 use crate::proto::ManagerState;
 
@@ -15,13 +14,13 @@ use crate::proto::ManagerState;
 pub struct Pool {
     pub(super) settings: Settings,
     /// Alive worker processes, by name (their units, oldest first, are in `book`).
-    children: Vec<(String, Child)>,
+    children: Vec<(String, Box<dyn Process>)>,
     /// Each alive worker as a unit of one: when it started, and whether the scheduler has ever
     /// said it registered (in any session): then it is stopped only when named (drained), never
     /// as "not registered yet" — after a scheduler restart it is busy with tasks it has not
     /// claimed yet.
     book: Book,
-    clock: Clock,
+    clock: crate::clock::Millis,
     next: u64,
     /// The last workers that exited or were stopped, newest last (reported to the scheduler).
     exited: std::collections::VecDeque<String>,
@@ -40,9 +39,9 @@ impl Pool {
         let max_workers = settings.fixed.unwrap_or_else(|| settings.max_workers());
         Pool {
             book: Book::processes(&settings.id, max_workers),
+            clock: settings.seams.clock.clone(),
             settings,
             children: Vec::new(),
-            clock: Clock::new(),
             next: 0,
             exited: std::collections::VecDeque::new(),
             dismissed: false,
@@ -65,43 +64,39 @@ impl Pool {
                 format!("{}-{}", s.id, self.next)
             }
         };
-        let mut command = Command::new(&s.worker_command);
-        command
-            .arg("--access-file")
-            .arg(&s.access_file)
-            .args([
-                "--slots",
-                &s.slots.to_string(),
-                "--worker-type",
-                &s.worker_type,
-                "--manager",
-                &s.id,
-                "--name",
-                &name,
-            ])
-            .kill_on_drop(true);
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--access-file".into(),
+            s.access_file.clone().into(),
+            "--slots".into(),
+            s.slots.to_string().into(),
+            "--worker-type".into(),
+            (&s.worker_type).into(),
+            "--manager".into(),
+            (&s.id).into(),
+            "--name".into(),
+            (&name).into(),
+        ];
         if !s.worker_capabilities_flag.is_empty() {
-            command.args(["--capabilities", &s.worker_capabilities_flag]);
+            args.extend([
+                "--capabilities".into(),
+                (&s.worker_capabilities_flag).into(),
+            ]);
         }
         for env in &s.env_plugin_flags {
-            command.args(["--env-plugin", env]);
+            args.extend(["--env-plugin".into(), env.into()]);
         }
         if let Some(end) = s.ends_at {
-            let left = end.saturating_duration_since(Instant::now());
-            command.args(["--ends-in", &format!("{:.3}", left.as_secs_f64())]);
+            let left = end.saturating_duration_since(self.clock.instant());
+            args.extend([
+                "--ends-in".into(),
+                format!("{:.3}", left.as_secs_f64()).into(),
+            ]);
         }
-        #[cfg(target_os = "linux")]
-        // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGTERM the worker when
-        // this manager dies, so no worker outlives its manager.
-        unsafe {
-            command.pre_exec(|| {
-                use rustix::process::{Signal, set_parent_process_death_signal};
-                Ok(set_parent_process_death_signal(Some(Signal::TERM))?)
-            });
-        }
-        let child = command.spawn().map_err(|error| ManagerError::StartWorker {
-            command: s.worker_command.clone(),
-            error,
+        let child = (s.seams.spawner.spawn(&s.worker_command, &args, &[])).map_err(|error| {
+            ManagerError::StartWorker {
+                command: s.worker_command.clone(),
+                error,
+            }
         })?;
         tracing::info!(worker = %name, "worker started");
         self.children.push((name.clone(), child));
@@ -121,21 +116,13 @@ impl Pool {
     }
 
     /// Send a worker SIGTERM and hand back its process.
-    fn signal_stop(&mut self, name: &str) -> Option<Child> {
+    fn signal_stop(&mut self, name: &str) -> Option<Box<dyn Process>> {
         self.book.units.retain(|u| u.id != name);
         let index = self.children.iter().position(|(n, _)| n == name)?;
         let (_, mut child) = self.children.remove(index);
         self.remember_exited(name);
         tracing::info!(worker = %name, "stopping worker");
-        let pid = child.id().and_then(|pid| i32::try_from(pid).ok());
-        match pid.and_then(rustix::process::Pid::from_raw) {
-            Some(pid) => {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-            None => {
-                let _ = child.start_kill();
-            }
-        }
+        child.terminate();
         Some(child)
     }
 

@@ -48,8 +48,13 @@ pub async fn run_dynamic(
     access: &AccessFile,
     pool: &mut Backend,
 ) -> Result<SessionEnd<ManagerError>, ManagerError> {
-    let (endpoint, connection, send, recv) =
-        net::connect(access, Role::Manager, Duration::from_secs(5)).await?;
+    let (endpoint, connection, send, recv) = net::connect_with(
+        &*pool.settings().seams.udp,
+        access,
+        Role::Manager,
+        Duration::from_secs(5),
+    )
+    .await?;
     let interval = pool.settings().heartbeat_interval;
     let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
     let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
@@ -134,7 +139,7 @@ pub async fn run_dynamic(
 pub async fn run_unit(mut pool: Pool) -> Result<Signal, ManagerError> {
     let mut signals = Signals::term_and_int().map_err(NetError::from)?;
     let mut ticker = tokio::time::interval(pool.settings.heartbeat_interval);
-    let end = pool.settings.ends_at.map(tokio::time::Instant::from_std);
+    let end = pool.settings.ends_at;
     let signal = loop {
         tokio::select! {
             _ = ticker.tick() => {

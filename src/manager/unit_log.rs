@@ -1,6 +1,6 @@
 //! What a manager reports of its units (`ManagerState::units`, for `weir managers`): the live
 //! ones as its backend sees them, those it is stopping, and the last that ended with why
-//! (at most [`UNITS_ENDED_KEPT`]). Times are ms on this manager's clock ([`super::Clock`]).
+//! (at most [`UNITS_ENDED_KEPT`]). Times are ms on this manager's clock (`Seams::clock`).
 
 use std::collections::VecDeque;
 use std::time::Duration;

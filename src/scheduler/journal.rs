@@ -14,23 +14,25 @@
 //! journal is never modified. One scheduler per journal: [`Journal::open`] takes an exclusive
 //! lock (`FILE.lock`, holding the owner's pid) for as long as the journal is open.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
+pub use super::journal_store::{FileStore, JournalStore, MemoryStore, ReplaceError};
 pub use super::record::{FORMAT, Record};
 use super::record::{HEADER, encode, header, parse};
 
 pub struct Journal {
+    /// Its name in errors (the file's path).
     path: PathBuf,
-    writer: BufWriter<File>,
+    /// Where its bytes are kept ([`FileStore`], or [`MemoryStore`] in tests).
+    store: Box<dyn JournalStore>,
     dirty: bool,
     /// Its size in bytes.
     size: u64,
     /// The sequence number of the next record.
     next: u64,
-    /// Held while the journal is open: the exclusive lock on `FILE.lock`.
-    _lock: crate::scheduler::lock::Lock,
+    /// Held while the journal is open: the exclusive lock on `FILE.lock` (none in memory).
+    _lock: Option<crate::scheduler::lock::Lock>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,39 +57,41 @@ impl Journal {
         // The lock is named after the real file (links resolved), so two paths to one journal
         // meet at one lock.
         let lock = crate::scheduler::lock::Lock::take(&lock_path(path), "journal").map_err(fail)?;
-        let mut bytes = Vec::new();
-        if let Ok(mut file) = File::open(path) {
-            file.read_to_end(&mut bytes)
-                .map_err(|e| fail(e.to_string()))?;
-        }
+        let store = FileStore::open(path).map_err(fail)?;
+        Journal::open_in(path, Box::new(store), Some(lock))
+    }
+
+    /// [`Journal::open`] on bytes kept in `store` (`name` names it in errors), holding `lock`.
+    pub fn open_in(
+        name: &Path,
+        mut store: Box<dyn JournalStore>,
+        lock: Option<crate::scheduler::lock::Lock>,
+    ) -> Result<(Journal, Vec<Record>), JournalError> {
+        let fail = |error: String| JournalError {
+            path: name.to_path_buf(),
+            error,
+        };
+        let bytes = store.read_all().map_err(|e| fail(e.to_string()))?;
         let (records, good) = parse(&bytes).map_err(&fail)?;
         if bytes.is_empty() {
-            // New: its header is written beside it and renamed into place, so a journal is
+            // New: its header is written beside it and put in place at once, so a journal is
             // never seen without a whole header (and a short file is never taken for one).
-            let fresh = path.with_extension("creating");
-            let created = (|| -> std::io::Result<()> {
-                let mut file = File::create(&fresh)?;
-                file.write_all(&header())?;
-                file.sync_all()?;
-                std::fs::rename(&fresh, path)
-            })();
-            created.map_err(|e| fail(format!("cannot create it: {e}")))?;
+            store
+                .replace(&mut |w| w.write_all(&header()))
+                .map_err(|e| fail(format!("cannot create it: {e}")))?;
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(|e| fail(e.to_string()))?;
-        crate::scheduler::lock::lock_file(&file, "journal").map_err(fail)?;
         if good < bytes.len() {
-            tracing::warn!(path = %path.display(), kept = good, dropped = bytes.len() - good, "cutting a torn record off the journal's end");
-            file.set_len(good as u64).map_err(|e| fail(e.to_string()))?;
+            tracing::warn!(path = %name.display(), kept = good, dropped = bytes.len() - good, "cutting a torn record off the journal's end");
+            store
+                .truncate(good as u64)
+                .map_err(|e| fail(e.to_string()))?;
         }
         let size = (good.max(HEADER)) as u64;
         let next = records.len() as u64;
         Ok((
             Journal {
-                path: path.to_path_buf(),
-                writer: BufWriter::with_capacity(1 << 20, file),
+                path: name.to_path_buf(),
+                store,
                 dirty: false,
                 size,
                 next,
@@ -98,49 +102,36 @@ impl Journal {
     }
 
     /// Replace the journal with `records` (the state it replays to, without what was forgotten):
-    /// written beside it and synced, then renamed over it, so a crash at any point leaves either
-    /// the old journal or the new one. On an error the old journal stays in use. Returns the old
-    /// and new sizes in bytes.
+    /// written beside it and synced, then put in its place, so a crash at any point leaves
+    /// either the old journal or the new one. On an error the old journal stays in use (or the
+    /// new one, when only its directory could not be synced). Returns the old and new sizes in
+    /// bytes.
     pub fn rewrite(&mut self, records: &[Record]) -> Result<(u64, u64), JournalError> {
         self.sync()?;
-        let old_size = std::fs::metadata(&self.path).map_or(0, |m| m.len());
-        let fresh = self.path.with_extension("compacting");
-        let written = (|| -> std::io::Result<(u64, File)> {
-            let mut writer = BufWriter::with_capacity(1 << 20, File::create(&fresh)?);
+        let old_size = self.size;
+        let mut write = |writer: &mut dyn Write| -> std::io::Result<()> {
             writer.write_all(&header())?;
             for (seq, record) in records.iter().enumerate() {
                 let bytes = encode(record, seq as u64)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
                 writer.write_all(&bytes)?;
             }
-            let file = writer.into_inner().map_err(|e| e.into_error())?;
-            file.sync_all()?;
-            let size = file.metadata()?.len();
-            // Opened and locked before the rename: the same file, at the journal's path after.
-            let appender = OpenOptions::new().append(true).open(&fresh)?;
-            crate::scheduler::lock::lock_file(&appender, "journal")
-                .map_err(std::io::Error::other)?;
-            // The last step that can fail: after it, the new file is the journal and the
-            // appender must be used (an error past this point would leave appends going to
-            // the old, unlinked file).
-            std::fs::rename(&fresh, &self.path)?;
-            Ok((size, appender))
-        })();
-        let (new_size, appender) = match written {
-            Ok(done) => done,
-            Err(error) => {
-                let _ = std::fs::remove_file(&fresh);
+            Ok(())
+        };
+        let replaced = self.store.replace(&mut write);
+        let new_size = match replaced {
+            Ok(size) => size,
+            Err(ReplaceError::Kept(error)) => {
                 return Err(self.fail(format!("cannot compact (the old journal stays): {error}")));
             }
+            Err(ReplaceError::Replaced { size, error }) => {
+                self.size = size;
+                self.next = records.len() as u64;
+                return Err(self.fail(format!("compacted, but cannot sync its directory: {error}")));
+            }
         };
-        self.writer = BufWriter::with_capacity(1 << 20, appender);
         self.size = new_size;
         self.next = records.len() as u64;
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| self.fail(format!("compacted, but cannot sync its directory: {e}")))?;
-        }
         Ok((old_size, new_size))
     }
 
@@ -149,8 +140,8 @@ impl Journal {
         self.dirty = true;
         self.size += bytes.len() as u64;
         self.next += 1;
-        self.writer
-            .write_all(&bytes)
+        self.store
+            .append(&bytes)
             .map_err(|e| self.fail(e.to_string()))?;
         Ok(())
     }
@@ -171,7 +162,7 @@ impl Journal {
     /// Hand what was appended to the operating system, without waiting for the disk: it
     /// survives this process being killed, not the machine losing power.
     pub fn write_through(&mut self) -> Result<(), JournalError> {
-        self.writer.flush().map_err(|e| self.fail(e.to_string()))
+        self.store.flush().map_err(|e| self.fail(e.to_string()))
     }
 
     /// Whether something was appended that the next [`Journal::sync`] must put on disk.
@@ -186,11 +177,7 @@ impl Journal {
         }
         #[cfg(debug_assertions)]
         stall_for_tests();
-        self.writer.flush().map_err(|e| self.fail(e.to_string()))?;
-        self.writer
-            .get_ref()
-            .sync_data()
-            .map_err(|e| self.fail(e.to_string()))?;
+        self.store.sync().map_err(|e| self.fail(e.to_string()))?;
         self.dirty = false;
         Ok(())
     }
@@ -215,7 +202,7 @@ fn stall_for_tests() {
     if path.exists() {
         let mut held = path.clone().into_os_string();
         held.push(".held");
-        let _ = File::create(held);
+        let _ = std::fs::File::create(held);
     }
     while path.exists() {
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::proto::{Outcome, TaskState};
+use std::fs::OpenOptions;
 
 #[test]
 fn a_torn_record_at_the_end_is_cut_off_and_the_rest_kept() {

@@ -10,11 +10,13 @@ mod actor;
 mod connection;
 mod event;
 pub mod journal;
+mod journal_store;
 pub mod lock;
 mod metrics;
 mod policy;
 pub mod record;
 mod requests;
+mod seams;
 #[cfg(feature = "http")]
 mod web;
 
@@ -33,6 +35,7 @@ use crate::plugin::PluginHost;
 
 pub use crate::core::scheduler::MAX_ENVIRONMENTS;
 pub(crate) use event::Event;
+pub use seams::Seams;
 
 /// Scheduler settings (the executable's flags).
 #[derive(Clone, Debug)]
@@ -132,6 +135,16 @@ pub async fn run(
     scaling: Option<Scaling>,
     ready: impl FnOnce(&Running),
 ) -> Result<(), SchedulerError> {
+    run_with(settings, scaling, Seams::real(), ready).await
+}
+
+/// [`run`] through the given seams (a simulated cluster's clock, journal store and socket).
+pub async fn run_with(
+    settings: Settings,
+    scaling: Option<Scaling>,
+    seams: Seams,
+    ready: impl FnOnce(&Running),
+) -> Result<(), SchedulerError> {
     // One scheduler per access file: a second one would overwrite the first one's address.
     let _access_lock = {
         if let Some(dir) = settings
@@ -151,15 +164,20 @@ pub async fn run(
         .map_err(SchedulerError::Locked)?
     };
     // The journal is checked and locked before anything is served or written.
-    let journal = match &settings.journal {
-        Some(path) => Some(journal::Journal::open(path)?),
-        None => None,
+    let journal = match (seams.journal, &settings.journal) {
+        (Some(store), path) => {
+            let name = path.clone().unwrap_or_else(|| PathBuf::from("journal"));
+            Some(journal::Journal::open_in(&name, store, None)?)
+        }
+        (None, Some(path)) => Some(journal::Journal::open(path)?),
+        (None, None) => None,
     };
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
     server.transport_config(net::transport(settings.heartbeat_timeout));
-    let endpoint =
-        quinn::Endpoint::server(server, settings.listen).map_err(|e| NetError::Listen {
+    let endpoint = (seams.udp.listen(settings.listen))
+        .and_then(|socket| net::udp::endpoint(socket, Some(server)))
+        .map_err(|e| NetError::Listen {
             address: settings.listen.to_string(),
             error: e.to_string(),
         })?;
@@ -287,7 +305,7 @@ pub async fn run(
         // Smaller journals are not worth rewriting while running (at start they are).
         compact_min_bytes: 1 << 20,
     });
-    let mut actor = actor::Actor::new(core, None, record, None);
+    let mut actor = actor::Actor::new(core, seams.clock.clone(), None, record, None);
     if let Some((journal, records)) = journal {
         actor.journal = Some(journal);
         actor.replay(records);

@@ -57,22 +57,22 @@ pub fn start() -> io::Result<()> {
     }
 }
 
-/// The lease now runs until `until` (milliseconds on [`now_ms`]'s clock, which the worker's
-/// core runs on too), here and in the guard process, which kills the task groups then even if
+/// The lease now runs until `until` (milliseconds on the worker's clock, `now` being the time
+/// on it, which the worker's core runs on too), here and in the guard process, which kills the task groups then even if
 /// this process is stopped.
 ///
-/// Order matters: this process takes the lease as over once [`now_ms`] (rounded *down*) reaches
+/// Order matters: this process takes the lease as over once its clock (rounded *down*) reaches
 /// `until`, the guard kills a millisecond after the time left it learns (rounded *up*, read a
 /// moment later). So a run the guard killed always ends after this process saw the lease out,
 /// and its outcome is never taken as produced under the lease. The guard may kill up to the
 /// pipe's latency later than `until`: `core::lease::KILL_MARGIN` covers that.
-pub fn renew_until(until: u64) {
-    if lease_expired() {
+pub fn renew_until(until: u64, now: u64) {
+    if lease_expired(now) {
         // It ran out before this renewal: the guard killed every task that ran meanwhile.
         LAPSES.fetch_add(1, Ordering::SeqCst);
     }
     LEASE_UNTIL.store(until.min(u64::MAX - 1), Ordering::SeqCst);
-    let left_ms = until.saturating_sub(now_ms()).saturating_add(1);
+    let left_ms = until.saturating_sub(now).saturating_add(1);
     let _ = tell(LEASE, i32::try_from(left_ms).unwrap_or(i32::MAX));
 }
 
@@ -95,7 +95,7 @@ pub fn gone() -> bool {
     GONE.load(Ordering::SeqCst)
 }
 
-/// When the lease the worker holds runs out, in milliseconds on [`now_ms`]'s clock
+/// When the lease the worker holds runs out, in milliseconds on the worker's clock
 /// (`u64::MAX`: no lease). Shared with the tasks waiting for a slot: past it, none starts.
 static LEASE_UNTIL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
 
@@ -109,35 +109,24 @@ pub fn lapses() -> u64 {
     LAPSES.load(Ordering::SeqCst)
 }
 
-/// The worker's clock: milliseconds since its first reading (the core's `now`, the lease's
-/// times, and the guard's deadline are all on it).
-pub fn now_ms() -> u64 {
-    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// When [`now_ms`] was 0.
-pub fn epoch() -> std::time::Instant {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    *EPOCH.get_or_init(std::time::Instant::now)
-}
-
 /// Whether the lease ran out (the scheduler may have the worker's tasks run elsewhere by now,
 /// and the guard no longer kills what starts): a task waiting here must not start then.
-pub fn lease_expired() -> bool {
-    lease_expired_by(std::time::Duration::ZERO)
+/// `now`: the time on the worker's clock.
+pub fn lease_expired(now: u64) -> bool {
+    lease_expired_by(std::time::Duration::ZERO, now)
 }
 
 /// Whether a run handed over when the lease had lapsed `lapses` times may not go on: the lease
 /// ran out, or lapsed (ran out and was renewed) since.
-pub fn lost_since(lapses: u64) -> bool {
-    lease_expired() || self::lapses() != lapses
+pub fn lost_since(lapses: u64, now: u64) -> bool {
+    lease_expired(now) || self::lapses() != lapses
 }
 
 /// Whether the lease ran out at least `margin` ago.
-pub fn lease_expired_by(margin: std::time::Duration) -> bool {
+pub fn lease_expired_by(margin: std::time::Duration, now: u64) -> bool {
     let until = LEASE_UNTIL.load(Ordering::SeqCst);
     let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
-    until != u64::MAX && now_ms() >= until.saturating_add(margin)
+    until != u64::MAX && now >= until.saturating_add(margin)
 }
 
 /// Tell the guard about a group; false if the guard is gone (its end of the pipe closed).
@@ -196,6 +185,9 @@ fn guard(read: OwnedFd) -> ! {
     let mut groups: Vec<i32> = Vec::new();
     let mut buffer = [0u8; 4096];
     let mut pending: Vec<u8> = Vec::new();
+    // The OS clock, not the worker's (`crate::clock`): this is a process of its own, forked
+    // before any runtime, that must keep time while the worker is stopped or hung; it learns
+    // the time *left* of each lease, so it needs no clock shared with the worker.
     let mut lease: Option<std::time::Instant> = None;
     // The lease ran out and was not renewed since: a group listed now (a task that passed the
     // worker's check a moment before the end, or a worker that was stopped in between) is

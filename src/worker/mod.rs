@@ -27,8 +27,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
+use crate::clock::Millis;
 use crate::core::worker as core;
 use crate::net::NetError;
+use crate::net::udp::{HostUdp, Udp};
 use crate::plugin::{PluginError, PluginHost};
 use crate::proto::{Assignment, GroupId, JobId, Outcome, TaskId, TaskSpec, WorkerInfo};
 
@@ -70,11 +72,30 @@ pub struct Settings {
     /// When this worker leaves by itself (`--ends-in`: its allocation ends soon after). It is
     /// given no task whose timeout would outlive this, and at this moment it stops like on
     /// SIGTERM: what still runs is requeued without spending a retry.
-    pub ends_at: Option<std::time::Instant>,
+    pub ends_at: Option<tokio::time::Instant>,
+}
+
+/// The worker's seams (see `docs/architecture.md`, "Seams"); [`Seams::real`] is the host's.
+#[derive(Clone, Debug)]
+pub struct Seams {
+    /// The worker's clock: the core's `now`, the lease's times and the guard's deadline.
+    pub clock: Millis,
+    /// The sockets it connects to the scheduler from.
+    pub udp: Arc<dyn Udp>,
+}
+
+impl Seams {
+    /// The host's: tokio's clock (starting now), the host's sockets.
+    pub fn real() -> Seams {
+        Seams {
+            clock: Millis::real(),
+            udp: Arc::new(HostUdp),
+        }
+    }
 }
 
 /// A task's run ended here: which hand-over of it (the core's run number), its outcome, and
-/// when it ended on the worker's clock ([`guard::now_ms`]; the core judges from that whether it
+/// when it ended on the worker's clock (`Worker::clock`; the core judges from that whether it
 /// ended under the lease).
 pub(crate) struct Done {
     task: TaskId,
@@ -84,12 +105,12 @@ pub(crate) struct Done {
 }
 
 impl Done {
-    fn now(task: TaskId, run: u64, outcome: Outcome) -> Done {
+    fn now(clock: &Millis, task: TaskId, run: u64, outcome: Outcome) -> Done {
         Done {
             task,
             run,
             outcome,
-            at: guard::now_ms(),
+            at: clock.now(),
         }
     }
 }
@@ -104,6 +125,9 @@ pub(crate) struct Group {
 /// registers again), the group specs and components it was given, and its conditions.
 pub struct Worker {
     settings: Settings,
+    /// The worker's clock (`Seams::clock`).
+    clock: Millis,
+    udp: Arc<dyn Udp>,
     core: core::Worker,
     runner: Arc<run::Runner>,
     environments: Arc<Mutex<env::Environments>>,
@@ -116,7 +140,8 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(settings: Settings) -> Result<Worker, WorkerError> {
+    pub fn new(settings: Settings, seams: Seams) -> Result<Worker, WorkerError> {
+        let Seams { clock, udp } = seams;
         // A fresh instance per wasm task: pooled memory.
         let host = Arc::new(PluginHost::pooled(crate::plugin::cache::default_dir())?);
         let facts = env::FactsSource {
@@ -141,6 +166,7 @@ impl Worker {
             settings.max_tasks_per_runner,
             settings.info.clone(),
             values,
+            clock.clone(),
         ));
         let (done, finished) = mpsc::unbounded_channel();
         let mut info = settings.info.clone();
@@ -151,11 +177,12 @@ impl Worker {
             info,
             heartbeat_ms: millis(settings.heartbeat_interval),
             signal_grace_ms: millis(settings.signal_grace),
-            ends_at: (settings.ends_at)
-                .map(|end| millis(end.saturating_duration_since(guard::epoch()))),
+            ends_at: settings.ends_at.map(|end| clock.since(end)),
         });
         Ok(Worker {
             settings,
+            clock,
+            udp,
             core,
             runner,
             environments,
@@ -186,21 +213,22 @@ impl Worker {
     fn start(&mut self, run: u64, assignment: Assignment) {
         let task = assignment.task;
         let done = self.done.clone();
+        let clock = self.clock.clone();
         if self.settings.no_execute {
             let output = Outcome::Returned { output: Vec::new() };
-            let _ = done.send(Done::now(task, run, output));
+            let _ = done.send(Done::now(&clock, task, run, output));
             return;
         }
         // The core starts nothing past the lease; the guard's view is checked again here, at
         // the last moment (the scheduler may be running it elsewhere by now): it never starts,
         // and says so (an outcome outside the lease, which the core takes as a lapse).
-        if guard::lease_expired() {
-            let _ = done.send(Done::now(task, run, core::canceled()));
+        if guard::lease_expired(self.clock.now()) {
+            let _ = done.send(Done::now(&clock, task, run, core::canceled()));
             return;
         }
         let Some(group) = self.groups.get(&assignment.group).cloned() else {
             let message = format!("unknown group {}", assignment.group);
-            let _ = done.send(Done::now(task, run, Outcome::Error { message }));
+            let _ = done.send(Done::now(&clock, task, run, Outcome::Error { message }));
             return;
         };
         let runner = self.runner.clone();
@@ -210,7 +238,7 @@ impl Worker {
         let handle = tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let outcome = runner.run(&group, assignment, &stop).await;
-                let _ = done.send(Done::now(task, run, outcome));
+                let _ = done.send(Done::now(&clock, task, run, outcome));
             },
             span,
         ));

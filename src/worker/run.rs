@@ -47,6 +47,8 @@ pub(super) struct Runner {
     pools: Mutex<HashMap<PoolKey, Vec<TaskPlugin>>>,
     /// Idle function runners.
     functions: super::functions::Runners,
+    /// The worker's clock (the lease's times are on it).
+    clock: crate::clock::Millis,
 }
 
 impl Runner {
@@ -56,6 +58,7 @@ impl Runner {
         max_tasks_per_runner: u32,
         info: WorkerInfo,
         values: super::env::SharedValues,
+        clock: crate::clock::Millis,
     ) -> Runner {
         Runner {
             host,
@@ -65,6 +68,7 @@ impl Runner {
             values,
             components: RwLock::default(),
             pools: Mutex::default(),
+            clock,
         }
     }
 
@@ -317,8 +321,10 @@ impl Runner {
         // scheduler unreachable) has no session to give it up.
         let flag = cancel.flag();
         let lapses = cancel.lapses;
+        let clock = self.clock.clone();
         let stop: crate::plugin::StopCheck = Arc::new(move || {
-            flag.load(std::sync::atomic::Ordering::SeqCst) || super::guard::lost_since(lapses)
+            flag.load(std::sync::atomic::Ordering::SeqCst)
+                || super::guard::lost_since(lapses, clock.now())
         });
         let result = tokio::task::spawn_blocking(move || {
             let mut plugin = plugin;

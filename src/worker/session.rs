@@ -23,7 +23,8 @@ impl Worker {
     /// worker. Returns why it ended. Tasks go on across sessions; a signal stops them.
     pub async fn session(&mut self, access: &AccessFile) -> Result<SessionEnd, WorkerError> {
         // Runs go on while connecting: their ends are taken in (a held task may start).
-        let connecting = net::connect(access, Role::Worker, self.settings.idle_timeout);
+        let udp = self.udp.clone();
+        let connecting = net::connect_with(&*udp, access, Role::Worker, self.settings.idle_timeout);
         tokio::pin!(connecting);
         let (endpoint, connection, send, recv) = loop {
             tokio::select! {
@@ -49,13 +50,13 @@ impl Worker {
         }
         self.perform(None);
         let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
-        self.core.handle(guard::now_ms(), Input::Connected);
+        self.core.handle(self.clock.now(), Input::Connected);
         let _ = self.perform(Some(&outgoing));
         let registered = match link.next().await {
             Ok(registered @ ToWorker::Registered { .. }) => registered,
             Err(end) => {
                 self.core
-                    .handle(guard::now_ms(), Input::SessionEnded { stopping: false });
+                    .handle(self.clock.now(), Input::SessionEnded { stopping: false });
                 // Refused (its name is taken by a live worker), not lost: tried again like an
                 // unreachable scheduler (the other may be a dead connection not timed out yet).
                 // The stream may end before the close that says why arrives: wait for it.
@@ -71,7 +72,7 @@ impl Worker {
             }
             Ok(other) => {
                 self.core
-                    .handle(guard::now_ms(), Input::SessionEnded { stopping: false });
+                    .handle(self.clock.now(), Input::SessionEnded { stopping: false });
                 let refused = format!("expected Registered, got {other:?}");
                 return Err(NetError::Refused(refused).into());
             }
@@ -90,7 +91,7 @@ impl Worker {
         if !verdicts.is_empty() {
             let _ = outgoing.send(FromWorker::Verdicts(verdicts));
         }
-        self.core.handle(guard::now_ms(), Input::Frame(registered));
+        self.core.handle(self.clock.now(), Input::Frame(registered));
         let first = self.perform(Some(&outgoing));
         let (env_updates, env_inbox) = mpsc::unbounded_channel();
         let env_task = tokio::spawn(evaluate_environments(
@@ -103,19 +104,19 @@ impl Worker {
             Ok(signals) => signals,
             Err(error) => {
                 self.core
-                    .handle(guard::now_ms(), Input::SessionEnded { stopping: false });
+                    .handle(self.clock.now(), Input::SessionEnded { stopping: false });
                 return Err(NetError::from(error).into());
             }
         };
         let end = match first {
             Some(end) => end,
             None => loop {
-                let due = self.core.poll_timeout().map(at);
+                let due = self.core.poll_timeout().map(|ms| self.clock.at(ms));
                 tokio::select! {
                     () = async { match due {
                         Some(due) => tokio::time::sleep_until(due).await,
                         None => std::future::pending().await,
-                    } } => self.core.handle(guard::now_ms(), Input::Timeout),
+                    } } => self.core.handle(self.clock.now(), Input::Timeout),
                     signal = signals.recv() => break SessionEnd::Stopped(signal),
                     Some(first) = self.finished.recv() => {
                         let mut next = Some(first);
@@ -142,7 +143,7 @@ impl Worker {
         };
         let stopping = matches!(end, SessionEnd::Stopped(_));
         self.core
-            .handle(guard::now_ms(), Input::SessionEnded { stopping });
+            .handle(self.clock.now(), Input::SessionEnded { stopping });
         let _ = self.perform(Some(&outgoing));
         env_task.abort();
         // Stop reporting (the link's reader and writer end with it).
@@ -176,7 +177,7 @@ impl Worker {
             outcome,
             at,
         };
-        self.core.handle(guard::now_ms(), ended);
+        self.core.handle(self.clock.now(), ended);
     }
 
     /// One frame from the scheduler: what the shell keeps (specs, components, environments)
@@ -199,9 +200,9 @@ impl Worker {
             ToWorker::Leave { reason } => {
                 tracing::warn!(%reason, "the scheduler tells this worker to leave");
                 let leave = ToWorker::Leave { reason };
-                self.core.handle(guard::now_ms(), Input::Frame(leave));
+                self.core.handle(self.clock.now(), Input::Frame(leave));
             }
-            message => self.core.handle(guard::now_ms(), Input::Frame(message)),
+            message => self.core.handle(self.clock.now(), Input::Frame(message)),
         }
     }
 
@@ -232,12 +233,12 @@ impl Worker {
                     }
                 }
                 Action::LeaseUntil(until) => {
-                    guard::renew_until(until);
+                    guard::renew_until(until, self.clock.now());
                     // The lease may have run out between the core's step and this one: then
                     // the guard counted a lapse the core did not, and its count holds.
                     let lapses = guard::lapses();
                     if lapses > self.core.lapses() {
-                        self.core.handle(guard::now_ms(), Input::Lapsed { lapses });
+                        self.core.handle(self.clock.now(), Input::Lapsed { lapses });
                     }
                 }
                 Action::End(why) => {
@@ -260,11 +261,6 @@ impl Worker {
         }
         end
     }
-}
-
-/// The tokio instant of a time on the worker's clock ([`guard::now_ms`]).
-fn at(ms: u64) -> tokio::time::Instant {
-    tokio::time::Instant::from_std(guard::epoch() + Duration::from_millis(ms))
 }
 
 type EnvUpdate = (

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use quinn::{Connection, Endpoint, RecvStream, SendStream};
 
+use super::udp::{HostUdp, Udp};
 use super::{AccessFile, CONNECT_TIMEOUT, NetError, parse_address, tls, transport};
 use weir_proto::{FrameError, Hello, HelloReply, PROTOCOL_VERSION, Role};
 
@@ -15,7 +16,17 @@ pub async fn connect(
     role: Role,
     idle_timeout: Duration,
 ) -> Result<(Endpoint, Connection, SendStream, RecvStream), NetError> {
-    let endpoint = client_endpoint(access, idle_timeout)?;
+    connect_with(&HostUdp, access, role, idle_timeout).await
+}
+
+/// [`connect`] from a socket of `udp`.
+pub async fn connect_with(
+    udp: &dyn Udp,
+    access: &AccessFile,
+    role: Role,
+    idle_timeout: Duration,
+) -> Result<(Endpoint, Connection, SendStream, RecvStream), NetError> {
+    let endpoint = client_endpoint_with(udp, access, idle_timeout)?;
     let (connection, send, recv) = connect_on(&endpoint, access, role).await?;
     Ok((endpoint, connection, send, recv))
 }
@@ -23,6 +34,15 @@ pub async fn connect(
 /// A client endpoint for the scheduler in `access`: it pins its certificate. One endpoint
 /// (one UDP socket) may carry many connections ([`connect_on`]).
 pub fn client_endpoint(access: &AccessFile, idle_timeout: Duration) -> Result<Endpoint, NetError> {
+    client_endpoint_with(&HostUdp, access, idle_timeout)
+}
+
+/// [`client_endpoint`] on a socket of `udp`.
+pub fn client_endpoint_with(
+    udp: &dyn Udp,
+    access: &AccessFile,
+    idle_timeout: Duration,
+) -> Result<Endpoint, NetError> {
     let address = parse_address(&access.address)?;
     let bind: SocketAddr = if address.is_ipv6() {
         "[::]:0"
@@ -31,7 +51,7 @@ pub fn client_endpoint(access: &AccessFile, idle_timeout: Duration) -> Result<En
     }
     .parse()
     .map_err(|_| NetError::Address(access.address.clone()))?;
-    let mut endpoint = Endpoint::client(bind)?;
+    let mut endpoint = super::udp::endpoint(udp.connect_from(bind)?, None)?;
     let mut config = tls::client_config(&access.certificate_der()?)?;
     config.transport_config(transport(idle_timeout));
     endpoint.set_default_client_config(config);

@@ -7,6 +7,7 @@ mod connect;
 pub mod link;
 pub mod session;
 pub mod tls;
+pub mod udp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use quinn::{Connection, Endpoint};
 
 pub use access::AccessFile;
-pub use connect::{client_endpoint, connect, connect_on};
+pub use connect::{client_endpoint, client_endpoint_with, connect, connect_on, connect_with};
 pub use link::{Link, LinkEnd, Outbox, frames};
 pub use session::{SessionEnd, Signal, Signals, reconnecting};
 use weir_proto::FrameError;

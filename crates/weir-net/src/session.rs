@@ -5,9 +5,10 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
 
 use super::{AccessFile, LinkEnd, NetError};
 

@@ -248,6 +248,7 @@ mod tests {
             ends_at: None,
             leave_before: Duration::from_secs(30),
             usable: None,
+            seams: crate::manager::Seams::real(),
         }
     }
 

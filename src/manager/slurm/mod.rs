@@ -41,9 +41,9 @@ pub mod walltime;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::Settings;
 use super::command::{self, CommandError};
 use super::unit_log::{self, UnitLog};
-use super::{Clock, Settings};
 use crate::core::units::{self, Backoff, Book, Unit, Why};
 use crate::proto::ManagerState;
 
@@ -103,7 +103,7 @@ pub struct Jobs {
     /// The workers the scheduler said last that it has registered.
     registered: Vec<String>,
     backoff: Backoff,
-    clock: Clock,
+    clock: crate::clock::Millis,
     /// What the last successful `squeue` listed, and when (for the report).
     listed: (Vec<Listed>, u64),
     /// The jobs it cancelled or saw end, for the report.
@@ -120,13 +120,13 @@ impl Jobs {
             slurm.max_pending,
         );
         Jobs {
+            clock: settings.seams.clock.clone(),
             settings,
             slurm,
             book,
             stopping: Vec::new(),
             registered: Vec::new(),
             backoff: Backoff::default(),
-            clock: Clock::new(),
             listed: (Vec::new(), 0),
             log: UnitLog::default(),
         }

@@ -8,13 +8,14 @@ mod journaling;
 mod perform;
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
 use super::event::{Event, JoinReply, ManagerReply};
 use super::policy::PolicyJob;
 use super::{journal, metrics};
+use crate::clock::{Clock, Millis};
 use crate::core::scaling::ScalingPolicy;
 use crate::core::scheduler::{ClientId, ConnectionId, Input, Scheduler};
 use crate::proto::{ErrorCode, Response, ToManager, ToWorker, WorkerId};
@@ -22,7 +23,8 @@ use journaling::stopping;
 
 pub(super) struct Actor {
     pub core: Scheduler,
-    pub started: Instant,
+    /// The core's `now` (ms since the actor was made) and its timer's instants.
+    clock: Millis,
     /// Worker connections waiting for their id.
     joining: HashMap<ConnectionId, (mpsc::UnboundedSender<ToWorker>, JoinReply)>,
     workers: HashMap<WorkerId, mpsc::UnboundedSender<ToWorker>>,
@@ -50,13 +52,14 @@ pub(super) struct Actor {
 impl Actor {
     pub(super) fn new(
         core: Scheduler,
+        clock: Arc<dyn Clock>,
         policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
         record: Option<std::fs::File>,
         journal: Option<journal::Journal>,
     ) -> Actor {
         Actor {
             core,
-            started: Instant::now(),
+            clock: Millis::new(clock),
             joining: HashMap::new(),
             workers: HashMap::new(),
             clients: HashMap::new(),
@@ -75,7 +78,7 @@ impl Actor {
     }
 
     pub(super) fn now(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        self.clock.now()
     }
 
     /// The event loop. Returns only when the journal cannot be written (with why): fail-stop,
@@ -84,14 +87,12 @@ impl Actor {
     pub(super) async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Event>) -> Option<String> {
         // One timer, moved only when the core's next timeout moves (not a new one per round).
         let mut timeout = self.core.poll_timeout();
-        let timer =
-            tokio::time::sleep_until((self.started + Duration::from_millis(timeout)).into());
+        let timer = tokio::time::sleep_until(self.clock.at(timeout));
         tokio::pin!(timer);
         loop {
             if self.core.poll_timeout() != timeout {
                 timeout = self.core.poll_timeout();
-                let wake = self.started + Duration::from_millis(timeout);
-                timer.as_mut().reset(wake.into());
+                timer.as_mut().reset(self.clock.at(timeout));
             }
             tokio::select! {
                 event = inbox.recv() => {

@@ -8,13 +8,14 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 /// The HTTP budgets (metrics and dashboard, each server its own): at most this many
 /// connections at once...

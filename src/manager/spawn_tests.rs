@@ -1,0 +1,128 @@
+//! The process backend through its seams: a [`Spawner`] of fake processes and a clock moved by
+//! hand, so the real `Pool` starts, reaps, replaces and stops workers with no process.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::pin::Pin;
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Process, Spawner};
+use crate::clock::{ManualClock, Millis};
+use crate::manager::{Pool, Seams, Settings};
+use crate::net::udp::HostUdp;
+
+/// A fake process's exit status, once it exited.
+type Status = Arc<Mutex<Option<ExitStatus>>>;
+
+/// Each process started: its arguments and status.
+#[derive(Debug, Default)]
+struct Fake {
+    started: Mutex<Vec<(Vec<OsString>, Status)>>,
+}
+
+struct FakeProcess(Status);
+
+impl Spawner for Fake {
+    fn spawn(
+        &self,
+        _program: &Path,
+        args: &[OsString],
+        _env: &[(String, String)],
+    ) -> io::Result<Box<dyn Process>> {
+        let status = Arc::new(Mutex::new(None));
+        let mut started = self.started.lock().expect("not poisoned");
+        started.push((args.to_vec(), status.clone()));
+        Ok(Box::new(FakeProcess(status)))
+    }
+}
+
+impl Process for FakeProcess {
+    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        Ok(*self.0.lock().expect("not poisoned"))
+    }
+
+    fn wait(&mut self) -> Pin<Box<dyn Future<Output = io::Result<ExitStatus>> + Send + '_>> {
+        // Only waited for after `terminate`, which ends it.
+        let status = self.0.lock().expect("not poisoned").unwrap_or_default();
+        Box::pin(async move { Ok(status) })
+    }
+
+    fn terminate(&mut self) {
+        *self.0.lock().expect("not poisoned") = Some(ExitStatus::from_raw(15));
+    }
+}
+
+fn settings(spawner: Arc<Fake>, clock: Millis) -> Settings {
+    Settings {
+        id: "pool".into(),
+        worker_type: "default".into(),
+        max_task_concurrency: 8,
+        slots: 1,
+        capabilities: vec![],
+        worker_capabilities_flag: String::new(),
+        env_plugin_flags: vec![],
+        environments: vec![],
+        fixed: Some(2),
+        worker_command: "/opt/weir/worker".into(),
+        access_file: "/tmp/access.json".into(),
+        heartbeat_interval: Duration::from_millis(500),
+        unit: None,
+        ends_at: None,
+        leave_before: Duration::from_secs(30),
+        usable: None,
+        seams: Seams {
+            clock,
+            spawner,
+            udp: Arc::new(HostUdp),
+        },
+    }
+}
+
+fn names(fake: &Fake) -> Vec<String> {
+    let started = fake.started.lock().expect("not poisoned");
+    started
+        .iter()
+        .filter_map(|(args, _)| {
+            let at = args.iter().position(|a| a == "--name")?;
+            Some(args.get(at + 1)?.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_pool_starts_replaces_after_a_backoff_and_stops_its_workers_through_the_spawner() {
+    let fake = Arc::new(Fake::default());
+    let manual = Arc::new(ManualClock::new());
+    let mut pool = Pool::new(settings(fake.clone(), Millis::new(manual.clone())));
+    pool.converge(0, &[], &[]).expect("starts");
+    assert_eq!(names(&fake), ["pool-1", "pool-2"]);
+    // One dies young: reaped and reported, replaced only after the backoff.
+    let first = fake.started.lock().expect("not poisoned")[0].1.clone();
+    *first.lock().expect("not poisoned") = Some(ExitStatus::from_raw(1 << 8));
+    manual.advance(Duration::from_secs(1));
+    pool.converge(0, &[], &[]).expect("converges");
+    assert_eq!(names(&fake).len(), 2, "not replaced during the backoff");
+    assert_eq!(pool.state().workers, ["pool-2"]);
+    assert!(pool.state().exited.contains(&"pool-1".to_string()));
+    manual.advance(Duration::from_secs(120));
+    pool.converge(0, &[], &[]).expect("converges");
+    assert_eq!(names(&fake), ["pool-1", "pool-2", "pool-3"]);
+    // Stopping all of them terminates every live one.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(pool.stop_all());
+    let started = fake.started.lock().expect("not poisoned");
+    for (_, status) in started.iter().skip(1) {
+        assert_eq!(
+            *status.lock().expect("not poisoned"),
+            Some(ExitStatus::from_raw(15))
+        );
+    }
+}

@@ -1,0 +1,31 @@
+//! What the scheduler's shell takes from the outside world, each through one narrow trait, so a
+//! simulated cluster can run the real shell: [`Seams::real`] is the host's.
+
+use std::sync::Arc;
+
+use super::journal::JournalStore;
+use crate::clock::{Clock, TokioClock};
+use crate::net::udp::{HostUdp, Udp};
+
+/// The scheduler's seams (see `docs/architecture.md`, "Seams").
+#[derive(Debug)]
+pub struct Seams {
+    /// Where the actor reads the time.
+    pub clock: Arc<dyn Clock>,
+    /// Where the journal's bytes are kept, instead of the file `--journal` names (`None`: that
+    /// file, or no journal without the flag).
+    pub journal: Option<Box<dyn JournalStore>>,
+    /// The socket it listens on (bound to `--listen`).
+    pub udp: Arc<dyn Udp>,
+}
+
+impl Seams {
+    /// The host's: tokio's clock, the journal's file, the host's sockets.
+    pub fn real() -> Seams {
+        Seams {
+            clock: Arc::new(TokioClock),
+            journal: None,
+            udp: Arc::new(HostUdp),
+        }
+    }
+}

@@ -20,7 +20,7 @@
 #[path = "core_pair/sim.rs"]
 mod sim;
 
-use sim::{Faults, Sim};
+use sim::{Faults, ManagerStats, Sim};
 
 /// Steps over all seeds: at least 100,000 (the bar), a few seconds in a debug build.
 const SEEDS: u64 = 24;
@@ -29,15 +29,24 @@ const STEPS: usize = 4_500;
 #[test]
 fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
     let (mut total, mut reruns, mut killed, mut lease_ends) = (0, 0, 0, 0);
+    let mut stats = ManagerStats::default();
+    let mut scaled_up = 0;
     for seed in 1..=SEEDS {
-        let mut sim = Sim::new(seed, 1 + (seed % 4) as usize, Faults::all());
+        let managers = 1 + (seed % 2) as usize;
+        let mut sim = Sim::with_managers(seed, 1 + (seed % 4) as usize, managers, Faults::all());
         for _ in 0..STEPS {
             sim.random_step();
             sim.check();
             total += 1;
         }
         sim.heal();
+        // Work for the managers: once faults stop, each runs what the scheduler asks.
+        sim.long_tasks = true;
+        sim.submit(12);
+        scaled_up += u64::from(sim.settle_managers(120_000) > 0);
         sim.run_until_done(600_000);
+        // And once the work is done, what it asks then (nothing).
+        sim.settle_managers(120_000);
         total += sim.steps_after_heal;
         let done = sim.finished();
         assert_eq!(
@@ -51,10 +60,17 @@ fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
         reruns += sim.runs_started.saturating_sub(sim.submitted);
         killed += sim.killed;
         lease_ends += sim.lease_ends;
+        let s = sim.manager_stats();
+        stats.adopted += s.adopted;
+        stats.restarts += s.restarts;
+        stats.twins += s.twins;
+        stats.refusals += s.refusals;
+        stats.twin_refusals += s.twin_refusals;
+        stats.decisions += s.decisions;
     }
     assert!(total >= 100_000, "only {total} steps");
     eprintln!(
-        "{total} steps, {reruns} reruns, {killed} runs stopped by a lease's end, {lease_ends} sessions ended by one"
+        "{total} steps, {reruns} reruns, {killed} runs stopped by a lease's end, {lease_ends} sessions ended by one; managers: {stats:?}, {scaled_up} seeds converged on more than none"
     );
     // Not vacuous: the faults made tasks run again, and leases run out with tasks running.
     assert!(reruns > 100, "{reruns} reruns");
@@ -63,6 +79,47 @@ fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
         lease_ends > 10,
         "{lease_ends} sessions ended by a lease's end"
     );
+    // Managers crashed and restarted, adopting units that ran on; twins were refused; the
+    // managers converged on work, not only on nothing.
+    assert!(stats.restarts > 10, "{stats:?}");
+    assert!(stats.adopted > 10, "{stats:?}");
+    assert!(stats.twin_refusals > 10, "{stats:?}");
+    assert!(
+        scaled_up > SEEDS / 2,
+        "{scaled_up} seeds converged on more than none"
+    );
+}
+
+#[test]
+fn a_second_manager_with_an_id_in_use_is_refused_and_no_task_runs_twice() {
+    let mut sim = Sim::with_managers(11, 1, 1, Faults::none());
+    sim.long_tasks = true;
+    sim.submit(8);
+    for _ in 0..40 {
+        sim.advance(250);
+        sim.check();
+    }
+    assert!(sim.manager_registered(0), "the manager registered");
+    sim.start_twin(0);
+    for _ in 0..40 {
+        sim.advance(250);
+        sim.check();
+    }
+    // The twin tried and was refused (again and again); the first keeps its connection.
+    assert!(
+        sim.manager_stats().twin_refusals > 1,
+        "{:?}",
+        sim.manager_stats()
+    );
+    assert!(!sim.manager_registered(1), "the twin registered");
+    assert!(
+        sim.manager_registered(0),
+        "the first manager lost its connection"
+    );
+    sim.heal();
+    sim.run_until_done(600_000);
+    assert_eq!(sim.finished(), sim.submitted);
+    sim.settle_managers(120_000);
 }
 
 #[test]
@@ -107,4 +164,22 @@ fn a_partition_longer_than_the_lease_stops_the_tasks_before_they_run_elsewhere()
     sim.heal();
     sim.run_until_done(600_000);
     assert_eq!(sim.finished(), sim.submitted);
+}
+
+/// Known hazard, not fixed: a twin admitted once the first manager's connection timed out
+/// (partitioned) names its units as the first does (two process pools of one id both name
+/// theirs `{id}-n`). Its heartbeat then reports one of the first's worker names as exited or
+/// no longer alive, the scheduler takes that (still running) worker for gone and requeues its
+/// tasks at once, without a fence: a task runs on two workers (seed 13, about step 3,300).
+/// Telling the processes apart needs the manager's report to say which instance of a name it
+/// means (a wire change).
+#[test]
+#[ignore = "known hazard: a twin reporting a name of the first manager's workers"]
+fn a_twin_naming_its_workers_as_the_first_does_makes_no_task_run_twice() {
+    let mut sim = Sim::with_managers(13, 2, 2, Faults::all());
+    sim.twin_names_collide();
+    for _ in 0..STEPS {
+        sim.random_step();
+        sim.check();
+    }
 }

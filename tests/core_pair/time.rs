@@ -24,7 +24,7 @@ impl Sim {
     }
 
     fn next_event(&self) -> u64 {
-        let mut at = self.sched.poll_timeout();
+        let mut at = self.sched.poll_timeout().min(self.manager_next_event());
         for conn in &self.conns {
             let sw = &self.workers[conn.worker];
             let after = sw.partitioned_until;
@@ -112,10 +112,11 @@ impl Sim {
                     if self.sched_conn.get(&worker) == Some(&c) {
                         self.sched_conn.remove(&worker);
                     }
+                    let planned = self.conns[c].planned;
                     self.sched_input(SInput::WorkerGone {
                         worker,
                         reason: "connection lost".into(),
-                        planned: false,
+                        planned,
                     });
                     self.sched_round();
                 }
@@ -127,7 +128,7 @@ impl Sim {
                 return true;
             }
         }
-        false
+        self.fire_managers()
     }
 
     fn fire_worker(&mut self, w: usize) -> bool {

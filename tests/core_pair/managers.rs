@@ -309,55 +309,6 @@ impl Sim {
 }
 
 impl Sim {
-    /// Whether every manager that runs runs what the scheduler last asked of it (within its
-    /// cap): as many units, each with its worker registered with the scheduler.
-    pub fn managers_converged(&self) -> Result<(), String> {
-        for (m, sm) in self.fleet.managers.iter().enumerate() {
-            if sm.twin {
-                continue;
-            }
-            let asked = self.fleet.desired.get(&sm.id).copied().unwrap_or(0);
-            let expected = asked.min(sm.max_workers) as usize;
-            let registered = self.sched.tasks().views_of_manager(self.now, &sm.id).len();
-            if sm.engine.len() != expected || registered != expected {
-                return Err(format!(
-                    "m{m} was asked for {asked} workers (cap {}): it runs {} units, the scheduler has {registered} of its workers",
-                    sm.max_workers,
-                    sm.engine.len()
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Time passes (no faults) until the managers converge, at most `limit_ms`; the desired
-    /// count they converged to, summed.
-    pub fn settle_managers(&mut self, limit_ms: u64) -> u32 {
-        let end = self.now + limit_ms;
-        loop {
-            self.advance(250);
-            self.check();
-            self.steps_after_heal += 1;
-            if self.managers_converged().is_ok() {
-                return (self.fleet.managers.iter())
-                    .filter(|s| !s.twin)
-                    .map(|s| self.fleet.desired.get(&s.id).copied().unwrap_or(0))
-                    .sum();
-            }
-            if let (true, Err(error)) = (self.now >= end, self.managers_converged()) {
-                panic!(
-                    "managers did not converge within {limit_ms} ms: {error}\n{}",
-                    self.trace_tail()
-                );
-            }
-        }
-    }
-
-    /// A twin's units are named as the first manager's are (see [`fleet::Fleet`]).
-    pub fn twin_names_collide(&mut self) {
-        self.fleet.twin_names_collide = true;
-    }
-
     pub fn manager_stats(&self) -> super::ManagerStats {
         self.fleet.stats
     }

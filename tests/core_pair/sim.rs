@@ -1,6 +1,8 @@
 //! The simulated cluster of `core_pair.rs`: the two cores, the shells' duties done by hand
 //! (frames to inputs, actions to frames, runs and the guard's kill), and the network.
 
+#[path = "checks.rs"]
+mod checks;
 #[path = "fleet.rs"]
 mod fleet;
 #[path = "managers.rs"]
@@ -10,7 +12,7 @@ mod shells;
 #[path = "time.rs"]
 mod time;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use fleet::Fleet;
 pub use fleet::ManagerStats;
@@ -141,7 +143,6 @@ pub struct Sim {
     pub lease_ends: u64,
     /// Every run takes 10 to 20 s (so a test can cut a worker off while it runs).
     pub long_tasks: bool,
-    checks: std::cell::Cell<u64>,
     trace: VecDeque<String>,
     fleet: Fleet,
 }
@@ -200,7 +201,6 @@ impl Sim {
             killed: 0,
             lease_ends: 0,
             long_tasks: false,
-            checks: std::cell::Cell::new(0),
             trace: VecDeque::new(),
             fleet: Fleet::new(managers),
         };
@@ -406,41 +406,5 @@ impl Sim {
 
     pub fn physically_running(&self, w: usize) -> usize {
         self.workers[w].runs.len()
-    }
-
-    // ----- invariants -----
-
-    pub fn check(&self) {
-        self.checks.set(self.checks.get() + 1);
-        let mut physical: BTreeMap<TaskId, usize> = BTreeMap::new();
-        let mut believed: BTreeMap<TaskId, usize> = BTreeMap::new();
-        for (w, sw) in self.workers.iter().enumerate() {
-            for (task, _) in sw.runs.keys() {
-                if let Some(other) = physical.insert(*task, w).filter(|other| *other != w) {
-                    panic!(
-                        "task {task} runs on w{other} and w{w} at {}\n{}",
-                        self.now,
-                        self.trace_tail()
-                    );
-                }
-            }
-            let Some(core) = &sw.core else { continue };
-            core.sanity_check(self.now);
-            if !core.lease_valid(self.now) {
-                continue;
-            }
-            for task in core.running() {
-                if let Some(other) = believed.insert(task, w) {
-                    panic!(
-                        "w{other} and w{w} both hold task {task} with a valid lease at {}\n{}",
-                        self.now,
-                        self.trace_tail()
-                    );
-                }
-            }
-        }
-        if let Err(error) = self.sched.sanity_check() {
-            panic!("scheduler: {error}\n{}", self.trace_tail());
-        }
     }
 }

@@ -66,13 +66,7 @@ fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
         reruns += sim.runs_started.saturating_sub(sim.submitted);
         killed += sim.killed;
         lease_ends += sim.lease_ends;
-        let s = sim.manager_stats();
-        stats.adopted += s.adopted;
-        stats.restarts += s.restarts;
-        stats.twins += s.twins;
-        stats.refusals += s.refusals;
-        stats.twin_refusals += s.twin_refusals;
-        stats.decisions += s.decisions;
+        stats.add(&sim.manager_stats());
     }
     assert!(total >= 100_000, "only {total} steps");
     eprintln!(
@@ -90,6 +84,8 @@ fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
     assert!(stats.restarts > 10, "{stats:?}");
     assert!(stats.adopted > 10, "{stats:?}");
     assert!(stats.twin_refusals > 10, "{stats:?}");
+    assert!(stats.goodbyes > 10, "{stats:?}");
+    assert!(stats.long_absences > 10, "{stats:?}");
     assert!(
         scaled_up > SEEDS / 2,
         "{scaled_up} seeds converged on more than none"
@@ -172,17 +168,23 @@ fn a_partition_longer_than_the_lease_stops_the_tasks_before_they_run_elsewhere()
     assert_eq!(sim.finished(), sim.submitted);
 }
 
-/// Known hazard, not fixed: a twin admitted once the first manager's connection timed out
+/// Known hazard, not fixed: a twin let in once the first manager's connection timed out
 /// (partitioned) names its units as the first does (two process pools of one id both name
-/// theirs `{id}-n`). Its heartbeat then reports one of the first's worker names as exited or
-/// no longer alive, the scheduler takes that (still running) worker for gone and requeues its
-/// tasks at once, without a fence: a task runs on two workers (seed 13, about step 3,300).
-/// Telling the processes apart needs the manager's report to say which instance of a name it
-/// means (a wire change).
+/// theirs `{id}-n`). It stops its workers of names the first's workers hold and reports those
+/// names exited; the scheduler takes the first's worker of that name, registered (again) and
+/// still running, for gone and requeues its tasks at once, without a fence: a task runs on
+/// two workers. Telling the processes apart needs the
+/// manager's report to say which process of a name it means (a wire change). The twins of the
+/// main test name their units apart.
 #[test]
 #[ignore = "known hazard: a twin reporting a name of the first manager's workers"]
 fn a_twin_naming_its_workers_as_the_first_does_makes_no_task_run_twice() {
-    let mut sim = Sim::with_managers(13, 2, 2, Faults::all());
+    // The first of seeds 1 to 120 that shows it (near step 1,900: the twin stops its workers
+    // of names the first's worker w45 also holds; w45 registers, starts a task, and is taken
+    // for gone; w0 starts the task too).
+    let seed = 52;
+    let managers = 1 + (seed % 2) as usize;
+    let mut sim = Sim::with_managers(seed, 1 + (seed % 4) as usize, managers, Faults::all());
     sim.twin_names_collide();
     for _ in 0..STEPS {
         sim.random_step();

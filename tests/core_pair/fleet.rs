@@ -43,6 +43,25 @@ pub struct ManagerStats {
     /// Refused connections of a twin while the original held the id.
     pub twin_refusals: u64,
     pub decisions: u64,
+    pub goodbyes: u64,
+    /// Crashes longer than the scheduler remembers a silent manager.
+    pub long_absences: u64,
+    /// Workers the scheduler dismissed (their manager was forgotten).
+    pub dismissed: u64,
+}
+
+impl ManagerStats {
+    pub fn add(&mut self, other: &ManagerStats) {
+        self.adopted += other.adopted;
+        self.restarts += other.restarts;
+        self.twins += other.twins;
+        self.refusals += other.refusals;
+        self.twin_refusals += other.twin_refusals;
+        self.decisions += other.decisions;
+        self.goodbyes += other.goodbyes;
+        self.long_absences += other.long_absences;
+        self.dismissed += other.dismissed;
+    }
 }
 
 /// Every manager, their connections, and the scheduler's shell's map of registered ones.
@@ -144,6 +163,19 @@ impl Sim {
             queue.push_back((at, FromManager::Heartbeat(state.clone())));
         }
         queue.push_back((at, FromManager::Heartbeat(state)));
+    }
+
+    /// A manager says goodbye on connection `c`; the scheduler closes it once it has read it
+    /// (or the manager's end of it closes a little later).
+    pub(super) fn manager_goodbye(&mut self, c: usize) {
+        if self.fleet.conns[c].broken {
+            return;
+        }
+        let at = self.delay();
+        let queue = &mut self.fleet.conns[c].to_sched;
+        let at = queue.back().map_or(at, |(last, _)| at.max(*last));
+        queue.push_back((at, FromManager::Goodbye));
+        self.fleet.conns[c].sched_notice = Some(at + 1);
     }
 
     fn deliver_to_sched_from_manager(&mut self, c: usize, frame: FromManager) {
@@ -355,12 +387,28 @@ impl Sim {
         false
     }
 
+    /// Manager `m` is cut off for `length` ms (frames wait; a long partition times the
+    /// connection out).
+    pub fn partition_manager(&mut self, m: usize, length: u64) {
+        self.note(format!("partition m{m} for {length} ms"));
+        let sm = &mut self.fleet.managers[m];
+        sm.partitioned_until = sm.partitioned_until.max(self.now + length);
+        if length >= super::IDLE_MS
+            && let Some(c) = sm.session
+        {
+            let notice = self.now + super::IDLE_MS;
+            let jitter = self.rng.below(100);
+            self.break_mconn(c, Some(notice), Some(notice + jitter));
+        }
+    }
+
     /// A random fault of a manager: its connection breaks, it is cut off, it crashes (and
-    /// restarts with the same id), or a twin is started with its id.
+    /// restarts with the same id, soon or after it was forgotten), it stops on purpose (goodbye),
+    /// or a twin is started with its id.
     pub(super) fn manager_fault(&mut self) {
         let originals = self.fleet.managers.iter().filter(|s| !s.twin).count();
         let m = self.rng.below(originals as u64) as usize;
-        match self.rng.below(4) {
+        match self.rng.below(6) {
             0 => {
                 if let Some(c) = self.fleet.managers[m].session {
                     let notice_m = self.now + self.rng.below(super::IDLE_MS);
@@ -370,18 +418,19 @@ impl Sim {
             }
             1 => {
                 let length = 100 + self.rng.below(super::IDLE_MS * 3);
-                self.note(format!("partition m{m} for {length} ms"));
-                let sm = &mut self.fleet.managers[m];
-                sm.partitioned_until = sm.partitioned_until.max(self.now + length);
-                if length >= super::IDLE_MS
-                    && let Some(c) = sm.session
-                {
-                    let notice = self.now + super::IDLE_MS;
-                    let jitter = self.rng.below(100);
-                    self.break_mconn(c, Some(notice), Some(notice + jitter));
-                }
+                self.partition_manager(m, length);
             }
             2 => self.crash_manager(m),
+            3 => {
+                // Gone for longer than the scheduler remembers a silent manager.
+                self.crash_manager(m);
+                self.fleet.stats.long_absences += 1;
+                let sm = &mut self.fleet.managers[m];
+                sm.restart_at = sm
+                    .restart_at
+                    .max(self.now + 60_000 + self.rng.below(30_000));
+            }
+            4 => self.stop_manager(m),
             _ => self.start_twin(m),
         }
     }

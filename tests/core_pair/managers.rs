@@ -167,6 +167,26 @@ impl Sim {
         }
     }
 
+    /// Manager `m` stops on purpose (a signal): goodbye first, then it stops its workers and
+    /// exits; it is started again a few seconds later.
+    pub(super) fn stop_manager(&mut self, m: usize) {
+        if self.fleet.managers[m].core.is_none() {
+            return;
+        }
+        self.note(format!("m{m} stops on purpose"));
+        self.fleet.stats.goodbyes += 1;
+        if let Some(c) = self.fleet.managers[m].session.take() {
+            self.manager_goodbye(c);
+        }
+        let sm = &mut self.fleet.managers[m];
+        sm.core = None;
+        sm.restart_at = self.now + 1_000 + self.rng.below(4_000);
+        let workers: Vec<usize> = sm.engine.drain(..).filter_map(|u| u.worker).collect();
+        for w in workers {
+            self.stop_worker(w);
+        }
+    }
+
     /// A second process is started with manager `m`'s id, and killed a while later.
     pub fn start_twin(&mut self, m: usize) {
         if self

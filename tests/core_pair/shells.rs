@@ -235,6 +235,7 @@ impl Sim {
                 self.note(format!("w{w} ends its session: {end:?}"));
                 let stopping = matches!(end, End::Dismissed | End::EndOfAllocation);
                 self.lease_ends += u64::from(end == End::LeaseExpired);
+                self.fleet.stats.dismissed += u64::from(end == End::Dismissed);
                 self.end_session(w, stopping);
             }
         }

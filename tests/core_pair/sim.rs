@@ -12,7 +12,7 @@ mod shells;
 #[path = "time.rs"]
 mod time;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use fleet::Fleet;
 pub use fleet::ManagerStats;
@@ -82,7 +82,7 @@ struct SimWorker {
     session: Option<usize>,
     next_connect: u64,
     /// Runs going on: (task, run) -> when it ends by itself.
-    runs: HashMap<(TaskId, u64), u64>,
+    runs: BTreeMap<(TaskId, u64), u64>,
     /// Canceled runs end soon: task -> (run, when).
     cancels: Vec<(TaskId, u64, u64)>,
     /// The guard's deadline (`u64::MAX`: none).
@@ -103,7 +103,7 @@ impl SimWorker {
             core: None,
             session: None,
             next_connect: 0,
-            runs: HashMap::new(),
+            runs: BTreeMap::new(),
             cancels: Vec::new(),
             guard_until: u64::MAX,
             partitioned_until: 0,

@@ -144,7 +144,7 @@ impl Sim {
         };
         if !sw.runs.is_empty() && sw.guard_until <= now {
             // The lease ran out: the guard kills every task group.
-            let killed: Vec<(TaskId, u64)> = sw.runs.drain().map(|(run, _)| run).collect();
+            let killed: Vec<(TaskId, u64)> = std::mem::take(&mut sw.runs).into_keys().collect();
             let at = sw.guard_until;
             self.killed += killed.len() as u64;
             self.note(format!("w{w}'s guard kills {} runs", killed.len()));

@@ -86,6 +86,7 @@ fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
     assert!(stats.twin_refusals > 10, "{stats:?}");
     assert!(stats.goodbyes > 10, "{stats:?}");
     assert!(stats.long_absences > 10, "{stats:?}");
+    assert!(stats.dismissed > 5, "{stats:?}");
     assert!(
         scaled_up > SEEDS / 2,
         "{scaled_up} seeds converged on more than none"

@@ -282,6 +282,54 @@ impl Sim {
         self.manager_heartbeat(m);
     }
 
+    /// Manager `m` is cut off for `length` ms (frames wait; a long partition times the
+    /// connection out).
+    pub fn partition_manager(&mut self, m: usize, length: u64) {
+        self.note(format!("partition m{m} for {length} ms"));
+        let sm = &mut self.fleet.managers[m];
+        sm.partitioned_until = sm.partitioned_until.max(self.now + length);
+        if length >= super::IDLE_MS
+            && let Some(c) = sm.session
+        {
+            let notice = self.now + super::IDLE_MS;
+            let jitter = self.rng.below(100);
+            self.break_mconn(c, Some(notice), Some(notice + jitter));
+        }
+    }
+
+    /// A random fault of a manager: its connection breaks, it is cut off, it crashes (and
+    /// restarts with the same id, soon or after it was forgotten), it stops on purpose (goodbye),
+    /// or a twin is started with its id.
+    pub(super) fn manager_fault(&mut self) {
+        let originals = self.fleet.managers.iter().filter(|s| !s.twin).count();
+        let m = self.rng.below(originals as u64) as usize;
+        match self.rng.below(6) {
+            0 => {
+                if let Some(c) = self.fleet.managers[m].session {
+                    let notice_m = self.now + self.rng.below(super::IDLE_MS);
+                    let notice_s = self.now + self.rng.below(super::IDLE_MS);
+                    self.break_mconn(c, Some(notice_m), Some(notice_s));
+                }
+            }
+            1 => {
+                let length = 100 + self.rng.below(super::IDLE_MS * 3);
+                self.partition_manager(m, length);
+            }
+            2 => self.crash_manager(m),
+            3 => {
+                // Gone for longer than the scheduler remembers a silent manager.
+                self.crash_manager(m);
+                self.fleet.stats.long_absences += 1;
+                let sm = &mut self.fleet.managers[m];
+                sm.restart_at = sm
+                    .restart_at
+                    .max(self.now + 60_000 + self.rng.below(30_000));
+            }
+            4 => self.stop_manager(m),
+            _ => self.start_twin(m),
+        }
+    }
+
     /// A worker its manager stopped: it stops its tasks and closes its connection on purpose.
     fn stop_worker(&mut self, w: usize) {
         if self.workers[w].core.is_none() {

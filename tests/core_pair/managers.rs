@@ -249,7 +249,7 @@ impl Sim {
             core.exited
                 .push(weir::core::units::names(&sm.id, &unit.id, 1).remove(0));
             if let Some(i) = sm.engine.iter().position(|u| u.id == unit.id) {
-                stopped.extend(sm.engine.remove(i).worker);
+                stopped.extend(sm.engine.remove(i).worker.map(|w| (w, unit.why)));
             }
         }
         for _ in 0..start {
@@ -275,8 +275,8 @@ impl Sim {
             "m{m} runs {units} units, above its cap {cap}\n{}",
             self.trace_tail()
         );
-        for w in stopped {
-            self.note(format!("m{m} stops w{w}"));
+        for (w, why) in stopped {
+            self.note(format!("m{m} stops w{w} ({why:?})"));
             self.stop_worker(w);
         }
         self.manager_heartbeat(m);

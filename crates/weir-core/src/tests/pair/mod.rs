@@ -1,16 +1,22 @@
-//! The scheduler's core and N worker cores ([`crate::worker`]) over an in-memory network on
-//! virtual time, in the manner of quinn-proto's `Pair`: no sockets, no threads, no clock. Seeded
-//! random steps — submit, advance time, break a connection (what was in flight is lost, each
-//! side notices within the idle timeout), partition a worker (frames wait; a long partition
-//! times the connection out), duplicate idempotent frames, crash and restart a worker — and
-//! after every step the invariants:
+//! The scheduler's core, N worker cores ([`crate::worker`]) and M worker managers (each a
+//! manager core: [`crate::units::Book`] and its backoff) over an in-memory network on
+//! virtual time, in the manner of quinn-proto's `Pair`: no sockets, no threads, no clock. The
+//! native waterfall decides how many workers each manager runs. Seeded random steps — submit,
+//! advance time, break a connection (what was in flight is lost, each side notices within the
+//! idle timeout), partition a worker or a manager (frames wait; a long partition times the
+//! connection out), duplicate idempotent frames, crash and restart a worker, crash a manager
+//! (its units run on; it restarts with the same id and adopts them), start a twin (a second
+//! manager process with an id in use) — and after every step the invariants:
 //! - no task runs on two workers at once, both as the worker cores see it (a core holds it as
 //!   running and its lease is valid) and physically (a run that has not ended, been killed by
 //!   the guard at the lease's end, or been given up);
-//! - every core's own sanity check holds (each worker core's after every step, the scheduler's
-//!   task core's after every eighth: it walks every task);
+//! - every core's own sanity check holds: each worker core's and the whole scheduler's
+//!   (`Scheduler::sanity_check`, which about doubles the time of the 100,000 steps);
+//! - at most one connection per manager id is registered, and no manager runs more units than
+//!   its cap;
 //!
-//! and once the faults stop, every submitted task finishes.
+//! and once the faults stop, every submitted task finishes and every manager runs what the
+//! scheduler asked of it last (with work queued, and with none).
 //!
 //! A connection is a QUIC stream: ordered and reliable while it lives, so frames are never
 //! reordered or dropped on a live connection. Loss is a connection that breaks with frames in
@@ -19,24 +25,33 @@
 
 mod sim;
 
-use sim::{Faults, Sim};
+use sim::{Faults, ManagerStats, Sim};
 
-/// Steps over all seeds: at least 100,000 (the bar), a few seconds in a debug build.
+/// Steps over all seeds: at least 100,000 (the bar), 20 to 40 s in a debug build.
 const SEEDS: u64 = 24;
 const STEPS: usize = 4_500;
 
 #[test]
 fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
     let (mut total, mut reruns, mut killed, mut lease_ends) = (0, 0, 0, 0);
+    let mut stats = ManagerStats::default();
+    let mut scaled_up = 0;
     for seed in 1..=SEEDS {
-        let mut sim = Sim::new(seed, 1 + (seed % 4) as usize, Faults::all());
+        let managers = 1 + (seed % 2) as usize;
+        let mut sim = Sim::with_managers(seed, 1 + (seed % 4) as usize, managers, Faults::all());
         for _ in 0..STEPS {
             sim.random_step();
             sim.check();
             total += 1;
         }
         sim.heal();
+        // Work for the managers: once faults stop, each runs what the scheduler asks.
+        sim.long_tasks = true;
+        sim.submit(12);
+        scaled_up += u64::from(sim.settle_managers(120_000) > 0);
         sim.run_until_done(600_000);
+        // And once the work is done, what it asks then (nothing).
+        sim.settle_managers(120_000);
         total += sim.steps_after_heal;
         let done = sim.finished();
         assert_eq!(
@@ -50,10 +65,11 @@ fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
         reruns += sim.runs_started.saturating_sub(sim.submitted);
         killed += sim.killed;
         lease_ends += sim.lease_ends;
+        stats.add(&sim.manager_stats());
     }
     assert!(total >= 100_000, "only {total} steps");
     eprintln!(
-        "{total} steps, {reruns} reruns, {killed} runs stopped by a lease's end, {lease_ends} sessions ended by one"
+        "{total} steps, {reruns} reruns, {killed} runs stopped by a lease's end, {lease_ends} sessions ended by one; managers: {stats:?}, {scaled_up} seeds converged on more than none"
     );
     // Not vacuous: the faults made tasks run again, and leases run out with tasks running.
     assert!(reruns > 100, "{reruns} reruns");
@@ -62,6 +78,50 @@ fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
         lease_ends > 10,
         "{lease_ends} sessions ended by a lease's end"
     );
+    // Managers crashed and restarted, adopting units that ran on; twins were refused; the
+    // managers converged on work, not only on nothing.
+    assert!(stats.restarts > 10, "{stats:?}");
+    assert!(stats.adopted > 10, "{stats:?}");
+    assert!(stats.twin_refusals > 10, "{stats:?}");
+    assert!(stats.goodbyes > 10, "{stats:?}");
+    assert!(stats.long_absences > 10, "{stats:?}");
+    assert!(stats.dismissed > 5, "{stats:?}");
+    assert!(
+        scaled_up > SEEDS / 2,
+        "{scaled_up} seeds converged on more than none"
+    );
+}
+
+#[test]
+fn a_second_manager_with_an_id_in_use_is_refused_and_no_task_runs_twice() {
+    let mut sim = Sim::with_managers(11, 1, 1, Faults::none());
+    sim.long_tasks = true;
+    sim.submit(8);
+    for _ in 0..40 {
+        sim.advance(250);
+        sim.check();
+    }
+    assert!(sim.manager_registered(0), "the manager registered");
+    sim.start_twin(0);
+    for _ in 0..40 {
+        sim.advance(250);
+        sim.check();
+    }
+    // The twin tried and was refused (again and again); the first keeps its connection.
+    assert!(
+        sim.manager_stats().twin_refusals > 1,
+        "{:?}",
+        sim.manager_stats()
+    );
+    assert!(!sim.manager_registered(1), "the twin registered");
+    assert!(
+        sim.manager_registered(0),
+        "the first manager lost its connection"
+    );
+    sim.heal();
+    sim.run_until_done(600_000);
+    assert_eq!(sim.finished(), sim.submitted);
+    sim.settle_managers(120_000);
 }
 
 #[test]
@@ -106,4 +166,28 @@ fn a_partition_longer_than_the_lease_stops_the_tasks_before_they_run_elsewhere()
     sim.heal();
     sim.run_until_done(600_000);
     assert_eq!(sim.finished(), sim.submitted);
+}
+
+/// Known hazard, not fixed: a twin let in once the first manager's connection timed out
+/// (partitioned) names its units as the first does (two process pools of one id both name
+/// theirs `{id}-n`). It stops its workers of names the first's workers hold and reports those
+/// names exited; the scheduler takes the first's worker of that name, registered (again) and
+/// still running, for gone and requeues its tasks at once, without a fence: a task runs on
+/// two workers. Telling the processes apart needs the
+/// manager's report to say which process of a name it means (a wire change). The twins of the
+/// main test name their units apart.
+#[test]
+#[ignore = "known hazard: a twin reporting a name of the first manager's workers"]
+fn a_twin_naming_its_workers_as_the_first_does_makes_no_task_run_twice() {
+    // The first of seeds 1 to 120 that shows it (near step 1,900: the twin stops its workers
+    // of names the first's worker w45 also holds; w45 registers, starts a task, and is taken
+    // for gone; w0 starts the task too).
+    let seed = 52;
+    let managers = 1 + (seed % 2) as usize;
+    let mut sim = Sim::with_managers(seed, 1 + (seed % 4) as usize, managers, Faults::all());
+    sim.twin_names_collide();
+    for _ in 0..STEPS {
+        sim.random_step();
+        sim.check();
+    }
 }

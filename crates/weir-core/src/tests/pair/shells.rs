@@ -27,6 +27,7 @@ impl Sim {
             to_worker: VecDeque::new(),
             worker_notice: None,
             sched_notice: None,
+            planned: false,
         });
         self.workers[w].session = Some(c);
         self.note(format!("w{w} connects on c{c}"));
@@ -171,7 +172,7 @@ impl Sim {
                     }
                 }
                 SAction::Compact(_) => self.sched.handle(self.now, SInput::Compacted),
-                _ => {}
+                other => self.sched_manager_action(other),
             }
         }
     }
@@ -216,6 +217,7 @@ impl Sim {
                 };
                 let end = self.now + length;
                 let task = assignment.task;
+                self.note(format!("w{w} starts task {task} run {run}"));
                 self.workers[w].runs.insert((task, run), end);
             }
             WAction::Cancel { task, run } => {
@@ -233,6 +235,7 @@ impl Sim {
                 self.note(format!("w{w} ends its session: {end:?}"));
                 let stopping = matches!(end, End::Dismissed | End::EndOfAllocation);
                 self.lease_ends += u64::from(end == End::LeaseExpired);
+                self.fleet.stats.dismissed += u64::from(end == End::Dismissed);
                 self.end_session(w, stopping);
             }
         }
@@ -248,11 +251,13 @@ impl Sim {
         self.workers[w].session = None;
         let notice = self.delay();
         self.break_conn(c, None, Some(notice));
+        self.conns[c].planned = stopping;
         self.workers[w].next_connect = self.now + 200 + self.rng.below(300);
         if stopping {
             self.workers[w].runs.clear();
             self.workers[w].core = None;
             self.workers[w].restart_at = self.now + 1_000;
+            self.process_exited(w);
         }
     }
 }

@@ -1,6 +1,12 @@
 //! The simulated cluster of `mod.rs`: the two cores, the shells' duties done by hand
 //! (frames to inputs, actions to frames, runs and the guard's kill), and the network.
 
+#[path = "checks.rs"]
+mod checks;
+#[path = "fleet.rs"]
+mod fleet;
+#[path = "managers.rs"]
+mod managers;
 #[path = "shells.rs"]
 mod shells;
 #[path = "time.rs"]
@@ -11,6 +17,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use crate::scheduler::{self, Input as SInput, PolicyInfo, Scheduler};
 use crate::tasks;
 use crate::worker;
+use fleet::Fleet;
+pub(super) use fleet::ManagerStats;
 use weir_proto::{
     FromWorker, NewGroup, Request, TaskId, TaskKind, TaskSpec, ToWorker, WorkerId, WorkerInfo,
 };
@@ -64,6 +72,8 @@ struct Conn {
     /// When each side learns it broke.
     worker_notice: Option<u64>,
     sched_notice: Option<u64>,
+    /// The worker closed it on purpose (it stops).
+    planned: bool,
 }
 
 struct SimWorker {
@@ -72,7 +82,7 @@ struct SimWorker {
     session: Option<usize>,
     next_connect: u64,
     /// Runs going on: (task, run) -> when it ends by itself.
-    runs: HashMap<(TaskId, u64), u64>,
+    runs: BTreeMap<(TaskId, u64), u64>,
     /// Canceled runs end soon: task -> (run, when).
     cancels: Vec<(TaskId, u64, u64)>,
     /// The guard's deadline (`u64::MAX`: none).
@@ -80,6 +90,39 @@ struct SimWorker {
     partitioned_until: u64,
     restart_at: u64,
     instance: u64,
+    slots: u32,
+    /// The manager id it registers with, and the slot of the manager whose unit runs it.
+    manager: Option<String>,
+    manager_slot: Option<usize>,
+}
+
+impl SimWorker {
+    fn new(name: String, slots: u32) -> SimWorker {
+        SimWorker {
+            name,
+            core: None,
+            session: None,
+            next_connect: 0,
+            runs: BTreeMap::new(),
+            cancels: Vec::new(),
+            guard_until: u64::MAX,
+            partitioned_until: 0,
+            restart_at: 0,
+            instance: 0,
+            slots,
+            manager: None,
+            manager_slot: None,
+        }
+    }
+
+    /// The worker of a manager's unit (it never restarts: its unit ends with it).
+    fn managed(name: String, manager: String, slot: usize) -> SimWorker {
+        SimWorker {
+            manager: Some(manager),
+            manager_slot: Some(slot),
+            ..SimWorker::new(name, managers::SLOTS)
+        }
+    }
 }
 
 pub(super) struct Sim {
@@ -100,12 +143,17 @@ pub(super) struct Sim {
     pub lease_ends: u64,
     /// Every run takes 10 to 20 s (so a test can cut a worker off while it runs).
     pub long_tasks: bool,
-    checks: std::cell::Cell<u64>,
     trace: VecDeque<String>,
+    fleet: Fleet,
 }
 
 impl Sim {
     pub(super) fn new(seed: u64, workers: usize, faults: Faults) -> Sim {
+        Sim::with_managers(seed, workers, 0, faults)
+    }
+
+    /// `workers` workers of their own, and `managers` managers the policy scales.
+    pub(super) fn with_managers(seed: u64, workers: usize, managers: usize, faults: Faults) -> Sim {
         let config = scheduler::Config {
             tasks: tasks::Config {
                 heartbeat_timeout_ms: 5_000,
@@ -120,27 +168,22 @@ impl Sim {
             manager_forget_ms: 60_000,
             lease_ms: LEASE_MS,
             tick_ms: 100,
-            scaling_ms: None,
+            scaling_ms: Some(1_000),
             scale_down_delay_ms: 0,
             unschedulable_timeout_ms: None,
-            policy: PolicyInfo::default(),
-            tiers: vec![],
+            policy: PolicyInfo {
+                name: "waterfall".into(),
+                content: fleet::POLICY.into(),
+                ..PolicyInfo::default()
+            },
+            tiers: weir_waterfall::Policy::parse(weir_waterfall::Flavor::WorkerType, fleet::POLICY)
+                .map(|p| p.tiers())
+                .unwrap_or_default(),
             journal: false,
             compact_min_bytes: 1 << 20,
         };
         let workers = (0..workers)
-            .map(|i| SimWorker {
-                name: format!("w-{i}"),
-                core: None,
-                session: None,
-                next_connect: 0,
-                runs: HashMap::new(),
-                cancels: Vec::new(),
-                guard_until: u64::MAX,
-                partitioned_until: 0,
-                restart_at: 0,
-                instance: 0,
-            })
+            .map(|i| SimWorker::new(format!("w-{i}"), 1 + (i as u32 % 3)))
             .collect();
         let mut sim = Sim {
             rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
@@ -157,17 +200,20 @@ impl Sim {
             killed: 0,
             lease_ends: 0,
             long_tasks: false,
-            checks: std::cell::Cell::new(0),
             trace: VecDeque::new(),
+            fleet: Fleet::new(managers),
         };
         for w in 0..sim.workers.len() {
             sim.start_worker(w);
+        }
+        for m in 0..managers {
+            sim.start_manager(m);
         }
         sim
     }
 
     fn note(&mut self, what: String) {
-        if self.trace.len() == 200 {
+        if self.trace.len() == 300 {
             self.trace.pop_front();
         }
         self.trace.push_back(format!("{:>8} {what}", self.now));
@@ -178,15 +224,17 @@ impl Sim {
     }
 
     fn start_worker(&mut self, w: usize) {
-        let slots = 1 + (w as u32 % 3);
         let sw = &mut self.workers[w];
         sw.instance += 1;
         let info = WorkerInfo {
             name: sw.name.clone(),
-            slots,
+            slots: sw.slots,
             capabilities: vec![],
-            worker_type: String::new(),
-            manager: None,
+            worker_type: match sw.manager {
+                Some(_) => managers::WORKER_TYPE.into(),
+                None => String::new(),
+            },
+            manager: sw.manager.clone(),
             local_environments: vec![],
             running: vec![],
             instance: (w as u64) << 32 | sw.instance,
@@ -238,6 +286,9 @@ impl Sim {
             11 if self.faults.enabled && self.rng.chance(30) => {
                 let w = self.rng.below(self.workers.len() as u64) as usize;
                 self.crash(w);
+            }
+            12 if self.faults.enabled && !self.fleet.managers.is_empty() && self.rng.chance(40) => {
+                self.manager_fault();
             }
             _ => {
                 let dt = match self.rng.chance(90) {
@@ -295,7 +346,7 @@ impl Sim {
         }
     }
 
-    fn crash(&mut self, w: usize) {
+    pub(super) fn crash(&mut self, w: usize) {
         if self.workers[w].core.is_none() {
             return;
         }
@@ -310,14 +361,25 @@ impl Sim {
             let notice = self.now + self.rng.below(IDLE_MS);
             self.break_conn(c, None, Some(notice));
         }
+        self.process_exited(w);
     }
 
-    /// Every fault is over: partitions end, crashed workers restart.
+    /// Every fault is over: partitions end, crashed workers and managers restart, twins die.
     pub(super) fn heal(&mut self) {
         self.faults = Faults::none();
-        for sw in &mut self.workers {
+        for sw in self.workers.iter_mut().filter(|w| w.manager_slot.is_none()) {
             sw.partitioned_until = sw.partitioned_until.min(self.now);
             sw.restart_at = sw.restart_at.min(self.now);
+        }
+        for sw in &mut self.workers {
+            sw.partitioned_until = sw.partitioned_until.min(self.now);
+        }
+        for sm in &mut self.fleet.managers {
+            sm.partitioned_until = sm.partitioned_until.min(self.now);
+            match sm.twin {
+                true => sm.dies_at = sm.dies_at.min(self.now),
+                false => sm.restart_at = sm.restart_at.min(self.now),
+            }
         }
     }
 
@@ -343,45 +405,5 @@ impl Sim {
 
     pub(super) fn physically_running(&self, w: usize) -> usize {
         self.workers[w].runs.len()
-    }
-
-    // ----- invariants -----
-
-    pub(super) fn check(&self) {
-        self.checks.set(self.checks.get() + 1);
-        let mut physical: BTreeMap<TaskId, usize> = BTreeMap::new();
-        let mut believed: BTreeMap<TaskId, usize> = BTreeMap::new();
-        for (w, sw) in self.workers.iter().enumerate() {
-            for (task, _) in sw.runs.keys() {
-                if let Some(other) = physical.insert(*task, w).filter(|other| *other != w) {
-                    panic!(
-                        "task {task} runs on w{other} and w{w} at {}\n{}",
-                        self.now,
-                        self.trace_tail()
-                    );
-                }
-            }
-            let Some(core) = &sw.core else { continue };
-            core.sanity_check(self.now);
-            if !core.lease_valid(self.now) {
-                continue;
-            }
-            for task in core.running() {
-                if let Some(other) = believed.insert(task, w) {
-                    panic!(
-                        "w{other} and w{w} both hold task {task} with a valid lease at {}\n{}",
-                        self.now,
-                        self.trace_tail()
-                    );
-                }
-            }
-        }
-        // The task core's own check walks every task: every few steps, so 100,000 steps stay
-        // a few seconds (its state changes a little per step).
-        if self.checks.get().is_multiple_of(8)
-            && let Err(error) = self.sched.tasks().sanity_check()
-        {
-            panic!("scheduler: {error}\n{}", self.trace_tail());
-        }
     }
 }

@@ -24,7 +24,7 @@ impl Sim {
     }
 
     fn next_event(&self) -> u64 {
-        let mut at = self.sched.poll_timeout();
+        let mut at = self.sched.poll_timeout().min(self.manager_next_event());
         for conn in &self.conns {
             let sw = &self.workers[conn.worker];
             let after = sw.partitioned_until;
@@ -112,10 +112,11 @@ impl Sim {
                     if self.sched_conn.get(&worker) == Some(&c) {
                         self.sched_conn.remove(&worker);
                     }
+                    let planned = self.conns[c].planned;
                     self.sched_input(SInput::WorkerGone {
                         worker,
                         reason: "connection lost".into(),
-                        planned: false,
+                        planned,
                     });
                     self.sched_round();
                 }
@@ -127,7 +128,7 @@ impl Sim {
                 return true;
             }
         }
-        false
+        self.fire_managers()
     }
 
     fn fire_worker(&mut self, w: usize) -> bool {
@@ -143,7 +144,7 @@ impl Sim {
         };
         if !sw.runs.is_empty() && sw.guard_until <= now {
             // The lease ran out: the guard kills every task group.
-            let killed: Vec<(TaskId, u64)> = sw.runs.drain().map(|(run, _)| run).collect();
+            let killed: Vec<(TaskId, u64)> = std::mem::take(&mut sw.runs).into_keys().collect();
             let at = sw.guard_until;
             self.killed += killed.len() as u64;
             self.note(format!("w{w}'s guard kills {} runs", killed.len()));

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
 
 #[derive(Debug)]
-pub struct Dense<T> {
+pub(crate) struct Dense<T> {
     /// The id of `items[0]`.
     first: u64,
     items: VecDeque<T>,
@@ -23,17 +23,17 @@ impl<T> Default for Dense<T> {
 
 impl<T> Dense<T> {
     /// The id the next [`Dense::push`] will return.
-    pub fn next_id(&self) -> u64 {
+    pub(crate) fn next_id(&self) -> u64 {
         self.first + self.items.len() as u64
     }
 
     /// The oldest id still held: every id below it was dropped.
-    pub fn first_id(&self) -> u64 {
+    pub(crate) fn first_id(&self) -> u64 {
         self.first
     }
 
     /// Continue numbering at `first` (ids below it were used before); only while empty.
-    pub fn start_at(&mut self, first: u64) -> bool {
+    pub(crate) fn start_at(&mut self, first: u64) -> bool {
         if !self.items.is_empty() || first < self.first {
             return false;
         }
@@ -41,43 +41,43 @@ impl<T> Dense<T> {
         true
     }
 
-    pub fn push(&mut self, item: T) -> u64 {
+    pub(crate) fn push(&mut self, item: T) -> u64 {
         let id = self.next_id();
         self.items.push_back(item);
         id
     }
 
-    pub fn get(&self, id: u64) -> Option<&T> {
+    pub(crate) fn get(&self, id: u64) -> Option<&T> {
         self.items
             .get(usize::try_from(id.checked_sub(self.first)?).ok()?)
     }
 
-    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
         self.items
             .get_mut(usize::try_from(id.checked_sub(self.first)?).ok()?)
     }
 
-    pub fn front(&self) -> Option<&T> {
+    pub(crate) fn front(&self) -> Option<&T> {
         self.items.front()
     }
 
     /// Drop the oldest item; its id is never used again.
-    pub fn pop_front(&mut self) -> Option<T> {
+    pub(crate) fn pop_front(&mut self) -> Option<T> {
         let item = self.items.pop_front()?;
         self.first += 1;
         Some(item)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
     /// (id, item), oldest first.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (u64, &T)> {
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = (u64, &T)> {
         let first = self.first;
         self.items
             .iter()

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// Clocks may run this much apart in rate (1/32 ≈ 3 %): far more than the drift of any
 /// machine's monotonic clock (crystal oscillators drift by tens of ppm; NTP slews at most
 /// 500 ppm), so a clock that misbehaves within reason still holds the rule.
-pub const CLOCK_RATE_SLACK_DIVISOR: u32 = 32;
+pub(crate) const CLOCK_RATE_SLACK_DIVISOR: u32 = 32;
 
 /// What the guard process may take to kill a worker's tasks once the lease runs out (it learns
 /// the deadline over a pipe, and SIGKILL of a process group takes effect in microseconds; a

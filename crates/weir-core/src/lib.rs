@@ -1,7 +1,7 @@
 //! The pure core: state machines and rules with no tokio, quinn, wasmtime, clock or I/O.
 //! Everything here takes `now` as an argument and is tested without a network.
 
-pub mod dense;
+pub(crate) mod dense;
 pub mod lease;
 pub mod managers;
 pub mod record;

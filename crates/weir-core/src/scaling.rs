@@ -13,21 +13,21 @@ pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Wor
 /// The start of the environment names the scheduler gives demand with a timeout (see
 /// [`walltime_environment`]). User environment names are letters, digits, `_` and `-` only
 /// (`check_env_name`), so they never start with it.
-pub const WALLTIME_PREFIX: &str = "walltime>=";
+pub(crate) const WALLTIME_PREFIX: &str = "walltime>=";
 
 /// Whether `environment` is a name the scheduler keeps for itself ([`walltime_environment`]):
 /// not taken from a manager's or worker's own conditions, so no task can name one.
-pub fn is_reserved_environment(environment: &str) -> bool {
+pub(crate) fn is_reserved_environment(environment: &str) -> bool {
     environment.starts_with(WALLTIME_PREFIX)
 }
 
 /// Timeouts are rounded up to whole seconds for the policy (the names carry seconds). Not
 /// coarser: a bucket of a minute turned a task of 85 s away from workers with 90 s to run it.
-pub const WALLTIME_BUCKET_MS: u64 = 1_000;
+pub(crate) const WALLTIME_BUCKET_MS: u64 = 1_000;
 
 /// The timeout a manager's workers must have room for to run a task of `timeout_ms` (0: none),
 /// as the policy and `weir explain` count it: rounded up to whole seconds.
-pub fn walltime_bucket_ms(timeout_ms: u64) -> u64 {
+pub(crate) fn walltime_bucket_ms(timeout_ms: u64) -> u64 {
     timeout_ms.div_ceil(WALLTIME_BUCKET_MS) * WALLTIME_BUCKET_MS
 }
 
@@ -54,13 +54,13 @@ pub fn walltime_of(environment: &str) -> Option<u64> {
 
 /// Whether a worker with `usable_ms` to run tasks (`None`: no limit) has room for a task of
 /// `timeout_ms` (0: none), counted as the policy counts it.
-pub fn usable_covers(usable_ms: Option<u64>, timeout_ms: u64) -> bool {
+pub(crate) fn usable_covers(usable_ms: Option<u64>, timeout_ms: u64) -> bool {
     timeout_ms == 0 || usable_ms.is_none_or(|usable| usable >= walltime_bucket_ms(timeout_ms))
 }
 
 /// A manager's verdict on a [`walltime_environment`] of `walltime_ms`: `match` when each worker
 /// it starts has at least that long to run tasks (or no limit), `no-match` otherwise.
-pub fn walltime_verdict(usable_ms: Option<u64>, walltime_ms: u64) -> Verdict {
+pub(crate) fn walltime_verdict(usable_ms: Option<u64>, walltime_ms: u64) -> Verdict {
     match usable_ms.is_none_or(|usable| usable >= walltime_ms) {
         true => Verdict::Match,
         false => Verdict::NoMatch,

@@ -23,7 +23,7 @@ use super::scaling::{Decision, ScalingPolicy, Snapshot, validate_decisions};
 /// A file of scenarios (`[[scenario]]` in TOML; `{"scenario": [...]}` in JSON).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ScenarioFile {
+pub(crate) struct ScenarioFile {
     #[serde(rename = "scenario")]
     pub scenarios: Vec<Scenario>,
 }

@@ -45,7 +45,7 @@ impl Managers {
 
     /// Whether some manager could start a worker for a task needing `capabilities` and
     /// `environments` with a timeout of `timeout_ms` (for `--unschedulable-timeout`).
-    pub fn could_serve(
+    pub(crate) fn could_serve(
         &self,
         context: &Context<'_>,
         capabilities: &[(String, u64)],
@@ -58,7 +58,7 @@ impl Managers {
     /// [`Managers::could_serve`], counting a manager that is offline as if it were back (it
     /// may be restarting): what it would say once online is what counts. For telling a
     /// waiting client that nothing can run its task, which must be definite.
-    pub fn could_serve_once_online(
+    pub(crate) fn could_serve_once_online(
         &self,
         context: &Context<'_>,
         capabilities: &[(String, u64)],

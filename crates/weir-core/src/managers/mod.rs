@@ -165,12 +165,12 @@ impl Managers {
 
     /// Its connection ended; whether it had one. It stays known (offline once silent for
     /// `timeout_ms`) until it comes back or is forgotten.
-    pub fn disconnect(&mut self, id: &str) -> bool {
+    pub(crate) fn disconnect(&mut self, id: &str) -> bool {
         self.connections.remove(id).is_some()
     }
 
     /// Whether it has an open connection (decisions are sent only to those).
-    pub fn is_connected(&self, id: &str) -> bool {
+    pub(crate) fn is_connected(&self, id: &str) -> bool {
         self.connections.contains_key(id)
     }
 
@@ -189,7 +189,7 @@ impl Managers {
 
     /// A run-time environment was registered again or removed: what managers learned of it is
     /// asked again.
-    pub fn forget_verdicts(&mut self, environment: &str) {
+    pub(crate) fn forget_verdicts(&mut self, environment: &str) {
         for entry in self.entries.values_mut() {
             entry.learned.remove(environment);
         }
@@ -197,7 +197,7 @@ impl Managers {
 
     /// Managers silent for longer than `after` (killed, their machine gone) leave the status;
     /// one that comes back registers again.
-    pub fn drop_offline(&mut self, now: u64, after: u64) -> Vec<String> {
+    pub(crate) fn drop_offline(&mut self, now: u64, after: u64) -> Vec<String> {
         let gone: Vec<String> = self
             .entries
             .iter()
@@ -219,12 +219,12 @@ impl Managers {
     }
 
     /// Managers forgotten after being offline whose workers may still be here.
-    pub fn orphaned(&self) -> &BTreeSet<String> {
+    pub(crate) fn orphaned(&self) -> &BTreeSet<String> {
         &self.orphaned
     }
 
     /// Orphans with no worker here any more are not looked for again.
-    pub fn keep_orphans(&mut self, with_workers: &BTreeSet<String>) {
+    pub(crate) fn keep_orphans(&mut self, with_workers: &BTreeSet<String>) {
         self.orphaned.retain(|id| with_workers.contains(id));
     }
 
@@ -247,12 +247,12 @@ impl Managers {
     }
 
     /// Whether any manager the policy could scale has reported.
-    pub fn any_scalable(&self) -> bool {
+    pub(crate) fn any_scalable(&self) -> bool {
         self.entries.values().any(|e| e.state.fixed.is_none())
     }
 
     /// Managers that declared `environment` (`worker-manager --env-plugin`).
-    pub fn declaring(&self, environment: &str) -> Vec<String> {
+    pub(crate) fn declaring(&self, environment: &str) -> Vec<String> {
         self.entries
             .values()
             .filter(|e| e.declares(environment))

@@ -81,12 +81,12 @@ struct EnvWait {
 pub const STOP_GRACE_MS: u64 = 2_000;
 
 /// The least time between two progress answers to `weir wait` (a job's end is answered at once).
-pub const PROGRESS_EVERY_MS: u64 = 100;
+pub(crate) const PROGRESS_EVERY_MS: u64 = 100;
 
 /// Queued tasks nothing can run are told to the clients waiting for them after this long (a
 /// worker that joins or a manager that reports meanwhile makes it moot): `weir submit --wait`
 /// says so within a few seconds instead of waiting in silence.
-pub const UNRUNNABLE_AFTER_MS: u64 = 2_000;
+pub(crate) const UNRUNNABLE_AFTER_MS: u64 = 2_000;
 
 pub struct Scheduler {
     config: Config,
@@ -250,8 +250,9 @@ impl Scheduler {
         self.actions.pop_front()
     }
 
-    /// Everything to do now, in order.
-    pub fn take_actions(&mut self) -> Vec<Action> {
+    /// Everything to do now, in order (the tests' view; the shell polls one at a time).
+    #[cfg(test)]
+    pub(crate) fn take_actions(&mut self) -> Vec<Action> {
         self.actions.drain(..).collect()
     }
 

@@ -105,7 +105,7 @@ impl Scheduler {
     }
 
     /// What the policy would be handed now (the managers it scales, their workers, the demand).
-    pub fn scaling_snapshot(&self, now: u64) -> Snapshot {
+    pub(crate) fn scaling_snapshot(&self, now: u64) -> Snapshot {
         self.managers.snapshot(
             &self.context(now),
             self.config.scale_down_delay_ms,

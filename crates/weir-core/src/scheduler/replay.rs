@@ -101,15 +101,10 @@ impl Scheduler {
         }
     }
 
-    /// Jobs forgotten since the journal was last compacted (what compacting would drop).
-    pub fn forgets_since_compaction(&self) -> u64 {
-        self.forgets_since_compaction
-    }
-
     /// The journal rewritten as the state now: the environments, then every held job (a
     /// forgotten one without inputs or outcomes, to keep its ids), after a `Base` record that
     /// keeps the ids of dropped jobs used. What was forgotten leaves the file.
-    pub fn journal_image(&self) -> Vec<Record> {
+    pub(crate) fn journal_image(&self) -> Vec<Record> {
         let (first_job, first_task) = self.tasks.first_ids();
         let mut records = vec![Record::Base {
             first_job,

@@ -31,7 +31,7 @@ impl Environments {
         })
     }
 
-    pub fn is_registered(&self, name: &str) -> bool {
+    pub(crate) fn is_registered(&self, name: &str) -> bool {
         matches!(self.known.get(name), Some(Known::Registered(_)))
     }
 
@@ -44,7 +44,7 @@ impl Environments {
     }
 
     /// The run-time definitions, by name.
-    pub fn definitions(&self) -> impl Iterator<Item = &EnvironmentDef> {
+    pub(crate) fn definitions(&self) -> impl Iterator<Item = &EnvironmentDef> {
         self.known.values().filter_map(|known| match known {
             Known::Registered(def) => Some(def),
             _ => None,
@@ -52,7 +52,7 @@ impl Environments {
     }
 
     /// Whether a run-time definition uses this condition component.
-    pub fn uses_component(&self, hash: &ComponentHash) -> bool {
+    pub(crate) fn uses_component(&self, hash: &ComponentHash) -> bool {
         self.definitions().any(|def| def.component == *hash)
     }
 
@@ -99,7 +99,7 @@ impl EnvSource {
 impl Tasks {
     /// Names a worker manager declared (its `--env-plugin` conditions): known from now on, so
     /// tasks may ask for them before any of its workers has reported.
-    pub fn declare_environments<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+    pub(crate) fn declare_environments<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
         for name in names {
             self.environments.declare(name, EnvSource::Manager);
         }
@@ -116,7 +116,7 @@ impl Tasks {
     }
 
     /// The environment names registered at run time (every worker evaluates them).
-    pub fn registered_environments(&self) -> std::collections::BTreeSet<String> {
+    pub(crate) fn registered_environments(&self) -> std::collections::BTreeSet<String> {
         self.environments
             .definitions()
             .map(|def| def.name.clone())
@@ -127,7 +127,7 @@ impl Tasks {
     /// pending until it reports again, except on workers with their own definition of the name
     /// (theirs wins there, so their verdict stands). `condition`: its component's bytes (kept
     /// while a definition uses them). Returns the definition it replaces.
-    pub fn register_environment(
+    pub(crate) fn register_environment(
         &mut self,
         def: EnvironmentDef,
         condition: Arc<[u8]>,
@@ -160,7 +160,7 @@ impl Tasks {
     /// Forget a run-time environment. Tasks that need it stay queued (and `explain` says why).
     /// Workers that define the name themselves keep it (and their verdicts on it).
     /// Returns the definition removed (`None`: no run-time environment of that name).
-    pub fn remove_environment(&mut self, name: &str) -> Option<EnvironmentDef> {
+    pub(crate) fn remove_environment(&mut self, name: &str) -> Option<EnvironmentDef> {
         let removed = match self.environments.known.remove(name) {
             Some(Known::Registered(def)) => def,
             Some(other) => {
@@ -182,7 +182,7 @@ impl Tasks {
         Some(removed)
     }
 
-    pub fn environment_source(&self, name: &str) -> Option<EnvSource> {
+    pub(crate) fn environment_source(&self, name: &str) -> Option<EnvSource> {
         self.environments.get(name)
     }
 

@@ -55,17 +55,17 @@ use worker::{Worker, amount};
 /// Tasks of a group are prefetched once one of them has run, from hand-over to report, within
 /// this many milliseconds: prefetching saves a round trip per task, which matters only for
 /// tasks about as short as one.
-pub const PREFETCH_BELOW_MS: u64 = 1000;
+pub(crate) const PREFETCH_BELOW_MS: u64 = 1000;
 
 /// How often a task held ahead by a lost worker, not reported started, is spared an attempt.
-pub const MAX_SPARED: u32 = 2;
+pub(crate) const MAX_SPARED: u32 = 2;
 
 pub use weir_proto::MAX_TASKS_PER_SUBMIT;
 
 /// A worker lost this close to the end of its allocation (or after it), whatever the way, was
 /// cut off by it: its workers leave at that moment, which the scheduler knows to within the
 /// registration's transit.
-pub const WALLTIME_SLACK_MS: u64 = 10_000;
+pub(crate) const WALLTIME_SLACK_MS: u64 = 10_000;
 
 /// Default of [`Config::max_walltime_requeues`] (`scheduler --max-walltime-requeues`).
 pub const MAX_WALLTIME_REQUEUES: u32 = 3;
@@ -155,7 +155,7 @@ pub enum Action {
 
 /// How a worker was lost, which decides when its running tasks may run again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Loss {
+pub(crate) enum Loss {
     /// It stopped on purpose and stopped its tasks first: they run again at once, and the run
     /// is not counted against their retries.
     Stopped,
@@ -223,7 +223,7 @@ impl Job {
 
 /// A held job as the journal records it ([`Tasks::held_jobs`]).
 #[derive(Clone, Debug, PartialEq)]
-pub struct HeldJob {
+pub(crate) struct HeldJob {
     pub job: JobId,
     pub groups: Vec<NewGroup>,
     /// (task, final state, outcome, attempts) of its finished tasks.
@@ -337,7 +337,7 @@ impl Tasks {
         }
     }
 
-    pub fn take_actions(&mut self) -> Vec<Action> {
+    pub(crate) fn take_actions(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.actions)
     }
 
@@ -346,7 +346,7 @@ impl Tasks {
     }
 
     /// The group and index of a task.
-    pub fn task_group(&self, task: TaskId) -> Option<(&Arc<Group>, u32)> {
+    pub(crate) fn task_group(&self, task: TaskId) -> Option<(&Arc<Group>, u32)> {
         let t = self.task(task)?;
         let group = self.groups.get(&t.group)?;
         Some((group, (task - group.first_task) as u32))

@@ -195,7 +195,7 @@ impl Tasks {
     /// `worker` gave back these tasks it had not started (answering [`Action::Revoke`]): they
     /// are queued again at the front, the hand-over not counted as an attempt. A task canceled
     /// meanwhile is confirmed stopped. Returns how many were taken back.
-    pub fn revoked(&mut self, worker: WorkerId, tasks: &[TaskId]) -> usize {
+    pub(crate) fn revoked(&mut self, worker: WorkerId, tasks: &[TaskId]) -> usize {
         let Some(asked) = self
             .workers
             .get_mut(&worker)

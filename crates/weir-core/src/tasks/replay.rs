@@ -5,7 +5,7 @@ use super::*;
 impl Tasks {
     /// Replaying a compacted journal: the first job and task ids it holds (every lower id was
     /// forgotten). Only before anything else was restored.
-    pub fn start_ids_at(&mut self, first_job: JobId, first_task: TaskId) -> bool {
+    pub(crate) fn start_ids_at(&mut self, first_job: JobId, first_task: TaskId) -> bool {
         self.jobs.is_empty()
             && self.tasks.is_empty()
             && self.jobs.start_at(first_job)
@@ -13,14 +13,14 @@ impl Tasks {
     }
 
     /// The first job and task ids held (see [`Tasks::start_ids_at`]).
-    pub fn first_ids(&self) -> (JobId, TaskId) {
+    pub(crate) fn first_ids(&self) -> (JobId, TaskId) {
         (self.jobs.first_id(), self.tasks.first_id())
     }
 
     /// Every held job as the journal would record it, oldest first: for rewriting the journal
     /// without what was forgotten. A forgotten job keeps its place (its ids) with no inputs or
     /// outcomes.
-    pub fn held_jobs(&self) -> Vec<HeldJob> {
+    pub(crate) fn held_jobs(&self) -> Vec<HeldJob> {
         let mut held = Vec::with_capacity(self.jobs.len());
         for (id, job) in self.jobs.iter() {
             let mut groups = Vec::new();
@@ -70,7 +70,7 @@ impl Tasks {
     /// A task's final state, outcome and attempts (for the journal). A forgotten task's outcome
     /// is gone; it is recorded as final all the same (with a placeholder), so a replay never
     /// runs it again.
-    pub fn final_record(&self, id: TaskId) -> Option<(TaskState, Outcome, u32)> {
+    pub(crate) fn final_record(&self, id: TaskId) -> Option<(TaskState, Outcome, u32)> {
         let task = self.task(id)?;
         if !task.state.is_final() {
             return None;
@@ -84,7 +84,13 @@ impl Tasks {
     }
 
     /// Replaying the journal: a queued task had already finished before the restart.
-    pub fn restore_final(&mut self, id: TaskId, state: TaskState, outcome: Outcome, attempts: u32) {
+    pub(crate) fn restore_final(
+        &mut self,
+        id: TaskId,
+        state: TaskState,
+        outcome: Outcome,
+        attempts: u32,
+    ) {
         let Some(task) = self.task(id) else { return };
         if task.state != TaskState::Queued || !state.is_final() {
             return;
@@ -107,7 +113,7 @@ impl Tasks {
     }
 
     /// Replaying the journal: a task was handed to a worker with `attempts` runs so far.
-    pub fn restore_started(&mut self, id: TaskId, attempts: u32) {
+    pub(crate) fn restore_started(&mut self, id: TaskId, attempts: u32) {
         if let Some(task) = self.task_mut(id)
             && task.state == TaskState::Queued
         {
@@ -116,14 +122,15 @@ impl Tasks {
     }
 
     /// Replaying the journal: a task's runs were cut short `cuts` times by allocation ends.
-    pub fn restore_cuts(&mut self, id: TaskId, cuts: u32) {
+    pub(crate) fn restore_cuts(&mut self, id: TaskId, cuts: u32) {
         if let Some(task) = self.task_mut(id) {
             task.cuts = task.cuts.max(u16::try_from(cuts).unwrap_or(u16::MAX));
         }
     }
 
     /// How many runs of a task were cut short by the end of their worker's allocation.
-    pub fn cuts(&self, id: TaskId) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn cuts(&self, id: TaskId) -> u32 {
         self.task(id).map_or(0, |t| u32::from(t.cuts))
     }
 
@@ -131,7 +138,7 @@ impl Tasks {
     /// be running on one of the previous run, until its lease runs out; they wait `fence_ms`
     /// from `now` (a worker that reconnects meanwhile claims them). Tasks that never started
     /// run at once.
-    pub fn fence_unfinished(&mut self, now: u64) {
+    pub(crate) fn fence_unfinished(&mut self, now: u64) {
         if self.config.fence_ms == 0 {
             return;
         }
@@ -163,7 +170,7 @@ impl Tasks {
     }
 
     /// Tasks forgotten since the journal was last compacted.
-    pub fn forgotten_tasks_since_compaction(&self) -> u64 {
+    pub(crate) fn forgotten_tasks_since_compaction(&self) -> u64 {
         self.forgotten_since_compaction
     }
 
@@ -173,7 +180,7 @@ impl Tasks {
     }
 
     /// Tasks of jobs not forgotten (what a compacted journal holds).
-    pub fn held_tasks(&self) -> u64 {
+    pub(crate) fn held_tasks(&self) -> u64 {
         self.jobs
             .iter()
             .filter(|(_, job)| !job.forgotten)

@@ -4,7 +4,7 @@ use super::*;
 
 impl Tasks {
     /// A job's counts (a forgotten job's too, until it is dropped).
-    pub fn job_counts(&self, job: JobId) -> Result<&JobCounts, JobError> {
+    pub(crate) fn job_counts(&self, job: JobId) -> Result<&JobCounts, JobError> {
         self.job(job).map(|j| &j.counts)
     }
 

@@ -27,7 +27,7 @@ impl Tasks {
     /// slot, then the prefetch one task per worker per round (so a short burst spreads over
     /// the workers instead of piling on the first). Then take prefetched tasks back for workers
     /// with a free slot that nothing queued fits.
-    pub fn schedule(&mut self, now: u64) {
+    pub(crate) fn schedule(&mut self, now: u64) {
         let mut dispatch: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
         if !self.queues.is_empty() && !self.free.is_empty() {
             let free: Vec<WorkerId> = self.free.iter().copied().collect();

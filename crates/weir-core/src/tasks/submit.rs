@@ -76,7 +76,7 @@ impl Inputs {
     }
 
     /// As the wire and the journal carry them.
-    pub fn to_vecs(&self) -> Vec<Vec<u8>> {
+    pub(crate) fn to_vecs(&self) -> Vec<Vec<u8>> {
         (0..self.len())
             .filter_map(|i| self.get(i).map(<[u8]>::to_vec))
             .collect()
@@ -247,7 +247,7 @@ impl Tasks {
     }
 
     /// Cancel every unfinished task of a job. Returns how many were canceled.
-    pub fn cancel_job(&mut self, job: JobId) -> u64 {
+    pub(crate) fn cancel_job(&mut self, job: JobId) -> u64 {
         let Some(j) = self.jobs.get(job) else {
             return 0;
         };

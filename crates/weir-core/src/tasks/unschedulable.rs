@@ -65,7 +65,8 @@ impl Tasks {
 
     /// `--unschedulable-timeout`: fail the queued tasks nothing has been able to run for
     /// `timeout_ms`, saying why. Returns how many failed.
-    pub fn fail_unschedulable(
+    #[cfg(test)]
+    pub(crate) fn fail_unschedulable(
         &mut self,
         now: u64,
         timeout_ms: u64,
@@ -76,7 +77,12 @@ impl Tasks {
     }
 
     /// Fail the queued tasks of the classes in `found` unschedulable for `timeout_ms` or more.
-    pub fn fail_classes(&mut self, now: u64, timeout_ms: u64, found: &[Unschedulable]) -> u64 {
+    pub(crate) fn fail_classes(
+        &mut self,
+        now: u64,
+        timeout_ms: u64,
+        found: &[Unschedulable],
+    ) -> u64 {
         let mut failed = 0;
         for u in found {
             if now.saturating_sub(u.since) < timeout_ms {
@@ -114,7 +120,7 @@ impl Tasks {
     }
 
     /// The first queued task of `job` in each of `classes` (for telling its waiters).
-    pub fn queued_in(&self, job: JobId, classes: &[usize]) -> Vec<(usize, TaskId)> {
+    pub(crate) fn queued_in(&self, job: JobId, classes: &[usize]) -> Vec<(usize, TaskId)> {
         let Some(j) = self.jobs.get(job) else {
             return Vec::new();
         };
@@ -137,7 +143,7 @@ impl Tasks {
 
     /// Why no live worker can ever run tasks of `class`, in words: each distinct reason with
     /// how many workers it holds for (`no live worker` when there is none).
-    pub fn why_no_worker(&self, class: usize, now: u64) -> String {
+    pub(crate) fn why_no_worker(&self, class: usize, now: u64) -> String {
         let Some(class) = self.classes.get(class) else {
             return "no such class".into();
         };

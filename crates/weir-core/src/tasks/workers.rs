@@ -12,7 +12,7 @@ impl Tasks {
     /// another instance is another process: names are unique, so this one is refused.
     /// Returns the new id and the claimed tasks the worker must stop (finished, canceled, or
     /// running elsewhere by now).
-    pub fn worker_joined(
+    pub(crate) fn worker_joined(
         &mut self,
         now: u64,
         info: WorkerInfo,
@@ -135,7 +135,7 @@ impl Tasks {
 
     /// The worker is gone: requeue or fail its running tasks, when they may run again as
     /// `loss` says.
-    pub fn worker_lost(&mut self, now: u64, worker: WorkerId, reason: &str, loss: Loss) {
+    pub(crate) fn worker_lost(&mut self, now: u64, worker: WorkerId, reason: &str, loss: Loss) {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
@@ -226,7 +226,7 @@ impl Tasks {
     }
 
     /// A worker's verdicts changed.
-    pub fn set_verdicts(
+    pub(crate) fn set_verdicts(
         &mut self,
         now: u64,
         worker: WorkerId,
@@ -253,7 +253,7 @@ impl Tasks {
     }
 
     /// How a worker loaded the condition components of some environments.
-    pub fn set_loads(&mut self, worker: WorkerId, loads: Vec<(String, ComponentLoad)>) {
+    pub(crate) fn set_loads(&mut self, worker: WorkerId, loads: Vec<(String, ComponentLoad)>) {
         let Some(w) = self.workers.get_mut(&worker) else {
             return;
         };
@@ -265,7 +265,7 @@ impl Tasks {
     }
 
     /// Whether `worker` has answered about `name`.
-    pub fn has_verdict(&self, worker: WorkerId, name: &str) -> bool {
+    pub(crate) fn has_verdict(&self, worker: WorkerId, name: &str) -> bool {
         self.workers
             .get(&worker)
             .is_some_and(|w| w.verdicts.contains_key(name))
@@ -273,7 +273,7 @@ impl Tasks {
 
     /// Live workers that take tasks (not being stopped), and of those, how many match
     /// `environment` when one is given (for `weir workers wait`).
-    pub fn ready_workers(&self, environment: Option<&str>) -> u32 {
+    pub(crate) fn ready_workers(&self, environment: Option<&str>) -> u32 {
         self.workers
             .values()
             .filter(|w| w.draining.is_none())
@@ -281,16 +281,16 @@ impl Tasks {
             .count() as u32
     }
 
-    pub fn has_worker(&self, worker: WorkerId) -> bool {
+    pub(crate) fn has_worker(&self, worker: WorkerId) -> bool {
         self.workers.contains_key(&worker)
     }
 
-    pub fn worker_ids(&self) -> Vec<WorkerId> {
+    pub(crate) fn worker_ids(&self) -> Vec<WorkerId> {
         self.workers.keys().copied().collect()
     }
 
     /// Every live worker as the scaling loop sees it.
-    pub fn worker_views(&self, now: u64) -> Vec<WorkerView> {
+    pub(crate) fn worker_views(&self, now: u64) -> Vec<WorkerView> {
         self.workers
             .iter()
             .map(|(&id, w)| w.view(id, now))
@@ -299,7 +299,7 @@ impl Tasks {
 
     /// The manager of `worker`, with the views of that manager's live workers only (a verdict
     /// or a loss concerns one manager: the others' workers are not copied for it).
-    pub fn manager_worker_views(
+    pub(crate) fn manager_worker_views(
         &self,
         now: u64,
         worker: WorkerId,
@@ -310,7 +310,7 @@ impl Tasks {
     }
 
     /// The views of the live workers `manager` started (its own only: O(its workers)).
-    pub fn views_of_manager(&self, now: u64, manager: &str) -> Vec<WorkerView> {
+    pub(crate) fn views_of_manager(&self, now: u64, manager: &str) -> Vec<WorkerView> {
         self.by_manager
             .get(manager)
             .into_iter()

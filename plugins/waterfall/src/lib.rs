@@ -7,12 +7,13 @@
 //! - [`model`]: the snapshot and decision types, mirroring `weir:plugin/scaling` in `wit/weir.wit`.
 //! - [`content`]: the policy content parser (`priority, worker_manager_id[, cap]` or
 //!   `priority, worker_type` rows) with line-numbered errors.
-//! - [`decide`]: the fill, share and scale-down rules.
+//! - [`decide`]: the fill, share and scale-down rules (each manager's bookkeeping in `plan.rs`).
 //! - [`wit_conversions!`]: to and from the `weir:plugin/scaling` bindings, for host and guests.
 
 pub mod content;
 pub mod decide;
 pub mod model;
+mod plan;
 mod wit;
 
 pub use content::{ContentError, Flavor, Policy, Rule};

@@ -17,7 +17,7 @@ pub use weir_net::NetError;
 /// The messages a client sends and receives.
 pub use weir_proto as proto;
 
-pub use reach::reach;
+pub use reach::{Patience, reach, reach_with};
 pub use split::split_submission;
 
 /// How [`Client::wait_or_unrunnable`] ended.

@@ -1,6 +1,7 @@
 //! Connecting through an access file, for every client (`weir`, the Python package): at once
 //! when the scheduler is there, an error at once when it is known to be gone, and a wait of up
-//! to a timeout only while it may be starting or restarting.
+//! to a timeout only while it may be starting or restarting — or, for the callers that say so
+//! ([`Patience`]), for one to start or come back.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -8,6 +9,28 @@ use std::time::{Duration, Instant};
 use super::Client;
 use weir_net::access::{Holder, holder};
 use weir_net::{AccessFile, NetError};
+
+/// What [`reach_with`] waits for, within its timeout, besides a scheduler that may be starting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Patience {
+    /// Nothing more: a scheduler known to be gone, or never started here, fails at once.
+    Running,
+    /// A scheduler to start where the access file's is gone or not written yet: `weir workers
+    /// wait`, which scripts run beside a scheduler they start.
+    Start,
+    /// A scheduler that was there a moment ago to come back, whatever its lock says and whatever
+    /// fails meanwhile (a restart may follow a crash): a session that lost its connection.
+    Restart,
+}
+
+/// Connect to the scheduler of the access file at `path`, with [`Patience::Running`].
+pub async fn reach(
+    path: &Path,
+    timeout: Duration,
+    waiting: impl FnMut(&NetError),
+) -> Result<Client, NetError> {
+    reach_with(path, timeout, Patience::Running, waiting).await
+}
 
 /// Connect to the scheduler of the access file at `path`.
 ///
@@ -17,16 +40,21 @@ use weir_net::{AccessFile, NetError};
 ///   again (backoff 50 ms to 2 s, the file re-read: a restarted scheduler may listen
 ///   elsewhere) until `timeout` has passed; `waiting` hears the first such error, once.
 ///   Anything else (refused, a damaged file) fails at once.
-pub async fn reach(
+/// - [`Patience::Start`] waits for a gone scheduler's successor too, [`Patience::Restart`]
+///   through every error; both within `timeout`.
+pub async fn reach_with(
     path: &Path,
     timeout: Duration,
+    patience: Patience,
     mut waiting: impl FnMut(&NetError),
 ) -> Result<Client, NetError> {
     let started = Instant::now();
     let mut backoff = Duration::from_millis(50);
     let mut told = false;
     loop {
+        let wait_for_start = patience != Patience::Running;
         let error = match (AccessFile::read(path), holder(path)) {
+            (_, Holder::Gone(reason)) if wait_for_start => NetError::NotRunning(reason),
             // No file and no scheduler holding its lock: the file's error says where it looked.
             (Err(error), Holder::Gone(_)) => return Err(error),
             (Ok(_), Holder::Gone(reason)) => return Err(NetError::NotRunning(reason)),
@@ -43,6 +71,7 @@ pub async fn reach(
                 match tokio::time::timeout(left, Client::connect(&access)).await {
                     Ok(Ok(client)) => return Ok(client),
                     Ok(Err(error @ NetError::Connect { .. })) => error,
+                    Ok(Err(error)) if patience == Patience::Restart => error,
                     Ok(Err(error)) => return Err(error),
                     Err(_) => NetError::GaveUp {
                         after: started.elapsed(),
@@ -51,7 +80,7 @@ pub async fn reach(
                 }
             }
             // Not there yet: a scheduler that holds its lock is about to write it.
-            (Err(error), _) if !path.exists() => error,
+            (Err(error), _) if !path.exists() || patience == Patience::Restart => error,
             (Err(error), _) => return Err(error),
         };
         if started.elapsed() + backoff > timeout {

@@ -3,11 +3,10 @@
 //! waits for it whatever its lock says (it was there a moment ago: a restart may follow).
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
-use weir::client::Client;
-use weir::net::AccessFile;
+use weir::client::{Client, Patience};
 
 use crate::output::Output;
 
@@ -22,35 +21,32 @@ impl Reach {
     /// lock free, its process gone) or never started here fails at once; one that may be
     /// (re)starting is waited for up to `--reconnect-timeout`, saying so.
     pub(crate) async fn connect(&self, output: &dyn Output) -> Result<Client> {
+        self.connect_with(Patience::Running, output).await
+    }
+
+    /// [`Reach::connect`], waiting for what `patience` says too (saying so once).
+    pub(crate) async fn connect_with(
+        &self,
+        patience: Patience,
+        output: &dyn Output,
+    ) -> Result<Client> {
         let timeout = self.timeout;
-        let client = weir::client::reach(&self.access_file, timeout, |error| {
-            output.note(&format!(
-                "{error}; retrying for up to {timeout:.0?} (it may be restarting)"
-            ));
+        let client = weir::client::reach_with(&self.access_file, timeout, patience, |error| {
+            output.note(&match patience {
+                Patience::Start => format!("waiting for a scheduler to start ({error})"),
+                _ => format!("{error}; retrying for up to {timeout:.0?} (it may be restarting)"),
+            });
         })
         .await?;
         Ok(client)
     }
 
-    /// After a lost connection: connect, retrying with backoff up to 5 s (re-reading the access
-    /// file: a restarted scheduler may listen elsewhere) for up to `timeout` while the scheduler
-    /// does not answer.
+    /// After a lost connection: connect, retrying with backoff for up to `timeout` whatever
+    /// fails (re-reading the access file: a restarted scheduler may listen elsewhere).
     pub(crate) async fn reconnect(&self) -> Result<Client> {
-        let started = Instant::now();
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            let attempt = async { Client::connect(&AccessFile::read(&self.access_file)?).await };
-            match attempt.await {
-                Ok(client) => return Ok(client),
-                Err(error) if started.elapsed() + backoff > self.timeout => {
-                    return Err(anyhow::anyhow!(
-                        "gave up reaching the scheduler after {:.0?}: {error}",
-                        started.elapsed()
-                    ));
-                }
-                Err(_) => tokio::time::sleep(backoff).await,
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
+        let client =
+            weir::client::reach_with(&self.access_file, self.timeout, Patience::Restart, |_| {})
+                .await?;
+        Ok(client)
     }
 }

@@ -4,8 +4,8 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, bail};
-use weir::net::access::{Holder, holder};
+use anyhow::{Result, bail};
+use weir::client::Patience;
 
 use crate::connect::Reach;
 use crate::output::{Output, WorkersReady, workers_matching};
@@ -22,21 +22,11 @@ pub(crate) async fn wait(
     // is how scripts wait for the cluster, so it waits for a scheduler to start too, within the
     // same timeout (others fail at once there, see `weir::client::reach`).
     let started = Instant::now();
-    let mut told = false;
-    while let Holder::Gone(reason) = holder(&reach.access_file) {
-        if started.elapsed() >= timeout {
-            bail!("{reason}; no scheduler started within {timeout:?} (--timeout)");
-        }
-        if !told {
-            output.note(&format!("waiting for a scheduler to start ({reason})"));
-            told = true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let left = timeout.saturating_sub(started.elapsed());
-    let client = tokio::time::timeout(left, reach.connect(output))
-        .await
-        .map_err(|_| anyhow!("no scheduler answered within {timeout:?} (--timeout)"))??;
+    let until_started = Reach {
+        access_file: reach.access_file.clone(),
+        timeout,
+    };
+    let client = until_started.connect_with(Patience::Start, output).await?;
     let left = timeout.saturating_sub(started.elapsed());
 
     let what = workers_matching(count, environment);

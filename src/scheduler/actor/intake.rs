@@ -59,7 +59,11 @@ impl Actor {
                 // The core learns its tiers and decides whether it takes over; it waits here.
                 let result = match result {
                     Ok((new, tiers)) if self.policy.is_some() => {
-                        self.adopting.insert(client, new);
+                        // The journal's policy, superseded by a `weir policy set` while it was
+                        // tried, will not be adopted: it is not kept.
+                        if client.is_some() || self.core.restored_policy().is_some() {
+                            self.adopting.insert(client, new);
+                        }
                         Ok(tiers)
                     }
                     Ok(_) => Err("the policy thread is gone".to_string()),

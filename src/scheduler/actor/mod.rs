@@ -38,7 +38,9 @@ pub(super) struct Actor {
     /// Where `weir policy set` tries a new policy.
     pub trials: Option<super::policy::Trials>,
     /// Tried policies ready to take over, by who asked, until the core adopts one
-    /// ([`crate::core::scheduler::Action::AdoptPolicy`]).
+    /// ([`crate::core::scheduler::Action::AdoptPolicy`]). At most two: the core tries one
+    /// `weir policy set` at a time, adopts every one it tried that worked, and the journal's
+    /// (`None`) only if no set superseded it (one that was is not kept).
     adopting: HashMap<Option<ClientId>, Box<dyn ScalingPolicy>>,
     record: Option<std::fs::File>,
     pub journal: Option<journal::Journal>,

@@ -2,6 +2,7 @@
 //! Everything here takes `now` as an argument and is tested without a network.
 
 pub(crate) mod dense;
+pub mod hash;
 pub mod lease;
 pub mod managers;
 pub mod record;

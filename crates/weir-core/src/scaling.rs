@@ -5,7 +5,7 @@
 //! `weir:plugin/scaling` in `wit/weir.wit`), so the native reference implementation and the WASM
 //! engines speak the same types.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 
 pub use weir_waterfall::model::UNLIMITED;
 pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
@@ -134,7 +134,8 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
             continue;
         }
         let workers: HashMap<u64, &Worker> = manager.workers.iter().map(|w| (w.id, w)).collect();
-        let mut stopped: HashSet<u64> = HashSet::with_capacity(decision.stop.len());
+        let mut stopped: HashSet<u64> =
+            HashSet::with_capacity_and_hasher(decision.stop.len(), Default::default());
         for worker_id in &decision.stop {
             let Some(worker) = workers.get(worker_id) else {
                 return Err(format!(

@@ -121,13 +121,13 @@ pub fn run(policy: &mut dyn ScalingPolicy, scenario: &Scenario) -> Verdict {
 /// would send, or expectations that contradict each other.
 fn invalid(scenario: &Scenario) -> Vec<String> {
     let mut problems = Vec::new();
-    let mut ids = std::collections::HashSet::new();
+    let mut ids = crate::hash::HashSet::default();
     for manager in &scenario.snapshot.managers {
         let id = &manager.id;
         if !ids.insert(id.as_str()) {
             problems.push(format!("invalid scenario: two managers `{id}`"));
         }
-        let mut workers = std::collections::HashSet::new();
+        let mut workers = crate::hash::HashSet::default();
         for worker in &manager.workers {
             if !workers.insert(worker.id) {
                 problems.push(format!(

@@ -9,7 +9,8 @@
 mod explain;
 mod units;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::scaling::{
     Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker, walltime_of, walltime_verdict,

@@ -122,8 +122,7 @@ impl Scheduler {
         if self.env_waits.is_empty() {
             return;
         }
-        let live: std::collections::HashSet<WorkerId> =
-            self.tasks.worker_ids().into_iter().collect();
+        let live: crate::hash::HashSet<WorkerId> = self.tasks.worker_ids().into_iter().collect();
         let mut settled = Vec::new();
         let tasks = &self.tasks;
         self.env_waits.retain_mut(|wait| {

@@ -27,7 +27,8 @@ mod sanity;
 mod scaling_loop;
 mod workers;
 
-use std::collections::{HashMap, VecDeque};
+use crate::hash::HashMap;
+use std::collections::VecDeque;
 
 use super::managers::{Context, Managers};
 use super::record::Record;
@@ -52,10 +53,10 @@ struct Link {
     /// Outcomes it reported, and how many of them were acknowledged (once durable).
     received: u64,
     acknowledged: u64,
-    groups: std::collections::HashSet<weir_proto::GroupId>,
-    components: std::collections::HashSet<ComponentHash>,
+    groups: crate::hash::HashSet<weir_proto::GroupId>,
+    components: crate::hash::HashSet<ComponentHash>,
     /// Condition components already sent.
-    conditions: std::collections::HashSet<ComponentHash>,
+    conditions: crate::hash::HashSet<ComponentHash>,
     /// It was told to leave, its manager being an orphan (see [`Managers::orphaned`]).
     dismissed: bool,
 }
@@ -73,7 +74,7 @@ struct WorkerWait {
 struct EnvWait {
     client: ClientId,
     name: String,
-    workers: std::collections::HashSet<WorkerId>,
+    workers: crate::hash::HashSet<WorkerId>,
 }
 
 /// A worker whose stream ended is given this long to close its connection as one stopping on
@@ -103,7 +104,7 @@ pub struct Scheduler {
     /// Clients watching a job's tasks end one by one (`Watch`).
     watchers: HashMap<JobId, Vec<ClientId>>,
     /// (client, task class) pairs told `Unrunnable`: each once.
-    told_unrunnable: std::collections::HashSet<(ClientId, usize)>,
+    told_unrunnable: crate::hash::HashSet<(ClientId, usize)>,
     /// Jobs whose waiters have progress not sent yet, and until when sending more waits (see
     /// [`PROGRESS_EVERY_MS`]).
     progress_due: std::collections::BTreeSet<JobId>,
@@ -125,11 +126,11 @@ impl Scheduler {
         Scheduler {
             tasks: Tasks::new(config.tasks.clone()),
             managers: Managers::new(config.manager_timeout_ms),
-            links: HashMap::new(),
+            links: HashMap::default(),
             ending: Default::default(),
             unacknowledged: Default::default(),
-            waiters: HashMap::new(),
-            watchers: HashMap::new(),
+            waiters: HashMap::default(),
+            watchers: HashMap::default(),
             told_unrunnable: Default::default(),
             progress_due: Default::default(),
             progress_quiet_until: 0,

@@ -3,7 +3,7 @@
 //!
 //! [`Input::Replay`]: super::Input::Replay
 
-use std::collections::HashSet;
+use crate::hash::HashSet;
 use std::sync::Arc;
 
 use super::{PolicyInfo, Record, Scheduler};
@@ -131,7 +131,7 @@ impl Scheduler {
                 });
             }
         }
-        let mut written: HashSet<ComponentHash> = HashSet::new();
+        let mut written: HashSet<ComponentHash> = HashSet::default();
         for held in self.tasks.held_jobs() {
             let mut components = Vec::new();
             for group in &held.groups {

@@ -2,7 +2,7 @@
 //! is deciding, how it last did, the last decision applied for each manager, and when it is
 //! next handed a snapshot. `Config.policy` and `Config.tiers` are only where it starts.
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 
 use super::{Config, PolicyInfo};
 use crate::scaling::{Decision, Snapshot, Tier};
@@ -44,7 +44,7 @@ impl ScalingLoop {
             trying: false,
             error: None,
             errors: 0,
-            decisions: HashMap::new(),
+            decisions: HashMap::default(),
             next: config.scaling_ms.unwrap_or(u64::MAX),
             last_call: None,
         }

@@ -96,7 +96,7 @@ impl Tasks {
     /// count is the held groups that use it, every definition's condition is known, and every
     /// name a worker answered on is known.
     pub(super) fn check_stores(&self) -> Result<(), String> {
-        let mut users: HashMap<ComponentHash, usize> = HashMap::new();
+        let mut users: HashMap<ComponentHash, usize> = HashMap::default();
         for group in self.groups.values() {
             if let TaskKind::Wasm { component } = &group.spec.kind {
                 *users.entry(*component).or_default() += 1;

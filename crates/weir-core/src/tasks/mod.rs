@@ -33,7 +33,8 @@ mod unschedulable;
 mod worker;
 mod workers;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use crate::hash::{HashMap, HashSet};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use super::dense::Dense;

@@ -271,7 +271,7 @@ impl Tasks {
         let mut classes: Vec<usize> = classes.into_iter().collect();
         classes.sort_unstable();
         let mut groups: Vec<crate::scaling::Demand> = Vec::with_capacity(classes.len());
-        let mut index: HashMap<GroupKey<'_>, usize> = HashMap::new();
+        let mut index: HashMap<GroupKey<'_>, usize> = HashMap::default();
         for c in classes {
             let class = &self.classes[c];
             let mut environments = class.environments.clone();

@@ -30,7 +30,7 @@ impl Tasks {
         }
         // Claimed tasks moved over from an earlier connection: queued, in no queue, until
         // adopted below (or put back in their queue if they cannot be).
-        let mut moved: HashSet<TaskId> = HashSet::new();
+        let mut moved: HashSet<TaskId> = HashSet::default();
         for old in earlier {
             // Only runs still wanted move over (a canceled one is stopped on the worker).
             let claimed: Vec<TaskId> = self.workers[&old]
@@ -82,12 +82,12 @@ impl Tasks {
             free: info.capabilities.clone(),
             revoking: None,
             revoke_spent: false,
-            since: HashMap::new(),
+            since: HashMap::default(),
             slow: 0,
-            waiting: HashSet::new(),
+            waiting: HashSet::default(),
             info,
-            running: HashSet::new(),
-            environments: HashSet::new(),
+            running: HashSet::default(),
+            environments: HashSet::default(),
             verdicts: BTreeMap::new(),
             loads: BTreeMap::new(),
             last_seen: now,

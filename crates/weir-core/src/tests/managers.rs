@@ -40,7 +40,7 @@ fn view(id: u64, name: &str, manager: &str) -> WorkerView {
 }
 
 /// No decision applied yet.
-static NO_DECISIONS: std::sync::LazyLock<std::collections::HashMap<String, Decision>> =
+static NO_DECISIONS: std::sync::LazyLock<crate::hash::HashMap<String, Decision>> =
     std::sync::LazyLock::new(Default::default);
 
 fn context(now: u64, workers: Vec<WorkerView>, tiers: &[Tier]) -> Context<'_> {

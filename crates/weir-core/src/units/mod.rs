@@ -9,7 +9,7 @@ mod engine;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
+use crate::hash::HashSet;
 
 pub use backoff::{Backoff, Failed, Restarts};
 pub use engine::{Listed, Seen};

@@ -23,7 +23,8 @@ mod report;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, VecDeque};
+use crate::hash::HashMap;
+use std::collections::VecDeque;
 
 use held::Held;
 pub use lease::Lease;
@@ -160,7 +161,7 @@ impl Worker {
             phase: Phase::Off,
             lease: None,
             lapses: 0,
-            held: HashMap::new(),
+            held: HashMap::default(),
             queue: VecDeque::new(),
             runs: 0,
             busy: 0,

@@ -64,6 +64,7 @@ impl Sim {
     }
 
     pub(super) fn send_to_sched(&mut self, c: usize, frame: FromWorker) {
+        self.fold(&(c, &frame));
         if self.conns[c].broken {
             return;
         }
@@ -87,6 +88,7 @@ impl Sim {
     }
 
     pub(super) fn send_to_worker(&mut self, c: usize, frame: ToWorker) {
+        self.fold(&(c, &frame));
         if self.conns[c].broken {
             return;
         }

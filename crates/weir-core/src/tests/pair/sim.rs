@@ -144,6 +144,8 @@ pub(super) struct Sim {
     /// Every run takes 10 to 20 s (so a test can cut a worker off while it runs).
     pub long_tasks: bool,
     trace: VecDeque<String>,
+    /// A hash of every line ever noted: two runs of one seed must end with the same.
+    pub digest: u64,
     fleet: Fleet,
 }
 
@@ -201,6 +203,7 @@ impl Sim {
             lease_ends: 0,
             long_tasks: false,
             trace: VecDeque::new(),
+            digest: 0,
             fleet: Fleet::new(managers),
         };
         for w in 0..sim.workers.len() {
@@ -216,7 +219,18 @@ impl Sim {
         if self.trace.len() == 300 {
             self.trace.pop_front();
         }
-        self.trace.push_back(format!("{:>8} {what}", self.now));
+        let line = format!("{:>8} {what}", self.now);
+        self.fold(&line);
+        self.trace.push_back(line);
+    }
+
+    /// Fold `what` (a noted line, a frame sent) into [`Sim::digest`], with std's fixed-key
+    /// hasher (not `crate::hash`'s, which the check is about).
+    pub(super) fn fold(&mut self, what: &impl std::fmt::Debug) {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        (self.digest, format!("{what:?}")).hash(&mut hasher);
+        self.digest = hasher.finish();
     }
 
     pub(super) fn trace_tail(&self) -> String {

@@ -48,6 +48,9 @@ pub(crate) struct ManagerStats {
     pub long_absences: u64,
     /// Workers the scheduler dismissed (their manager was forgotten).
     pub dismissed: u64,
+    /// A twin's heartbeats that report exited a name a registered worker of another process
+    /// holds (the hazard of two managers of one id).
+    pub crossed: u64,
 }
 
 impl ManagerStats {
@@ -61,6 +64,7 @@ impl ManagerStats {
         self.goodbyes += other.goodbyes;
         self.long_absences += other.long_absences;
         self.dismissed += other.dismissed;
+        self.crossed += other.crossed;
     }
 }
 
@@ -157,6 +161,14 @@ impl Sim {
         };
         if self.fleet.conns[c].broken {
             return;
+        }
+        if self.fleet.managers[m].twin {
+            let views = self.sched.tasks().views_of_manager(self.now, &state.id);
+            let crossed = views.iter().any(|w| {
+                let exited = state.exited.contains(&w.name);
+                exited && !state.instances.contains(&(w.name.clone(), w.instance))
+            });
+            self.fleet.stats.crossed += u64::from(crossed);
         }
         let duplicate = self.faults.enabled && self.rng.chance(3);
         let at = self.delay();

@@ -86,6 +86,9 @@ fn no_task_runs_twice_at_once_and_every_task_finishes_once_faults_stop() {
     assert!(stats.goodbyes > 10, "{stats:?}");
     assert!(stats.long_absences > 10, "{stats:?}");
     assert!(stats.dismissed > 5, "{stats:?}");
+    // Twins named their workers as the first managers did, and reported names the first's
+    // live workers held (with another instance, or none).
+    assert!(stats.crossed > 10, "{stats:?}");
     assert!(
         scaled_up > SEEDS / 2,
         "{scaled_up} seeds converged on more than none"

@@ -1,5 +1,6 @@
 //! Workers inside an allocation that ends (a Slurm job's walltime, `worker --ends-in`), and
-//! worker names that must be unique, with real processes on loopback.
+//! worker names that must be unique (also when two managers of one id name theirs alike), with
+//! real processes on loopback.
 
 mod common;
 
@@ -109,4 +110,54 @@ fn a_second_worker_under_a_live_workers_name_is_refused() {
     assert_eq!(done["counts"]["succeeded"], 1, "{done}");
     let status = cluster.json(&["status"]);
     assert_eq!(workers(&status), 1, "{status}");
+}
+
+/// Two worker managers started with one `--id`: the second is let in once the first's
+/// connection timed out (SIGSTOP: its workers run on), and names its worker as the first named
+/// its own (`m-1`). That one is refused (the name is taken) and, killed, is reported exited.
+/// The report names the second's process, not the first's `m-1`, which keeps its task: before,
+/// the scheduler requeued it at once onto the spare worker while `m-1` still ran it.
+#[test]
+fn a_twin_manager_reporting_its_worker_of_a_name_in_use_exited_takes_no_task_from_the_first() {
+    use common::{children_of, count, field, signal};
+    let mut cluster = Cluster::start("10");
+    let first = cluster.manager(&["--id", "m", "--fixed", "1"]);
+    cluster.await_status(|s| workers(s) == 1);
+    let starts = cluster.dir.path().join("starts");
+    let script = format!("echo $WEIR_WORKER_NAME >> {}; sleep 60", starts.display());
+    cluster.json(&["submit", "--", "sh", "-c", &script]);
+    cluster.await_status(|s| count(field(s, "tasks"), "running") == 1);
+    // Idle, it would take the task at once were the task requeued.
+    cluster.worker("spare", &[]);
+    cluster.await_status(|s| workers(s) == 2);
+    // The first manager falls silent; its connection times out, and the twin gets in.
+    signal(cluster.workers[first].id(), "-STOP");
+    let twin = cluster.manager(&["--id", "m", "--fixed", "1"]);
+    let twin_pid = cluster.workers[twin].id();
+    let deadline = common::Deadline::start("the twin's worker process");
+    let child = loop {
+        if let Some(child) = children_of(twin_pid).first() {
+            break *child;
+        }
+        deadline.pause("no child yet");
+    };
+    signal(child, "-9");
+    // The twin's report of it exited has been taken.
+    cluster.await_unit("m", |u| u["state"] == "ended");
+    let status = cluster.json(&["status"]);
+    let spare = field(&status, "workers")
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["name"] == "spare").cloned());
+    let spare = spare.unwrap_or_else(|| panic!("no spare worker in {status}"));
+    assert_eq!(
+        count(&spare, "running"),
+        0,
+        "the task was run again: {status}"
+    );
+    let tasks = field(&status, "tasks");
+    assert_eq!(count(tasks, "running"), 1, "{status}");
+    assert_eq!(count(tasks, "queued"), 0, "{status}");
+    let started = std::fs::read_to_string(&starts).unwrap_or_default();
+    assert_eq!(started.lines().collect::<Vec<_>>(), ["m-1"], "{started}");
+    signal(cluster.workers[first].id(), "-CONT");
 }

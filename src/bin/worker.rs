@@ -36,6 +36,10 @@ struct Args {
     /// The id of the worker manager that started it.
     #[arg(long, value_name = "ID")]
     manager: Option<String>,
+    /// This process's instance id, chosen by the worker manager that starts it (so its reports
+    /// of the worker gone name this process, not another of its name); default: random.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    instance: Option<u64>,
     /// Seconds between heartbeats.
     #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
     heartbeat_interval: Duration,
@@ -154,9 +158,12 @@ fn run(args: Args) -> Result<()> {
             manager: args.manager,
             local_environments: Vec::new(),
             running: Vec::new(),
-            instance: getrandom::u64().map_err(|e| {
-                anyhow::anyhow!("cannot draw this worker's random instance id: {e}")
-            })?,
+            instance: match args.instance {
+                Some(instance) => instance,
+                None => getrandom::u64().map_err(|e| {
+                    anyhow::anyhow!("cannot draw this worker's random instance id: {e}")
+                })?,
+            },
             ends_in_ms: None,
             finished: vec![],
         },

@@ -121,6 +121,7 @@ impl Settings {
             usable_ms: self
                 .usable
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            instances: Vec::new(),
         }
     }
 

@@ -13,8 +13,9 @@ use crate::proto::ManagerState;
 /// The manager's worker processes; kept across reconnections to the scheduler.
 pub struct Pool {
     pub(super) settings: Settings,
-    /// Alive worker processes, by name (their units, oldest first, are in `book`).
-    children: Vec<(String, Box<dyn Process>)>,
+    /// Alive worker processes, by name, each with the instance id it was given (their units,
+    /// oldest first, are in `book`).
+    children: Vec<(String, u64, Box<dyn Process>)>,
     /// Each alive worker as a unit of one: when it started, and whether the scheduler has ever
     /// said it registered (in any session): then it is stopped only when named (drained), never
     /// as "not registered yet" — after a scheduler restart it is busy with tasks it has not
@@ -22,8 +23,9 @@ pub struct Pool {
     book: Book,
     clock: crate::clock::Millis,
     next: u64,
-    /// The last workers that exited or were stopped, newest last (reported to the scheduler).
-    exited: std::collections::VecDeque<String>,
+    /// The last workers that exited or were stopped, and their instances, newest last
+    /// (reported to the scheduler).
+    exited: std::collections::VecDeque<(String, u64)>,
     /// A worker exited because the scheduler dismissed it (its dynamic manager is gone): inside
     /// a unit, the unit ends too.
     pub(super) dismissed: bool,
@@ -57,13 +59,21 @@ impl Pool {
             // expects): a worker that died is replaced under its name.
             Some(unit) => (1..)
                 .map(|n| format!("{}-{unit}-{n}", s.id))
-                .find(|name| !self.children.iter().any(|(n, _)| n == name))
+                .find(|name| !self.children.iter().any(|(n, _, _)| n == name))
                 .unwrap_or_default(),
             None => {
                 self.next += 1;
                 format!("{}-{}", s.id, self.next)
             }
         };
+        // Its instance is ours to say: a report of it gone then names this process, not
+        // another of its name (a twin manager's, started with our id, names its workers as we do).
+        let instance = getrandom::u64()
+            .map_err(|e| ManagerError::StartWorker {
+                command: s.worker_command.clone(),
+                error: std::io::Error::other(format!("cannot draw an instance id: {e}")),
+            })?
+            .max(1);
         let mut args: Vec<std::ffi::OsString> = vec![
             "--access-file".into(),
             s.access_file.clone().into(),
@@ -75,6 +85,8 @@ impl Pool {
             (&s.id).into(),
             "--name".into(),
             (&name).into(),
+            "--instance".into(),
+            instance.to_string().into(),
         ];
         if !s.worker_capabilities_flag.is_empty() {
             args.extend([
@@ -99,7 +111,7 @@ impl Pool {
             }
         })?;
         tracing::info!(worker = %name, "worker started");
-        self.children.push((name.clone(), child));
+        self.children.push((name.clone(), instance, child));
         let unit = Unit::one(name.clone(), self.clock.now());
         self.book.units.push(unit);
         Ok(name)
@@ -118,9 +130,9 @@ impl Pool {
     /// Send a worker SIGTERM and hand back its process.
     fn signal_stop(&mut self, name: &str) -> Option<Box<dyn Process>> {
         self.book.units.retain(|u| u.id != name);
-        let index = self.children.iter().position(|(n, _)| n == name)?;
-        let (_, mut child) = self.children.remove(index);
-        self.remember_exited(name);
+        let index = self.children.iter().position(|(n, _, _)| n == name)?;
+        let (_, instance, mut child) = self.children.remove(index);
+        self.remember_exited(name, instance);
         tracing::info!(worker = %name, "stopping worker");
         child.terminate();
         Some(child)
@@ -131,19 +143,19 @@ impl Pool {
         let now = self.clock.now();
         let mut exited = Vec::new();
         self.children
-            .retain_mut(|(name, child)| match child.try_wait() {
+            .retain_mut(|(name, instance, child)| match child.try_wait() {
                 Ok(Some(status)) => {
-                    exited.push((name.clone(), status));
+                    exited.push((name.clone(), *instance, status));
                     false
                 }
                 _ => true,
             });
-        for (name, status) in exited {
+        for (name, instance, status) in exited {
             let since = self.book.units.iter().find(|u| u.id == name);
             let since = since.map_or(now, |u| u.since);
             self.book.units.retain(|u| u.id != name);
             let lived = now.saturating_sub(since);
-            self.remember_exited(&name);
+            self.remember_exited(&name, instance);
             self.log
                 .ended(&name, since, format!("exited ({status})"), now);
             if status.code() == Some(crate::proto::EXIT_DISMISSED) {
@@ -162,16 +174,19 @@ impl Pool {
         }
     }
 
-    fn remember_exited(&mut self, name: &str) {
+    fn remember_exited(&mut self, name: &str, instance: u64) {
         if self.exited.len() == crate::proto::EXITED_KEPT {
             self.exited.pop_front();
         }
-        self.exited.push_back(name.to_string());
+        self.exited.push_back((name.to_string(), instance));
     }
 
     pub(super) fn state(&self) -> ManagerState {
-        let exited = self.exited.iter().cloned().collect();
+        let exited = self.exited.iter().map(|(name, _)| name.clone()).collect();
         let mut state = self.settings.report(false, self.names(), exited);
+        state.instances = (self.children.iter().map(|(name, i, _)| (name.clone(), *i)))
+            .chain(self.exited.iter().cloned())
+            .collect();
         state.backend = "process".into();
         state.units = self.units(self.clock.now());
         state

@@ -94,6 +94,21 @@ fn names(fake: &Fake) -> Vec<String> {
         .collect()
 }
 
+/// The `--instance` each started worker was given, by name.
+fn instances(fake: &Fake) -> Vec<(String, u64)> {
+    let started = fake.started.lock().expect("not poisoned");
+    started
+        .iter()
+        .filter_map(|(args, _)| {
+            let arg = |flag: &str| {
+                let at = args.iter().position(|a| a == flag)?;
+                Some(args.get(at + 1)?.to_string_lossy().into_owned())
+            };
+            Some((arg("--name")?, arg("--instance")?.parse().ok()?))
+        })
+        .collect()
+}
+
 #[test]
 fn the_pool_starts_replaces_after_a_backoff_and_stops_its_workers_through_the_spawner() {
     let fake = Arc::new(Fake::default());
@@ -109,6 +124,15 @@ fn the_pool_starts_replaces_after_a_backoff_and_stops_its_workers_through_the_sp
     assert_eq!(names(&fake).len(), 2, "not replaced during the backoff");
     assert_eq!(pool.state().workers, ["pool-2"]);
     assert!(pool.state().exited.contains(&"pool-1".to_string()));
+    // Each worker was given its instance, and the report names it (alive and exited alike).
+    let given = instances(&fake);
+    assert_eq!(given.len(), 2);
+    assert_ne!(given[0].1, given[1].1);
+    let mut reported = pool.state().instances;
+    reported.sort();
+    let mut expected = given.clone();
+    expected.sort();
+    assert_eq!(reported, expected);
     manual.advance(Duration::from_secs(120));
     pool.converge(0, &[], &[]).expect("converges");
     assert_eq!(names(&fake), ["pool-1", "pool-2", "pool-3"]);

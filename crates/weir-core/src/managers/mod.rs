@@ -3,11 +3,15 @@
 //!
 //! The snapshot is the truth reconciled with what each manager reports alive: a registered
 //! worker that its manager listed in one heartbeat and no longer lists in the next is gone
-//! ([`Managers::heartbeat`] returns it, and the shell declares it lost at once), so a dead
-//! worker is never counted beside its replacement.
+//! ([`Managers::heartbeat`] returns it, and the core takes it for lost: at once when the report
+//! names its process, fenced when it names none), so a dead worker is never counted beside its
+//! replacement.
 
 mod explain;
+mod gone;
 mod units;
+
+pub use gone::Gone;
 
 use crate::hash::{HashMap, HashSet};
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,32 +98,22 @@ impl Managers {
         }
     }
 
-    /// A manager's heartbeat. Returns its registered workers that are gone: not listed alive in
-    /// this one, and listed in its previous heartbeat, or reported exited, or drained for it to
-    /// stop; each with whether it was stopped on purpose. (A worker never listed is never taken
-    /// for gone on absence alone: a report sent before it started may arrive after it registered.)
+    /// A manager's heartbeat. Returns its registered workers that are gone, each with how far
+    /// the report proves it ([`gone::gone`]: a report is believed at once only of the process
+    /// it names).
     pub fn heartbeat(
         &mut self,
         now: u64,
         state: ManagerState,
         workers: &[WorkerView],
-    ) -> Vec<(WorkerId, bool)> {
+    ) -> Vec<(WorkerId, Gone)> {
         // Back after being forgotten: its workers are its own again.
         self.orphaned.remove(&state.id);
-        let before: HashSet<&String> = self
-            .entries
-            .get(&state.id)
-            .map(|previous| previous.state.workers.iter().collect())
-            .unwrap_or_default();
-        let alive: HashSet<&String> = state.workers.iter().collect();
-        let exited: HashSet<&String> = state.exited.iter().collect();
-        let gone = workers
-            .iter()
-            .filter(|w| w.manager.as_deref() == Some(state.id.as_str()))
-            .filter(|w| !alive.contains(&w.name))
-            .filter(|w| w.draining || before.contains(&w.name) || exited.contains(&w.name))
-            .map(|w| (w.id, w.draining))
-            .collect();
+        let gone = gone::gone(
+            self.entries.get(&state.id).map(|p| &p.state),
+            &state,
+            workers,
+        );
         let mut learned = match self.entries.remove(&state.id) {
             Some(previous) => {
                 let mut learned = previous.learned;
@@ -160,6 +154,7 @@ impl Managers {
         self.connections.insert(id.to_string(), peer);
         if let Some(entry) = self.entries.get_mut(id) {
             entry.state.workers.clear();
+            entry.state.instances.clear();
         }
         Ok(())
     }

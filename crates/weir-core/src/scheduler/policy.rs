@@ -2,6 +2,7 @@
 //! its decisions pass (whatever the policy, WASM or native), and the orders sent to managers.
 
 use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler, UNRUNNABLE_AFTER_MS};
+use crate::managers::Gone;
 use crate::scaling::{Decision, Snapshot, Tier, is_reserved_environment, validate_decisions};
 use crate::tasks::Loss;
 use weir_proto::{ErrorCode, JobId, ManagerState, PolicyReport, Response, ToManager, ToWorker};
@@ -56,12 +57,16 @@ impl Scheduler {
         let id = state.id.clone();
         let views = self.tasks.views_of_manager(now, &id);
         let gone = self.managers.heartbeat(now, state, &views);
-        for (worker, stopped) in gone {
-            let (reason, loss) = match stopped {
-                true => (format!("its manager {id} stopped it"), Loss::Stopped),
-                false => (format!("its manager {id} saw it exit"), Loss::Exited),
+        for (worker, gone) in gone {
+            let (reason, loss) = match gone {
+                Gone::Stopped => (format!("its manager {id} stopped it"), Loss::Stopped),
+                Gone::Exited => (format!("its manager {id} saw it exit"), Loss::Exited),
+                Gone::Unproven => (
+                    format!("its manager {id} reports a process of its name gone"),
+                    Loss::Silent,
+                ),
             };
-            self.worker_gone(now, worker, &reason, loss, !stopped);
+            self.worker_gone(now, worker, &reason, loss, gone != Gone::Stopped);
         }
     }
 

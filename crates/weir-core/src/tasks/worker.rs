@@ -122,6 +122,7 @@ impl Worker {
         WorkerView {
             id,
             name: self.info.name.clone(),
+            instance: self.info.instance,
             manager: self.info.manager.clone(),
             slots: self.info.slots,
             busy: self.held().min(self.info.slots),
@@ -153,6 +154,8 @@ pub(super) fn amount(list: &[(String, u64)], name: &str) -> u64 {
 pub struct WorkerView {
     pub id: WorkerId,
     pub name: String,
+    /// Its process ([`weir_proto::WorkerInfo::instance`]).
+    pub instance: u64,
     pub manager: Option<String>,
     pub slots: u32,
     pub busy: u32,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::managers::{Context, Managers};
+use crate::managers::{Context, Gone, Managers};
 use crate::scaling::{Decision, Demand, Tier, Verdict};
 use crate::tasks::WorkerView;
 use weir_proto::{EnvVerdict, ManagerState, UnitReport, UnitState};
@@ -23,13 +23,21 @@ fn state(id: &str, workers: &[&str]) -> ManagerState {
         backend: String::new(),
         units: vec![],
         usable_ms: None,
+        instances: vec![],
     }
+}
+
+/// `state` naming each worker's process as [`view`] registers it (instance = id).
+fn naming(mut state: ManagerState, instances: &[(&str, u64)]) -> ManagerState {
+    state.instances = instances.iter().map(|(n, i)| (n.to_string(), *i)).collect();
+    state
 }
 
 fn view(id: u64, name: &str, manager: &str) -> WorkerView {
     WorkerView {
         id,
         name: name.into(),
+        instance: id,
         manager: Some(manager.into()),
         slots: 2,
         busy: 0,
@@ -69,14 +77,22 @@ fn a_worker_listed_then_missing_or_reported_exited_is_gone_at_once() {
     // "c" registered before the manager ever listed it: absence alone proves nothing.
     assert!(
         managers
-            .heartbeat(0, state("m", &["a", "b"]), &workers)
+            .heartbeat(
+                0,
+                naming(state("m", &["a", "b"]), &[("a", 1), ("b", 2)]),
+                &workers
+            )
             .is_empty()
     );
-    let mut next = state("m", &["b"]);
+    let mut next = naming(state("m", &["b"]), &[("b", 2), ("c", 3)]);
     next.exited = vec!["c".into()];
     let mut gone = managers.heartbeat(1_000, next, &workers);
     gone.sort();
-    assert_eq!(gone, vec![(1, false), (3, false)], "a: missing, c: exited");
+    assert_eq!(
+        gone,
+        vec![(1, Gone::Exited), (3, Gone::Exited)],
+        "a: missing, c: exited"
+    );
 }
 
 #[test]
@@ -89,18 +105,19 @@ fn a_restarted_manager_that_does_not_list_its_workers_yet_loses_none_of_them() {
     managers
         .connect("m", "10.0.0.2:1".into())
         .expect("no other connection holds the id");
-    let mut first = state("m", &[]);
+    let mut first = naming(state("m", &[]), &[("b", 2)]);
     first.exited = vec!["b".into()];
-    assert_eq!(managers.heartbeat(1_000, first, &workers), vec![(2, false)]);
-    assert!(
-        managers
-            .heartbeat(2_000, state("m", &["a"]), &workers)
-            .is_empty()
+    assert_eq!(
+        managers.heartbeat(1_000, first, &workers),
+        vec![(2, Gone::Exited)]
     );
-    // From then on, the same rule as ever: listed, then missing, is gone.
+    let listed = naming(state("m", &["a"]), &[("a", 1)]);
+    assert!(managers.heartbeat(2_000, listed, &workers).is_empty());
+    // From then on, the same rule as ever: listed, then missing, is gone (the process it
+    // named in its last report).
     assert_eq!(
         managers.heartbeat(3_000, state("m", &[]), &workers),
-        vec![(1, false)]
+        vec![(1, Gone::Exited)]
     );
 }
 
@@ -109,11 +126,61 @@ fn a_drained_worker_that_is_gone_was_stopped_on_purpose() {
     let mut managers = Managers::new(5_000);
     let mut draining = view(1, "a", "m");
     draining.draining = true;
-    let gone = managers.heartbeat(0, state("m", &[]), &[draining, view(2, "b", "other")]);
+    let report = naming(state("m", &[]), &[("a", 1), ("b", 2)]);
+    let gone = managers.heartbeat(0, report, &[draining, view(2, "b", "other")]);
     assert_eq!(
         gone,
-        vec![(1, true)],
+        vec![(1, Gone::Stopped)],
         "another manager's worker is not its business"
+    );
+}
+
+/// Two processes may hold one name (a twin manager started with the id names its workers as
+/// the first does): a report of another process of the name is not about the registered
+/// worker; a report naming no process may be, so it is unproven (fenced by the caller). What a
+/// previous connection said of a name's process proves nothing for the next one.
+#[test]
+fn a_report_of_a_name_is_believed_at_once_only_of_the_process_it_names() {
+    let workers = vec![view(1, "a", "m")];
+    let exited = |instances: &[(&str, u64)]| {
+        let mut report = naming(state("m", &[]), instances);
+        report.exited = vec!["a".into()];
+        report
+    };
+    let mut managers = Managers::new(5_000);
+    // Another process of the name, exited, or listed then missing: left out.
+    assert!(
+        managers
+            .heartbeat(0, exited(&[("a", 9)]), &workers)
+            .is_empty()
+    );
+    let listed = naming(state("m", &["a"]), &[("a", 9)]);
+    assert!(managers.heartbeat(1_000, listed, &workers).is_empty());
+    assert!(
+        managers
+            .heartbeat(2_000, state("m", &[]), &workers)
+            .is_empty()
+    );
+    // No process named: unproven.
+    assert_eq!(
+        managers.heartbeat(3_000, exited(&[]), &workers),
+        vec![(1, Gone::Unproven)]
+    );
+    // One of the processes it names is this one: gone at once.
+    assert_eq!(
+        managers.heartbeat(4_000, exited(&[("a", 9), ("a", 1)]), &workers),
+        vec![(1, Gone::Exited)]
+    );
+    // A new connection of the id: what the last one named is forgotten.
+    let listed = naming(state("m", &["a"]), &[("a", 1)]);
+    managers.heartbeat(5_000, listed, &workers);
+    managers.disconnect("m");
+    managers
+        .connect("m", "10.0.0.2:1".into())
+        .expect("no other connection holds the id");
+    assert_eq!(
+        managers.heartbeat(6_000, exited(&[]), &workers),
+        vec![(1, Gone::Unproven)]
     );
 }
 

@@ -36,6 +36,13 @@ pub struct ManagerState {
     /// `--leave-before`); `None`: no limit. A task whose timeout is longer never runs on its
     /// workers: the policy is not asked to start them for it, and `weir explain` says so.
     pub usable_ms: Option<u64>,
+    /// The instance ([`WorkerInfo::instance`]) of each worker process named in `workers` or
+    /// `exited` that it chose itself (a process pool passes each worker its instance); a name
+    /// may appear twice (one that exited and one started since under its name). A registered
+    /// worker is taken for gone at once only when its manager reports its own instance gone:
+    /// another instance is another process of the name (a twin's, started with one id); none
+    /// (a cluster engine's unit, an adopted one) is fenced like a lost connection.
+    pub instances: Vec<(String, u64)>,
 }
 
 /// How many ended units a manager keeps reporting.

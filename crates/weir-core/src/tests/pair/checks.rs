@@ -89,9 +89,4 @@ impl Sim {
             }
         }
     }
-
-    /// A twin's units are named as the first manager's are (see [`fleet::Fleet`]).
-    pub(crate) fn twin_names_collide(&mut self) {
-        self.fleet.twin_names_collide = true;
-    }
 }

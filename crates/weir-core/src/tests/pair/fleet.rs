@@ -48,6 +48,9 @@ pub(crate) struct ManagerStats {
     pub long_absences: u64,
     /// Workers the scheduler dismissed (their manager was forgotten).
     pub dismissed: u64,
+    /// A twin's heartbeats that report exited a name a registered worker of another process
+    /// holds (the hazard of two managers of one id).
+    pub crossed: u64,
 }
 
 impl ManagerStats {
@@ -61,6 +64,7 @@ impl ManagerStats {
         self.goodbyes += other.goodbyes;
         self.long_absences += other.long_absences;
         self.dismissed += other.dismissed;
+        self.crossed += other.crossed;
     }
 }
 
@@ -74,18 +78,21 @@ pub(super) struct Fleet {
     pub stats: ManagerStats,
     /// The scheduler's last desired count for each manager id.
     pub desired: HashMap<String, u32>,
-    /// A twin names its units as the first manager does, so its reports name the first's
-    /// workers. Off by default: then a twin admitted once the first's connection timed out
-    /// reports a name of the first's as exited, and the scheduler requeues that worker's
-    /// tasks at once while it still runs them (see the ignored test in `mod.rs`).
-    pub twin_names_collide: bool,
+    /// The last instance a manager chose for a worker.
+    pub next_instance: u64,
 }
 
 impl Fleet {
-    pub(super) fn new(managers: usize) -> Fleet {
+    /// `managers` managers; about one in three (by seed) names no instances, as a cluster
+    /// engine's does.
+    pub(super) fn new(seed: u64, managers: usize) -> Fleet {
         Fleet {
             managers: (0..managers)
-                .map(|m| SimManager::new(format!("m{m}"), 2 + m as u32 * 2, false, 0))
+                .map(|m| {
+                    let mut sm = SimManager::new(format!("m{m}"), 2 + m as u32 * 2, false, 0);
+                    sm.names_instances = !(seed + m as u64).is_multiple_of(3);
+                    sm
+                })
                 .collect(),
             conns: Vec::new(),
             registered: HashMap::new(),
@@ -93,7 +100,7 @@ impl Fleet {
                 .expect("the test's policy parses"),
             stats: ManagerStats::default(),
             desired: HashMap::new(),
-            twin_names_collide: false,
+            next_instance: 0,
         }
     }
 }
@@ -154,6 +161,14 @@ impl Sim {
         };
         if self.fleet.conns[c].broken {
             return;
+        }
+        if self.fleet.managers[m].twin {
+            let views = self.sched.tasks().views_of_manager(self.now, &state.id);
+            let crossed = views.iter().any(|w| {
+                let exited = state.exited.contains(&w.name);
+                exited && !state.instances.contains(&(w.name.clone(), w.instance))
+            });
+            self.fleet.stats.crossed += u64::from(crossed);
         }
         let duplicate = self.faults.enabled && self.rng.chance(3);
         let at = self.delay();

@@ -31,6 +31,9 @@ pub(super) struct EngineUnit {
     pub id: String,
     pub starts_at: u64,
     pub worker: Option<usize>,
+    /// The instance its manager chose for its worker (`None`: it names none, as a cluster
+    /// engine's manager does).
+    pub instance: Option<u64>,
 }
 
 /// What a manager process holds (lost when it crashes).
@@ -42,6 +45,8 @@ pub(super) struct ManagerCore {
     /// The workers the scheduler said last it has registered.
     pub registered: Vec<String>,
     pub exited: Vec<String>,
+    /// The instance it chose for each worker it started (none for units it adopted).
+    pub instances: Vec<(String, u64)>,
     pub next_tick: u64,
 }
 
@@ -51,6 +56,9 @@ pub(super) struct SimManager {
     pub max_workers: u32,
     /// A second process started with an id already in use (it never restarts).
     pub twin: bool,
+    /// It chooses its workers' instances and reports them (a process pool), or names none (a
+    /// cluster engine's manager; a twin does as the first).
+    pub names_instances: bool,
     pub core: Option<ManagerCore>,
     pub engine: Vec<EngineUnit>,
     pub next_unit: u64,
@@ -69,6 +77,7 @@ impl SimManager {
             id,
             max_workers,
             twin,
+            names_instances: true,
             core: None,
             engine: Vec::new(),
             next_unit: 0,
@@ -92,7 +101,7 @@ impl SimManager {
 
     pub(super) fn state(&self) -> Option<ManagerState> {
         let core = self.core.as_ref()?;
-        Some(ManagerState {
+        let mut state = ManagerState {
             id: self.id.clone(),
             worker_type: WORKER_TYPE.into(),
             max_task_concurrency: self.max_workers * SLOTS,
@@ -111,7 +120,13 @@ impl SimManager {
             backend: "slurm".into(),
             units: vec![],
             usable_ms: None,
-        })
+            instances: vec![],
+        };
+        state.instances = (core.instances.iter())
+            .filter(|(name, _)| state.workers.contains(name) || state.exited.contains(name))
+            .cloned()
+            .collect();
+        Some(state)
     }
 }
 
@@ -130,6 +145,7 @@ impl Sim {
             desired: None,
             registered: Vec::new(),
             exited: Vec::new(),
+            instances: Vec::new(),
             next_tick: now + TICK_MS,
         });
         sm.session = None;
@@ -199,7 +215,10 @@ impl Sim {
         }
         let original = &self.fleet.managers[m];
         let mut twin = SimManager::new(original.id.clone(), original.max_workers, true, self.now);
-        // Numbered from where the other's were a while ago (apart unless they collide).
+        twin.names_instances = original.names_instances;
+        // Numbered from where the other's were a while ago: named as the other's were (two
+        // process pools of one id both name theirs `{id}-n`), so its reports name the other's
+        // workers.
         twin.next_unit = original.next_unit.saturating_sub(3);
         twin.dies_at = self.now + 2_000 + self.rng.below(20_000);
         self.fleet.managers.push(twin);
@@ -252,21 +271,29 @@ impl Sim {
                 stopped.extend(sm.engine.remove(i).worker.map(|w| (w, unit.why)));
             }
         }
+        // What it reports no more it forgets.
+        let recent: Vec<&String> = core.exited.iter().rev().take(EXITED_KEPT).collect();
+        let live = core.book.workers(&[]);
+        (core.instances).retain(|(n, _)| live.contains(n) || recent.contains(&n));
         for _ in 0..start {
             sm.next_unit += 1;
-            // A twin's units are its own engine's: named apart from the other's unless the
-            // test makes them collide (two process pools of one id both name theirs `{id}-n`).
-            let id = match sm.twin && !self.fleet.twin_names_collide {
-                true => format!("t{}", sm.next_unit),
-                false => sm.next_unit.to_string(),
-            };
+            let id = sm.next_unit.to_string();
             let unit: Unit = core.book.unit(id.clone(), now);
             core.book.units.push(unit);
             let starts_at = now + 100 + self.rng.below(3_000);
+            let instance = sm.names_instances.then(|| {
+                self.fleet.next_instance += 1;
+                1 << 62 | self.fleet.next_instance
+            });
+            if let Some(instance) = instance {
+                let name = crate::units::names(&sm.id, &id, 1).remove(0);
+                core.instances.push((name, instance));
+            }
             sm.engine.push(EngineUnit {
                 id,
                 starts_at,
                 worker: None,
+                instance,
             });
         }
         let (units, cap) = (sm.engine.len(), sm.max_workers as usize);
@@ -366,10 +393,9 @@ impl Sim {
     pub(super) fn start_unit(&mut self, m: usize, unit: usize) {
         let sm = &self.fleet.managers[m];
         let name = crate::units::names(&sm.id, &sm.engine[unit].id, 1).remove(0);
-        let manager = sm.id.clone();
+        let (manager, instance) = (sm.id.clone(), sm.engine[unit].instance);
         let w = self.workers.len();
-        self.workers
-            .push(super::SimWorker::managed(name, manager, m));
+        (self.workers).push(super::SimWorker::managed(name, manager, m, instance));
         self.fleet.managers[m].engine[unit].worker = Some(w);
         self.note(format!("m{m}'s unit starts w{w}"));
         self.start_worker(w);

@@ -90,6 +90,8 @@ struct SimWorker {
     partitioned_until: u64,
     restart_at: u64,
     instance: u64,
+    /// The instance its manager chose for it (else its own, per start).
+    given_instance: Option<u64>,
     slots: u32,
     /// The manager id it registers with, and the slot of the manager whose unit runs it.
     manager: Option<String>,
@@ -109,6 +111,7 @@ impl SimWorker {
             partitioned_until: 0,
             restart_at: 0,
             instance: 0,
+            given_instance: None,
             slots,
             manager: None,
             manager_slot: None,
@@ -116,10 +119,11 @@ impl SimWorker {
     }
 
     /// The worker of a manager's unit (it never restarts: its unit ends with it).
-    fn managed(name: String, manager: String, slot: usize) -> SimWorker {
+    fn managed(name: String, manager: String, slot: usize, instance: Option<u64>) -> SimWorker {
         SimWorker {
             manager: Some(manager),
             manager_slot: Some(slot),
+            given_instance: instance,
             ..SimWorker::new(name, managers::SLOTS)
         }
     }
@@ -204,7 +208,7 @@ impl Sim {
             long_tasks: false,
             trace: VecDeque::new(),
             digest: 0,
-            fleet: Fleet::new(managers),
+            fleet: Fleet::new(seed, managers),
         };
         for w in 0..sim.workers.len() {
             sim.start_worker(w);
@@ -251,7 +255,7 @@ impl Sim {
             manager: sw.manager.clone(),
             local_environments: vec![],
             running: vec![],
-            instance: (w as u64) << 32 | sw.instance,
+            instance: sw.given_instance.unwrap_or((w as u64) << 32 | sw.instance),
             ends_in_ms: None,
             finished: vec![],
         };

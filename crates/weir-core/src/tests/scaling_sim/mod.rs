@@ -93,7 +93,7 @@ impl Pool {
     }
 
     fn state(&self) -> ManagerState {
-        ManagerState {
+        let mut state = ManagerState {
             id: self.id.clone(),
             worker_type: "t".into(),
             max_task_concurrency: self.cap_tasks,
@@ -112,7 +112,13 @@ impl Pool {
             backend: String::new(),
             units: vec![],
             usable_ms: None,
-        }
+            // Its own processes: it names their instances (as a process pool does).
+            instances: vec![],
+        };
+        state.instances = (state.workers.iter().chain(&state.exited))
+            .map(|name| (name.clone(), instance_of(name)))
+            .collect();
+        state
     }
 }
 
@@ -329,4 +335,9 @@ fn the_manager_plan_stops_named_then_unregistered_and_fills_up() {
     assert_eq!(step.start, 0);
     // Below the desired count: start the difference (the pool starts none while backing off).
     assert_eq!(pool(&alive).step(0, 6, &[], &[], false).start, 2);
+}
+
+/// A worker process's instance: one per name (the pools never reuse a name).
+fn instance_of(name: &str) -> u64 {
+    (name.bytes()).fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
 }

@@ -41,9 +41,7 @@ impl Sim {
                         local_environments: vec![],
                         running: claims.clone(),
                         // One per process: its claims are its own only if it is the same one.
-                        instance: name
-                            .bytes()
-                            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
+                        instance: super::instance_of(name),
                         ends_in_ms: None,
                         finished: vec![],
                     };

@@ -16,6 +16,7 @@ mod compaction;
 mod connections;
 mod journaling;
 mod policy;
+mod twins;
 mod walltime;
 
 fn config(journal: bool) -> Config {
@@ -101,6 +102,7 @@ fn manager(id: &str) -> ManagerState {
         backend: String::new(),
         units: vec![],
         usable_ms: None,
+        instances: vec![],
     }
 }
 

@@ -292,6 +292,7 @@ async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
         backend: String::new(),
         units: vec![],
         usable_ms: None,
+        instances: vec![],
     };
     drop(permit);
     let _ = ready.send(());

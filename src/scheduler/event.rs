@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::core::scaling::{ScalingPolicy, Tier};
+use crate::core::scaling::{PolicyFailure, ScalingPolicy, Tier};
 use crate::core::scheduler::{ClientId, Input, PolicyInfo};
 use crate::proto::{
     ComponentHash, EnvironmentStatus, JobSummary, ManagerState, ManagerUnits, PolicyReport,
@@ -44,7 +44,7 @@ pub(crate) enum Event {
         reply: ManagerReply,
     },
     Decided {
-        result: Result<Vec<crate::core::scaling::Decision>, String>,
+        result: Result<Vec<crate::core::scaling::Decision>, PolicyFailure>,
         elapsed: Duration,
     },
     /// A new policy's trial ended: it is ready to take over (with its tiers), or why not.
@@ -82,4 +82,4 @@ pub(crate) struct Snapshot {
 }
 
 /// A tried policy, ready to take over, with its tiers; or why it cannot.
-pub(super) type Tried = Result<(Box<dyn ScalingPolicy>, Vec<Tier>), String>;
+pub(super) type Tried = Result<(Box<dyn ScalingPolicy>, Vec<Tier>), PolicyFailure>;

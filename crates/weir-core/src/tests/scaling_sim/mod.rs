@@ -14,7 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::scaling::validate_decisions;
+use crate::scaling::{PolicyFailure, validate_decisions};
 use crate::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
 use crate::units::{Book, Unit};
 use crate::{component_hash, tasks};

@@ -3,7 +3,7 @@
 //! makes of a policy's decisions, and a replay of the records it journaled.
 
 use crate::record::Record;
-use crate::scaling::{Decision, Tier};
+use crate::scaling::{Decision, PolicyFailure, Tier};
 use crate::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
 use crate::tasks;
 use weir_proto::{

@@ -12,7 +12,7 @@ use crate::core::scaling::{PolicyFailure, ScalingPolicy, Tier};
 use crate::core::scheduler::{ClientId, Input, PolicyInfo};
 use crate::proto::{
     ComponentHash, EnvironmentStatus, JobSummary, ManagerState, ManagerUnits, PolicyReport,
-    Request, Response, StatusReport, TaskId, ToManager, ToWorker, WorkerId, WorkerInfo,
+    Request, Response, StatusReport, TaskId, ToManager, ToWorker, WorkerId, WorkerRegistration,
 };
 
 /// The answer to a joining worker's connection: its id, or why it is refused.
@@ -27,7 +27,7 @@ pub(crate) enum Event {
     /// Fed to the core as it is (heartbeats, reports, a worker or manager gone).
     Core(Input),
     WorkerJoined {
-        info: WorkerInfo,
+        info: WorkerRegistration,
         frames: mpsc::UnboundedSender<ToWorker>,
         reply: JoinReply,
     },

@@ -8,7 +8,7 @@ use crate::scaling::{Decision, PolicyFailure, Snapshot, Tier};
 use crate::tasks;
 use weir_proto::{
     ComponentHash, ComponentLoad, EnvVerdict, ManagerState, Outcome, Request, Response, TaskId,
-    ToManager, ToWorker, WorkerId, WorkerInfo,
+    ToManager, ToWorker, WorkerId, WorkerRegistration,
 };
 
 /// The core's settings (from the scheduler's flags).
@@ -58,7 +58,7 @@ pub enum Input {
     /// A worker connection registered. The core answers with [`Action::Registered`].
     WorkerJoined {
         connection: ConnectionId,
-        info: WorkerInfo,
+        info: WorkerRegistration,
     },
     /// The worker is there; `renew`: it asks for its lease to be renewed (the core answers
     /// [`ToWorker::Lease`] with that sequence number while the worker is live).

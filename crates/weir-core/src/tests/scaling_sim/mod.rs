@@ -21,7 +21,7 @@ use crate::{component_hash, tasks};
 use proptest::prelude::*;
 use weir_proto::{
     EnvVerdict, ManagerState, NewGroup, Outcome, Request, TaskId, TaskKind, TaskSpec, ToManager,
-    ToWorker, WorkerId, WorkerInfo,
+    ToWorker, WorkerId, WorkerRegistration,
 };
 use weir_waterfall::{Flavor, Policy};
 

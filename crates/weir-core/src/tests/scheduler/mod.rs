@@ -8,7 +8,7 @@ use crate::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
 use crate::tasks;
 use weir_proto::{
     JobCounts, ManagerState, NewGroup, Outcome, Request, Response, TaskKind, TaskSpec, TaskState,
-    ToManager, ToWorker, WorkerInfo,
+    ToManager, ToWorker, WorkerRegistration,
 };
 
 mod clients;
@@ -63,8 +63,8 @@ fn submit(count: u32) -> Request {
     }
 }
 
-fn worker(name: &str, slots: u32) -> WorkerInfo {
-    WorkerInfo {
+fn worker(name: &str, slots: u32) -> WorkerRegistration {
+    WorkerRegistration {
         name: name.into(),
         slots,
         capabilities: vec![],
@@ -113,7 +113,7 @@ fn ok() -> Outcome {
 }
 
 /// A worker registering on connection `connection`.
-fn join(connection: u64, info: WorkerInfo) -> Input {
+fn join(connection: u64, info: WorkerRegistration) -> Input {
     Input::WorkerJoined { connection, info }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use weir::core::scaling::{Manager, Snapshot};
+use weir::core::scaling::{Manager, Nonsense, PolicyFailure, Snapshot};
 use weir::plugin::{HostFacts, Limits, Origin, PluginError, PluginHost, World, bundled};
 
 const HOSTILE_POLICY: &[u8] = include_bytes!("../plugins/fixtures/hostile_policy.wasm");
@@ -271,6 +271,54 @@ fn a_looping_task_stops_when_canceled_long_before_its_deadline() {
     }
 }
 
+/// The scheduler keeps a policy's failure as the core's `PolicyFailure`: each host error maps to
+/// the variant that says what happened, with the very words `weir policy show` printed before.
+#[test]
+fn policy_failures_keep_the_host_s_words_and_say_what_happened() {
+    let loaded = host()
+        .load("hostile_policy", HOSTILE_POLICY, Some(World::Policy))
+        .unwrap();
+    let snapshot = one_manager();
+    let decide = |mode: &str| host().policy(&loaded, mode, tight())?.decide(&snapshot);
+    let unloadable = host().load("junk", b"not wasm", Some(World::Policy));
+    let cases = [
+        decide("loop").map(drop),
+        decide("oom").map(drop),
+        decide("panic").map(drop),
+        decide("reject").map(drop),
+        decide("unknown-manager").map(drop),
+        unloadable.map(drop),
+    ];
+    let mut kinds = Vec::new();
+    for case in cases {
+        let error = case.expect_err("each case fails");
+        let words = error.to_string();
+        let failure = PolicyFailure::from(error);
+        assert_eq!(failure.to_string(), words);
+        kinds.push(match failure {
+            PolicyFailure::TimedOut { call: "decide", .. } => "timed out",
+            PolicyFailure::OutOfMemory { call: "decide", .. } => "out of memory",
+            PolicyFailure::Panicked { .. } => "panicked",
+            PolicyFailure::Refused { call: "create", .. } => "refused",
+            PolicyFailure::Nonsense {
+                rule: Nonsense::UnknownManager { .. },
+                ..
+            } => "nonsense",
+            PolicyFailure::Unloadable(_) => "unloadable",
+            other => panic!("unexpected {other:?}"),
+        });
+    }
+    let expected = [
+        "timed out",
+        "out of memory",
+        "panicked",
+        "refused",
+        "nonsense",
+        "unloadable",
+    ];
+    assert_eq!(kinds, expected);
+}
+
 #[test]
 fn hostile_policies_are_contained_with_the_right_error() {
     let loaded = host()
@@ -314,7 +362,9 @@ fn hostile_policies_are_contained_with_the_right_error() {
         ("duplicate", "two decisions for manager `wm1`"),
     ] {
         match decide(mode) {
-            Err(PluginError::Nonsense { detail: got, .. }) => assert_eq!(got, detail, "{mode}"),
+            Err(PluginError::Nonsense { rule, .. }) => {
+                assert_eq!(rule.to_string(), detail, "{mode}")
+            }
             other => panic!("{mode}: expected nonsense, got {other:?}"),
         }
     }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use weir::config::{EnvPluginSpec, parse_amount, parse_capabilities, positive_seconds, seconds};
 use weir::plugin::{Limits, PluginHost, World};
-use weir::proto::WorkerInfo;
+use weir::proto::WorkerRegistration;
 use weir::worker::Settings;
 use weir::worker::env::{FactsSource, LocalEnv};
 
@@ -148,7 +148,7 @@ fn run(args: Args) -> Result<()> {
     }
     let hostname = weir::plugin::facts::hostname();
     let settings = Settings {
-        info: WorkerInfo {
+        info: WorkerRegistration {
             name: args
                 .name
                 .unwrap_or_else(|| format!("{hostname}-{}", std::process::id())),

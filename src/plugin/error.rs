@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::World;
+use crate::core::scaling::{Nonsense, PolicyFailure};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
@@ -88,8 +89,78 @@ pub enum PluginError {
     },
 
     /// A policy's decision that cannot be applied.
-    #[error("{plugin}: nonsense decision: {detail}")]
-    Nonsense { plugin: String, detail: String },
+    #[error("{plugin}: nonsense decision: {rule}")]
+    Nonsense { plugin: String, rule: Nonsense },
+}
+
+/// A policy's failure in the core's terms ([`PolicyFailure`]), with the same words: what the
+/// core stores and `weir policy show` prints. Loading errors are not the policy's doing; they
+/// keep the host's whole message.
+impl From<PluginError> for PolicyFailure {
+    fn from(error: PluginError) -> PolicyFailure {
+        match error {
+            PluginError::Timeout {
+                plugin,
+                call,
+                deadline,
+            } => PolicyFailure::TimedOut {
+                policy: plugin,
+                call,
+                deadline,
+            },
+            PluginError::Canceled { plugin, call } => PolicyFailure::Canceled {
+                policy: plugin,
+                call,
+            },
+            PluginError::MemoryLimit {
+                plugin,
+                call,
+                limit,
+            } => PolicyFailure::OutOfMemory {
+                policy: plugin,
+                call,
+                limit,
+            },
+            PluginError::Panic {
+                plugin,
+                call,
+                message,
+            } => PolicyFailure::Panicked {
+                policy: plugin,
+                call,
+                message,
+            },
+            PluginError::Trap {
+                plugin,
+                call,
+                detail,
+            } => PolicyFailure::Trapped {
+                policy: plugin,
+                call,
+                detail,
+            },
+            PluginError::Refused {
+                plugin,
+                call,
+                message,
+            } => PolicyFailure::Refused {
+                policy: plugin,
+                call,
+                message,
+            },
+            PluginError::Nonsense { plugin, rule } => PolicyFailure::Nonsense {
+                policy: plugin,
+                rule,
+            },
+            unloadable @ (PluginError::Read { .. }
+            | PluginError::NotWasm { .. }
+            | PluginError::CoreModule { .. }
+            | PluginError::WrongWorld { .. }
+            | PluginError::Invalid { .. }
+            | PluginError::Compile { .. }
+            | PluginError::Link { .. }) => PolicyFailure::Unloadable(unloadable.to_string()),
+        }
+    }
 }
 
 fn wrong_world(expected: World, found: Option<World>) -> String {

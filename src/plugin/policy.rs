@@ -84,9 +84,9 @@ impl PolicyPlugin {
                 .call_decide(store, live.engine, input)
         })?;
         let decisions: Vec<Decision> = output.into_iter().map(convert::decision_from_wit).collect();
-        validate_decisions(snapshot, &decisions).map_err(|detail| PluginError::Nonsense {
+        validate_decisions(snapshot, &decisions).map_err(|rule| PluginError::Nonsense {
             plugin: self.name().to_string(),
-            detail,
+            rule,
         })?;
         Ok(decisions)
     }

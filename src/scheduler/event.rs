@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::core::scaling::{ScalingPolicy, Tier};
+use crate::core::scaling::{PolicyFailure, ScalingPolicy, Tier};
 use crate::core::scheduler::{ClientId, Input, PolicyInfo};
 use crate::proto::{
     ComponentHash, EnvironmentStatus, JobSummary, ManagerState, ManagerUnits, PolicyReport,
-    Request, Response, StatusReport, TaskId, ToManager, ToWorker, WorkerId, WorkerInfo,
+    Request, Response, StatusReport, TaskId, ToManager, ToWorker, WorkerId, WorkerRegistration,
 };
 
 /// The answer to a joining worker's connection: its id, or why it is refused.
@@ -27,7 +27,7 @@ pub(crate) enum Event {
     /// Fed to the core as it is (heartbeats, reports, a worker or manager gone).
     Core(Input),
     WorkerJoined {
-        info: WorkerInfo,
+        info: WorkerRegistration,
         frames: mpsc::UnboundedSender<ToWorker>,
         reply: JoinReply,
     },
@@ -44,7 +44,7 @@ pub(crate) enum Event {
         reply: ManagerReply,
     },
     Decided {
-        result: Result<Vec<crate::core::scaling::Decision>, String>,
+        result: Result<Vec<crate::core::scaling::Decision>, PolicyFailure>,
         elapsed: Duration,
     },
     /// A new policy's trial ended: it is ready to take over (with its tiers), or why not.
@@ -82,4 +82,4 @@ pub(crate) struct Snapshot {
 }
 
 /// A tried policy, ready to take over, with its tiers; or why it cannot.
-pub(super) type Tried = Result<(Box<dyn ScalingPolicy>, Vec<Tier>), String>;
+pub(super) type Tried = Result<(Box<dyn ScalingPolicy>, Vec<Tier>), PolicyFailure>;

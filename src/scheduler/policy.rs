@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::event::{Event, Tried};
-use crate::core::scaling::{ScalingPolicy, Snapshot};
+use crate::core::scaling::{PolicyFailure, ScalingPolicy, Snapshot};
 use crate::core::scheduler::{ClientId, PolicyInfo};
 use crate::plugin::{Limits, PluginHost, World};
 
@@ -30,7 +30,7 @@ pub(super) fn policy_thread(
                 match job {
                     PolicyJob::Decide(snapshot) => {
                         let started = std::time::Instant::now();
-                        let result = policy.decide(&snapshot).map_err(|e| e.to_string());
+                        let result = policy.decide(&snapshot);
                         let elapsed = started.elapsed();
                         if events.send(Event::Decided { result, elapsed }).is_err() {
                             return;
@@ -87,19 +87,15 @@ pub(super) fn try_policy(
     snapshot: Option<&Snapshot>,
     limits: Limits,
 ) -> Tried {
-    let bytes = info.bytes.as_deref().ok_or("no component")?;
-    let loaded = host
-        .load(&info.name, bytes, Some(World::Policy))
-        .map_err(|e| e.to_string())?;
-    let mut policy = host
-        .policy(&loaded, &info.content, limits)
-        .map_err(|e| e.to_string())?;
-    let tiers = policy.tiers().map_err(|e| e.to_string())?;
+    let bytes = info.bytes.as_deref().ok_or(PolicyFailure::NoComponent)?;
+    let loaded = host.load(&info.name, bytes, Some(World::Policy))?;
+    let mut policy = host.policy(&loaded, &info.content, limits)?;
+    let tiers = policy.tiers()?;
     if let Some(snapshot) = snapshot {
         // Its decision is checked, not applied: the next tick's is.
         policy
             .decide(snapshot)
-            .map_err(|e| format!("on the last snapshot: {e}"))?;
+            .map_err(|e| PolicyFailure::OnLastSnapshot(Box::new(e.into())))?;
     }
     Ok((Box::new(policy), tiers))
 }

@@ -32,7 +32,7 @@ use crate::core::worker as core;
 use crate::net::NetError;
 use crate::net::udp::{HostUdp, Udp};
 use crate::plugin::{PluginError, PluginHost};
-use crate::proto::{Assignment, GroupId, JobId, Outcome, TaskId, TaskSpec, WorkerInfo};
+use crate::proto::{Assignment, GroupId, JobId, Outcome, TaskId, TaskSpec, WorkerRegistration};
 
 /// What stops a worker from starting or from reaching the scheduler.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +45,7 @@ pub enum WorkerError {
 
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub info: WorkerInfo,
+    pub info: WorkerRegistration,
     pub heartbeat_interval: Duration,
     /// Cap on each of stdout and stderr kept from a command task.
     pub output_limit: usize,
@@ -128,7 +128,7 @@ pub struct Worker {
     /// The worker's clock (`Seams::clock`).
     clock: Millis,
     udp: Arc<dyn Udp>,
-    core: core::Worker,
+    core: core::WorkerCore,
     runner: Arc<run::Runner>,
     environments: Arc<Mutex<env::Environments>>,
     groups: HashMap<GroupId, Arc<Group>>,
@@ -173,7 +173,7 @@ impl Worker {
         info.local_environments = (settings.local_environments.iter())
             .map(|e| e.name.clone())
             .collect();
-        let core = core::Worker::new(core::Config {
+        let core = core::WorkerCore::new(core::Config {
             info,
             heartbeat_ms: millis(settings.heartbeat_interval),
             signal_grace_ms: millis(settings.signal_grace),

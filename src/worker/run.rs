@@ -10,7 +10,7 @@ use tokio::sync::RwLock;
 
 use super::Group;
 use crate::plugin::{Limits, Loaded, PluginError, PluginHost, TaskPlugin, World};
-use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerInfo};
+use crate::proto::{Assignment, ComponentHash, Outcome, TaskKind, WorkerRegistration};
 // The controls live in a leaf module both this one and `functions` use; named here too, where
 // the session takes them from.
 pub(super) use super::cancel::{Cancel, canceled};
@@ -38,7 +38,7 @@ type PoolKey = (ComponentHash, Option<Duration>);
 pub(super) struct Runner {
     host: Arc<PluginHost>,
     output_limit: usize,
-    info: WorkerInfo,
+    info: WorkerRegistration,
     /// `setup` values of the environments this worker matches.
     values: super::env::SharedValues,
     components: RwLock<HashMap<ComponentHash, Result<Loaded, Unusable>>>,
@@ -56,7 +56,7 @@ impl Runner {
         host: Arc<PluginHost>,
         output_limit: usize,
         max_tasks_per_runner: u32,
-        info: WorkerInfo,
+        info: WorkerRegistration,
         values: super::env::SharedValues,
         clock: crate::clock::Millis,
     ) -> Runner {

@@ -7,6 +7,9 @@
 
 use crate::hash::{HashMap, HashSet};
 
+mod failure;
+pub use failure::{Nonsense, PolicyFailure};
+
 pub use weir_waterfall::model::UNLIMITED;
 pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
 
@@ -67,9 +70,6 @@ pub(crate) fn walltime_verdict(usable_ms: Option<u64>, walltime_ms: u64) -> Verd
     }
 }
 
-/// Why a policy gave no decision (its own words: a trap, a deadline, an error it returned).
-pub type PolicyFailure = Box<dyn std::error::Error + Send + Sync>;
-
 /// Something that decides how many workers each manager should run: the WASM adapter
 /// (`plugin::PolicyPlugin`) or a native one. The scheduler holds it as
 /// `Box<dyn ScalingPolicy>` and checks every decision with [`validate_decisions`] whatever it is.
@@ -96,7 +96,7 @@ impl ScalingPolicy for weir_waterfall::Policy {
 /// workers of that manager. The scheduler applies this to every policy's decisions. The
 /// snapshot's manager ids are unique (the scheduler keys managers by id; `weir policy test`
 /// refuses a scenario that repeats one).
-pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), String> {
+pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), Nonsense> {
     // Policies mostly answer in the snapshot's order: the decision at position i is then found
     // at position i without hashing; the map by id is built only for one that is not.
     let mut by_id: Option<HashMap<&str, usize>> = None;
@@ -113,22 +113,28 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
                 .get(id)
                 .copied(),
         };
+        let manager_id = || id.to_string();
         let Some(index) = index else {
-            return Err(format!("unknown manager `{id}`"));
+            let manager = manager_id();
+            return Err(Nonsense::UnknownManager { manager });
         };
         let manager = &snapshot.managers[index];
         if !manager.online {
-            return Err(format!("manager `{id}` is offline"));
+            let manager = manager_id();
+            return Err(Nonsense::Offline { manager });
         }
         if std::mem::replace(&mut decided[index], true) {
-            return Err(format!("two decisions for manager `{id}`"));
+            let manager = manager_id();
+            return Err(Nonsense::TwoDecisions { manager });
         }
         let allowed = manager.max_workers_for(manager.max_task_concurrency);
         if u64::from(decision.desired_workers) > allowed {
-            return Err(format!(
-                "asks manager `{id}` for {} workers; its max task concurrency {} allows {allowed}",
-                decision.desired_workers, manager.max_task_concurrency
-            ));
+            return Err(Nonsense::OverCap {
+                manager: manager_id(),
+                desired: decision.desired_workers,
+                concurrency: manager.max_task_concurrency,
+                allowed,
+            });
         }
         if decision.stop.is_empty() {
             continue;
@@ -136,21 +142,18 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
         let workers: HashMap<u64, &Worker> = manager.workers.iter().map(|w| (w.id, w)).collect();
         let mut stopped: HashSet<u64> =
             HashSet::with_capacity_and_hasher(decision.stop.len(), Default::default());
-        for worker_id in &decision.stop {
-            let Some(worker) = workers.get(worker_id) else {
-                return Err(format!(
-                    "stops `{worker_id}`, which is not a worker of manager `{id}`"
-                ));
+        for &worker in &decision.stop {
+            let Some(found) = workers.get(&worker) else {
+                let manager = manager_id();
+                return Err(Nonsense::NotItsWorker { manager, worker });
             };
-            if worker.busy > 0 {
-                return Err(format!(
-                    "stops worker `{worker_id}` of manager `{id}` while it runs tasks"
-                ));
+            if found.busy > 0 {
+                let manager = manager_id();
+                return Err(Nonsense::StopsBusy { manager, worker });
             }
-            if !stopped.insert(*worker_id) {
-                return Err(format!(
-                    "stops worker `{worker_id}` of manager `{id}` twice"
-                ));
+            if !stopped.insert(worker) {
+                let manager = manager_id();
+                return Err(Nonsense::StopsTwice { manager, worker });
             }
         }
     }
@@ -253,7 +256,9 @@ mod tests {
         b.workers.iter_mut().for_each(|w| w.id += 10);
         snapshot.managers.push(b);
         let two = |id: &str| Err(format!("two decisions for manager `{id}`"));
-        let check = |decisions: &[Decision]| validate_decisions(&snapshot, decisions);
+        let check = |decisions: &[Decision]| {
+            validate_decisions(&snapshot, decisions).map_err(|rule| rule.to_string())
+        };
         assert_eq!(
             check(&[decision("b", 1, &[11]), decision("a", 1, &[1])]),
             Ok(())
@@ -308,7 +313,7 @@ mod tests {
         ];
         for (decisions, expected) in cases {
             assert_eq!(
-                validate_decisions(&snapshot(), &decisions),
+                validate_decisions(&snapshot(), &decisions).map_err(|rule| rule.to_string()),
                 Err(expected.to_string())
             );
         }

@@ -55,15 +55,16 @@ pub struct Expectation {
     pub no_decision: bool,
 }
 
-/// How one scenario went: every way it failed (none: it passed), and what the policy decided.
+/// How one scenario of `weir policy test` went: every way it failed (none: it passed), and what
+/// the policy decided. Not a verdict on an environment (`scaling::Verdict`, `proto::EnvVerdict`).
 #[derive(Debug, Serialize)]
-pub struct Verdict {
+pub struct ScenarioResult {
     pub name: String,
     pub failures: Vec<String>,
     pub decisions: Vec<Decision>,
 }
 
-impl Verdict {
+impl ScenarioResult {
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
     }
@@ -93,8 +94,8 @@ pub fn parse(text: &str, json: bool) -> Result<Vec<Scenario>, ScenarioError> {
 }
 
 /// Run one scenario through `policy`.
-pub fn run(policy: &mut dyn ScalingPolicy, scenario: &Scenario) -> Verdict {
-    let mut verdict = Verdict {
+pub fn run(policy: &mut dyn ScalingPolicy, scenario: &Scenario) -> ScenarioResult {
+    let mut verdict = ScenarioResult {
         name: scenario.name.clone(),
         failures: invalid(scenario),
         decisions: Vec::new(),

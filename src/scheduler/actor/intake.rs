@@ -2,6 +2,7 @@
 //! replies), and the core gets its input; `/metrics` and the dashboard are answered at once.
 
 use super::Actor;
+use crate::core::scaling::PolicyFailure;
 use crate::core::scheduler::Input;
 use crate::scheduler::event::{Event, Snapshot, View};
 use crate::scheduler::metrics;
@@ -66,7 +67,7 @@ impl Actor {
                         }
                         Ok(tiers)
                     }
-                    Ok(_) => Err("the policy thread is gone".to_string()),
+                    Ok(_) => Err(PolicyFailure::ThreadGone),
                     Err(error) => Err(error),
                 };
                 Input::PolicySwapped {

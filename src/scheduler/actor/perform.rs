@@ -2,7 +2,7 @@
 //! journal records, and work for the policy thread.
 
 use super::Actor;
-use crate::core::scaling::Snapshot;
+use crate::core::scaling::{PolicyFailure, Snapshot};
 use crate::core::scheduler::{Action, ClientId, Input, PolicyInfo};
 use crate::proto::Response;
 use crate::scheduler::journal;
@@ -112,7 +112,7 @@ impl Actor {
             .is_some_and(|p| p.send(PolicyJob::Decide(snapshot)).is_ok());
         if !sent {
             let now = self.now();
-            let result = Err("the policy thread is gone".into());
+            let result = Err(PolicyFailure::ThreadGone);
             self.core.handle(now, Input::Decided { result });
         }
     }
@@ -128,7 +128,7 @@ impl Actor {
             trials.start(client, policy, snapshot);
         } else {
             let now = self.now();
-            let result = Err("the policy thread is gone".into());
+            let result = Err(PolicyFailure::ThreadGone);
             self.core.handle(
                 now,
                 Input::PolicySwapped {

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use super::{ClientId, ConnectionId, Record};
-use crate::scaling::{Decision, Snapshot, Tier};
+use crate::scaling::{Decision, PolicyFailure, Snapshot, Tier};
 use crate::tasks;
 use weir_proto::{
     ComponentHash, ComponentLoad, EnvVerdict, ManagerState, Outcome, Request, Response, TaskId,
-    ToManager, ToWorker, WorkerId, WorkerInfo,
+    ToManager, ToWorker, WorkerId, WorkerRegistration,
 };
 
 /// The core's settings (from the scheduler's flags).
@@ -58,7 +58,7 @@ pub enum Input {
     /// A worker connection registered. The core answers with [`Action::Registered`].
     WorkerJoined {
         connection: ConnectionId,
-        info: WorkerInfo,
+        info: WorkerRegistration,
     },
     /// The worker is there; `renew`: it asks for its lease to be renewed (the core answers
     /// [`ToWorker::Lease`] with that sequence number while the worker is live).
@@ -126,14 +126,14 @@ pub enum Input {
     ManagerGoodbye { id: String },
     /// The policy's answer to the last [`Action::Decide`].
     Decided {
-        result: Result<Vec<Decision>, String>,
+        result: Result<Vec<Decision>, PolicyFailure>,
     },
     /// The answer to [`Action::SwapPolicy`]: the new policy is ready (with these tiers), or
     /// why the old one stays. The core answers [`Action::AdoptPolicy`] if it takes over.
     PolicySwapped {
         client: Option<ClientId>,
         policy: PolicyInfo,
-        result: Result<Vec<Tier>, String>,
+        result: Result<Vec<Tier>, PolicyFailure>,
     },
     /// The time [`Scheduler::poll_timeout`] named has come.
     Timeout,

@@ -279,7 +279,7 @@ impl Scheduler {
     pub fn status(&self, now: u64) -> StatusReport {
         let mut report = self.tasks.status();
         report.managers = self.managers.status(&self.context(now));
-        report.policy_error = self.scaling.error.clone();
+        report.policy_error = self.scaling.error.as_ref().map(ToString::to_string);
         report
     }
 

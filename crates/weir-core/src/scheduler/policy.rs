@@ -3,7 +3,9 @@
 
 use super::{Action, ClientId, ConnectionId, PolicyInfo, Record, Scheduler, UNRUNNABLE_AFTER_MS};
 use crate::managers::Gone;
-use crate::scaling::{Decision, Snapshot, Tier, is_reserved_environment, validate_decisions};
+use crate::scaling::{
+    Decision, PolicyFailure, Snapshot, Tier, is_reserved_environment, validate_decisions,
+};
 use crate::tasks::Loss;
 use weir_proto::{ErrorCode, JobId, ManagerState, PolicyReport, Response, ToManager, ToWorker};
 
@@ -120,16 +122,16 @@ impl Scheduler {
 
     /// The policy's answer: checked against the snapshot it was given, then applied; a failure
     /// or a nonsense decision keeps the last good one in force.
-    pub(super) fn decided(&mut self, now: u64, result: Result<Vec<Decision>, String>) {
+    pub(super) fn decided(&mut self, now: u64, result: Result<Vec<Decision>, PolicyFailure>) {
         let snapshot = self.scaling.deciding.take();
         let checked = result.and_then(|decisions| match &snapshot {
             Some(snapshot) => validate_decisions(snapshot, &decisions)
                 .map(|()| decisions)
-                .map_err(|detail| {
-                    let policy = &self.scaling.policy.name;
-                    format!("{policy}: nonsense decision: {detail}")
+                .map_err(|rule| PolicyFailure::Nonsense {
+                    policy: self.scaling.policy.name.clone(),
+                    rule,
                 }),
-            None => Err("a decision nobody asked for".into()),
+            None => Err(PolicyFailure::Unasked),
         });
         match checked {
             Ok(decisions) => {
@@ -310,7 +312,7 @@ impl Scheduler {
         &mut self,
         client: Option<ClientId>,
         policy: PolicyInfo,
-        result: Result<Vec<Tier>, String>,
+        result: Result<Vec<Tier>, PolicyFailure>,
     ) {
         // The journal's policy, tried at start, superseded by a `weir policy set` meanwhile.
         let superseded = client.is_none() && self.scaling.restored.is_none();
@@ -377,7 +379,7 @@ impl Scheduler {
                 .last_decisions()
                 .map(|d| (d.manager_id.clone(), d.desired_workers, d.reason.clone()))
                 .collect(),
-            error: self.scaling.error.clone(),
+            error: self.scaling.error.as_ref().map(ToString::to_string),
         }
     }
 

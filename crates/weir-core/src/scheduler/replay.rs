@@ -85,7 +85,7 @@ impl Scheduler {
     pub(super) fn replayed(&mut self, now: u64) {
         self.tasks.replayed();
         self.tasks.fence_unfinished(now);
-        self.tasks.take_actions();
+        self.tasks.take_effects();
         self.actions.clear();
         if self.config.journal && self.forgets_since_compaction > 0 {
             self.actions

@@ -5,7 +5,7 @@
 use crate::hash::HashMap;
 
 use super::{Config, PolicyInfo};
-use crate::scaling::{Decision, Snapshot, Tier};
+use crate::scaling::{Decision, PolicyFailure, Snapshot, Tier};
 
 pub(super) struct ScalingLoop {
     /// How often the policy decides; `None`: no policy, no scaling.
@@ -21,7 +21,8 @@ pub(super) struct ScalingLoop {
     pub(super) restored: Option<PolicyInfo>,
     /// A `weir policy set` is being tried (one at a time).
     pub(super) trying: bool,
-    pub(super) error: Option<String>,
+    /// Why its last answer was not applied (cleared by the next good one).
+    pub(super) error: Option<PolicyFailure>,
     pub(super) errors: u64,
     /// The last decision applied for each manager, by manager id.
     pub(super) decisions: HashMap<String, Decision>,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use weir_proto::{
     Assignment, ComponentHash, EnvironmentDef, GroupId, JobId, Outcome, Response, TaskId, TaskKind,
-    TaskResult, ToWorker, WorkerId, WorkerInfo,
+    TaskResult, ToWorker, WorkerId, WorkerRegistration,
 };
 
 impl Scheduler {
@@ -16,7 +16,7 @@ impl Scheduler {
         &mut self,
         now: u64,
         connection: ConnectionId,
-        mut info: WorkerInfo,
+        mut info: WorkerRegistration,
     ) {
         // Admission: what the core could not serve is refused before anything is kept of it.
         if info.local_environments.len() > MAX_ENVIRONMENTS || info.slots == 0 {
@@ -266,38 +266,40 @@ impl Scheduler {
         }
     }
 
-    /// Turn the task core's actions into frames, journal records and progress answers.
+    /// Turn the task book's effects ([`tasks::Effect`]) into the one action queue the shell
+    /// sees: frames, journal records (dispatches journaled before they are sent, finals
+    /// batched into one record) and progress answers.
     pub(super) fn flush(&mut self, now: u64) {
         let mut touched = std::collections::BTreeSet::new();
         let mut watched: BTreeMap<JobId, Vec<TaskResult>> = BTreeMap::new();
         let mut finals = Vec::new();
         let mut dispatches = Vec::new();
-        for action in self.tasks.take_actions() {
-            match action {
+        for effect in self.tasks.take_effects() {
+            match effect {
                 // Sent below, once the journal has them.
-                tasks::Action::Dispatch { worker, tasks } => dispatches.push((worker, tasks)),
-                tasks::Action::Cancel { worker, tasks }
-                | tasks::Action::TakeBack { worker, tasks } => {
+                tasks::Effect::Dispatch { worker, tasks } => dispatches.push((worker, tasks)),
+                tasks::Effect::Cancel { worker, tasks }
+                | tasks::Effect::TakeBack { worker, tasks } => {
                     self.send_worker(worker, ToWorker::Cancel(tasks))
                 }
-                tasks::Action::Revoke {
+                tasks::Effect::Revoke {
                     worker,
                     tasks,
                     count,
                 } => self.send_worker(worker, ToWorker::Revoke { tasks, count }),
-                tasks::Action::Disconnect { worker, reason } => {
+                tasks::Effect::Disconnect { worker, reason } => {
                     tracing::warn!(worker, %reason, "worker lost");
                     self.close_worker(worker);
                     // An `env register --wait` no longer waits for it.
                     self.settle_env_waits();
                 }
-                tasks::Action::Dropped { groups, components } => self.dropped(&groups, &components),
-                tasks::Action::Forgot { job } => {
+                tasks::Effect::Dropped { groups, components } => self.dropped(&groups, &components),
+                tasks::Effect::Forgot { job } => {
                     tracing::info!(job, "job forgotten (--forget-after)");
                     self.journal(Record::Forget { job });
                 }
-                tasks::Action::Cut(cuts) => self.journal(Record::Cut(cuts)),
-                tasks::Action::Finished { job, task } => {
+                tasks::Effect::Cut(cuts) => self.journal(Record::Cut(cuts)),
+                tasks::Effect::Finished { job, task } => {
                     touched.insert(job);
                     if self.watchers.contains_key(&job)
                         && let Some(result) = self.tasks.result(task)

@@ -85,7 +85,7 @@ impl Tasks {
 
     /// Finished is finished: a worker lost without a word whose task ran again elsewhere after
     /// its fence may come back with that task's outcome, produced under its lease (a claim in
-    /// [`WorkerInfo::finished`]). The worker holding the task now (`Some(it)`) gives it up to
+    /// [`WorkerRegistration::finished`]). The worker holding the task now (`Some(it)`) gives it up to
     /// the claim, if the claimer is the worker that left it (`left_by`). Safe for "never twice
     /// at once": the claimer's run is over (it reports its outcome), and the run elsewhere, if
     /// it started, is stopped.
@@ -127,7 +127,7 @@ impl Tasks {
             r.remove(&task);
         }
         self.resync(other);
-        self.actions.push(Action::TakeBack {
+        self.effects.push(Effect::TakeBack {
             worker: other,
             tasks: vec![task],
         });

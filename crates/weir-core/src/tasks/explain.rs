@@ -121,7 +121,7 @@ impl Tasks {
                     }
                 }
                 if !could_run && !self.workers.is_empty() {
-                    let (ever, short): (Vec<&Worker>, Vec<&Worker>) = self
+                    let (ever, short): (Vec<&BookedWorker>, Vec<&BookedWorker>) = self
                         .workers
                         .values()
                         .filter(|w| could_ever_run(w, class, &self.environments))

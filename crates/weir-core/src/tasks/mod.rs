@@ -1,8 +1,9 @@
 //! The scheduler's task core: jobs, groups, tasks, workers and the matching of the two.
 //!
 //! Pure and synchronous: every method takes `now` (milliseconds) where time matters and records
-//! what the shell must do as [`Action`]s, drained with [`Tasks::take_actions`]. The shell turns
-//! frames into method calls and actions into frames.
+//! its effects on the rest of the scheduler as [`Effect`]s, drained with [`Tasks::take_effects`]
+//! by `Scheduler::flush`, which turns them into the scheduler's one action queue
+//! (`scheduler::Action`). The shell never sees an `Effect`.
 //!
 //! Rules:
 //! - Queued tasks wait in one FIFO queue per (priority, requirement class); scheduling walks the
@@ -42,7 +43,7 @@ use super::dense::Dense;
 use weir_proto::{
     ComponentHash, ComponentLoad, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId,
     JobSummary, NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState,
-    WorkerId, WorkerInfo, WorkerStatus,
+    WorkerId, WorkerRegistration, WorkerStatus,
 };
 
 pub use components::Components;
@@ -50,8 +51,8 @@ pub use environments::{EnvSource, Environments};
 use schedule::could_ever_run;
 pub use submit::{Group, Inputs, SubmitError};
 pub use unschedulable::Unschedulable;
+use worker::{BookedWorker, amount};
 pub use worker::{NameTaken, WorkerView};
-use worker::{Worker, amount};
 
 /// Tasks of a group are prefetched once one of them has run, from hand-over to report, within
 /// this many milliseconds: prefetching saves a round trip per task, which matters only for
@@ -110,9 +111,18 @@ impl Default for Config {
     }
 }
 
-/// What the shell must do.
+/// What the task book's last calls mean for the rest of the scheduler: tasks to hand out or
+/// take back, a worker lost, a task final, records to journal.
+///
+/// Not a second action queue: the shell sees exactly one, `scheduler::Action`. Only
+/// `Scheduler::flush` reads these (with [`Tasks::take_effects`]), and the translation is real
+/// work the task book has no business doing: a batch's dispatches are journaled (`Started`,
+/// written through) before any of them is sent, its finished tasks become one `Final` record,
+/// watchers get their results and waiters their progress once per batch, and a lost worker
+/// settles `env register --wait`s. Pushing `scheduler::Action`s from here would move all of
+/// that into the task book.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum Effect {
     /// Send these tasks to the worker (its group specs and components first, if it lacks them).
     Dispatch {
         worker: WorkerId,
@@ -179,7 +189,7 @@ struct Task {
     cuts: u16,
     /// The worker holding its resources (running, or canceled but not yet confirmed).
     worker: Option<WorkerId>,
-    /// The worker process it was last handed to ([`WorkerInfo::instance`]; 0: none, or not
+    /// The worker process it was last handed to ([`WorkerRegistration::instance`]; 0: none, or not
     /// known since a restart). A worker that comes back claims a task only when it is this
     /// one: a task handed to another since may be running there (see [`Tasks::worker_joined`]).
     holder: u64,
@@ -197,7 +207,7 @@ struct Ended {
 }
 
 /// A worker as `weir explain` names where a task ran.
-fn ran_on(info: &WorkerInfo) -> String {
+fn ran_on(info: &WorkerRegistration) -> String {
     match &info.manager {
         Some(manager) => format!("worker {} (manager {manager})", info.name),
         None => format!("worker {}", info.name),
@@ -298,7 +308,7 @@ pub struct Tasks {
     /// (not counted as an attempt, up to [`MAX_SPARED`] times).
     spared: HashMap<TaskId, u32>,
     /// Tasks requeued when their worker was lost without a word, and that worker's process
-    /// ([`WorkerInfo::instance`]): it may come back with their outcomes (see
+    /// ([`WorkerRegistration::instance`]): it may come back with their outcomes (see
     /// `Tasks::claimable_elsewhere`). Dropped when the task ends.
     left_by: HashMap<TaskId, u64>,
     next_group: GroupId,
@@ -317,15 +327,15 @@ pub struct Tasks {
     /// Queued tasks that may not run before a time (`fence_ms`): by that time, oldest first.
     /// Claimed or canceled ones are skipped lazily when they are released.
     fenced: BTreeMap<u64, Vec<TaskId>>,
-    workers: BTreeMap<WorkerId, Worker>,
+    workers: BTreeMap<WorkerId, BookedWorker>,
     /// Component bytes, with how many held groups use each: a task component no held group
-    /// uses any more is forgotten too (`Action::Dropped`).
+    /// uses any more is forgotten too (`Effect::Dropped`).
     components: Components,
     /// Known environment names: registered at run time, or evaluated by some worker on its own.
     environments: Environments,
     counts: JobCounts,
     next_worker: WorkerId,
-    actions: Vec<Action>,
+    effects: Vec<Effect>,
     /// Tasks forgotten since the journal was last compacted ([`Tasks::compacted`]).
     forgotten_since_compaction: u64,
 }
@@ -338,8 +348,8 @@ impl Tasks {
         }
     }
 
-    pub(crate) fn take_actions(&mut self) -> Vec<Action> {
-        std::mem::take(&mut self.actions)
+    pub(crate) fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
     }
 
     pub fn group(&self, id: GroupId) -> Option<&Arc<Group>> {
@@ -397,7 +407,7 @@ impl Tasks {
         };
         task.outcome = Some(Box::new(Ended { outcome, ran_on }));
         let job = self.groups[&task.group].job;
-        self.actions.push(Action::Finished { job, task: id });
+        self.effects.push(Effect::Finished { job, task: id });
         if self.config.forget_after_ms.is_some() && self.jobs[job].done() {
             self.done.push(job);
         }

@@ -7,7 +7,7 @@ use super::*;
 
 impl Tasks {
     /// The most tasks `worker` may hold: its slots, and the prefetch beyond them.
-    pub(super) fn limit(&self, worker: &Worker) -> u32 {
+    pub(super) fn limit(&self, worker: &BookedWorker) -> u32 {
         worker.info.slots.saturating_add(self.config.prefetch)
     }
 
@@ -116,7 +116,7 @@ impl Tasks {
         if let Some(w) = self.workers.get_mut(&worker) {
             w.revoking = Some(tasks.iter().copied().collect());
         }
-        self.actions.push(Action::Revoke {
+        self.effects.push(Effect::Revoke {
             worker,
             tasks,
             count,
@@ -192,7 +192,7 @@ impl Tasks {
         }
     }
 
-    /// `worker` gave back these tasks it had not started (answering [`Action::Revoke`]): they
+    /// `worker` gave back these tasks it had not started (answering [`Effect::Revoke`]): they
     /// are queued again at the front, the hand-over not counted as an attempt. A task canceled
     /// meanwhile is confirmed stopped. Returns how many were taken back.
     pub(crate) fn revoked(&mut self, worker: WorkerId, tasks: &[TaskId]) -> usize {

@@ -134,7 +134,7 @@ impl Tasks {
                     components.push(*component);
                 }
             }
-            self.actions.push(Action::Dropped { groups, components });
+            self.effects.push(Effect::Dropped { groups, components });
         }
     }
 }

@@ -5,7 +5,7 @@ use crate::scaling::walltime_environment;
 
 /// Whether `worker` could ever run tasks of `class` (once its slots and amounts are free): it has
 /// the capabilities, and every environment matches there, or its verdict is still pending.
-pub(super) fn could_ever_run(worker: &Worker, class: &Class, known: &Environments) -> bool {
+pub(super) fn could_ever_run(worker: &BookedWorker, class: &Class, known: &Environments) -> bool {
     class
         .capabilities
         .iter()
@@ -42,7 +42,7 @@ impl Tasks {
             self.resync(*worker);
         }
         for (worker, tasks) in dispatch {
-            self.actions.push(Action::Dispatch { worker, tasks });
+            self.effects.push(Effect::Dispatch { worker, tasks });
         }
         if self.config.prefetch > 0 {
             self.revoke_for_idle(now);
@@ -230,7 +230,7 @@ impl Tasks {
                 if let Ok(tasks) = self.forget(job)
                     && tasks > 0
                 {
-                    self.actions.push(Action::Forgot { job });
+                    self.effects.push(Effect::Forgot { job });
                 }
             }
         }
@@ -245,7 +245,7 @@ impl Tasks {
         for worker in silent {
             let reason = format!("no heartbeat for {timeout} ms");
             self.worker_lost(now, worker, &reason, Loss::Silent);
-            self.actions.push(Action::Disconnect { worker, reason });
+            self.effects.push(Effect::Disconnect { worker, reason });
         }
         // A forgotten job waits for confirmations of its canceled tasks before it is dropped.
         self.drop_forgotten();

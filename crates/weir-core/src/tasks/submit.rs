@@ -277,7 +277,7 @@ impl Tasks {
             canceled += 1;
         }
         for (worker, tasks) in per_worker {
-            self.actions.push(Action::Cancel { worker, tasks });
+            self.effects.push(Effect::Cancel { worker, tasks });
         }
         canceled
     }

@@ -169,7 +169,7 @@ impl Tasks {
 
 /// What a worker lacks to ever run tasks of `class` started `now`: the words for
 /// [`could_ever_run`] being false, or for its allocation ending too soon (empty when it can).
-fn lacks(worker: &Worker, class: &Class, known: &Environments, now: u64) -> Vec<String> {
+fn lacks(worker: &BookedWorker, class: &Class, known: &Environments, now: u64) -> Vec<String> {
     let mut missing = Vec::new();
     for (name, need) in &class.capabilities {
         let total = amount(&worker.info.capabilities, name);

@@ -11,16 +11,19 @@ pub struct NameTaken {
     pub manager: Option<String>,
 }
 
-pub(super) struct Worker {
-    pub(super) info: WorkerInfo,
+/// A live worker as the task book keeps it (`Tasks.workers`): its registration, what it has
+/// free, what it runs and holds ahead, verdicts, loads, draining. Read outside the task book
+/// only as a [`WorkerView`].
+pub(super) struct BookedWorker {
+    pub(super) info: WorkerRegistration,
     pub(super) free: Vec<(String, u64)>,
     /// The tasks it holds: running, or handed to it ahead (prefetched, up to
     /// [`Config::prefetch`] beyond its slots) and waiting there for a slot. Each holds its
     /// capability amounts from the moment it is handed over.
     pub(super) running: HashSet<TaskId>,
     /// When each task it holds was handed to it (ms), to learn which groups are quick, and
-    /// whether its group was known quick then. Changed through [`Worker::hold`] and
-    /// [`Worker::release`], which keep `slow` in step.
+    /// whether its group was known quick then. Changed through [`BookedWorker::hold`] and
+    /// [`BookedWorker::release`], which keep `slow` in step.
     pub(super) since: HashMap<TaskId, (u64, bool)>,
     /// How many of the tasks it holds were not known quick when handed over: while it holds
     /// one, it is handed nothing ahead (it would wait behind a task of unknown length).
@@ -49,7 +52,7 @@ pub(super) struct Worker {
     pub(super) ends_at: Option<u64>,
 }
 
-impl Worker {
+impl BookedWorker {
     /// Whether it evaluates `environment`: its own definition, or a run-time registration
     /// (sent to every worker). A name only other workers define is never evaluated here.
     pub(super) fn evaluates(&self, environment: &str, known: &Environments) -> bool {
@@ -149,7 +152,8 @@ pub(super) fn amount(list: &[(String, u64)], name: &str) -> u64 {
     list.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v)
 }
 
-/// The scaling view of a live worker.
+/// A read-only copy of a live [`BookedWorker`], for the managers' store and the scaling
+/// snapshot (what the policy sees of it is `scaling::Worker`, made from this).
 #[derive(Clone, Debug)]
 pub struct WorkerView {
     pub id: WorkerId,

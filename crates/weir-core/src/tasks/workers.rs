@@ -15,7 +15,7 @@ impl Tasks {
     pub(crate) fn worker_joined(
         &mut self,
         now: u64,
-        info: WorkerInfo,
+        info: WorkerRegistration,
     ) -> Result<(WorkerId, Vec<TaskId>), NameTaken> {
         let earlier: Vec<WorkerId> = self.names.get(&info.name).copied().into_iter().collect();
         if let Some(other) = earlier
@@ -62,7 +62,7 @@ impl Tasks {
             moved.extend(claimed);
             self.resync(old);
             self.worker_lost(now, old, "replaced by its own reconnection", Loss::Exited);
-            self.actions.push(Action::Disconnect {
+            self.effects.push(Effect::Disconnect {
                 worker: old,
                 reason: "replaced by its own reconnection".into(),
             });
@@ -78,7 +78,7 @@ impl Tasks {
         claims.dedup();
         let outcomes: HashSet<TaskId> = info.finished.iter().copied().collect();
         let ends_at = info.ends_in_ms.map(|ms| now.saturating_add(ms));
-        let worker = Worker {
+        let worker = BookedWorker {
             free: info.capabilities.clone(),
             revoking: None,
             revoke_spent: false,
@@ -220,7 +220,7 @@ impl Tasks {
             }
         }
         if !cuts.is_empty() {
-            self.actions.push(Action::Cut(cuts));
+            self.effects.push(Effect::Cut(cuts));
         }
         self.drop_forgotten();
     }

@@ -2,7 +2,7 @@
 //! back on a revoke until they start), running; their ends judged against the lease; all of them
 //! given up when it runs out.
 
-use super::{Action, End, Phase, Worker, canceled};
+use super::{Action, End, Phase, WorkerCore, canceled};
 use weir_proto::{Assignment, FromWorker, Outcome, TaskId};
 
 /// A task held here: handed over, running or waiting for a slot.
@@ -15,7 +15,7 @@ pub(super) struct Held {
     pub waiting: Option<Assignment>,
 }
 
-impl Worker {
+impl WorkerCore {
     /// Tasks handed over: held, and started in turn as slots free.
     pub(super) fn hand_over(&mut self, now: u64, assignments: Vec<Assignment>) {
         for assignment in assignments {

@@ -1,6 +1,6 @@
 //! The worker's core, in the sans-IO style of the scheduler's ([`crate::scheduler`]): one
-//! entry point, [`Worker::handle`]`(now, Input)`, what the shell must do next as [`Action`]s
-//! ([`Worker::poll_action`]), and when it wants to be woken ([`Worker::poll_timeout`]).
+//! entry point, [`WorkerCore::handle`]`(now, Input)`, what the shell must do next as [`Action`]s
+//! ([`WorkerCore::poll_action`]), and when it wants to be woken ([`WorkerCore::poll_timeout`]).
 //!
 //! It owns what a worker decides across and within its sessions with the scheduler:
 //! - the lease (`lease.rs`): renewals asked with sequence numbers, granted from when they were
@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 
 use held::Held;
 pub use lease::Lease;
-use weir_proto::{Assignment, FromWorker, Outcome, TaskId, ToWorker, WorkerId, WorkerInfo};
+use weir_proto::{Assignment, FromWorker, Outcome, TaskId, ToWorker, WorkerId, WorkerRegistration};
 
 /// The longest a finished task's outcome is held back to go in one frame with others (only
 /// while tasks handed over ahead wait here, so the worker is not idle for it, and the last
@@ -42,7 +42,7 @@ pub const HOLD_REPORTS_MS: u64 = 200;
 #[derive(Clone, Debug)]
 pub struct Config {
     /// What it registers as; `running`, `finished` and `ends_in_ms` are filled in by the core.
-    pub info: WorkerInfo,
+    pub info: WorkerRegistration,
     pub heartbeat_ms: u64,
     /// How long the outcome of a task a signal ended waits for the worker's own stop signal.
     pub signal_grace_ms: u64,
@@ -65,12 +65,12 @@ pub enum Input {
         outcome: Outcome,
         at: u64,
     },
-    /// The time [`Worker::poll_timeout`] named has come.
+    /// The time [`WorkerCore::poll_timeout`] named has come.
     Timeout,
     /// The session is over (its link broke, or [`Action::End`] ended it); `stopping`: the worker
     /// stops (a signal), and every task with it.
     SessionEnded { stopping: bool },
-    /// The guard's count of lapses, when it is ahead of [`Worker::lapses`]: a renewal reached
+    /// The guard's count of lapses, when it is ahead of [`WorkerCore::lapses`]: a renewal reached
     /// it after the lease had run out there (the lease ended between the core's `handle` and the
     /// shell's performing [`Action::LeaseUntil`]), so it may have killed the runs. The guard is
     /// what kills: its count is the one that holds, and runs handed over before count as ended
@@ -132,7 +132,10 @@ enum Phase {
     },
 }
 
-pub struct Worker {
+/// A worker's sans-IO core (as quinn-proto's `Connection` is quinn's): its lease, claims,
+/// held-ahead tasks, unacknowledged outcomes and report batching. The host's `worker::Worker`
+/// (the shell) owns one and performs its [`Action`]s.
+pub struct WorkerCore {
     config: Config,
     phase: Phase,
     lease: Option<Lease>,
@@ -154,9 +157,9 @@ pub struct Worker {
     actions: VecDeque<Action>,
 }
 
-impl Worker {
-    pub fn new(config: Config) -> Worker {
-        Worker {
+impl WorkerCore {
+    pub fn new(config: Config) -> WorkerCore {
+        WorkerCore {
             config,
             phase: Phase::Off,
             lease: None,

@@ -2,13 +2,13 @@
 //! the test moves.
 
 use super::*;
-use weir_proto::{Assignment, FromWorker, Outcome, ToWorker, WorkerInfo};
+use weir_proto::{Assignment, FromWorker, Outcome, ToWorker, WorkerRegistration};
 
 const LEASE: u64 = 10_000;
 
-fn worker(slots: u32) -> Worker {
-    Worker::new(Config {
-        info: WorkerInfo {
+fn worker(slots: u32) -> WorkerCore {
+    WorkerCore::new(Config {
+        info: WorkerRegistration {
             name: "w".into(),
             slots,
             capabilities: vec![],
@@ -26,12 +26,12 @@ fn worker(slots: u32) -> Worker {
     })
 }
 
-fn actions(w: &mut Worker) -> Vec<Action> {
+fn actions(w: &mut WorkerCore) -> Vec<Action> {
     std::iter::from_fn(|| w.poll_action()).collect()
 }
 
 /// Connected at `now` and registered at once.
-fn registered(w: &mut Worker, now: u64) -> Vec<Action> {
+fn registered(w: &mut WorkerCore, now: u64) -> Vec<Action> {
     w.handle(now, Input::Connected);
     let mut out = actions(w);
     let registered = ToWorker::Registered {

@@ -112,6 +112,7 @@ pub struct ManagerUnits {
     pub registered: Vec<String>,
 }
 
+/// One worker's row in `weir status` ([`StatusReport`]), as [`ManagerStatus`] is a manager's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerStatus {
     pub id: WorkerId,

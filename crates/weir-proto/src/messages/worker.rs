@@ -4,8 +4,11 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 
+/// What a worker says of itself when it registers ([`FromWorker::Register`]): its name, slots,
+/// capabilities and the rest. A wire type (renamed from `WorkerInfo`; postcard does not encode
+/// names, so the bytes are unchanged); the task book keeps it in its `BookedWorker`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerInfo {
+pub struct WorkerRegistration {
     pub name: String,
     pub slots: u32,
     pub capabilities: Vec<(String, u64)>,
@@ -59,7 +62,7 @@ pub struct EnvironmentDef {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromWorker {
-    Register(WorkerInfo),
+    Register(WorkerRegistration),
     Heartbeat,
     /// Finished runs: (task, outcome).
     Finished(Vec<(TaskId, Outcome)>),

@@ -170,7 +170,7 @@ pub(crate) struct ScenarioRun {
     pub file: String,
     pub passed: bool,
     #[serde(flatten)]
-    pub verdict: weir::core::scenarios::Verdict,
+    pub verdict: weir::core::scenarios::ScenarioResult,
 }
 
 /// Some scenarios failed. The JSON output carries them in its value.

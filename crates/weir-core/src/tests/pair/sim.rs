@@ -20,7 +20,8 @@ use crate::worker;
 use fleet::Fleet;
 pub(super) use fleet::ManagerStats;
 use weir_proto::{
-    FromWorker, NewGroup, Request, TaskId, TaskKind, TaskSpec, ToWorker, WorkerId, WorkerInfo,
+    FromWorker, NewGroup, Request, TaskId, TaskKind, TaskSpec, ToWorker, WorkerId,
+    WorkerRegistration,
 };
 
 const LEASE_MS: u64 = 2_000;
@@ -78,7 +79,7 @@ struct Conn {
 
 struct SimWorker {
     name: String,
-    core: Option<worker::Worker>,
+    core: Option<worker::WorkerCore>,
     session: Option<usize>,
     next_connect: u64,
     /// Runs going on: (task, run) -> when it ends by itself.
@@ -244,7 +245,7 @@ impl Sim {
     fn start_worker(&mut self, w: usize) {
         let sw = &mut self.workers[w];
         sw.instance += 1;
-        let info = WorkerInfo {
+        let info = WorkerRegistration {
             name: sw.name.clone(),
             slots: sw.slots,
             capabilities: vec![],
@@ -259,7 +260,7 @@ impl Sim {
             ends_in_ms: None,
             finished: vec![],
         };
-        sw.core = Some(worker::Worker::new(worker::Config {
+        sw.core = Some(worker::WorkerCore::new(worker::Config {
             info,
             heartbeat_ms: HEARTBEAT_MS,
             signal_grace_ms: 1_000,

@@ -14,14 +14,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::scaling::validate_decisions;
+use crate::scaling::{PolicyFailure, validate_decisions};
 use crate::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
 use crate::units::{Book, Unit};
 use crate::{component_hash, tasks};
 use proptest::prelude::*;
 use weir_proto::{
     EnvVerdict, ManagerState, NewGroup, Outcome, Request, TaskId, TaskKind, TaskSpec, ToManager,
-    ToWorker, WorkerId, WorkerInfo,
+    ToWorker, WorkerId, WorkerRegistration,
 };
 use weir_waterfall::{Flavor, Policy};
 

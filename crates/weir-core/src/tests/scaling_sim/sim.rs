@@ -120,7 +120,11 @@ impl Sim {
                     );
                 }
                 let result = match std::mem::take(&mut self.fail_next) {
-                    true => Err("the policy trapped".to_string()),
+                    true => Err(PolicyFailure::Trapped {
+                        policy: "waterfall".into(),
+                        call: "decide",
+                        detail: "unreachable".into(),
+                    }),
                     false => Ok(decisions),
                 };
                 self.inputs.push_back(Input::Decided { result });

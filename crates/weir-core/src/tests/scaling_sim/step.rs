@@ -32,7 +32,7 @@ impl Sim {
                 if let Some(name) = unregistered.get(w % unregistered.len().max(1)) {
                     let connection = self.next_id();
                     let claims = self.holding.remove(name).unwrap_or_default();
-                    let info = WorkerInfo {
+                    let info = WorkerRegistration {
                         name: name.clone(),
                         slots,
                         capabilities: vec![],

@@ -117,10 +117,17 @@ fn the_core_refuses_a_policys_nonsense_whatever_the_policy() {
     );
     assert_eq!(core.policy_errors(), 1);
     let error = core.status(1_001).policy_error.expect("an error is shown");
-    assert!(error.contains("test-policy: nonsense decision"), "{error}");
+    assert_eq!(
+        error,
+        "test-policy: nonsense decision: asks manager `m1` for 9 workers; its max task \
+         concurrency 4 allows 4"
+    );
+    assert_eq!(core.policy_report().error, Some(error));
     // A decision nobody asked for is refused too.
     core.handle(1_002, Input::Decided { result: Ok(vec![]) });
     assert_eq!(core.policy_errors(), 2);
+    let error = core.status(1_002).policy_error;
+    assert_eq!(error.as_deref(), Some("a decision nobody asked for"));
     // The next snapshot, a sensible answer: sent, and the error cleared.
     core.handle(2_000, Input::Timeout);
     assert!(

@@ -3,12 +3,12 @@
 //! makes of a policy's decisions, and a replay of the records it journaled.
 
 use crate::record::Record;
-use crate::scaling::{Decision, Tier};
+use crate::scaling::{Decision, PolicyFailure, Tier};
 use crate::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
 use crate::tasks;
 use weir_proto::{
     JobCounts, ManagerState, NewGroup, Outcome, Request, Response, TaskKind, TaskSpec, TaskState,
-    ToManager, ToWorker, WorkerInfo,
+    ToManager, ToWorker, WorkerRegistration,
 };
 
 mod clients;
@@ -64,8 +64,8 @@ fn submit(count: u32) -> Request {
     }
 }
 
-fn worker(name: &str, slots: u32) -> WorkerInfo {
-    WorkerInfo {
+fn worker(name: &str, slots: u32) -> WorkerRegistration {
+    WorkerRegistration {
         name: name.into(),
         slots,
         capabilities: vec![],
@@ -115,7 +115,7 @@ fn ok() -> Outcome {
 }
 
 /// A worker registering on connection `connection`.
-fn join(connection: u64, info: WorkerInfo) -> Input {
+fn join(connection: u64, info: WorkerRegistration) -> Input {
     Input::WorkerJoined { connection, info }
 }
 

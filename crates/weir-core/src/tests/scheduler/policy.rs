@@ -34,14 +34,22 @@ fn a_policy_set_while_running_is_journaled_and_restored() {
         vec![Input::PolicySwapped {
             client: Some(1),
             policy: policy.clone(),
-            result: Err("bad row".into()),
+            result: Err(PolicyFailure::Refused {
+                policy: "mine".into(),
+                call: "create",
+                message: "bad row".into(),
+            }),
         }],
     );
     assert!(journaled(&actions).is_empty());
-    assert!(matches!(
-        replies(&actions, 1)[..],
-        [(Response::Error { .. }, true)]
-    ));
+    let [(Response::Error { message, .. }, true)] = &replies(&actions, 1)[..] else {
+        panic!("one final error reply: {actions:?}");
+    };
+    // The policy's own words, as the plugin host words them.
+    assert_eq!(
+        message,
+        "the policy was not changed: mine: create failed: bad row"
+    );
     assert_eq!(core.status(1).policy_error, None);
     // It works: journaled, answered once durable, and shown.
     let tiers = vec![Tier {

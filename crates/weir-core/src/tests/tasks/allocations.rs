@@ -97,7 +97,7 @@ fn a_worker_whose_allocation_ends_soon_takes_only_tasks_that_end_before() {
     ending.ends_in_ms = Some(10_000);
     let w = core.worker_joined(1_000, ending).expect("joins").0;
     core.schedule(1_000);
-    let mut placed = dispatched(&core.take_actions())[&w].clone();
+    let mut placed = dispatched(&core.take_effects())[&w].clone();
     placed.sort();
     assert_eq!(
         placed,
@@ -107,7 +107,7 @@ fn a_worker_whose_allocation_ends_soon_takes_only_tasks_that_end_before() {
     // A worker without an end takes the long one.
     let other = core.worker_joined(7_000, worker(8, &[])).expect("joins").0;
     core.schedule(7_000);
-    assert_eq!(dispatched(&core.take_actions())[&other], vec![1]);
+    assert_eq!(dispatched(&core.take_effects())[&other], vec![1]);
     core.sanity_check().unwrap();
 }
 
@@ -133,7 +133,7 @@ fn a_task_longer_than_every_live_allocation_is_explained_and_named_for_the_polic
     ending.ends_in_ms = Some(1_800_000);
     let w = core.worker_joined(0, ending).expect("joins").0;
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![3]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![3]);
     let why = core.explain(0, 1).expect("task 1").join("\n");
     assert!(
         why.contains("its allocation ends before the task's timeout (3600 s) would"),
@@ -174,7 +174,7 @@ fn worker_names_are_unique_and_a_reconnection_replaces_the_earlier_connection() 
     let first = worker(1, &[]);
     let a = core.worker_joined(0, first.clone()).expect("joins").0;
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&a], vec![1]);
+    assert_eq!(dispatched(&core.take_effects())[&a], vec![1]);
     // Another process under the same name is refused, and changes nothing.
     let mut impostor = first.clone();
     impostor.instance += 1_000_000;
@@ -200,17 +200,17 @@ fn a_drained_worker_its_manager_does_not_stop_takes_tasks_again() {
     core.submit(vec![group(1, &[])]).unwrap();
     core.schedule(0);
     assert!(
-        dispatched(&core.take_actions()).is_empty(),
+        dispatched(&core.take_effects()).is_empty(),
         "draining: no task"
     );
     core.heartbeat(19_000, w);
     core.tick(19_000);
     core.schedule(19_000);
-    assert!(dispatched(&core.take_actions()).is_empty());
+    assert!(dispatched(&core.take_effects()).is_empty());
     // Still here 20 s on (a unit whose other worker is busy cannot be stopped alone).
     core.heartbeat(20_000, w);
     core.tick(20_000);
     core.schedule(20_000);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![1]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![1]);
     core.sanity_check().unwrap();
 }

@@ -18,7 +18,7 @@ fn a_task_that_cannot_be_placed_does_not_block_the_others() {
         .expect("joins")
         .0;
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![2, 3]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![2, 3]);
     // Each finish frees a slot for the next CPU task; the gpu task (1) keeps waiting.
     for task in 2..=6 {
         assert!(core.finished(1, w, task, ok()));
@@ -33,7 +33,7 @@ fn a_task_that_cannot_be_placed_does_not_block_the_others() {
         .expect("joins")
         .0;
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&g], vec![1]);
+    assert_eq!(dispatched(&core.take_effects())[&g], vec![1]);
 }
 
 #[test]
@@ -45,10 +45,10 @@ fn capability_amounts_are_consumed_while_running() {
         .expect("joins")
         .0;
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![1, 2]); // 2 x 6 <= 16 < 3 x 6
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![1, 2]); // 2 x 6 <= 16 < 3 x 6
     core.finished(1, w, 1, ok());
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![3]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![3]);
     core.sanity_check().unwrap();
 }
 
@@ -64,7 +64,7 @@ fn higher_priority_runs_first() {
     .unwrap();
     let w = core.worker_joined(0, worker(3, &[])).expect("joins").0;
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![3, 4, 1]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![3, 4, 1]);
 }
 
 #[test]
@@ -86,11 +86,11 @@ fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
     assert_eq!(core.job_counts(1).unwrap().queued, 1);
     let b = core.worker_joined(10, worker(1, &[])).expect("joins").0;
     core.schedule(0);
-    core.take_actions();
+    core.take_effects();
     // b goes silent: the tick declares it lost, and with retries = 1 the task fails.
     core.tick(500);
-    let actions = core.take_actions();
-    assert!(actions.contains(&Action::Disconnect {
+    let actions = core.take_effects();
+    assert!(actions.contains(&Effect::Disconnect {
         worker: b,
         reason: "no heartbeat for 100 ms".into()
     }));
@@ -153,17 +153,17 @@ fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
     core.submit(vec![group(3, &[])]).unwrap();
     let w = core.worker_joined(0, worker(1, &[])).expect("joins").0;
     core.schedule(0);
-    core.take_actions();
+    core.take_effects();
     assert_eq!(core.cancel_job(1), 3);
-    let actions = core.take_actions();
-    assert!(actions.contains(&Action::Cancel {
+    let actions = core.take_effects();
+    assert!(actions.contains(&Effect::Cancel {
         worker: w,
         tasks: vec![1]
     }));
     // The slot is still held until the worker confirms.
     core.submit(vec![group(1, &[])]).unwrap();
     core.schedule(0);
-    assert!(dispatched(&core.take_actions()).is_empty());
+    assert!(dispatched(&core.take_effects()).is_empty());
     assert!(core.finished(
         1,
         w,
@@ -173,7 +173,7 @@ fn cancel_stops_queued_and_running_tasks_and_keeps_resources_until_confirmed() {
         }
     ));
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![4]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![4]);
     assert_eq!(core.job_counts(1).unwrap().canceled, 3);
     core.sanity_check().unwrap();
 }
@@ -216,7 +216,7 @@ fn tasks_nothing_can_run_fail_after_the_unschedulable_timeout() {
     }
     // The task that fits runs; the one whose environment is still pending keeps waiting.
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![3]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![3]);
     assert_eq!(core.fail_unschedulable(9000, 1000, never), 0);
     assert_eq!(core.job_counts(3).unwrap().queued, 1);
     // Once the worker answers no-match, that task has nothing either, and fails in its turn.
@@ -238,23 +238,23 @@ fn a_component_no_held_task_uses_is_released() {
     core.submit(vec![wasm.clone()]).unwrap(); // job 2
     let w = core.worker_joined(0, worker(4, &[])).expect("joins").0;
     core.schedule(0);
-    for task in dispatched(&core.take_actions())[&w].clone() {
+    for task in dispatched(&core.take_effects())[&w].clone() {
         core.finished(1, w, task, ok());
     }
-    core.take_actions();
+    core.take_effects();
     // Job 2 still uses it after job 1 is forgotten; once both are, it is released.
     core.forget(1).unwrap();
     assert_eq!(
-        core.take_actions(),
-        [Action::Dropped {
+        core.take_effects(),
+        [Effect::Dropped {
             groups: vec![1],
             components: vec![]
         }]
     );
     core.forget(2).unwrap();
     assert_eq!(
-        core.take_actions(),
-        [Action::Dropped {
+        core.take_effects(),
+        [Effect::Dropped {
             groups: vec![2],
             components: vec![hash]
         }]
@@ -290,7 +290,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
     core.submit(vec![new.clone()]).unwrap();
     core.worker_joined(0, worker(1, &[])).expect("joins");
     core.schedule(0);
-    core.take_actions();
+    core.take_effects();
     let mut finals = Vec::new();
     let mut forgets = Vec::new();
     // Like the shell: after each tick, journal what its actions say.
@@ -298,13 +298,13 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
         // The first tick loses the worker and fails the task (no retries): the job is done;
         // the second forgets it.
         core.tick(1000);
-        for action in core.take_actions() {
+        for action in core.take_effects() {
             match action {
-                Action::Finished { task, .. } => {
+                Effect::Finished { task, .. } => {
                     let record = core.final_record(task).expect("a final record to journal");
                     finals.push((task, record));
                 }
-                Action::Forgot { job } => forgets.push(job),
+                Effect::Forgot { job } => forgets.push(job),
                 _ => {}
             }
         }

@@ -14,11 +14,11 @@ fn fenced_core() -> Tasks {
 }
 
 /// A worker (its registration, and its id) that joined at 0 and was handed task 1.
-fn joined_with_task_1(core: &mut Tasks) -> (WorkerInfo, u64) {
+fn joined_with_task_1(core: &mut Tasks) -> (WorkerRegistration, u64) {
     let info = worker(1, &[]);
     let id = core.worker_joined(0, info.clone()).expect("joins").0;
     core.schedule(0);
-    core.take_actions();
+    core.take_effects();
     (info, id)
 }
 
@@ -33,7 +33,7 @@ fn a_silent_workers_tasks_are_fenced_from_when_it_was_last_heard_not_when_it_was
     core.worker_lost(5_000, a, "connection timed out", Loss::Silent);
     let b = core.worker_joined(5_000, worker(1, &[])).expect("joins").0;
     core.schedule(5_000);
-    assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
+    assert_eq!(dispatched(&core.take_effects())[&b], vec![1]);
     core.sanity_check().unwrap();
 
     // Declared lost soon after it was last heard: the fence holds until heard + fence_ms.
@@ -46,12 +46,12 @@ fn a_silent_workers_tasks_are_fenced_from_when_it_was_last_heard_not_when_it_was
         core.heartbeat(now, b);
         core.tick(now);
         core.schedule(now);
-        assert!(dispatched(&core.take_actions()).is_empty(), "at {now}");
+        assert!(dispatched(&core.take_effects()).is_empty(), "at {now}");
     }
     core.heartbeat(1_200, b);
     core.tick(1_200);
     core.schedule(1_200);
-    assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
+    assert_eq!(dispatched(&core.take_effects())[&b], vec![1]);
     core.sanity_check().unwrap();
 }
 
@@ -65,7 +65,7 @@ fn a_worker_back_claims_a_task_only_if_it_was_handed_to_no_one_else_since() {
     let b = core.worker_joined(1_000, b_info.clone()).expect("joins").0;
     core.tick(1_000);
     core.schedule(1_000);
-    assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
+    assert_eq!(dispatched(&core.take_effects())[&b], vec![1]);
     core.worker_lost(1_100, b, "partition", Loss::Silent);
     // a comes back claiming it (finished, or still running): refused, b (lost, its lease not
     // over) may be running it.
@@ -97,7 +97,7 @@ fn finished_is_finished_an_outcome_brought_back_after_the_fence_is_taken_if_noth
     core.worker_lost(100, a, "partition", Loss::Silent);
     core.tick(5_000);
     core.schedule(5_000);
-    assert!(dispatched(&core.take_actions()).is_empty());
+    assert!(dispatched(&core.take_effects()).is_empty());
     // Back with the outcome it produced under its lease: taken, run once.
     let mut back = info;
     back.finished = vec![1];
@@ -121,14 +121,14 @@ fn finished_is_finished_a_worker_back_with_an_outcome_takes_its_task_back_from_t
     let b = core.worker_joined(2_000, worker(1, &[])).expect("joins").0;
     core.tick(2_000);
     core.schedule(2_000);
-    assert_eq!(dispatched(&core.take_actions())[&b], vec![1]);
+    assert_eq!(dispatched(&core.take_effects())[&b], vec![1]);
     // a is back with the outcome: b gives the task up (it is told to stop it) and a's outcome
     // is the result; b's report of its stopped run changes nothing.
     let mut back = info;
     back.finished = vec![1];
     let (a2, refused) = core.worker_joined(2_100, back).expect("joins");
     assert!(refused.is_empty());
-    assert!(core.take_actions().contains(&Action::TakeBack {
+    assert!(core.take_effects().contains(&Effect::TakeBack {
         worker: b,
         tasks: vec![1]
     }));
@@ -144,7 +144,7 @@ fn finished_is_finished_a_worker_back_with_an_outcome_takes_its_task_back_from_t
     // b is free again.
     core.submit(vec![group(1, &[])]).unwrap();
     core.schedule(2_300);
-    assert_eq!(dispatched(&core.take_actions())[&b], vec![2]);
+    assert_eq!(dispatched(&core.take_effects())[&b], vec![2]);
 }
 
 /// A condition's bytes live in the one component store while a definition uses them: replaced
@@ -172,11 +172,11 @@ fn condition_bytes_go_with_their_last_definition() {
     wasm.spec.kind = TaskKind::Wasm { component: [2; 32] };
     core.submit(vec![wasm]).unwrap();
     assert_eq!(core.cancel_job(1), 1);
-    core.take_actions();
+    core.take_effects();
     core.forget(1).unwrap();
     assert_eq!(
-        core.take_actions(),
-        [Action::Dropped {
+        core.take_effects(),
+        [Effect::Dropped {
             groups: vec![1],
             components: vec![[2; 32]]
         }]

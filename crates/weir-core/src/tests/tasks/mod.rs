@@ -4,9 +4,11 @@
 
 use std::collections::HashMap;
 
-use crate::tasks::{Action, Config, JobError, Loss, MAX_SPARED, SubmitError, Tasks};
+use crate::tasks::{Config, Effect, JobError, Loss, MAX_SPARED, SubmitError, Tasks};
 use proptest::prelude::*;
-use weir_proto::{EnvVerdict, NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerInfo};
+use weir_proto::{
+    EnvVerdict, NewGroup, Outcome, TaskKind, TaskSpec, TaskState, WorkerRegistration,
+};
 
 mod allocations;
 mod basics;
@@ -40,11 +42,11 @@ fn group(count: u32, capabilities: &[(&str, u64)]) -> NewGroup {
     }
 }
 
-fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerInfo {
+fn worker(slots: u32, capabilities: &[(&str, u64)]) -> WorkerRegistration {
     // Each a process of its own: names are unique.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let instance = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    WorkerInfo {
+    WorkerRegistration {
         name: format!("w{instance}"),
         instance,
         ends_in_ms: None,
@@ -69,10 +71,10 @@ fn ok() -> Outcome {
     }
 }
 
-fn dispatched(actions: &[Action]) -> HashMap<u64, Vec<u64>> {
+fn dispatched(actions: &[Effect]) -> HashMap<u64, Vec<u64>> {
     let mut map: HashMap<u64, Vec<u64>> = HashMap::new();
     for action in actions {
-        if let Action::Dispatch { worker, tasks } = action {
+        if let Effect::Dispatch { worker, tasks } = action {
             map.entry(*worker).or_default().extend(tasks);
         }
     }

@@ -9,11 +9,11 @@ fn with_prefetch(prefetch: u32) -> Tasks {
     })
 }
 
-fn revokes(actions: &[Action]) -> Vec<(u64, Vec<u64>, u32)> {
+fn revokes(actions: &[Effect]) -> Vec<(u64, Vec<u64>, u32)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Revoke {
+            Effect::Revoke {
                 worker,
                 tasks,
                 count,
@@ -41,10 +41,10 @@ fn quick_job(
     let caps: Vec<(&str, u64)> = capabilities.iter().map(|(n, v)| (*n, v * 100)).collect();
     let probe = core.worker_joined(0, worker(1, &caps)).unwrap().0;
     core.schedule(0);
-    assert_eq!(dispatched(&core.take_actions())[&probe], vec![first]);
+    assert_eq!(dispatched(&core.take_effects())[&probe], vec![first]);
     assert!(core.finished(5, probe, first, ok()));
     core.worker_lost(5, probe, "test", Loss::Stopped);
-    core.take_actions();
+    core.take_effects();
     (job, (first + 1..=first + u64::from(count)).collect())
 }
 
@@ -55,7 +55,7 @@ fn prefetch_fills_every_free_slot_first_then_one_task_per_worker_per_round() {
     let a = core.worker_joined(10, worker(2, &[])).unwrap().0;
     let b = core.worker_joined(10, worker(2, &[])).unwrap().0;
     core.schedule(10);
-    let sent = dispatched(&core.take_actions());
+    let sent = dispatched(&core.take_effects());
     // 4 slots, then rounds of one each: a 3, b 2 of the 5 left.
     assert_eq!(
         sent[&a],
@@ -72,9 +72,9 @@ fn no_more_than_slots_and_prefetch_however_much_waits() {
     quick_job(&mut core, 100, &[], 3);
     let a = core.worker_joined(10, worker(2, &[])).unwrap().0;
     core.schedule(10);
-    assert_eq!(dispatched(&core.take_actions())[&a].len(), 5);
+    assert_eq!(dispatched(&core.take_effects())[&a].len(), 5);
     core.schedule(10);
-    assert!(dispatched(&core.take_actions()).is_empty());
+    assert!(dispatched(&core.take_effects()).is_empty());
     core.sanity_check().unwrap();
 }
 
@@ -85,15 +85,15 @@ fn only_tasks_of_a_group_that_ran_quickly_are_prefetched() {
     let (_, first, _) = core.submit(vec![group(10, &[])]).unwrap();
     core.schedule(0);
     // Nothing known of the group yet: a slot's worth.
-    assert_eq!(dispatched(&core.take_actions())[&a], vec![first]);
+    assert_eq!(dispatched(&core.take_effects())[&a], vec![first]);
     // It ran for two seconds: still not prefetched.
     assert!(core.finished(2_000, a, first, ok()));
     core.schedule(2_000);
-    assert_eq!(dispatched(&core.take_actions())[&a], vec![first + 1]);
+    assert_eq!(dispatched(&core.take_effects())[&a], vec![first + 1]);
     // The next one was quick: now the worker is given its prefetch too.
     assert!(core.finished(2_010, a, first + 1, ok()));
     core.schedule(2_010);
-    assert_eq!(dispatched(&core.take_actions())[&a].len(), 5);
+    assert_eq!(dispatched(&core.take_effects())[&a].len(), 5);
 }
 
 #[test]
@@ -104,7 +104,7 @@ fn a_task_held_ahead_is_timed_from_its_start_so_a_long_wait_there_keeps_its_grou
     core.schedule(0);
     // Its slot and 64 ahead; 35 stay queued.
     let mut held: std::collections::VecDeque<u64> =
-        dispatched(&core.take_actions())[&a].clone().into();
+        dispatched(&core.take_effects())[&a].clone().into();
     assert_eq!(held.len(), 65);
     // Each runs 35 ms, one after the other, and the worker reports each start and end. The
     // 30th has waited there over PREFETCH_BELOW_MS when it ends, yet it ran only 35 ms: the
@@ -120,7 +120,7 @@ fn a_task_held_ahead_is_timed_from_its_start_so_a_long_wait_there_keeps_its_grou
         assert!(core.finished(now, a, task, ok()));
         done += 1;
         core.schedule(now);
-        let actions = core.take_actions();
+        let actions = core.take_effects();
         assert!(
             revokes(&actions).is_empty(),
             "asked back after {done} tasks, at {now} ms"
@@ -141,7 +141,7 @@ fn no_prefetch_while_another_fitting_worker_has_a_free_slot() {
     let a = core.worker_joined(10, worker(1, &[])).unwrap().0;
     let b = core.worker_joined(10, worker(1, &[])).unwrap().0;
     core.schedule(10);
-    let sent = dispatched(&core.take_actions());
+    let sent = dispatched(&core.take_effects());
     assert_eq!((sent[&a].len(), sent[&b].len()), (1, 1));
 }
 
@@ -152,12 +152,12 @@ fn an_idle_worker_has_prefetched_tasks_taken_back_for_it_without_an_attempt_spen
     let (_, tasks) = quick_job(&mut core, 5, &[], 0);
     let busy = core.worker_joined(10, worker(1, &[])).unwrap().0;
     core.schedule(10);
-    let held = dispatched(&core.take_actions())[&busy].clone();
+    let held = dispatched(&core.take_effects())[&busy].clone();
     assert_eq!(held, tasks);
     // A second worker joins with nothing queued: the busy one is asked for what it holds ahead.
     let idle = core.worker_joined(20, worker(1, &[])).unwrap().0;
     core.schedule(20);
-    let asked = revokes(&core.take_actions());
+    let asked = revokes(&core.take_effects());
     assert_eq!(asked.len(), 1);
     let (from, candidates, count) = asked[0].clone();
     assert_eq!(from, busy);
@@ -170,11 +170,11 @@ fn an_idle_worker_has_prefetched_tasks_taken_back_for_it_without_an_attempt_spen
     );
     // Asked once at a time.
     core.schedule(20);
-    assert!(revokes(&core.take_actions()).is_empty());
+    assert!(revokes(&core.take_effects()).is_empty());
     // It gives back the two newest, which had not started.
     assert_eq!(core.revoked(busy, &[held[4], held[3]]), 2);
     core.schedule(20);
-    let sent = dispatched(&core.take_actions());
+    let sent = dispatched(&core.take_effects());
     assert_eq!(
         sent[&idle],
         vec![held[3], held[4]],
@@ -196,21 +196,21 @@ fn a_worker_that_gave_nothing_back_is_not_asked_again_until_it_finishes_one() {
     quick_job(&mut core, 3, &[], 3);
     let busy = core.worker_joined(10, worker(1, &[])).unwrap().0;
     core.schedule(10);
-    let held = dispatched(&core.take_actions())[&busy].clone();
+    let held = dispatched(&core.take_effects())[&busy].clone();
     assert_eq!(held.len(), 3);
     core.worker_joined(10, worker(1, &[])).unwrap();
     core.schedule(10);
-    assert_eq!(revokes(&core.take_actions()).len(), 1);
+    assert_eq!(revokes(&core.take_effects()).len(), 1);
     // Everything it held had started (it finished one and started the next meanwhile).
     assert_eq!(core.revoked(busy, &[]), 0);
     core.schedule(10);
     assert!(
-        revokes(&core.take_actions()).is_empty(),
+        revokes(&core.take_effects()).is_empty(),
         "asked again at once"
     );
     assert!(core.finished(15, busy, held[0], ok()));
     core.schedule(15);
-    assert_eq!(revokes(&core.take_actions()).len(), 1);
+    assert_eq!(revokes(&core.take_effects()).len(), 1);
 }
 
 #[test]
@@ -219,10 +219,10 @@ fn a_prefetched_task_canceled_and_then_given_back_is_confirmed_stopped() {
     let (job, _) = quick_job(&mut core, 3, &[], 3);
     let busy = core.worker_joined(10, worker(1, &[])).unwrap().0;
     core.schedule(10);
-    let held = dispatched(&core.take_actions())[&busy].clone();
+    let held = dispatched(&core.take_effects())[&busy].clone();
     core.worker_joined(10, worker(1, &[])).unwrap();
     core.schedule(10);
-    assert_eq!(revokes(&core.take_actions()).len(), 1);
+    assert_eq!(revokes(&core.take_effects()).len(), 1);
     core.cancel_job(job);
     // The worker gave it back before the cancel reached it: that is its confirmation.
     core.revoked(busy, &[held[2]]);
@@ -241,7 +241,7 @@ fn a_worker_killed_before_it_started_its_prefetched_tasks_spends_no_attempt_on_t
     let (_, tasks) = quick_job(&mut core, 3, &[], 0);
     let w = core.worker_joined(10, worker(1, &[])).unwrap().0;
     core.schedule(10);
-    assert_eq!(dispatched(&core.take_actions())[&w], tasks);
+    assert_eq!(dispatched(&core.take_effects())[&w], tasks);
     // The first went into its free slot; of the two held ahead, it reported the first started.
     core.started(15, w, &[tasks[1]]);
     core.worker_lost(20, w, "killed", Loss::Exited);
@@ -249,7 +249,7 @@ fn a_worker_killed_before_it_started_its_prefetched_tasks_spends_no_attempt_on_t
     assert_eq!((counts.failed, counts.queued), (2, 1), "{counts:?}");
     let other = core.worker_joined(30, worker(1, &[])).unwrap().0;
     core.schedule(30);
-    assert_eq!(dispatched(&core.take_actions())[&other], vec![tasks[2]]);
+    assert_eq!(dispatched(&core.take_effects())[&other], vec![tasks[2]]);
     assert!(core.finished(40, other, tasks[2], ok()));
     assert_eq!(core.final_record(tasks[2]).unwrap().2, 1);
 }
@@ -265,13 +265,13 @@ fn a_task_held_ahead_by_workers_lost_before_reporting_its_start_is_spared_at_mos
         let now = 10 + round * 10;
         let w = core.worker_joined(now, worker(1, &[])).unwrap().0;
         core.schedule(now);
-        let handed = dispatched(&core.take_actions());
+        let handed = dispatched(&core.take_effects());
         assert_eq!(handed[&w], vec![first, held], "round {round}");
         core.worker_lost(now + 5, w, "killed", Loss::Exited);
     }
     let w = core.worker_joined(100, worker(1, &[])).unwrap().0;
     core.schedule(100);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![first, held]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![first, held]);
     assert!(core.finished(110, w, first, ok()));
     assert!(core.finished(120, w, held, ok()));
     // `first` ran in the slot every time: each loss an attempt, then its run.
@@ -287,7 +287,7 @@ fn a_new_submission_is_not_starved_by_a_stream_of_quick_tasks_held_ahead() {
     let (_, a) = quick_job(&mut core, 50, &[], 3);
     let w = core.worker_joined(10, worker(1, &[])).unwrap().0;
     core.schedule(10);
-    assert_eq!(dispatched(&core.take_actions())[&w], a[..3]);
+    assert_eq!(dispatched(&core.take_effects())[&w], a[..3]);
     // A higher-priority submission, nothing known of its speed: it is to have the next free
     // slot, so the worker is asked for what it holds ahead, and handed no more meanwhile.
     let (_, b, _) = core
@@ -298,20 +298,20 @@ fn a_new_submission_is_not_starved_by_a_stream_of_quick_tasks_held_ahead() {
         }])
         .unwrap();
     core.schedule(10);
-    let actions = core.take_actions();
+    let actions = core.take_effects();
     assert!(dispatched(&actions).is_empty());
     assert_eq!(revokes(&actions), vec![(w, a[..3].to_vec(), 2)]);
     // It gives back the one it had not started; the other had started meanwhile.
     assert_eq!(core.revoked(w, &[a[2]]), 1);
     core.schedule(10);
     assert!(
-        dispatched(&core.take_actions()).is_empty(),
+        dispatched(&core.take_effects()).is_empty(),
         "refilled with quick tasks"
     );
     assert!(core.finished(20, w, a[0], ok()));
     core.schedule(20);
     assert!(
-        dispatched(&core.take_actions()).is_empty(),
+        dispatched(&core.take_effects()).is_empty(),
         "refilled with quick tasks"
     );
     let why = core.explain(20, a[3]).unwrap().join("\n");
@@ -319,7 +319,7 @@ fn a_new_submission_is_not_starved_by_a_stream_of_quick_tasks_held_ahead() {
     // What ran there ends: the slot is the new submission's.
     assert!(core.finished(30, w, a[1], ok()));
     core.schedule(30);
-    assert_eq!(dispatched(&core.take_actions())[&w], vec![b]);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![b]);
 }
 
 #[test]
@@ -328,10 +328,10 @@ fn a_revoke_is_only_for_tasks_the_idle_worker_can_run() {
     quick_job(&mut core, 3, &[("gpu", 1)], 3);
     let busy = core.worker_joined(10, worker(1, &[("gpu", 4)])).unwrap().0;
     core.schedule(10);
-    assert_eq!(dispatched(&core.take_actions())[&busy].len(), 3);
+    assert_eq!(dispatched(&core.take_effects())[&busy].len(), 3);
     core.worker_joined(10, worker(1, &[])).unwrap();
     core.schedule(10);
-    assert!(revokes(&core.take_actions()).is_empty());
+    assert!(revokes(&core.take_effects()).is_empty());
 }
 
 // ---- random event sequences ----

@@ -74,7 +74,7 @@ proptest! {
         let mut asked: HashMap<u64, (Vec<u64>, u32)> = HashMap::new();
         let mut stale: Vec<(u64, Vec<u64>)> = Vec::new();
         // Each worker's registration, to come back as the same process.
-        let mut infos: HashMap<u64, WorkerInfo> = HashMap::new();
+        let mut infos: HashMap<u64, WorkerRegistration> = HashMap::new();
         let mut jobs: Vec<u64> = Vec::new(); // task count per job
         let mut now = 0u64;
         let mut live: Vec<u64> = Vec::new();
@@ -86,23 +86,23 @@ proptest! {
 
         let mut apply = |core: &mut Tasks, running: &mut HashMap<u64, Vec<u64>>, live: &mut Vec<u64>, asked: &mut HashMap<u64, (Vec<u64>, u32)>| {
             core.schedule(0);
-            for action in core.take_actions() {
+            for action in core.take_effects() {
                 match action {
-                    Action::Revoke { worker, tasks, count } => {
+                    Effect::Revoke { worker, tasks, count } => {
                         assert!(asked.insert(worker, (tasks, count)).is_none(), "two revokes outstanding for worker {worker}");
                     }
-                    Action::Dispatch { worker, tasks } => running.entry(worker).or_default().extend(tasks),
-                    Action::Finished { task, .. } => {
+                    Effect::Dispatch { worker, tasks } => running.entry(worker).or_default().extend(tasks),
+                    Effect::Finished { task, .. } => {
                         // The shell journals this record now: it must exist, forgotten or not.
                         assert!(core.final_record(task).is_some(), "task {task}: nothing to journal");
                         *finished_events.entry(task).or_default() += 1;
                     }
-                    Action::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); asked.remove(&worker); }
+                    Effect::Disconnect { worker, .. } => { live.retain(|w| *w != worker); running.remove(&worker); asked.remove(&worker); }
                     // Its first worker came back with the outcome: no longer this one's.
-                    Action::TakeBack { worker, tasks } => {
+                    Effect::TakeBack { worker, tasks } => {
                         if let Some(held) = running.get_mut(&worker) { held.retain(|t| !tasks.contains(t)) }
                     }
-                    Action::Cancel { .. } | Action::Forgot { .. } | Action::Dropped { .. } | Action::Cut(_) => {}
+                    Effect::Cancel { .. } | Effect::Forgot { .. } | Effect::Dropped { .. } | Effect::Cut(_) => {}
                 }
             }
         };

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use weir::net::{self, AccessFile, Link};
 use weir::proto::{
     EnvVerdict, FromManager, FromWorker, ManagerState, Outcome, Role, ToManager, ToWorker,
-    WorkerInfo,
+    WorkerRegistration,
 };
 
 use super::cluster::{memory, usage};
@@ -226,7 +226,7 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
         ready, mut stop, ..
     } = peer;
     let (mut link, outgoing) = Link::<ToWorker>::open(send, recv);
-    let info = WorkerInfo {
+    let info = WorkerRegistration {
         name,
         slots: 1,
         capabilities: vec![],

@@ -16,6 +16,10 @@ pub struct Pool {
     /// Alive worker processes, by name, each with the instance id it was given (their units,
     /// oldest first, are in `book`).
     children: Vec<(String, u64, Box<dyn Process>)>,
+    /// Workers sent SIGTERM, until they exit. Still reported alive: the scheduler hears from
+    /// each itself that it stops (its tasks killed first), and takes a report of it exited as
+    /// proof that the process is gone, so that report waits for the exit (`reap`).
+    stopping: Vec<(String, u64, Box<dyn Process>)>,
     /// Each alive worker as a unit of one: when it started, and whether the scheduler has ever
     /// said it registered (in any session): then it is stopped only when named (drained), never
     /// as "not registered yet" — after a scheduler restart it is busy with tasks it has not
@@ -44,6 +48,7 @@ impl Pool {
             clock: settings.seams.clock.clone(),
             settings,
             children: Vec::new(),
+            stopping: Vec::new(),
             next: 0,
             exited: std::collections::VecDeque::new(),
             dismissed: false,
@@ -118,29 +123,39 @@ impl Pool {
     }
 
     /// SIGTERM: the worker closes its connection (so the scheduler knows at once) and exits;
-    /// it is reaped in the background.
+    /// it is reported exited once reaped (`reap`).
     fn stop(&mut self, name: &str) {
-        if let Some(mut child) = self.signal_stop(name) {
-            tokio::spawn(async move {
-                let _ = child.wait().await;
-            });
+        if let Some(stopped) = self.signal_stop(name) {
+            self.stopping.push(stopped);
         }
     }
 
-    /// Send a worker SIGTERM and hand back its process.
-    fn signal_stop(&mut self, name: &str) -> Option<Box<dyn Process>> {
+    /// Send a worker SIGTERM and hand back its process (name, instance, process).
+    fn signal_stop(&mut self, name: &str) -> Option<(String, u64, Box<dyn Process>)> {
         self.book.units.retain(|u| u.id != name);
         let index = self.children.iter().position(|(n, _, _)| n == name)?;
-        let (_, instance, mut child) = self.children.remove(index);
-        self.remember_exited(name, instance);
+        let (name, instance, mut child) = self.children.remove(index);
         tracing::info!(worker = %name, "stopping worker");
         child.terminate();
-        Some(child)
+        Some((name, instance, child))
     }
 
     /// Forget workers that exited; back off when they die young.
     fn reap(&mut self) {
         let now = self.clock.now();
+        let mut stopped = Vec::new();
+        self.stopping
+            .retain_mut(|(name, instance, child)| match child.try_wait() {
+                Ok(Some(_)) => {
+                    stopped.push((name.clone(), *instance));
+                    false
+                }
+                _ => true,
+            });
+        for (name, instance) in stopped {
+            tracing::info!(worker = %name, "stopped worker exited");
+            self.remember_exited(&name, instance);
+        }
         let mut exited = Vec::new();
         self.children
             .retain_mut(|(name, instance, child)| match child.try_wait() {
@@ -184,7 +199,8 @@ impl Pool {
     pub(super) fn state(&self) -> ManagerState {
         let exited = self.exited.iter().map(|(name, _)| name.clone()).collect();
         let mut state = self.settings.report(false, self.names(), exited);
-        state.instances = (self.children.iter().map(|(name, i, _)| (name.clone(), *i)))
+        state.instances = (self.children.iter().chain(&self.stopping))
+            .map(|(name, i, _)| (name.clone(), *i))
             .chain(self.exited.iter().cloned())
             .collect();
         state.backend = "process".into();
@@ -202,8 +218,11 @@ impl Pool {
         self.log.report(live, |name| vec![name.to_string()], now)
     }
 
+    /// The workers it runs: its units, and those stopping until they exit.
     fn names(&self) -> Vec<String> {
-        self.book.workers(&[])
+        let mut names = self.book.workers(&[]);
+        names.extend(self.stopping.iter().map(|(name, _, _)| name.clone()));
+        names
     }
 
     /// Move toward `desired` workers (a fixed pool: toward its N), never above the cap.
@@ -241,12 +260,12 @@ impl Pool {
     /// Stop every worker and wait (up to 10 s) for them to exit, so each closes its connection
     /// before this process ends (which would kill the rest).
     pub(super) async fn stop_all(&mut self) {
-        let mut stopping = Vec::new();
-        for name in self.names() {
+        let mut stopping = std::mem::take(&mut self.stopping);
+        for name in self.book.workers(&[]) {
             stopping.extend(self.signal_stop(&name));
         }
         let all = async {
-            for child in &mut stopping {
+            for (_, _, child) in &mut stopping {
                 let _ = child.wait().await;
             }
         };

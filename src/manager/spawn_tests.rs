@@ -23,9 +23,11 @@ type Status = Arc<Mutex<Option<ExitStatus>>>;
 #[derive(Debug, Default)]
 struct Fake {
     started: Mutex<Vec<(Vec<OsString>, Status)>>,
+    /// Its processes outlive SIGTERM until the test ends them (a worker killing its tasks).
+    linger: bool,
 }
 
-struct FakeProcess(Status);
+struct FakeProcess(Status, bool);
 
 impl Spawner for Fake {
     fn spawn(
@@ -37,7 +39,7 @@ impl Spawner for Fake {
         let status = Arc::new(Mutex::new(None));
         let mut started = self.started.lock().expect("not poisoned");
         started.push((args.to_vec(), status.clone()));
-        Ok(Box::new(FakeProcess(status)))
+        Ok(Box::new(FakeProcess(status, self.linger)))
     }
 }
 
@@ -53,7 +55,9 @@ impl Process for FakeProcess {
     }
 
     fn terminate(&mut self) {
-        *self.0.lock().expect("not poisoned") = Some(ExitStatus::from_raw(15));
+        if !self.1 {
+            *self.0.lock().expect("not poisoned") = Some(ExitStatus::from_raw(15));
+        }
     }
 }
 
@@ -149,4 +153,35 @@ fn the_pool_starts_replaces_after_a_backoff_and_stops_its_workers_through_the_sp
             Some(ExitStatus::from_raw(15))
         );
     }
+}
+
+/// A worker sent SIGTERM is reported alive until its process has exited, then exited with its
+/// instance: the scheduler takes that report as proof that the process is gone and requeues its
+/// tasks at once, so it must not come while the worker may still run them (it kills them first).
+#[test]
+fn a_stopped_worker_is_reported_exited_only_once_its_process_has_exited() {
+    let fake = Arc::new(Fake {
+        linger: true,
+        ..Fake::default()
+    });
+    let manual = Arc::new(ManualClock::new());
+    let mut pool = Pool::new(settings(fake.clone(), Millis::new(manual.clone())));
+    pool.converge(0, &[], &[]).expect("starts");
+    let registered = ["pool-1".to_string(), "pool-2".to_string()];
+    // The scheduler drained pool-1: it is sent SIGTERM, and lingers.
+    pool.converge(0, &registered[..1], &registered)
+        .expect("converges");
+    let state = pool.state();
+    assert!(state.workers.contains(&"pool-1".to_string()), "{state:?}");
+    assert!(!state.exited.contains(&"pool-1".to_string()), "{state:?}");
+    // It exits: the next round reports it exited, with its instance.
+    let first = fake.started.lock().expect("not poisoned")[0].1.clone();
+    *first.lock().expect("not poisoned") = Some(ExitStatus::from_raw(15));
+    manual.advance(Duration::from_secs(1));
+    pool.converge(0, &[], &registered[1..]).expect("converges");
+    let state = pool.state();
+    assert!(state.exited.contains(&"pool-1".to_string()), "{state:?}");
+    assert!(!state.workers.contains(&"pool-1".to_string()), "{state:?}");
+    let instance = instances(&fake)[0].1;
+    assert!(state.instances.contains(&("pool-1".to_string(), instance)));
 }

@@ -343,19 +343,7 @@ impl Jobs {
             tracing::warn!(job, "unit requeued by Slurm; waiting for it again");
         }
         for (job, state) in seen.adopted {
-            // Its age (shown, and judged when it ends: a unit dying young counts as a failure)
-            // is from its start, which Slurm knows, not from now.
-            let used = listed
-                .iter()
-                .find(|l| l.id == job)
-                .and_then(|l| l.time_used);
-            if let (Some(used), Some(unit)) =
-                (used, self.book.units.iter_mut().find(|u| u.id == job))
-            {
-                unit.since =
-                    now.saturating_sub(u64::try_from(used.as_millis()).unwrap_or(u64::MAX));
-            }
-            tracing::info!(job, ?state, ?used, "adopted a unit of this manager");
+            tracing::info!(job, ?state, "adopted a unit of this manager");
         }
         ended_early
     }

@@ -9,25 +9,21 @@ pub struct Listed {
     pub state: String,
     /// Its time left (`%L`; for a pending job, its whole limit).
     pub time_left: Option<Duration>,
-    /// How long it has run (`%M`; 0 while pending): an adopted unit's age counts from its
-    /// start, not from its adoption.
-    pub time_used: Option<Duration>,
     /// Why it is pending (`%r`), if Slurm says (`None` is not a reason).
     pub reason: Option<String>,
 }
 
 /// The `squeue -o` format [`parse_squeue`] reads: the reason last, as it may hold spaces.
-pub(super) const SQUEUE_FORMAT: &str = "%i %T %L %M %r";
+pub(super) const SQUEUE_FORMAT: &str = "%i %T %L %r";
 
-/// Parse `squeue -h -o '%i %T %L %M %r'`: one job a line, id, state, then (optionally) time
-/// left, time used and the pending reason. Lines with less than id and state are skipped (and said).
+/// Parse `squeue -h -o '%i %T %L %r'`: one job a line, id, state, then (optionally) time left
+/// and the pending reason. Lines with less than id and state are skipped (and said).
 pub fn parse_squeue(text: &str) -> Vec<Listed> {
     let mut jobs = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let (id, rest) = word(line);
         let (state, rest) = word(rest);
-        let (left, rest) = word(rest);
-        let (used, reason) = word(rest);
+        let (left, reason) = word(rest);
         if state.is_empty() {
             tracing::warn!(%line, "squeue printed a line that is not `ID STATE ...`; ignored");
             continue;
@@ -36,7 +32,6 @@ pub fn parse_squeue(text: &str) -> Vec<Listed> {
             id: id.to_string(),
             state: state.to_string(),
             time_left: parse_time_left(left),
-            time_used: parse_time_left(used),
             reason: Some(reason.trim())
                 .filter(|r| !r.is_empty() && *r != "None")
                 .map(str::to_string),
@@ -86,17 +81,12 @@ mod tests {
     #[test]
     fn squeue_lines() {
         let jobs = parse_squeue(
-            "12 RUNNING 1:59 1-02:03:04 None\n 13 PENDING \n\nbad\n14 PENDING 10:00 0:00 ReqNodeNotAvail, UnavailableNodes:n[1-2]\n",
+            "12 RUNNING 1:59 None\n 13 PENDING \n\nbad\n14 PENDING 10:00 ReqNodeNotAvail, UnavailableNodes:n[1-2]\n",
         );
         let listed = |id: &str, state: &str, left: Option<u64>, reason: Option<&str>| Listed {
             id: id.into(),
             state: state.into(),
             time_left: left.map(Duration::from_secs),
-            time_used: match id {
-                "12" => Some(Duration::from_secs(86_400 + 2 * 3600 + 3 * 60 + 4)),
-                "14" => Some(Duration::ZERO),
-                _ => None,
-            },
             reason: reason.map(str::to_string),
         };
         assert_eq!(

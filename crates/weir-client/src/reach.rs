@@ -60,9 +60,10 @@ pub async fn reach_with(
             (Ok(_), Holder::Gone(reason)) => return Err(NetError::NotRunning(reason)),
             // An attempt after the first takes at most what is left of `timeout` (quinn's own
             // handshake timeout is 5 s: a wait of 12 s must not end at 15). The first is
-            // always made whole: `timeout` 0 means "do not wait", not "do not try".
+            // made whole (`timeout` 0 means "do not wait", not "do not try") unless the caller
+            // waits for a start: then `timeout` bounds it all.
             (Ok(access), _) => {
-                let left = match told {
+                let left = match told || patience == Patience::Start {
                     false => Duration::MAX,
                     true => timeout
                         .saturating_sub(started.elapsed())
@@ -83,7 +84,7 @@ pub async fn reach_with(
             (Err(error), _) if !path.exists() || patience == Patience::Restart => error,
             (Err(error), _) => return Err(error),
         };
-        if started.elapsed() + backoff > timeout {
+        if started.elapsed() >= timeout {
             return Err(match started.elapsed().is_zero() || timeout.is_zero() {
                 true => error,
                 false => NetError::GaveUp {
@@ -96,7 +97,14 @@ pub async fn reach_with(
             waiting(&error);
             told = true;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        // The last attempt is made at the deadline, not a backoff before it.
+        tokio::time::sleep(backoff.min(timeout.saturating_sub(started.elapsed()))).await;
+        // A scheduler starting is looked for often (a script waits on it); one restarting
+        // after a crash less.
+        let most = match patience {
+            Patience::Start => Duration::from_millis(250),
+            _ => Duration::from_secs(2),
+        };
+        backoff = (backoff * 2).min(most);
     }
 }

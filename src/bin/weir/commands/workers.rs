@@ -26,7 +26,12 @@ pub(crate) async fn wait(
         access_file: reach.access_file.clone(),
         timeout,
     };
-    let client = until_started.connect_with(Patience::Start, output).await?;
+    let client = until_started
+        .connect_with(Patience::Start, output)
+        .await
+        .map_err(|error| {
+            anyhow::anyhow!("{error}; no scheduler answered within {timeout:?} (--timeout)")
+        })?;
     let left = timeout.saturating_sub(started.elapsed());
 
     let what = workers_matching(count, environment);

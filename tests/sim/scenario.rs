@@ -1,0 +1,306 @@
+//! One seeded run: the real scheduler, 2–3 real workers and a client; a fault plan drawn from
+//! the seed (latency and jitter, flapping links, partitions of a worker from the scheduler,
+//! scheduler crashes losing its journal's unsynced tail, worker crashes), everything healed at
+//! [`HEAL`]; the invariants checked each time the timeline grows and at the end. A failure
+//! names the seed, the step and the replay command, and prints the trace's last events.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::client::Client;
+use weir::proto::{Outcome, TaskResult};
+use weir::scheduler::journal::MemoryStore;
+
+use crate::checks;
+use crate::cluster::{self, Cluster, Error, SCHEDULER};
+use crate::net::SimUdp;
+use crate::timeline::{Event, Timeline};
+use crate::workers;
+
+/// Faults stop (links repaired, crashed hosts restarted) at this simulated time.
+pub(crate) const HEAL: Duration = Duration::from_secs(30);
+/// Every acknowledged job finishes within this after [`HEAL`] (the run's time limit).
+pub(crate) const BOUND: Duration = Duration::from_secs(60);
+
+/// SplitMix64: the fault plan's draws (turmoil draws latencies and losses from the seed too).
+pub(crate) struct Draw(u64);
+
+impl Draw {
+    pub(crate) fn new(seed: u64) -> Draw {
+        Draw(seed)
+    }
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// In `0..n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    /// Between `from` and `to` milliseconds.
+    pub(crate) fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to.saturating_sub(from)))
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Fault {
+    Partition(String),
+    Repair(String),
+    CrashScheduler { torn: usize },
+    CrashWorker(String),
+    Restart(String),
+}
+
+/// What one run ended with: its timeline's digest (equal for two runs of one seed).
+pub(crate) struct Report {
+    pub(crate) digest: u64,
+    /// The timeline, one event a line (to show where two runs of a seed parted).
+    pub(crate) trace: Vec<String>,
+    pub(crate) steps: u64,
+    pub(crate) elapsed: Duration,
+}
+
+/// Run `seed`; `Err` says which invariant broke, where, how to replay it, and the trace's tail.
+pub(crate) fn run(seed: u64) -> Result<Report, String> {
+    let mut draw = Draw::new(seed);
+    let mut builder = turmoil::Builder::new();
+    builder
+        .rng_seed(seed)
+        .simulation_duration(HEAL + BOUND)
+        .tick_duration(Duration::from_millis(1))
+        .enable_tokio_io();
+    let latency = match draw.below(10) {
+        0..=4 => 1,
+        5..=8 => 100,
+        _ => 1500,
+    };
+    builder
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(latency));
+    if draw.chance(30) {
+        // Links that go down now and then (what was in flight is lost), up again soon.
+        builder
+            .fail_rate(0.0005 * (1 + draw.below(4)) as f64)
+            .repair_rate(0.02);
+    }
+    let mut cluster = Cluster::with(seed, builder);
+    let timeline = cluster.timeline.clone();
+    let names: Vec<String> = (0..2 + draw.below(2))
+        .map(|i| format!("worker{i}"))
+        .collect();
+    for name in &names {
+        let slots = 1 + draw.below(2) as u32;
+        let access = cluster.scheduler.access.clone();
+        workers::add(
+            &mut cluster.sim,
+            seed,
+            name,
+            slots,
+            access,
+            timeline.clone(),
+        );
+    }
+    let mut plan = Vec::new();
+    for _ in 0..draw.below(4) {
+        let worker = names[draw.below(names.len() as u64) as usize].clone();
+        let at = draw.millis(1_000, 25_000);
+        plan.push((at, Fault::Partition(worker.clone())));
+        plan.push((
+            (at + draw.millis(500, 15_000)).min(HEAL),
+            Fault::Repair(worker),
+        ));
+    }
+    if draw.chance(40) {
+        let at = draw.millis(2_000, 25_000);
+        let torn = draw.below(300) as usize;
+        plan.push((at, Fault::CrashScheduler { torn }));
+        let back = (at + draw.millis(200, 5_000)).min(HEAL);
+        plan.push((back, Fault::Restart(SCHEDULER.into())));
+    }
+    if draw.chance(40) {
+        let worker = names[draw.below(names.len() as u64) as usize].clone();
+        let at = draw.millis(1_000, 25_000);
+        plan.push((at, Fault::CrashWorker(worker.clone())));
+        plan.push((
+            (at + draw.millis(200, 10_000)).min(HEAL),
+            Fault::Restart(worker),
+        ));
+    }
+    plan.sort_by_key(|(at, _)| *at);
+    let tasks: Vec<Vec<u8>> = (0..4 + draw.below(8))
+        .map(|i| workers::input(100 + draw.below(3_000), i))
+        .collect();
+    let results = client(&mut cluster, tasks.clone());
+
+    let mut plan = plan.into_iter().peekable();
+    let mut healed = false;
+    let mut seen = 0;
+    let mut steps = 0u64;
+    let fail = |why: String, steps: u64, at: Duration, timeline: &Timeline| {
+        format!(
+            "seed {seed}: {why} (step {steps}, {:.3}s simulated)\n  replay: WEIR_SIM_SEED={seed} cargo test --test sim seeds -- --nocapture\n  last events:\n{}",
+            at.as_secs_f64(),
+            timeline.tail(30)
+        )
+    };
+    loop {
+        let now = cluster.sim.elapsed();
+        while let Some((_, fault)) = plan.next_if(|(at, _)| *at <= now) {
+            apply(&mut cluster, &fault);
+        }
+        if !healed && now >= HEAL {
+            healed = true;
+            heal(&mut cluster, &names);
+        }
+        let finished = match cluster.sim.step() {
+            Ok(finished) => finished,
+            Err(error) => {
+                let why = if cluster.sim.elapsed() >= HEAL + BOUND {
+                    format!(
+                        "an acknowledged job did not finish within {BOUND:?} of the faults healing ({error})"
+                    )
+                } else {
+                    format!("the simulation failed: {error}")
+                };
+                return Err(fail(why, steps, cluster.sim.elapsed(), &timeline));
+            }
+        };
+        steps += 1;
+        let events = timeline.len();
+        if events != seen {
+            seen = events;
+            if let Err(why) = checks::no_overlap(&timeline, cluster.sim.elapsed()) {
+                return Err(fail(why, steps, cluster.sim.elapsed(), &timeline));
+            }
+        }
+        if finished {
+            break;
+        }
+    }
+    let end = cluster.sim.elapsed();
+    let results = results.lock().ok().and_then(|mut r| r.take());
+    checks::at_end(&timeline, &tasks, results, end)
+        .map_err(|why| fail(why, steps, end, &timeline))?;
+    Ok(Report {
+        digest: timeline.digest(),
+        trace: timeline
+            .tail(usize::MAX)
+            .lines()
+            .map(String::from)
+            .collect(),
+        steps,
+        elapsed: end,
+    })
+}
+
+fn apply(cluster: &mut Cluster, fault: &Fault) {
+    cluster
+        .timeline
+        .at(cluster.sim.elapsed(), Event::Fault(format!("{fault:?}")));
+    match fault {
+        Fault::Partition(worker) => cluster.sim.partition(worker.as_str(), SCHEDULER),
+        Fault::Repair(worker) => cluster.sim.repair(worker.as_str(), SCHEDULER),
+        Fault::CrashScheduler { torn } => {
+            cluster.sim.crash(SCHEDULER);
+            // The machine lost power: what was synced, and a torn piece of what was not.
+            if let Ok(mut disk) = cluster.scheduler.disk.lock() {
+                *disk = MemoryStore::with(disk.after_power_loss(*torn));
+            }
+        }
+        Fault::CrashWorker(worker) => cluster.sim.crash(worker.as_str()),
+        Fault::Restart(host) => {
+            if !cluster.sim.is_host_running(host.as_str()) {
+                cluster.sim.bounce(host.as_str());
+            }
+        }
+    }
+}
+
+fn heal(cluster: &mut Cluster, workers: &[String]) {
+    cluster
+        .timeline
+        .at(cluster.sim.elapsed(), Event::Fault("heal".into()));
+    cluster.sim.set_fail_rate(0.0);
+    cluster
+        .sim
+        .set_max_message_latency(Duration::from_millis(10));
+    for host in workers.iter().map(String::as_str).chain([SCHEDULER]) {
+        cluster.sim.repair(host, SCHEDULER);
+        if !cluster.sim.is_host_running(host) {
+            cluster.sim.bounce(host);
+        }
+    }
+}
+
+/// The client: submits one job of `tasks` (retrying until acknowledged), waits for it across
+/// the scheduler's restarts, and fetches its results.
+fn client(cluster: &mut Cluster, tasks: Vec<Vec<u8>>) -> Arc<Mutex<Option<Vec<TaskResult>>>> {
+    let slot = Arc::new(Mutex::new(None));
+    let out = slot.clone();
+    let published = cluster.scheduler.access.clone();
+    let timeline = cluster.timeline.clone();
+    let udp = SimUdp::new(cluster.seed, "client");
+    cluster.sim.client("client", async move {
+        let mut job = None;
+        loop {
+            let client = match cluster::connect_once(&udp, &published).await {
+                Ok(client) => client,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            match session(&client, &mut job, &tasks, &timeline).await {
+                Ok(results) => {
+                    if let Ok(mut out) = out.lock() {
+                        *out = Some(results);
+                    }
+                    return Ok(());
+                }
+                Err(error) => timeline.note(Event::Client(format!("error: {error}"))),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    slot
+}
+
+async fn session(
+    client: &Client,
+    job: &mut Option<weir::proto::JobId>,
+    tasks: &[Vec<u8>],
+    timeline: &Timeline,
+) -> Result<Vec<TaskResult>, Error> {
+    let job = match *job {
+        Some(job) => job,
+        None => {
+            let (id, first, n) = client
+                .submit(vec![], cluster::groups(tasks.to_vec()))
+                .await?;
+            timeline.note(Event::Client(format!(
+                "job {id} acknowledged: tasks {first}..+{n}"
+            )));
+            *job = Some(id);
+            id
+        }
+    };
+    client.wait(job, |_| {}).await?;
+    let results = client.results(job).await?;
+    timeline.note(Event::Client(format!(
+        "job {job} finished: {} results",
+        results.len()
+    )));
+    Ok(results)
+}
+
+/// Whether `outcome` is what a run of `input` produces.
+pub(crate) fn produced(outcome: &Outcome, input: &[u8]) -> bool {
+    matches!(outcome, Outcome::Exited { code: Some(0), stdout, .. } if *stdout == workers::output(input))
+}

@@ -31,14 +31,29 @@ pub(crate) fn no_overlap(timeline: &Timeline, now: Duration) -> Result<(), Strin
 /// a final state, each success with the output its run produced; and no runs overlapped.
 pub(crate) fn at_end(
     timeline: &Timeline,
-    inputs: &[Vec<u8>],
-    results: Option<Vec<TaskResult>>,
+    jobs: &[Vec<Vec<u8>>],
+    results: Option<Vec<Vec<TaskResult>>>,
     end: Duration,
 ) -> Result<(), String> {
     no_overlap(timeline, end)?;
-    let Some(mut results) = results else {
-        return Err("the client never got the results of its acknowledged job".into());
+    let Some(results) = results else {
+        return Err("the client never got the results of its acknowledged jobs".into());
     };
+    if results.len() != jobs.len() {
+        return Err(format!(
+            "results of {} jobs of {} acknowledged",
+            results.len(),
+            jobs.len()
+        ));
+    }
+    for (inputs, results) in jobs.iter().zip(results) {
+        job_results(inputs, results)?;
+    }
+    Ok(())
+}
+
+/// One job's results: one per task, final, each success what its run produced.
+fn job_results(inputs: &[Vec<u8>], mut results: Vec<TaskResult>) -> Result<(), String> {
     results.sort_by_key(|r| r.task);
     let distinct: BTreeSet<_> = results.iter().map(|r| r.task).collect();
     if distinct.len() != results.len() || results.len() != inputs.len() {

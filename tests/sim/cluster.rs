@@ -181,7 +181,8 @@ fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
         max_connections: 100,
         forget_after: None,
         unschedulable_timeout: None,
-        worker_lease: Duration::from_secs(10),
+        // Short, so partitions of a few seconds outlast it (tasks move, fences are tested).
+        worker_lease: Duration::from_secs(3),
         prefetch: 0,
         max_walltime_requeues: 3,
     }

@@ -5,7 +5,8 @@
 //! hosts, talking QUIC (quinn) over turmoil's simulated UDP through weir's `Udp` seam.
 //!
 //! `cargo test --test sim` runs a fixed set of seeds; `WEIR_SIM_SEEDS=N` runs seeds 0..N and
-//! `WEIR_SIM_SEED=K` replays seed K (twice, asserting the same trace).
+//! `WEIR_SIM_SEED=K` replays seed K (twice, asserting the same trace); `WEIR_SIM_TRACE=1`
+//! prints each seed's whole trace.
 
 mod checks;
 mod cluster;
@@ -67,7 +68,8 @@ fn real_workers_run_a_job_on_simulated_time() {
     cluster.run();
     let results = results.take().expect("the client finished");
     let end = cluster.sim.elapsed();
-    checks::at_end(&cluster.timeline, &inputs, Some(results), end).expect("the invariants hold");
+    checks::at_end(&cluster.timeline, &[inputs], Some(vec![results]), end)
+        .expect("the invariants hold");
     let runs = cluster.timeline.runs(end);
     assert_eq!(runs.len(), 6, "every task ran: {runs:?}");
     assert!(runs.values().all(|r| r.len() == 1), "each once: {runs:?}");
@@ -89,11 +91,16 @@ fn seeds() {
         let report = scenario::run(seed).unwrap_or_else(|failure| panic!("{failure}"));
         simulated += report.elapsed;
         eprintln!(
-            "seed {seed}: ok, {:.1}s simulated in {} steps, trace {:016x}",
+            "seed {seed}: ok, {:.1}s simulated in {} steps, {} faults, {} runs killed, trace {:016x}",
             report.elapsed.as_secs_f64(),
             report.steps,
+            report.faults,
+            report.killed,
             report.digest
         );
+        if std::env::var_os("WEIR_SIM_TRACE").is_some() {
+            eprintln!("{}", report.trace.join("\n"));
+        }
         if twice {
             let again = scenario::run(seed).unwrap_or_else(|failure| panic!("{failure}"));
             same_trace(seed, &report, &again);

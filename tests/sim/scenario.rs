@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir::client::Client;
-use weir::proto::{Outcome, TaskResult};
+use weir::proto::{JobId, Outcome, TaskResult};
 use weir::scheduler::journal::MemoryStore;
 
 use crate::checks;
@@ -64,6 +64,9 @@ pub(crate) struct Report {
     /// The timeline, one event a line (to show where two runs of a seed parted).
     pub(crate) trace: Vec<String>,
     pub(crate) steps: u64,
+    /// Faults applied, and runs killed (stopped before they finished).
+    pub(crate) faults: usize,
+    pub(crate) killed: usize,
     pub(crate) elapsed: Duration,
 }
 
@@ -134,10 +137,29 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         ));
     }
     plan.sort_by_key(|(at, _)| *at);
-    let tasks: Vec<Vec<u8>> = (0..4 + draw.below(8))
-        .map(|i| workers::input(100 + draw.below(3_000), i))
-        .collect();
-    let results = client(&mut cluster, tasks.clone());
+    // Jobs submitted through the fault window, each of 1–4 tasks of 0.1–2 s (one in seven 2–8 s): under
+    // of a slot's work, so what is left at `HEAL` fits well within `BOUND` on any cluster here.
+    let mut jobs = Vec::new();
+    let mut at = draw.millis(0, 2_000);
+    while at < HEAL {
+        let tasks = (0..1 + draw.below(4))
+            .map(|i| {
+                let long = draw.chance(15);
+                workers::input(
+                    if long {
+                        2_000 + draw.below(6_000)
+                    } else {
+                        100 + draw.below(1_900)
+                    },
+                    i,
+                )
+            })
+            .collect::<Vec<_>>();
+        jobs.push((at, tasks));
+        at += draw.millis(2_000, 6_000);
+    }
+    let inputs: Vec<Vec<Vec<u8>>> = jobs.iter().map(|(_, tasks)| tasks.clone()).collect();
+    let results = client(&mut cluster, jobs);
 
     let mut plan = plan.into_iter().peekable();
     let mut healed = false;
@@ -186,7 +208,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     }
     let end = cluster.sim.elapsed();
     let results = results.lock().ok().and_then(|mut r| r.take());
-    checks::at_end(&timeline, &tasks, results, end)
+    checks::at_end(&timeline, &inputs, results, end)
         .map_err(|why| fail(why, steps, end, &timeline))?;
     Ok(Report {
         digest: timeline.digest(),
@@ -197,6 +219,8 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
             .collect(),
         steps,
         elapsed: end,
+        faults: count(&timeline, |e| matches!(e, Event::Fault(_))),
+        killed: count(&timeline, |e| matches!(e, Event::Killed { .. })),
     })
 }
 
@@ -239,58 +263,79 @@ fn heal(cluster: &mut Cluster, workers: &[String]) {
     }
 }
 
-/// The client: submits one job of `tasks` (retrying until acknowledged), waits for it across
-/// the scheduler's restarts, and fetches its results.
-fn client(cluster: &mut Cluster, tasks: Vec<Vec<u8>>) -> Arc<Mutex<Option<Vec<TaskResult>>>> {
+/// Each job's results, in the order submitted.
+type Results = Arc<Mutex<Option<Vec<Vec<TaskResult>>>>>;
+
+/// The client: submits each job at its time (retrying until acknowledged, reconnecting as
+/// needed), then waits for every acknowledged one across the scheduler's restarts, and fetches
+/// its results.
+fn client(cluster: &mut Cluster, jobs: Vec<(Duration, Vec<Vec<u8>>)>) -> Results {
     let slot = Arc::new(Mutex::new(None));
     let out = slot.clone();
     let published = cluster.scheduler.access.clone();
     let timeline = cluster.timeline.clone();
     let udp = SimUdp::new(cluster.seed, "client");
     cluster.sim.client("client", async move {
-        let mut job = None;
-        loop {
-            let client = match cluster::connect_once(&udp, &published).await {
-                Ok(client) => client,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            };
-            match session(&client, &mut job, &tasks, &timeline).await {
-                Ok(results) => {
-                    if let Ok(mut out) = out.lock() {
-                        *out = Some(results);
+        let start = tokio::time::Instant::now();
+        let mut client: Option<Client> = None;
+        let mut acknowledged = Vec::new();
+        for (at, tasks) in jobs {
+            tokio::time::sleep_until(start + at).await;
+            loop {
+                let connected = match client.take() {
+                    Some(client) => Ok(client),
+                    None => cluster::connect_once(&udp, &published).await,
+                };
+                if let Ok(connected) = connected {
+                    let submitted = connected
+                        .submit(vec![], cluster::groups(tasks.clone()))
+                        .await;
+                    if let Ok((job, first, n)) = submitted {
+                        timeline.note(Event::Client(format!(
+                            "job {job} acknowledged: tasks {first}..+{n}"
+                        )));
+                        acknowledged.push(job);
+                        client = Some(connected);
+                        break;
                     }
-                    return Ok(());
                 }
-                Err(error) => timeline.note(Event::Client(format!("error: {error}"))),
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        let mut results = Vec::new();
+        for job in acknowledged {
+            loop {
+                let connected = match client.take() {
+                    Some(client) => Ok(client),
+                    None => cluster::connect_once(&udp, &published).await,
+                };
+                if let Ok(connected) = connected {
+                    match finished(&connected, job, &timeline).await {
+                        Ok(got) => {
+                            results.push(got);
+                            client = Some(connected);
+                            break;
+                        }
+                        Err(error) => timeline.note(Event::Client(format!("job {job}: {error}"))),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        if let Ok(mut out) = out.lock() {
+            *out = Some(results);
+        }
+        Ok(())
     });
     slot
 }
 
-async fn session(
+/// Wait for `job` and fetch its results.
+async fn finished(
     client: &Client,
-    job: &mut Option<weir::proto::JobId>,
-    tasks: &[Vec<u8>],
+    job: JobId,
     timeline: &Timeline,
 ) -> Result<Vec<TaskResult>, Error> {
-    let job = match *job {
-        Some(job) => job,
-        None => {
-            let (id, first, n) = client
-                .submit(vec![], cluster::groups(tasks.to_vec()))
-                .await?;
-            timeline.note(Event::Client(format!(
-                "job {id} acknowledged: tasks {first}..+{n}"
-            )));
-            *job = Some(id);
-            id
-        }
-    };
     client.wait(job, |_| {}).await?;
     let results = client.results(job).await?;
     timeline.note(Event::Client(format!(
@@ -303,4 +348,8 @@ async fn session(
 /// Whether `outcome` is what a run of `input` produces.
 pub(crate) fn produced(outcome: &Outcome, input: &[u8]) -> bool {
     matches!(outcome, Outcome::Exited { code: Some(0), stdout, .. } if *stdout == workers::output(input))
+}
+
+fn count(timeline: &Timeline, what: impl Fn(&Event) -> bool) -> usize {
+    timeline.events().iter().filter(|(_, e)| what(e)).count()
 }

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use cluster::Cluster;
 
-/// The seeds `cargo test --test sim` runs without `WEIR_SIM_SEEDS`/`WEIR_SIM_SEED`.
-const FIXED: [u64; 4] = [1, 2, 3, 4];
+/// The seeds `cargo test --test sim` runs without `WEIR_SIM_SEEDS`/`WEIR_SIM_SEED` (138: the
+/// heal left the client's flapped link down, so its job never finished: a harness bug, kept).
+const FIXED: [u64; 5] = [1, 2, 3, 4, 138];
 
 /// The real scheduler and a client over simulated QUIC: a submission is acknowledged, and the
 /// scheduler reports the job with its tasks queued (no workers here).
@@ -79,6 +80,13 @@ fn real_workers_run_a_job_on_simulated_time() {
 /// the traces' digests compared). A failing seed panics with its replay command.
 #[test]
 fn seeds() {
+    // `WEIR_SIM_LOG=info` (an env-filter): the shells' logs, for a failing seed.
+    if let Ok(filter) = std::env::var("WEIR_SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let (seeds, twice): (Vec<u64>, bool) = match (env("WEIR_SIM_SEED"), env("WEIR_SIM_SEEDS")) {
         (Some(seed), _) => (vec![seed], true),

@@ -169,7 +169,11 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         format!(
             "seed {seed}: {why} (step {steps}, {:.3}s simulated)\n  replay: WEIR_SIM_SEED={seed} cargo test --test sim seeds -- --nocapture\n  last events:\n{}",
             at.as_secs_f64(),
-            timeline.tail(30)
+            timeline.tail(if std::env::var_os("WEIR_SIM_TRACE").is_some() {
+                usize::MAX
+            } else {
+                30
+            })
         )
     };
     loop {
@@ -184,6 +188,10 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         let finished = match cluster.sim.step() {
             Ok(finished) => finished,
             Err(error) => {
+                let down: Vec<&str> = (names.iter().map(String::as_str).chain([SCHEDULER]))
+                    .filter(|host| !cluster.sim.is_host_running(*host))
+                    .collect();
+                let error = format!("{error}; hosts not running: {down:?}");
                 let why = if cluster.sim.elapsed() >= HEAL + BOUND {
                     format!(
                         "an acknowledged job did not finish within {BOUND:?} of the faults healing ({error})"
@@ -255,11 +263,17 @@ fn heal(cluster: &mut Cluster, workers: &[String]) {
     cluster
         .sim
         .set_max_message_latency(Duration::from_millis(10));
-    for host in workers.iter().map(String::as_str).chain([SCHEDULER]) {
+    // Every link, the client's too: a link the flapping took down stays down until repaired
+    // (turmoil repairs those only on traffic, at `repair_rate` a message).
+    cluster.sim.repair("client", SCHEDULER);
+    for host in workers.iter().map(String::as_str) {
         cluster.sim.repair(host, SCHEDULER);
         if !cluster.sim.is_host_running(host) {
             cluster.sim.bounce(host);
         }
+    }
+    if !cluster.sim.is_host_running(SCHEDULER) {
+        cluster.sim.bounce(SCHEDULER);
     }
 }
 
@@ -277,50 +291,37 @@ fn client(cluster: &mut Cluster, jobs: Vec<(Duration, Vec<Vec<u8>>)>) -> Results
     let udp = SimUdp::new(cluster.seed, "client");
     cluster.sim.client("client", async move {
         let start = tokio::time::Instant::now();
-        let mut client: Option<Client> = None;
+        let mut link = Link {
+            client: None,
+            udp,
+            published,
+            timeline: timeline.clone(),
+        };
         let mut acknowledged = Vec::new();
         for (at, tasks) in jobs {
             tokio::time::sleep_until(start + at).await;
-            loop {
-                let connected = match client.take() {
-                    Some(client) => Ok(client),
-                    None => cluster::connect_once(&udp, &published).await,
-                };
-                if let Ok(connected) = connected {
-                    let submitted = connected
-                        .submit(vec![], cluster::groups(tasks.clone()))
-                        .await;
-                    if let Ok((job, first, n)) = submitted {
-                        timeline.note(Event::Client(format!(
-                            "job {job} acknowledged: tasks {first}..+{n}"
-                        )));
-                        acknowledged.push(job);
-                        client = Some(connected);
-                        break;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            let groups = cluster::groups(tasks);
+            let (job, first, n) = link
+                .retry("submit", |client| {
+                    let groups = groups.clone();
+                    async move { Ok(client.submit(vec![], groups).await?) }
+                })
+                .await;
+            timeline.note(Event::Client(format!(
+                "job {job} acknowledged: tasks {first}..+{n}"
+            )));
+            acknowledged.push(job);
         }
         let mut results = Vec::new();
         for job in acknowledged {
-            loop {
-                let connected = match client.take() {
-                    Some(client) => Ok(client),
-                    None => cluster::connect_once(&udp, &published).await,
-                };
-                if let Ok(connected) = connected {
-                    match finished(&connected, job, &timeline).await {
-                        Ok(got) => {
-                            results.push(got);
-                            client = Some(connected);
-                            break;
-                        }
-                        Err(error) => timeline.note(Event::Client(format!("job {job}: {error}"))),
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            let timeline = timeline.clone();
+            let got = link
+                .retry("wait", |client| {
+                    let timeline = timeline.clone();
+                    async move { finished(&client, job, &timeline).await }
+                })
+                .await;
+            results.push(got);
         }
         if let Ok(mut out) = out.lock() {
             *out = Some(results);
@@ -330,13 +331,62 @@ fn client(cluster: &mut Cluster, jobs: Vec<(Duration, Vec<Vec<u8>>)>) -> Results
     slot
 }
 
+/// The client's connection, made again when a call on it fails.
+struct Link {
+    client: Option<Arc<Client>>,
+    udp: SimUdp,
+    published: Arc<Mutex<Option<weir::net::AccessFile>>>,
+    timeline: Timeline,
+}
+
+impl Link {
+    /// `call` until it succeeds, reconnecting after each failure (each noted on the timeline).
+    async fn retry<T, F, Fut>(&mut self, what: &str, mut call: F) -> T
+    where
+        F: FnMut(Arc<Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        loop {
+            let client = match self.client.take() {
+                Some(client) => Ok(client),
+                None => cluster::connect_once(&self.udp, &self.published)
+                    .await
+                    .map(Arc::new),
+            };
+            match client {
+                Ok(client) => match call(client.clone()).await {
+                    Ok(value) => {
+                        self.client = Some(client);
+                        return value;
+                    }
+                    Err(error) => self
+                        .timeline
+                        .note(Event::Client(format!("{what}: {error}"))),
+                },
+                Err(error) => self
+                    .timeline
+                    .note(Event::Client(format!("connect: {error}"))),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
 /// Wait for `job` and fetch its results.
 async fn finished(
     client: &Client,
     job: JobId,
     timeline: &Timeline,
 ) -> Result<Vec<TaskResult>, Error> {
-    client.wait(job, |_| {}).await?;
+    let mut last = None;
+    client
+        .wait(job, |counts| {
+            if last.as_ref() != Some(counts) {
+                last = Some(counts.clone());
+                timeline.note(Event::Client(format!("job {job}: {counts:?}")));
+            }
+        })
+        .await?;
     let results = client.results(job).await?;
     timeline.note(Event::Client(format!(
         "job {job} finished: {} results",

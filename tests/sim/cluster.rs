@@ -181,8 +181,9 @@ fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
         max_connections: 100,
         forget_after: None,
         unschedulable_timeout: None,
-        // Short, so partitions of a few seconds outlast it (tasks move, fences are tested).
-        worker_lease: Duration::from_secs(3),
+        // The default: longer than the heartbeat timeout, so a lost worker's tasks wait for
+        // the fence (a partition of more than 5 s makes the scheduler judge it lost first).
+        worker_lease: Duration::from_secs(10),
         prefetch: 0,
         max_walltime_requeues: 3,
     }

@@ -10,6 +10,7 @@
 
 mod checks;
 mod cluster;
+mod draw;
 mod net;
 mod scenario;
 mod timeline;

@@ -43,6 +43,11 @@ pub struct JournalError {
 }
 
 impl Journal {
+    /// Whether its store's calls may block the thread ([`JournalStore::blocks`]).
+    pub fn blocks(&self) -> bool {
+        self.store.blocks()
+    }
+
     /// Lock, check and read the journal (creating it if needed): every record, with a torn tail
     /// cut off. Damage, a file that is not a journal, or a journal another scheduler holds is
     /// an error, and the file is left as it was.

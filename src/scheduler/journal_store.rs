@@ -26,6 +26,12 @@ pub trait JournalStore: Send + std::fmt::Debug {
         &mut self,
         write: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
     ) -> Result<u64, ReplaceError>;
+    /// Whether its calls may block the thread (a disk's do): the scheduler then makes them on a
+    /// blocking thread. A store in memory answers at once, and its calls run in place, so a
+    /// simulated cluster stays on its one thread (a blocking thread's timing is not simulated).
+    fn blocks(&self) -> bool {
+        true
+    }
 }
 
 /// Why [`JournalStore::replace`] failed, and which one is in use now.
@@ -198,6 +204,10 @@ fn failed() -> io::Error {
 }
 
 impl JournalStore for MemoryStore {
+    fn blocks(&self) -> bool {
+        false
+    }
+
     fn read_all(&mut self) -> io::Result<Vec<u8>> {
         Ok(self.disk().written.clone())
     }

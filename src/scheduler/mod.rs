@@ -176,7 +176,7 @@ pub async fn run_with(
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
     server.transport_config(net::transport(settings.heartbeat_timeout));
     let endpoint = (seams.udp.listen(settings.listen))
-        .and_then(|socket| net::udp::endpoint(socket, Some(server)))
+        .and_then(|socket| net::udp::endpoint(&*seams.udp, socket, Some(server)))
         .map_err(|e| NetError::Listen {
             address: settings.listen.to_string(),
             error: e.to_string(),

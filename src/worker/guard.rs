@@ -20,7 +20,7 @@
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::OnceLock;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal};
@@ -57,25 +57,6 @@ pub fn start() -> io::Result<()> {
     }
 }
 
-/// The lease now runs until `until` (milliseconds on the worker's clock, `now` being the time
-/// on it, which the worker's core runs on too), here and in the guard process, which kills the task groups then even if
-/// this process is stopped.
-///
-/// Order matters: this process takes the lease as over once its clock (rounded *down*) reaches
-/// `until`, the guard kills a millisecond after the time left it learns (rounded *up*, read a
-/// moment later). So a run the guard killed always ends after this process saw the lease out,
-/// and its outcome is never taken as produced under the lease. The guard may kill up to the
-/// pipe's latency later than `until`: `core::lease::KILL_MARGIN` covers that.
-pub fn renew_until(until: u64, now: u64) {
-    if lease_expired(now) {
-        // It ran out before this renewal: the guard killed every task that ran meanwhile.
-        LAPSES.fetch_add(1, Ordering::SeqCst);
-    }
-    LEASE_UNTIL.store(until.min(u64::MAX - 1), Ordering::SeqCst);
-    let left_ms = until.saturating_sub(now).saturating_add(1);
-    let _ = tell(LEASE, i32::try_from(left_ms).unwrap_or(i32::MAX));
-}
-
 /// Set once a spawn found the guard gone: the worker stops at its next chance (in a session,
 /// on the SIGTERM raised then; between sessions, at the next one's start).
 static GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -95,38 +76,69 @@ pub fn gone() -> bool {
     GONE.load(Ordering::SeqCst)
 }
 
-/// When the lease the worker holds runs out, in milliseconds on the worker's clock
-/// (`u64::MAX`: no lease). Shared with the tasks waiting for a slot: past it, none starts.
-static LEASE_UNTIL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
-
-/// How many times the lease ran out and was renewed after: a run that began before a lapse was
-/// killed in it (or is given up for it), whatever the lease is by the time it ends.
-static LAPSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// See [`LAPSES`]: a run notes this when it is handed over, and is valid only if it is the
-/// same when it ends (and the lease holds then).
-pub fn lapses() -> u64 {
-    LAPSES.load(Ordering::SeqCst)
+/// The scheduler's lease as this worker holds it: when it runs out (in milliseconds on the
+/// worker's clock) and how many times it ran out and was renewed after. One per worker
+/// (`Worker` makes it; the process has one worker, a simulated cluster many), shared with its
+/// runs: a task waiting here must not start once it ran out, and a run that began before a
+/// lapse was killed in it (or is given up for it), whatever the lease is by the time it ends.
+#[derive(Debug)]
+pub struct Lease {
+    /// `u64::MAX`: no lease yet.
+    until: AtomicU64,
+    lapses: AtomicU64,
 }
 
-/// Whether the lease ran out (the scheduler may have the worker's tasks run elsewhere by now,
-/// and the guard no longer kills what starts): a task waiting here must not start then.
-/// `now`: the time on the worker's clock.
-pub fn lease_expired(now: u64) -> bool {
-    lease_expired_by(std::time::Duration::ZERO, now)
+impl Default for Lease {
+    fn default() -> Lease {
+        Lease {
+            until: AtomicU64::new(u64::MAX),
+            lapses: AtomicU64::new(0),
+        }
+    }
 }
 
-/// Whether a run handed over when the lease had lapsed `lapses` times may not go on: the lease
-/// ran out, or lapsed (ran out and was renewed) since.
-pub fn lost_since(lapses: u64, now: u64) -> bool {
-    lease_expired(now) || self::lapses() != lapses
-}
+impl Lease {
+    /// The lease now runs until `until` (milliseconds on the worker's clock, `now` being the time
+    /// on it, which the worker's core runs on too), here and in the guard process, which kills the task groups then even if
+    /// this process is stopped.
+    ///
+    /// Order matters: this process takes the lease as over once its clock (rounded *down*) reaches
+    /// `until`, the guard kills a millisecond after the time left it learns (rounded *up*, read a
+    /// moment later). So a run the guard killed always ends after this process saw the lease out,
+    /// and its outcome is never taken as produced under the lease. The guard may kill up to the
+    /// pipe's latency later than `until`: `core::lease::KILL_MARGIN` covers that.
+    pub fn renew_until(&self, until: u64, now: u64) {
+        if self.expired(now) {
+            // It ran out before this renewal: the guard killed every task that ran meanwhile.
+            self.lapses.fetch_add(1, Ordering::SeqCst);
+        }
+        self.until.store(until.min(u64::MAX - 1), Ordering::SeqCst);
+        let left_ms = until.saturating_sub(now).saturating_add(1);
+        let _ = tell(LEASE, i32::try_from(left_ms).unwrap_or(i32::MAX));
+    }
 
-/// Whether the lease ran out at least `margin` ago.
-pub fn lease_expired_by(margin: std::time::Duration, now: u64) -> bool {
-    let until = LEASE_UNTIL.load(Ordering::SeqCst);
-    let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
-    until != u64::MAX && now >= until.saturating_add(margin)
+    /// When it runs out (`None`: no lease yet).
+    pub fn until(&self) -> Option<u64> {
+        Some(self.until.load(Ordering::SeqCst)).filter(|&until| until != u64::MAX)
+    }
+
+    /// How many times it ran out and was renewed after: a run notes this when it is handed
+    /// over, and is valid only if it is the same when it ends (and the lease holds then).
+    pub fn lapses(&self) -> u64 {
+        self.lapses.load(Ordering::SeqCst)
+    }
+
+    /// Whether it ran out (the scheduler may have the worker's tasks run elsewhere by now, and
+    /// the guard no longer kills what starts). `now`: the time on the worker's clock.
+    pub fn expired(&self, now: u64) -> bool {
+        self.until().is_some_and(|until| now >= until)
+    }
+
+    /// Whether a run handed over when the lease had lapsed `lapses` times may not go on: the
+    /// lease ran out, or lapsed (ran out and was renewed) since.
+    pub fn lost_since(&self, lapses: u64, now: u64) -> bool {
+        self.expired(now) || self.lapses() != lapses
+    }
 }
 
 /// Tell the guard about a group; false if the guard is gone (its end of the pipe closed).

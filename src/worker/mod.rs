@@ -15,6 +15,7 @@
 
 mod cancel;
 pub mod env;
+pub mod execute;
 mod functions;
 pub mod guard;
 mod run;
@@ -82,6 +83,8 @@ pub struct Seams {
     pub clock: Millis,
     /// The sockets it connects to the scheduler from.
     pub udp: Arc<dyn Udp>,
+    /// Who runs its tasks (`None`: the worker, as processes, components and function runners).
+    pub execute: Option<Arc<dyn execute::Execute>>,
 }
 
 impl Seams {
@@ -90,6 +93,7 @@ impl Seams {
         Seams {
             clock: Millis::real(),
             udp: Arc::new(HostUdp),
+            execute: None,
         }
     }
 }
@@ -128,6 +132,11 @@ pub struct Worker {
     /// The worker's clock (`Seams::clock`).
     clock: Millis,
     udp: Arc<dyn Udp>,
+    /// `Seams::execute`.
+    execute: Option<Arc<dyn execute::Execute>>,
+    /// The scheduler's lease as this worker holds it (the guard process is told of each
+    /// renewal).
+    lease: Arc<guard::Lease>,
     core: core::WorkerCore,
     runner: Arc<run::Runner>,
     environments: Arc<Mutex<env::Environments>>,
@@ -141,7 +150,11 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(settings: Settings, seams: Seams) -> Result<Worker, WorkerError> {
-        let Seams { clock, udp } = seams;
+        let Seams {
+            clock,
+            udp,
+            execute,
+        } = seams;
         // A fresh instance per wasm task: pooled memory.
         let host = Arc::new(PluginHost::pooled(crate::plugin::cache::default_dir())?);
         let facts = env::FactsSource {
@@ -160,6 +173,7 @@ impl Worker {
             .lock()
             .map(|e| e.values.clone())
             .unwrap_or_default();
+        let lease = Arc::new(guard::Lease::default());
         let runner = Arc::new(run::Runner::new(
             host,
             settings.output_limit,
@@ -167,6 +181,7 @@ impl Worker {
             settings.info.clone(),
             values,
             clock.clone(),
+            lease.clone(),
         ));
         let (done, finished) = mpsc::unbounded_channel();
         let mut info = settings.info.clone();
@@ -183,6 +198,8 @@ impl Worker {
             settings,
             clock,
             udp,
+            execute,
+            lease,
             core,
             runner,
             environments,
@@ -222,7 +239,7 @@ impl Worker {
         // The core starts nothing past the lease; the guard's view is checked again here, at
         // the last moment (the scheduler may be running it elsewhere by now): it never starts,
         // and says so (an outcome outside the lease, which the core takes as a lapse).
-        if guard::lease_expired(self.clock.now()) {
+        if self.lease.expired(self.clock.now()) {
             let _ = done.send(Done::now(&clock, task, run, core::canceled()));
             return;
         }
@@ -232,16 +249,42 @@ impl Worker {
             return;
         };
         let runner = self.runner.clone();
-        let cancel = Arc::new(run::Cancel::started(guard::lapses()));
+        let cancel = Arc::new(run::Cancel::started(self.lease.lapses()));
         let stop = cancel.clone();
         let span = tracing::debug_span!("task", task, group = assignment.group);
-        let handle = tokio::spawn(tracing::Instrument::instrument(
-            async move {
-                let outcome = runner.run(&group, assignment, &stop).await;
-                let _ = done.send(Done::now(&clock, task, run, outcome));
-            },
-            span,
-        ));
+        let handle = match &self.execute {
+            None => tokio::spawn(tracing::Instrument::instrument(
+                async move {
+                    let outcome = runner.run(&group, assignment, &stop).await;
+                    let _ = done.send(Done::now(&clock, task, run, outcome));
+                },
+                span,
+            )),
+            Some(execute) => {
+                let execution = execute::Execution {
+                    worker: self.settings.info.name.clone(),
+                    task,
+                    run,
+                    input: (assignment.input.as_ref())
+                        .map_or_else(|| group.spec.input.clone(), |input| input.to_vec()),
+                    timeout: (group.spec.timeout_ms > 0)
+                        .then(|| Duration::from_millis(group.spec.timeout_ms)),
+                    stop: execute::Stop {
+                        cancel: stop,
+                        lease: self.lease.clone(),
+                        clock: clock.clone(),
+                    },
+                };
+                let running = execute.execute(execution);
+                tokio::spawn(tracing::Instrument::instrument(
+                    async move {
+                        let outcome = running.await;
+                        let _ = done.send(Done::now(&clock, task, run, outcome));
+                    },
+                    span,
+                ))
+            }
+        };
         self.running
             .insert((task, run), (handle.abort_handle(), cancel));
     }

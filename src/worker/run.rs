@@ -49,6 +49,8 @@ pub(super) struct Runner {
     functions: super::functions::Runners,
     /// The worker's clock (the lease's times are on it).
     clock: crate::clock::Millis,
+    /// The worker's lease (a wasm run stops when it runs out or lapses).
+    lease: Arc<super::guard::Lease>,
 }
 
 impl Runner {
@@ -59,6 +61,7 @@ impl Runner {
         info: WorkerRegistration,
         values: super::env::SharedValues,
         clock: crate::clock::Millis,
+        lease: Arc<super::guard::Lease>,
     ) -> Runner {
         Runner {
             host,
@@ -69,6 +72,7 @@ impl Runner {
             components: RwLock::default(),
             pools: Mutex::default(),
             clock,
+            lease,
         }
     }
 
@@ -322,9 +326,9 @@ impl Runner {
         let flag = cancel.flag();
         let lapses = cancel.lapses;
         let clock = self.clock.clone();
+        let lease = self.lease.clone();
         let stop: crate::plugin::StopCheck = Arc::new(move || {
-            flag.load(std::sync::atomic::Ordering::SeqCst)
-                || super::guard::lost_since(lapses, clock.now())
+            flag.load(std::sync::atomic::Ordering::SeqCst) || lease.lost_since(lapses, clock.now())
         });
         let result = tokio::task::spawn_blocking(move || {
             let mut plugin = plugin;

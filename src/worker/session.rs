@@ -233,10 +233,10 @@ impl Worker {
                     }
                 }
                 Action::LeaseUntil(until) => {
-                    guard::renew_until(until, self.clock.now());
+                    self.lease.renew_until(until, self.clock.now());
                     // The lease may have run out between the core's step and this one: then
                     // the guard counted a lapse the core did not, and its count holds.
-                    let lapses = guard::lapses();
+                    let lapses = self.lease.lapses();
                     if lapses > self.core.lapses() {
                         self.core.handle(self.clock.now(), Input::Lapsed { lapses });
                     }

@@ -62,8 +62,16 @@ fn unexpected(response: Option<Response>) -> NetError {
 
 impl Client {
     pub async fn connect(access: &AccessFile) -> Result<Client, NetError> {
+        Client::connect_with(&net::udp::HostUdp, access).await
+    }
+
+    /// [`Client::connect`] from a socket of `udp` (a simulated network's).
+    pub async fn connect_with(
+        udp: &dyn net::udp::Udp,
+        access: &AccessFile,
+    ) -> Result<Client, NetError> {
         let (endpoint, connection, mut send, _recv) =
-            net::connect(access, Role::Client, Duration::from_secs(30)).await?;
+            net::connect_with(udp, access, Role::Client, Duration::from_secs(30)).await?;
         let _ = send.finish();
         Ok(Client {
             _endpoint: endpoint,

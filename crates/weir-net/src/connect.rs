@@ -51,7 +51,7 @@ pub fn client_endpoint_with(
     }
     .parse()
     .map_err(|_| NetError::Address(access.address.clone()))?;
-    let mut endpoint = super::udp::endpoint(udp.connect_from(bind)?, None)?;
+    let mut endpoint = super::udp::endpoint(udp, udp.connect_from(bind)?, None)?;
     let mut config = tls::client_config(&access.certificate_der()?)?;
     config.transport_config(transport(idle_timeout));
     endpoint.set_default_client_config(config);

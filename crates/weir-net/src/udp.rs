@@ -15,6 +15,11 @@ pub trait Udp: Send + Sync + fmt::Debug {
     fn listen(&self, address: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>>;
     /// A socket to connect from, bound to `address` (a wildcard, port 0; dual-stack for IPv6).
     fn connect_from(&self, address: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>>;
+    /// The configuration of the next endpoint made on one of these sockets: quinn's default
+    /// (a simulated network seeds its `rng_seed`, so connection ids replay).
+    fn endpoint_config(&self) -> EndpointConfig {
+        EndpointConfig::default()
+    }
 }
 
 /// The host's sockets, driven by the async runtime that runs the caller (tokio's).
@@ -43,12 +48,14 @@ impl Udp for HostUdp {
     }
 }
 
-/// A QUIC endpoint on `socket` (a server with `server`), with quinn's default configuration.
+/// A QUIC endpoint on `socket` (from `udp`; a server with `server`), configured by
+/// [`Udp::endpoint_config`].
 pub fn endpoint(
+    udp: &dyn Udp,
     socket: Arc<dyn AsyncUdpSocket>,
     server: Option<ServerConfig>,
 ) -> io::Result<Endpoint> {
-    Endpoint::new_with_abstract_socket(EndpointConfig::default(), server, socket, runtime()?)
+    Endpoint::new_with_abstract_socket(udp.endpoint_config(), server, socket, runtime()?)
 }
 
 fn runtime() -> io::Result<Arc<dyn Runtime>> {
@@ -90,7 +97,8 @@ mod tests {
             let (cert, key) = tls::generate().expect("a certificate");
             let server_config = tls::server_config(&cert, &key).expect("a server config");
             let listening = udp.listen("127.0.0.1:0".parse().expect("an address"));
-            let server = endpoint(listening.expect("bound"), Some(server_config)).expect("served");
+            let server =
+                endpoint(&udp, listening.expect("bound"), Some(server_config)).expect("served");
             let address = server.local_addr().expect("its address");
             let access = AccessFile {
                 address: format!("quic://{address}"),

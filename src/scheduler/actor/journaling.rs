@@ -53,6 +53,12 @@ impl Actor {
         work: impl FnOnce(&mut journal::Journal) -> R + Send + 'static,
     ) -> Option<R> {
         let mut journal = self.journal.take()?;
+        if !journal.blocks() {
+            // In memory: at once, here (see `JournalStore::blocks`).
+            let result = work(&mut journal);
+            self.journal = Some(journal);
+            return Some(result);
+        }
         let done = tokio::task::spawn_blocking(move || {
             let result = work(&mut journal);
             (journal, result)

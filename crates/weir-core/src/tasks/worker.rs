@@ -158,7 +158,7 @@ pub(super) fn amount(list: &[(String, u64)], name: &str) -> u64 {
 pub struct WorkerView {
     pub id: WorkerId,
     pub name: String,
-    /// Its process ([`weir_proto::WorkerInfo::instance`]).
+    /// Its process ([`weir_proto::WorkerRegistration::instance`]).
     pub instance: u64,
     pub manager: Option<String>,
     pub slots: u32,

@@ -36,7 +36,7 @@ pub struct ManagerState {
     /// `--leave-before`); `None`: no limit. A task whose timeout is longer never runs on its
     /// workers: the policy is not asked to start them for it, and `weir explain` says so.
     pub usable_ms: Option<u64>,
-    /// The instance ([`WorkerInfo::instance`]) of each worker process named in `workers` or
+    /// The instance ([`WorkerRegistration::instance`]) of each worker process named in `workers` or
     /// `exited` that it chose itself (a process pool passes each worker its instance); a name
     /// may appear twice (one that exited and one started since under its name). A registered
     /// worker is taken for gone at once only when its manager reports its own instance gone:

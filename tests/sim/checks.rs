@@ -1,0 +1,82 @@
+//! The invariants, judged from the simulator's timeline (not the scheduler's records) and what
+//! the client was told.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use weir::proto::{TaskResult, TaskState};
+
+use crate::scenario::produced;
+use crate::timeline::Timeline;
+
+/// No two runs of one task overlap in simulated time (a run still going is open until `now`).
+pub(crate) fn no_overlap(timeline: &Timeline, now: Duration) -> Result<(), String> {
+    for (task, mut runs) in timeline.runs(now) {
+        runs.sort();
+        for pair in runs.windows(2) {
+            let ((_, end, first), (start, _, second)) = (&pair[0], &pair[1]);
+            if start < end {
+                return Err(format!(
+                    "task {task} ran twice at once: on {first} until {:.3}s and on {second} from {:.3}s",
+                    end.as_secs_f64(),
+                    start.as_secs_f64()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// At the end: the client was answered for every task it submitted, once each, every task in
+/// a final state, each success with the output its run produced; and no runs overlapped.
+pub(crate) fn at_end(
+    timeline: &Timeline,
+    jobs: &[Vec<Vec<u8>>],
+    results: Option<Vec<Vec<TaskResult>>>,
+    end: Duration,
+) -> Result<(), String> {
+    no_overlap(timeline, end)?;
+    let Some(results) = results else {
+        return Err("the client never got the results of its acknowledged jobs".into());
+    };
+    if results.len() != jobs.len() {
+        return Err(format!(
+            "results of {} jobs of {} acknowledged",
+            results.len(),
+            jobs.len()
+        ));
+    }
+    for (inputs, results) in jobs.iter().zip(results) {
+        job_results(inputs, results)?;
+    }
+    Ok(())
+}
+
+/// One job's results: one per task, final, each success what its run produced.
+fn job_results(inputs: &[Vec<u8>], mut results: Vec<TaskResult>) -> Result<(), String> {
+    results.sort_by_key(|r| r.task);
+    let distinct: BTreeSet<_> = results.iter().map(|r| r.task).collect();
+    if distinct.len() != results.len() || results.len() != inputs.len() {
+        return Err(format!(
+            "{} results for {} tasks ({} distinct)",
+            results.len(),
+            inputs.len(),
+            distinct.len()
+        ));
+    }
+    for (result, input) in results.iter().zip(inputs) {
+        match result.state {
+            TaskState::Succeeded if !produced(&result.outcome, input) => {
+                return Err(format!(
+                    "task {} succeeded with an outcome no run of it produced: {:?}",
+                    result.task, result.outcome
+                ));
+            }
+            TaskState::Queued | TaskState::Running => {
+                return Err(format!("task {} not final in the results", result.task));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

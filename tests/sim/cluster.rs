@@ -1,0 +1,212 @@
+//! One simulated cluster: a turmoil world seeded from the run's seed, the real scheduler as a
+//! host (its journal a `MemoryStore` the simulator keeps across restarts), and clients.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::client::Client;
+use weir::net::AccessFile;
+use weir::proto::{NewGroup, TaskKind, TaskSpec};
+use weir::scheduler::journal::MemoryStore;
+use weir::scheduler::{Seams, Settings};
+
+use crate::net::SimUdp;
+use crate::timeline::Timeline;
+
+pub(crate) const SCHEDULER: &str = "scheduler";
+const PORT: u16 = 4433;
+
+pub(crate) type Error = Box<dyn std::error::Error>;
+
+/// What a simulated client hands back when it finishes.
+pub(crate) struct Slot<T>(Arc<Mutex<Option<T>>>);
+
+impl<T> Slot<T> {
+    pub(crate) fn take(&self) -> Option<T> {
+        self.0.lock().ok().and_then(|mut v| v.take())
+    }
+}
+
+/// What the simulator keeps of the scheduler across its crashes: its journal's disk, and the
+/// access it last published (read by clients and workers as the access file would be).
+#[derive(Clone, Default)]
+pub(crate) struct SchedulerState {
+    pub(crate) disk: Arc<Mutex<MemoryStore>>,
+    pub(crate) access: Arc<Mutex<Option<AccessFile>>>,
+}
+
+pub(crate) struct Cluster {
+    pub(crate) sim: turmoil::Sim<'static>,
+    pub(crate) seed: u64,
+    pub(crate) scheduler: SchedulerState,
+    pub(crate) timeline: Timeline,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// A world for `seed` that runs at most `limit` of simulated time, with the scheduler up.
+    pub(crate) fn new(seed: u64, limit: Duration) -> Cluster {
+        let mut builder = turmoil::Builder::new();
+        builder
+            .rng_seed(seed)
+            .simulation_duration(limit)
+            .tick_duration(Duration::from_millis(1))
+            .enable_tokio_io();
+        Cluster::with(seed, builder)
+    }
+
+    /// A world from `builder` (seeded with `seed`), with the scheduler up.
+    pub(crate) fn with(seed: u64, builder: turmoil::Builder) -> Cluster {
+        let mut sim = builder.build();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let scheduler = SchedulerState::default();
+        let state = scheduler.clone();
+        let files = dir.path().to_path_buf();
+        sim.host(SCHEDULER, move || {
+            let state = state.clone();
+            let files = files.clone();
+            async move { run_scheduler(seed, files, state).await }
+        });
+        Cluster {
+            sim,
+            seed,
+            scheduler,
+            timeline: Timeline::default(),
+            _dir: dir,
+        }
+    }
+
+    /// A client host `name` that connects to the scheduler (once it published its access) and
+    /// runs `body`; what `body` returns lands in the slot.
+    pub(crate) fn client<T, F, Fut>(&mut self, name: &str, body: F) -> Slot<T>
+    where
+        T: 'static,
+        F: FnOnce(Client) -> Fut + 'static,
+        Fut: Future<Output = Result<T, Error>> + 'static,
+    {
+        let slot = Arc::new(Mutex::new(None));
+        let out = slot.clone();
+        let access = self.scheduler.access.clone();
+        let udp = SimUdp::new(self.seed, name);
+        self.sim.client(name, async move {
+            let client = connect(&udp, &access).await?;
+            let value = body(client).await?;
+            if let Ok(mut out) = out.lock() {
+                *out = Some(value);
+            }
+            Ok(())
+        });
+        Slot(slot)
+    }
+
+    /// Run until every client finished (an error names the seed).
+    pub(crate) fn run(&mut self) {
+        if let Err(error) = self.sim.run() {
+            panic!(
+                "seed {}: the simulation failed at {:?}: {error}",
+                self.seed,
+                self.sim.elapsed()
+            );
+        }
+    }
+}
+
+/// The access the scheduler published, once it did (waiting in simulated time).
+pub(crate) async fn access(published: &Mutex<Option<AccessFile>>) -> AccessFile {
+    loop {
+        if let Some(access) = published.lock().ok().and_then(|a| a.clone()) {
+            return access;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A client connection, retried while the scheduler is unreachable.
+pub(crate) async fn connect(
+    udp: &SimUdp,
+    published: &Mutex<Option<AccessFile>>,
+) -> Result<Client, Error> {
+    loop {
+        match connect_once(udp, published).await {
+            Ok(client) => return Ok(client),
+            Err(error) => tracing::debug!(%error, "client: scheduler unreachable"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One attempt to connect, once the scheduler published its access.
+pub(crate) async fn connect_once(
+    udp: &SimUdp,
+    published: &Mutex<Option<AccessFile>>,
+) -> Result<Client, weir::net::NetError> {
+    let access = access(published).await;
+    Client::connect_with(udp, &access).await
+}
+
+async fn run_scheduler(seed: u64, files: PathBuf, state: SchedulerState) -> Result<(), Error> {
+    let listen = SocketAddr::new(turmoil::lookup(SCHEDULER), PORT);
+    let store = state.disk.lock().map_err(|_| "disk poisoned")?.clone();
+    let seams = Seams {
+        clock: Arc::new(weir::clock::TokioClock),
+        journal: Some(Box::new(store)),
+        udp: Arc::new(SimUdp::new(seed, SCHEDULER)),
+    };
+    let published = state.access.clone();
+    weir::scheduler::run_with(settings(listen, files), None, seams, move |running| {
+        if let Ok(mut access) = published.lock() {
+            *access = Some(running.access.clone());
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
+    Settings {
+        listen,
+        access_file: files.join("access.json"),
+        heartbeat_timeout: Duration::from_secs(5),
+        cert: None,
+        scaling_interval: Duration::from_secs(1),
+        scale_down_delay: Duration::from_secs(30),
+        manager_forget_after: Duration::from_secs(60),
+        record_snapshots: None,
+        journal: Some(files.join("journal")),
+        metrics: None,
+        dashboard: None,
+        max_connections: 100,
+        forget_after: None,
+        unschedulable_timeout: None,
+        // The default: longer than the heartbeat timeout, so a lost worker's tasks wait for
+        // the fence (a partition of more than 5 s makes the scheduler judge it lost first).
+        worker_lease: Duration::from_secs(10),
+        prefetch: 0,
+        max_walltime_requeues: 3,
+    }
+}
+
+/// Simulated tasks, one per input (a command no real process runs: the simulation's executor
+/// does, see `workers::input`).
+pub(crate) fn groups(inputs: Vec<Vec<u8>>) -> Vec<NewGroup> {
+    let spec = TaskSpec {
+        kind: TaskKind::Command {
+            argv: vec!["sim-task".into()],
+            env: vec![],
+        },
+        capabilities: vec![],
+        environments: vec![],
+        priority: 0,
+        timeout_ms: 0,
+        retries: 3,
+        input: vec![],
+    };
+    vec![NewGroup {
+        spec,
+        count: u32::try_from(inputs.len()).unwrap_or(u32::MAX),
+        inputs,
+    }]
+}

@@ -1,0 +1,150 @@
+//! Deterministic simulation of a weir cluster (issue #33, its foundation): one process, one
+//! thread per run, simulated time (turmoil's), seeded draws; the REAL scheduler shell and core
+//! (`scheduler::run_with` on a `MemoryStore` journal), REAL worker shells (a simulated executor
+//! in place of processes, `worker::Seams::execute`) and clients (`weir_client`) as turmoil
+//! hosts, talking QUIC (quinn) over turmoil's simulated UDP through weir's `Udp` seam.
+//!
+//! `cargo test --test sim` runs a fixed set of seeds; `WEIR_SIM_SEEDS=N` runs seeds 0..N and
+//! `WEIR_SIM_SEED=K` replays seed K (twice, asserting the same trace); `WEIR_SIM_TRACE=1`
+//! prints each seed's whole trace.
+
+mod checks;
+mod cluster;
+mod draw;
+mod net;
+mod scenario;
+mod timeline;
+mod workers;
+
+use std::time::{Duration, Instant};
+
+use cluster::Cluster;
+
+/// The seeds `cargo test --test sim` runs without `WEIR_SIM_SEEDS`/`WEIR_SIM_SEED` (138: the
+/// heal left the client's flapped link down, so its job never finished: a harness bug, kept;
+/// 21: catches the fence removed, `fence_ms: 0` in `scheduler::run_with`: after the scheduler's
+/// restart task 4 starts on worker2 while worker0, partitioned then healed, still runs it).
+const FIXED: [u64; 6] = [1, 2, 3, 4, 21, 138];
+
+/// The real scheduler and a client over simulated QUIC: a submission is acknowledged, and the
+/// scheduler reports the job with its tasks queued (no workers here).
+#[test]
+fn a_client_submits_to_the_real_scheduler_over_simulated_quic() {
+    let mut cluster = Cluster::new(7, Duration::from_secs(60));
+    let inputs = (0..3).map(|i| workers::input(100, i)).collect();
+    let counts = cluster.client("client", |client| async move {
+        let (job, _, tasks) = client.submit(vec![], cluster::groups(inputs)).await?;
+        let jobs = client.jobs(10).await?;
+        let listed = jobs.iter().find(|j| j.job == job).map(|j| j.counts.clone());
+        Ok((tasks, listed))
+    });
+    cluster.run();
+    let (tasks, listed) = counts.take().expect("the client finished");
+    assert_eq!(tasks, 3);
+    let listed = listed.expect("the job is listed");
+    assert_eq!(listed.queued, 3, "{listed:?}");
+}
+
+/// Real workers run a job's tasks on the simulated executor: every task succeeds with the output
+/// its run produced, each ran exactly once (no faults), and the timeline says so.
+#[test]
+fn real_workers_run_a_job_on_simulated_time() {
+    let mut cluster = Cluster::new(11, Duration::from_secs(60));
+    for (i, slots) in [(0, 1), (1, 2)] {
+        let access = cluster.scheduler.access.clone();
+        let timeline = cluster.timeline.clone();
+        workers::add(
+            &mut cluster.sim,
+            11,
+            &format!("worker{i}"),
+            slots,
+            access,
+            timeline,
+        );
+    }
+    let inputs: Vec<Vec<u8>> = (0..6).map(|i| workers::input(500 + 300 * i, i)).collect();
+    let submitted = inputs.clone();
+    let results = cluster.client("client", |client| async move {
+        let (job, _, _) = client.submit(vec![], cluster::groups(submitted)).await?;
+        client.wait(job, |_| {}).await?;
+        Ok(client.results(job).await?)
+    });
+    cluster.run();
+    let results = results.take().expect("the client finished");
+    let end = cluster.sim.elapsed();
+    checks::at_end(&cluster.timeline, &[inputs], Some(vec![results]), end)
+        .expect("the invariants hold");
+    let runs = cluster.timeline.runs(end);
+    assert_eq!(runs.len(), 6, "every task ran: {runs:?}");
+    assert!(runs.values().all(|r| r.len() == 1), "each once: {runs:?}");
+}
+
+/// The seeds: fixed by default, `WEIR_SIM_SEEDS=N` (0..N) or `WEIR_SIM_SEED=K` (replayed twice,
+/// the traces' digests compared). A failing seed panics with its replay command.
+#[test]
+fn seeds() {
+    // `WEIR_SIM_LOG=info` (an env-filter): the shells' logs, for a failing seed.
+    if let Ok(filter) = std::env::var("WEIR_SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let (seeds, twice): (Vec<u64>, bool) = match (env("WEIR_SIM_SEED"), env("WEIR_SIM_SEEDS")) {
+        (Some(seed), _) => (vec![seed], true),
+        (None, Some(n)) => ((0..n).collect(), false),
+        (None, None) => (FIXED.to_vec(), false),
+    };
+    let started = Instant::now();
+    let mut simulated = Duration::ZERO;
+    for &seed in &seeds {
+        let report = scenario::run(seed).unwrap_or_else(|failure| panic!("{failure}"));
+        simulated += report.elapsed;
+        eprintln!(
+            "seed {seed}: ok, {:.1}s simulated in {} steps, {} faults, {} runs killed, trace {:016x}",
+            report.elapsed.as_secs_f64(),
+            report.steps,
+            report.faults,
+            report.killed,
+            report.digest
+        );
+        if std::env::var_os("WEIR_SIM_TRACE").is_some() {
+            eprintln!("{}", report.trace.join("\n"));
+        }
+        if twice {
+            let again = scenario::run(seed).unwrap_or_else(|failure| panic!("{failure}"));
+            same_trace(seed, &report, &again);
+        }
+    }
+    eprintln!(
+        "{} seeds, {:.0}s simulated, in {:.1}s",
+        seeds.len(),
+        simulated.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// One seed run twice gives the same trace, bit for bit (its digest).
+#[test]
+fn a_seed_replays_bit_for_bit() {
+    let first = scenario::run(FIXED[0]).unwrap_or_else(|failure| panic!("{failure}"));
+    let second = scenario::run(FIXED[0]).unwrap_or_else(|failure| panic!("{failure}"));
+    same_trace(FIXED[0], &first, &second);
+}
+
+/// Two runs of `seed` gave the same trace; else say where they parted.
+fn same_trace(seed: u64, first: &scenario::Report, second: &scenario::Report) {
+    if first.digest == second.digest {
+        return;
+    }
+    let at = (first.trace.iter().zip(&second.trace))
+        .position(|(a, b)| a != b)
+        .unwrap_or(first.trace.len().min(second.trace.len()));
+    let from = at.saturating_sub(5);
+    panic!(
+        "seed {seed}: the same seed gave a different trace (replay: WEIR_SIM_SEED={seed} cargo test --test sim seeds -- --nocapture); they part at event {at}:\n first:\n{}\n second:\n{}",
+        first.trace[from..(at + 3).min(first.trace.len())].join("\n"),
+        second.trace[from..(at + 3).min(second.trace.len())].join("\n"),
+    );
+}

@@ -1,0 +1,159 @@
+//! The simulated network under quinn: a `quinn::AsyncUdpSocket` over turmoil's UDP socket, handed
+//! to the real shells through weir's `Udp` seam. One datagram per transmit and per receive (no
+//! GSO/GRO), no ECN; what turmoil delays, drops or holds (partitions) is what quinn sees.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, EndpointConfig, UdpPoller};
+use weir::net::udp::Udp;
+
+/// The sockets of one simulated host. Each endpoint made on them gets its own quinn RNG seed,
+/// drawn from the run's seed, the host's name and how many endpoints it made before, so
+/// connection ids (and so every packet's size and order) replay with the seed.
+#[derive(Debug)]
+pub(crate) struct SimUdp {
+    seed: u64,
+    host: String,
+    endpoints: AtomicU64,
+}
+
+impl SimUdp {
+    pub(crate) fn new(seed: u64, host: &str) -> SimUdp {
+        SimUdp {
+            seed: mix(&(seed, host)),
+            host: host.to_string(),
+            endpoints: AtomicU64::new(0),
+        }
+    }
+
+    /// Bound to `address`'s port on every interface (turmoil binds only wildcards and
+    /// loopback), saying the host's own address is its own (what a scheduler publishes).
+    fn bind(&self, address: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>> {
+        let wildcard = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), address.port());
+        // turmoil binds at once (it only looks the host up in the world): one poll finishes it.
+        let mut binding = Box::pin(turmoil::net::UdpSocket::bind(wildcard));
+        let mut context = Context::from_waker(Waker::noop());
+        match binding.as_mut().poll(&mut context) {
+            Poll::Ready(socket) => {
+                let socket = socket?;
+                let local = SocketAddr::new(
+                    turmoil::lookup(self.host.as_str()),
+                    socket.local_addr()?.port(),
+                );
+                Ok(Arc::new(SimSocket { socket, local }))
+            }
+            Poll::Pending => Err(io::Error::other("turmoil's bind did not finish at once")),
+        }
+    }
+}
+
+/// A stable hash (std's `DefaultHasher::new` has fixed keys).
+pub(crate) fn mix(value: &impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Udp for SimUdp {
+    fn listen(&self, address: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>> {
+        self.bind(address)
+    }
+
+    fn connect_from(&self, address: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>> {
+        self.bind(address)
+    }
+
+    fn endpoint_config(&self) -> EndpointConfig {
+        let n = self.endpoints.fetch_add(1, Ordering::Relaxed);
+        let mut seed = [0u8; 32];
+        for (i, chunk) in seed.chunks_mut(8).enumerate() {
+            chunk.copy_from_slice(&mix(&(self.seed, n, i)).to_le_bytes());
+        }
+        let mut config = EndpointConfig::default();
+        config.rng_seed(Some(seed));
+        config
+    }
+}
+
+struct SimSocket {
+    socket: turmoil::net::UdpSocket,
+    local: SocketAddr,
+}
+
+impl fmt::Debug for SimSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SimSocket({})", self.local)
+    }
+}
+
+/// turmoil's UDP has no back-pressure: always writable.
+#[derive(Debug)]
+struct Writable;
+
+impl UdpPoller for Writable {
+    fn poll_writable(self: Pin<&mut Self>, _: &mut Context) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncUdpSocket for SimSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(Writable)
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        self.socket
+            .try_send_to(transmit.contents, transmit.destination)
+            .map(|_| ())
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let (Some(buf), Some(meta)) = (bufs.first_mut(), meta.first_mut()) else {
+            return Poll::Ready(Ok(0));
+        };
+        loop {
+            match self.socket.try_recv_from(buf) {
+                Ok((len, addr)) => {
+                    meta.addr = addr;
+                    meta.len = len;
+                    meta.stride = len;
+                    meta.ecn = None;
+                    meta.dst_ip = None;
+                    return Poll::Ready(Ok(1));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            // Registers the waker on the socket's queue (dropping the future keeps it there:
+            // turmoil's readiness is an mpsc receive, which is cancel-safe).
+            let mut readable = Box::pin(self.socket.readable());
+            match readable.as_mut().poll(cx) {
+                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+
+    fn may_fragment(&self) -> bool {
+        false
+    }
+}

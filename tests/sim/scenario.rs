@@ -1,0 +1,388 @@
+//! One seeded run: the real scheduler, 2–3 real workers and a client; a fault plan drawn from
+//! the seed (latency and jitter, flapping links, partitions of a worker from the scheduler,
+//! scheduler crashes losing its journal's unsynced tail, worker crashes), everything healed at
+//! [`HEAL`]; the invariants checked each time the timeline grows and at the end. A failure
+//! names the seed, the step and the replay command, and prints the trace's last events.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::client::Client;
+use weir::proto::{JobId, Outcome, TaskResult};
+use weir::scheduler::journal::MemoryStore;
+
+use crate::checks;
+use crate::cluster::{self, Cluster, Error, SCHEDULER};
+use crate::draw::Draw;
+use crate::net::SimUdp;
+use crate::timeline::{Event, Timeline};
+use crate::workers;
+
+/// Faults stop (links repaired, crashed hosts restarted) at this simulated time.
+pub(crate) const HEAL: Duration = Duration::from_secs(30);
+/// turmoil's step (`WEIR_SIM_TICK_MS`, 10 ms by default: 1 ms runs ~7× slower, and found
+/// nothing more in 300 seeds): timers fire and messages move on these boundaries.
+fn tick_ms() -> u64 {
+    std::env::var("WEIR_SIM_TICK_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+}
+
+/// Every acknowledged job finishes within this after [`HEAL`] (the run's time limit).
+pub(crate) const BOUND: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug)]
+enum Fault {
+    Partition(String),
+    Repair(String),
+    CrashScheduler { torn: usize },
+    CrashWorker(String),
+    Restart(String),
+}
+
+/// What one run ended with: its timeline's digest (equal for two runs of one seed).
+pub(crate) struct Report {
+    pub(crate) digest: u64,
+    /// The timeline, one event a line (to show where two runs of a seed parted).
+    pub(crate) trace: Vec<String>,
+    pub(crate) steps: u64,
+    /// Faults applied, and runs killed (stopped before they finished).
+    pub(crate) faults: usize,
+    pub(crate) killed: usize,
+    pub(crate) elapsed: Duration,
+}
+
+/// Run `seed`; `Err` says which invariant broke, where, how to replay it, and the trace's tail.
+pub(crate) fn run(seed: u64) -> Result<Report, String> {
+    let mut draw = Draw::new(seed);
+    let mut builder = turmoil::Builder::new();
+    builder
+        .rng_seed(seed)
+        .simulation_duration(HEAL + BOUND)
+        .tick_duration(Duration::from_millis(tick_ms()))
+        .enable_tokio_io();
+    let latency = match draw.below(10) {
+        0..=4 => 1,
+        5..=8 => 100,
+        _ => 1500,
+    };
+    builder
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(latency));
+    if draw.chance(30) {
+        // Links that go down now and then (what was in flight is lost), up again soon.
+        builder
+            .fail_rate(0.0005 * (1 + draw.below(4)) as f64)
+            .repair_rate(0.02);
+    }
+    let mut cluster = Cluster::with(seed, builder);
+    let timeline = cluster.timeline.clone();
+    let names: Vec<String> = (0..2 + draw.below(2))
+        .map(|i| format!("worker{i}"))
+        .collect();
+    for name in &names {
+        let slots = 1 + draw.below(2) as u32;
+        let access = cluster.scheduler.access.clone();
+        workers::add(
+            &mut cluster.sim,
+            seed,
+            name,
+            slots,
+            access,
+            timeline.clone(),
+        );
+    }
+    let mut plan = Vec::new();
+    for _ in 0..draw.below(4) {
+        let worker = names[draw.below(names.len() as u64) as usize].clone();
+        let at = draw.millis(1_000, 25_000);
+        plan.push((at, Fault::Partition(worker.clone())));
+        plan.push((
+            (at + draw.millis(500, 15_000)).min(HEAL),
+            Fault::Repair(worker),
+        ));
+    }
+    if draw.chance(40) {
+        let at = draw.millis(2_000, 25_000);
+        let torn = draw.below(300) as usize;
+        plan.push((at, Fault::CrashScheduler { torn }));
+        let back = (at + draw.millis(200, 5_000)).min(HEAL);
+        plan.push((back, Fault::Restart(SCHEDULER.into())));
+    }
+    if draw.chance(40) {
+        let worker = names[draw.below(names.len() as u64) as usize].clone();
+        let at = draw.millis(1_000, 25_000);
+        plan.push((at, Fault::CrashWorker(worker.clone())));
+        plan.push((
+            (at + draw.millis(200, 10_000)).min(HEAL),
+            Fault::Restart(worker),
+        ));
+    }
+    plan.sort_by_key(|(at, _)| *at);
+    // Jobs submitted through the fault window, each of 1–4 tasks of 0.1–2 s (one in seven 2–8 s): under
+    // of a slot's work, so what is left at `HEAL` fits well within `BOUND` on any cluster here.
+    let mut jobs = Vec::new();
+    let mut at = draw.millis(0, 2_000);
+    while at < HEAL {
+        let tasks = (0..1 + draw.below(4))
+            .map(|i| {
+                let long = draw.chance(15);
+                workers::input(
+                    if long {
+                        2_000 + draw.below(6_000)
+                    } else {
+                        100 + draw.below(1_900)
+                    },
+                    i,
+                )
+            })
+            .collect::<Vec<_>>();
+        jobs.push((at, tasks));
+        at += draw.millis(2_000, 6_000);
+    }
+    let inputs: Vec<Vec<Vec<u8>>> = jobs.iter().map(|(_, tasks)| tasks.clone()).collect();
+    let results = client(&mut cluster, jobs);
+
+    let mut plan = plan.into_iter().peekable();
+    let mut healed = false;
+    let mut seen = 0;
+    let mut steps = 0u64;
+    let fail = |why: String, steps: u64, at: Duration, timeline: &Timeline| {
+        format!(
+            "seed {seed}: {why} (step {steps}, {:.3}s simulated)\n  replay: WEIR_SIM_SEED={seed} cargo test --test sim seeds -- --nocapture\n  last events:\n{}",
+            at.as_secs_f64(),
+            timeline.tail(if std::env::var_os("WEIR_SIM_TRACE").is_some() {
+                usize::MAX
+            } else {
+                30
+            })
+        )
+    };
+    loop {
+        let now = cluster.sim.elapsed();
+        while let Some((_, fault)) = plan.next_if(|(at, _)| *at <= now) {
+            apply(&mut cluster, &fault);
+        }
+        if !healed && now >= HEAL {
+            healed = true;
+            heal(&mut cluster, &names);
+        }
+        let finished = match cluster.sim.step() {
+            Ok(finished) => finished,
+            Err(error) => {
+                let down: Vec<&str> = (names.iter().map(String::as_str).chain([SCHEDULER]))
+                    .filter(|host| !cluster.sim.is_host_running(*host))
+                    .collect();
+                let error = format!("{error}; hosts not running: {down:?}");
+                let why = if cluster.sim.elapsed() >= HEAL + BOUND {
+                    format!(
+                        "an acknowledged job did not finish within {BOUND:?} of the faults healing ({error})"
+                    )
+                } else {
+                    format!("the simulation failed: {error}")
+                };
+                return Err(fail(why, steps, cluster.sim.elapsed(), &timeline));
+            }
+        };
+        steps += 1;
+        let events = timeline.len();
+        if events != seen {
+            seen = events;
+            if let Err(why) = checks::no_overlap(&timeline, cluster.sim.elapsed()) {
+                return Err(fail(why, steps, cluster.sim.elapsed(), &timeline));
+            }
+        }
+        if finished {
+            break;
+        }
+    }
+    let end = cluster.sim.elapsed();
+    let results = results.lock().ok().and_then(|mut r| r.take());
+    checks::at_end(&timeline, &inputs, results, end)
+        .map_err(|why| fail(why, steps, end, &timeline))?;
+    Ok(Report {
+        digest: timeline.digest(),
+        trace: timeline
+            .tail(usize::MAX)
+            .lines()
+            .map(String::from)
+            .collect(),
+        steps,
+        elapsed: end,
+        faults: count(&timeline, |e| matches!(e, Event::Fault(_))),
+        killed: count(&timeline, |e| matches!(e, Event::Killed { .. })),
+    })
+}
+
+fn apply(cluster: &mut Cluster, fault: &Fault) {
+    cluster
+        .timeline
+        .at(cluster.sim.elapsed(), Event::Fault(format!("{fault:?}")));
+    match fault {
+        Fault::Partition(worker) => cluster.sim.partition(worker.as_str(), SCHEDULER),
+        Fault::Repair(worker) => cluster.sim.repair(worker.as_str(), SCHEDULER),
+        Fault::CrashScheduler { torn } => {
+            cluster.sim.crash(SCHEDULER);
+            // The machine lost power: what was synced, and a torn piece of what was not.
+            if let Ok(mut disk) = cluster.scheduler.disk.lock() {
+                *disk = MemoryStore::with(disk.after_power_loss(*torn));
+            }
+        }
+        Fault::CrashWorker(worker) => cluster.sim.crash(worker.as_str()),
+        Fault::Restart(host) => {
+            if !cluster.sim.is_host_running(host.as_str()) {
+                cluster.sim.bounce(host.as_str());
+            }
+        }
+    }
+}
+
+fn heal(cluster: &mut Cluster, workers: &[String]) {
+    cluster
+        .timeline
+        .at(cluster.sim.elapsed(), Event::Fault("heal".into()));
+    cluster.sim.set_fail_rate(0.0);
+    cluster
+        .sim
+        .set_max_message_latency(Duration::from_millis(10));
+    // Every link, the client's too: a link the flapping took down stays down until repaired
+    // (turmoil repairs those only on traffic, at `repair_rate` a message).
+    cluster.sim.repair("client", SCHEDULER);
+    for host in workers.iter().map(String::as_str) {
+        cluster.sim.repair(host, SCHEDULER);
+        if !cluster.sim.is_host_running(host) {
+            cluster.sim.bounce(host);
+        }
+    }
+    if !cluster.sim.is_host_running(SCHEDULER) {
+        cluster.sim.bounce(SCHEDULER);
+    }
+}
+
+/// Each job's results, in the order submitted.
+type Results = Arc<Mutex<Option<Vec<Vec<TaskResult>>>>>;
+
+/// The client: submits each job at its time (retrying until acknowledged, reconnecting as
+/// needed), then waits for every acknowledged one across the scheduler's restarts, and fetches
+/// its results.
+fn client(cluster: &mut Cluster, jobs: Vec<(Duration, Vec<Vec<u8>>)>) -> Results {
+    let slot = Arc::new(Mutex::new(None));
+    let out = slot.clone();
+    let published = cluster.scheduler.access.clone();
+    let timeline = cluster.timeline.clone();
+    let udp = SimUdp::new(cluster.seed, "client");
+    cluster.sim.client("client", async move {
+        let start = tokio::time::Instant::now();
+        let mut link = Link {
+            client: None,
+            udp,
+            published,
+            timeline: timeline.clone(),
+        };
+        let mut acknowledged = Vec::new();
+        for (at, tasks) in jobs {
+            tokio::time::sleep_until(start + at).await;
+            let groups = cluster::groups(tasks);
+            let (job, first, n) = link
+                .retry("submit", |client| {
+                    let groups = groups.clone();
+                    async move { Ok(client.submit(vec![], groups).await?) }
+                })
+                .await;
+            timeline.note(Event::Client(format!(
+                "job {job} acknowledged: tasks {first}..+{n}"
+            )));
+            acknowledged.push(job);
+        }
+        let mut results = Vec::new();
+        for job in acknowledged {
+            let timeline = timeline.clone();
+            let got = link
+                .retry("wait", |client| {
+                    let timeline = timeline.clone();
+                    async move { finished(&client, job, &timeline).await }
+                })
+                .await;
+            results.push(got);
+        }
+        if let Ok(mut out) = out.lock() {
+            *out = Some(results);
+        }
+        Ok(())
+    });
+    slot
+}
+
+/// The client's connection, made again when a call on it fails.
+struct Link {
+    client: Option<Arc<Client>>,
+    udp: SimUdp,
+    published: Arc<Mutex<Option<weir::net::AccessFile>>>,
+    timeline: Timeline,
+}
+
+impl Link {
+    /// `call` until it succeeds, reconnecting after each failure (each noted on the timeline).
+    async fn retry<T, F, Fut>(&mut self, what: &str, mut call: F) -> T
+    where
+        F: FnMut(Arc<Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        loop {
+            let client = match self.client.take() {
+                Some(client) => Ok(client),
+                None => cluster::connect_once(&self.udp, &self.published)
+                    .await
+                    .map(Arc::new),
+            };
+            match client {
+                Ok(client) => match call(client.clone()).await {
+                    Ok(value) => {
+                        self.client = Some(client);
+                        return value;
+                    }
+                    Err(error) => self
+                        .timeline
+                        .note(Event::Client(format!("{what}: {error}"))),
+                },
+                Err(error) => self
+                    .timeline
+                    .note(Event::Client(format!("connect: {error}"))),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// Wait for `job` and fetch its results.
+async fn finished(
+    client: &Client,
+    job: JobId,
+    timeline: &Timeline,
+) -> Result<Vec<TaskResult>, Error> {
+    let mut last = None;
+    client
+        .wait(job, |counts| {
+            if last.as_ref() != Some(counts) {
+                last = Some(counts.clone());
+                timeline.note(Event::Client(format!("job {job}: {counts:?}")));
+            }
+        })
+        .await?;
+    let results = client.results(job).await?;
+    timeline.note(Event::Client(format!(
+        "job {job} finished: {} results",
+        results.len()
+    )));
+    Ok(results)
+}
+
+/// Whether `outcome` is what a run of `input` produces.
+pub(crate) fn produced(outcome: &Outcome, input: &[u8]) -> bool {
+    matches!(outcome, Outcome::Exited { code: Some(0), stdout, .. } if *stdout == workers::output(input))
+}
+
+fn count(timeline: &Timeline, what: impl Fn(&Event) -> bool) -> usize {
+    timeline.events().iter().filter(|(_, e)| what(e)).count()
+}

@@ -1,0 +1,123 @@
+//! The simulator's own record of what happened, in simulated time: every run's start and end
+//! (the oracle for the invariants: not the scheduler's records), the faults, and what clients
+//! were told. Hashed for the replay check; its tail is printed when a seed fails.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::proto::TaskId;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A run began on a worker (`run`: the worker core's hand-over number).
+    Started {
+        task: TaskId,
+        worker: String,
+        run: u64,
+    },
+    /// It finished by itself with `output`.
+    Finished {
+        task: TaskId,
+        worker: String,
+        run: u64,
+    },
+    /// It was stopped at once (cancel, lease lost, given up, its worker crashed).
+    Killed {
+        task: TaskId,
+        worker: String,
+        run: u64,
+    },
+    /// A fault or a repair, as said.
+    Fault(String),
+    /// A client was told something (acknowledged, finished, ...).
+    Client(String),
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Timeline(Arc<Mutex<Vec<(Duration, Event)>>>);
+
+impl Timeline {
+    /// Note `event` now (simulated time; outside a host, the world's time is passed by the
+    /// caller through [`Timeline::at`]).
+    pub(crate) fn note(&self, event: Event) {
+        let now = turmoil::sim_elapsed().unwrap_or_default();
+        self.at(now, event);
+    }
+
+    pub(crate) fn at(&self, at: Duration, event: Event) {
+        if let Ok(mut events) = self.0.lock() {
+            events.push((at, event));
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().map(|e| e.len()).unwrap_or_default()
+    }
+
+    pub(crate) fn events(&self) -> Vec<(Duration, Event)> {
+        self.0.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// A hash of the whole log (times and events): equal for two runs of one seed.
+    pub(crate) fn digest(&self) -> u64 {
+        crate::net::mix(&self.events())
+    }
+
+    /// The last `n` events, one a line.
+    pub(crate) fn tail(&self, n: usize) -> String {
+        let events = self.events();
+        let skip = events.len().saturating_sub(n);
+        let mut out = String::new();
+        for (at, event) in &events[skip..] {
+            out.push_str(&format!("  {:>9.3}s {event}\n", at.as_secs_f64()));
+        }
+        out
+    }
+
+    /// Each task's runs as (start, end) intervals, from the starts and ends on the timeline
+    /// (a run never ended is open until `end`).
+    pub(crate) fn runs(
+        &self,
+        end: Duration,
+    ) -> BTreeMap<TaskId, Vec<(Duration, Duration, String)>> {
+        let mut open: BTreeMap<(TaskId, String, u64), Duration> = BTreeMap::new();
+        let mut runs: BTreeMap<TaskId, Vec<(Duration, Duration, String)>> = BTreeMap::new();
+        for (at, event) in self.events() {
+            match event {
+                Event::Started { task, worker, run } => {
+                    open.insert((task, worker, run), at);
+                }
+                Event::Finished { task, worker, run } | Event::Killed { task, worker, run } => {
+                    if let Some(start) = open.remove(&(task, worker.clone(), run)) {
+                        runs.entry(task).or_default().push((start, at, worker));
+                    }
+                }
+                Event::Fault(_) | Event::Client(_) => {}
+            }
+        }
+        for ((task, worker, _), start) in open {
+            runs.entry(task).or_default().push((start, end, worker));
+        }
+        runs
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Started { task, worker, run } => {
+                write!(f, "task {task} starts on {worker} (run {run})")
+            }
+            Event::Finished { task, worker, run } => {
+                write!(f, "task {task} finishes on {worker} (run {run})")
+            }
+            Event::Killed { task, worker, run } => {
+                write!(f, "task {task} killed on {worker} (run {run})")
+            }
+            Event::Fault(what) => write!(f, "fault: {what}"),
+            Event::Client(what) => write!(f, "client: {what}"),
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Workers in the simulation: the real worker shell (`weir::worker::Worker`, its sessions,
+//! lease and reports) with a simulated executor in place of processes: a task is a duration
+//! and an output (both from its input), on simulated time, each run's start and end noted on
+//! the simulator's timeline, and stopped at once on a kill (cancel, lease lost, give-up, crash).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::clock::Millis;
+use weir::net::{AccessFile, SessionEnd};
+use weir::proto::{Outcome, WorkerRegistration};
+use weir::worker::execute::{Execute, Execution};
+use weir::worker::{Seams, Settings, Worker};
+
+use crate::cluster::{Error, access};
+use crate::net::{SimUdp, mix};
+use crate::timeline::{Event, Timeline};
+
+/// A task's input: how long it runs (ms, little-endian u64) and a tag its output is made from.
+pub(crate) fn input(duration_ms: u64, tag: u64) -> Vec<u8> {
+    let mut input = duration_ms.to_le_bytes().to_vec();
+    input.extend_from_slice(&tag.to_le_bytes());
+    input
+}
+
+/// The output a run of `input` produces (the same for every run of it).
+pub(crate) fn output(input: &[u8]) -> Vec<u8> {
+    mix(&input).to_le_bytes().to_vec()
+}
+
+fn duration(input: &[u8]) -> Duration {
+    let ms = input
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map_or(0, u64::from_le_bytes);
+    Duration::from_millis(ms)
+}
+
+#[derive(Debug)]
+pub(crate) struct SimExecute {
+    timeline: Timeline,
+}
+
+/// Notes the end of a run when dropped: killed unless it finished.
+struct Running {
+    timeline: Timeline,
+    event: Option<Event>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(Event::Started { task, worker, run }) = self.event.take() {
+            self.timeline.note(Event::Killed { task, worker, run });
+        }
+    }
+}
+
+impl Execute for SimExecute {
+    fn execute(&self, execution: Execution) -> Pin<Box<dyn Future<Output = Outcome> + Send>> {
+        let timeline = self.timeline.clone();
+        Box::pin(async move {
+            let Execution {
+                worker,
+                task,
+                run,
+                input,
+                stop,
+                ..
+            } = execution;
+            if stop.is_set() {
+                return weir::core::worker::canceled();
+            }
+            let started = Event::Started { task, worker, run };
+            timeline.note(started.clone());
+            let mut running = Running {
+                timeline,
+                event: Some(started),
+            };
+            tokio::select! {
+                () = tokio::time::sleep(duration(&input)) => {
+                    if let Some(Event::Started { task, worker, run }) = running.event.take() {
+                        running.timeline.note(Event::Finished { task, worker, run });
+                    }
+                    Outcome::Exited { code: Some(0), stdout: output(&input), stderr: Vec::new() }
+                }
+                () = stop.stopped() => weir::core::worker::canceled(),
+            }
+        })
+    }
+}
+
+/// Add worker host `name` with `slots`, connecting to the scheduler whose access is published
+/// in `published`, and reconnecting while it is away (as `net::reconnecting` does, without
+/// the access file and signals).
+pub(crate) fn add(
+    sim: &mut turmoil::Sim<'static>,
+    seed: u64,
+    name: &str,
+    slots: u32,
+    published: Arc<Mutex<Option<AccessFile>>>,
+    timeline: Timeline,
+) {
+    let name = name.to_string();
+    sim.host(name.clone(), move || {
+        let (name, published, timeline) = (name.clone(), published.clone(), timeline.clone());
+        async move { run(seed, name, slots, published, timeline).await }
+    });
+}
+
+async fn run(
+    seed: u64,
+    name: String,
+    slots: u32,
+    published: Arc<Mutex<Option<AccessFile>>>,
+    timeline: Timeline,
+) -> Result<(), Error> {
+    let seams = Seams {
+        clock: Millis::real(),
+        udp: Arc::new(SimUdp::new(seed, &name)),
+        execute: Some(Arc::new(SimExecute { timeline })),
+    };
+    let mut worker = Worker::new(settings(&name, slots, mix(&(seed, &name))), seams)?;
+    loop {
+        let access = access(&published).await;
+        match worker.session(&access).await {
+            Ok(SessionEnd::Stopped(signal)) => {
+                tracing::info!(%signal, "{name}: stopped");
+                worker.shutdown().await;
+                return Ok(());
+            }
+            Ok(end) => tracing::debug!(%end, "{name}: lost the scheduler"),
+            Err(error) => tracing::debug!(%error, "{name}: no session"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn settings(name: &str, slots: u32, instance: u64) -> Settings {
+    Settings {
+        info: WorkerRegistration {
+            name: name.to_string(),
+            slots,
+            capabilities: vec![],
+            worker_type: "sim".into(),
+            manager: None,
+            local_environments: Vec::new(),
+            running: Vec::new(),
+            instance,
+            ends_in_ms: None,
+            finished: vec![],
+        },
+        heartbeat_interval: Duration::from_secs(1),
+        output_limit: 1 << 20,
+        max_tasks_per_runner: 0,
+        idle_timeout: weir::net::IDLE_TIMEOUT,
+        local_environments: Vec::new(),
+        env_allow: Vec::new(),
+        env_recheck: Duration::from_secs(3600),
+        total_memory: None,
+        cpus: Some(slots),
+        no_execute: false,
+        signal_grace: Duration::from_secs(1),
+        ends_at: None,
+    }
+}

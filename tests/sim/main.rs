@@ -6,7 +6,9 @@
 //!
 //! `cargo test --test sim` runs a fixed set of seeds; `WEIR_SIM_SEEDS=N` runs seeds 0..N and
 //! `WEIR_SIM_SEED=K` replays seed K (twice, asserting the same trace); `WEIR_SIM_TRACE=1`
-//! prints each seed's whole trace.
+//! prints each seed's whole trace; `WEIR_SIM_THREADS=T` runs seeds on T threads;
+//! `WEIR_SIM_HEAL_SECS=S` keeps faults coming for S simulated seconds (30 by default). CI:
+//! `WEIR_SIM_SEEDS=2000 WEIR_SIM_HEAL_SECS=60 WEIR_SIM_THREADS=2 cargo test --test sim seeds`.
 
 mod checks;
 mod cluster;
@@ -98,8 +100,28 @@ fn seeds() {
     };
     let started = Instant::now();
     let mut simulated = Duration::ZERO;
-    for &seed in &seeds {
-        let report = scenario::run(seed).unwrap_or_else(|failure| panic!("{failure}"));
+    // Seeds are independent runs: `WEIR_SIM_THREADS` runs them side by side (each its own
+    // simulation on its own thread; a seed's trace does not depend on which thread ran it).
+    let threads = env("WEIR_SIM_THREADS").unwrap_or(1).max(1) as usize;
+    let mut reports: Vec<(u64, Result<scenario::Report, String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let mine: Vec<u64> = seeds.iter().copied().skip(t).step_by(threads).collect();
+                scope.spawn(move || {
+                    mine.into_iter()
+                        .map(|seed| (seed, scenario::run(seed)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|handle| handle.join().expect("a thread of seeds ran to its end"))
+            .collect()
+    });
+    reports.sort_by_key(|(seed, _)| *seed);
+    for (seed, report) in reports {
+        let report = report.unwrap_or_else(|failure| panic!("{failure}"));
         simulated += report.elapsed;
         eprintln!(
             "seed {seed}: ok, {:.1}s simulated in {} steps, {} faults, {} runs killed, trace {:016x}",

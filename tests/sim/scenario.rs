@@ -1,7 +1,7 @@
 //! One seeded run: the real scheduler, 2–3 real workers and a client; a fault plan drawn from
 //! the seed (latency and jitter, flapping links, partitions of a worker from the scheduler,
 //! scheduler crashes losing its journal's unsynced tail, worker crashes), everything healed at
-//! [`HEAL`]; the invariants checked each time the timeline grows and at the end. A failure
+//! [`heal_at`]; the invariants checked each time the timeline grows and at the end. A failure
 //! names the seed, the step and the replay command, and prints the trace's last events.
 
 use std::sync::{Arc, Mutex};
@@ -18,8 +18,16 @@ use crate::net::SimUdp;
 use crate::timeline::{Event, Timeline};
 use crate::workers;
 
-/// Faults stop (links repaired, crashed hosts restarted) at this simulated time.
-pub(crate) const HEAL: Duration = Duration::from_secs(30);
+/// Faults stop (links repaired, crashed hosts restarted) at this simulated time, and jobs are
+/// submitted until then: 30 s by default (what the fixed seeds were found with), more with
+/// `WEIR_SIM_HEAL_SECS` (CI sweeps with 60, so every run lasts at least a simulated minute).
+pub(crate) fn heal_at() -> Duration {
+    let secs = std::env::var("WEIR_SIM_HEAL_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    Duration::from_secs(secs)
+}
 /// turmoil's step (`WEIR_SIM_TICK_MS`, 10 ms by default: 1 ms runs ~7× slower, and found
 /// nothing more in 300 seeds): timers fire and messages move on these boundaries.
 fn tick_ms() -> u64 {
@@ -29,7 +37,7 @@ fn tick_ms() -> u64 {
         .unwrap_or(10)
 }
 
-/// Every acknowledged job finishes within this after [`HEAL`] (the run's time limit).
+/// Every acknowledged job finishes within this after [`heal_at`] (the run's time limit).
 pub(crate) const BOUND: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
@@ -55,11 +63,12 @@ pub(crate) struct Report {
 
 /// Run `seed`; `Err` says which invariant broke, where, how to replay it, and the trace's tail.
 pub(crate) fn run(seed: u64) -> Result<Report, String> {
+    let heal_at = heal_at();
     let mut draw = Draw::new(seed);
     let mut builder = turmoil::Builder::new();
     builder
         .rng_seed(seed)
-        .simulation_duration(HEAL + BOUND)
+        .simulation_duration(heal_at + BOUND)
         .tick_duration(Duration::from_millis(tick_ms()))
         .enable_tokio_io();
     let latency = match draw.below(10) {
@@ -99,7 +108,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         let at = draw.millis(1_000, 25_000);
         plan.push((at, Fault::Partition(worker.clone())));
         plan.push((
-            (at + draw.millis(500, 15_000)).min(HEAL),
+            (at + draw.millis(500, 15_000)).min(heal_at),
             Fault::Repair(worker),
         ));
     }
@@ -107,7 +116,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         let at = draw.millis(2_000, 25_000);
         let torn = draw.below(300) as usize;
         plan.push((at, Fault::CrashScheduler { torn }));
-        let back = (at + draw.millis(200, 5_000)).min(HEAL);
+        let back = (at + draw.millis(200, 5_000)).min(heal_at);
         plan.push((back, Fault::Restart(SCHEDULER.into())));
     }
     if draw.chance(40) {
@@ -115,16 +124,16 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         let at = draw.millis(1_000, 25_000);
         plan.push((at, Fault::CrashWorker(worker.clone())));
         plan.push((
-            (at + draw.millis(200, 10_000)).min(HEAL),
+            (at + draw.millis(200, 10_000)).min(heal_at),
             Fault::Restart(worker),
         ));
     }
     plan.sort_by_key(|(at, _)| *at);
     // Jobs submitted through the fault window, each of 1–4 tasks of 0.1–2 s (one in seven 2–8 s): under
-    // of a slot's work, so what is left at `HEAL` fits well within `BOUND` on any cluster here.
+    // of a slot's work, so what is left at `heal_at` fits well within `BOUND` on any cluster here.
     let mut jobs = Vec::new();
     let mut at = draw.millis(0, 2_000);
-    while at < HEAL {
+    while at < heal_at {
         let tasks = (0..1 + draw.below(4))
             .map(|i| {
                 let long = draw.chance(15);
@@ -150,8 +159,9 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     let mut steps = 0u64;
     let fail = |why: String, steps: u64, at: Duration, timeline: &Timeline| {
         format!(
-            "seed {seed}: {why} (step {steps}, {:.3}s simulated)\n  replay: WEIR_SIM_SEED={seed} cargo test --test sim seeds -- --nocapture\n  last events:\n{}",
+            "seed {seed}: {why} (step {steps}, {:.3}s simulated)\n  replay: WEIR_SIM_SEED={seed} WEIR_SIM_HEAL_SECS={} cargo test --test sim seeds -- --nocapture\n  last events:\n{}",
             at.as_secs_f64(),
+            heal_at.as_secs(),
             timeline.tail(if std::env::var_os("WEIR_SIM_TRACE").is_some() {
                 usize::MAX
             } else {
@@ -164,7 +174,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         while let Some((_, fault)) = plan.next_if(|(at, _)| *at <= now) {
             apply(&mut cluster, &fault);
         }
-        if !healed && now >= HEAL {
+        if !healed && now >= heal_at {
             healed = true;
             heal(&mut cluster, &names);
         }
@@ -175,7 +185,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
                     .filter(|host| !cluster.sim.is_host_running(*host))
                     .collect();
                 let error = format!("{error}; hosts not running: {down:?}");
-                let why = if cluster.sim.elapsed() >= HEAL + BOUND {
+                let why = if cluster.sim.elapsed() >= heal_at + BOUND {
                     format!(
                         "an acknowledged job did not finish within {BOUND:?} of the faults healing ({error})"
                     )
@@ -193,7 +203,9 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
                 return Err(fail(why, steps, cluster.sim.elapsed(), &timeline));
             }
         }
-        if finished {
+        // The run lasts at least until the faults heal: its jobs done early, the faults still
+        // planned go on (crashes, partitions) under the no-overlap check.
+        if finished && cluster.sim.elapsed() >= heal_at {
             break;
         }
     }

@@ -56,7 +56,11 @@ pub(super) fn gone(
                 (true, _) => Gone::Exited,
                 (false, true) => Gone::Unproven,
                 (false, false) => {
-                    tracing::warn!(manager = %state.id, worker = %w.name, instance = w.instance, "its manager reports another process of this name gone (two managers of one id?): not this one");
+                    // Said once: the report keeps naming it among its last exited.
+                    let new = previous.is_none_or(|p| !p.exited.contains(&w.name));
+                    if new {
+                        tracing::warn!(manager = %state.id, worker = %w.name, instance = w.instance, "its manager reports another process of this name gone (two managers of one id?): not this one");
+                    }
                     return None;
                 }
             };

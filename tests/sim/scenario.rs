@@ -44,7 +44,18 @@ pub(crate) const BOUND: Duration = Duration::from_secs(60);
 enum Fault {
     Partition(String),
     Repair(String),
-    CrashScheduler { torn: usize },
+    /// Messages from the worker to the scheduler (or, `to_scheduler` false, back) are dropped.
+    OneWay {
+        worker: String,
+        to_scheduler: bool,
+    },
+    RepairOneWay {
+        worker: String,
+        to_scheduler: bool,
+    },
+    CrashScheduler {
+        torn: usize,
+    },
     CrashWorker(String),
     Restart(String),
 }
@@ -103,9 +114,13 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         );
     }
     let mut plan = Vec::new();
+    // Faults start within the window that ends 5 s before they heal (25 s by default).
+    let last = u64::try_from(heal_at.as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_sub(5_000);
     for _ in 0..draw.below(4) {
         let worker = names[draw.below(names.len() as u64) as usize].clone();
-        let at = draw.millis(1_000, 25_000);
+        let at = draw.millis(1_000, last);
         plan.push((at, Fault::Partition(worker.clone())));
         plan.push((
             (at + draw.millis(500, 15_000)).min(heal_at),
@@ -113,7 +128,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         ));
     }
     if draw.chance(40) {
-        let at = draw.millis(2_000, 25_000);
+        let at = draw.millis(2_000, last);
         let torn = draw.below(300) as usize;
         plan.push((at, Fault::CrashScheduler { torn }));
         let back = (at + draw.millis(200, 5_000)).min(heal_at);
@@ -121,11 +136,34 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     }
     if draw.chance(40) {
         let worker = names[draw.below(names.len() as u64) as usize].clone();
-        let at = draw.millis(1_000, 25_000);
+        let at = draw.millis(1_000, last);
         plan.push((at, Fault::CrashWorker(worker.clone())));
         plan.push((
             (at + draw.millis(200, 10_000)).min(heal_at),
             Fault::Restart(worker),
+        ));
+    }
+    // One-way partitions (a worker hears the scheduler but is not heard, or the reverse), drawn
+    // from a stream of their own so every other draw of a seed stays what it was.
+    let mut oneway = Draw::new(seed ^ 0x6f6e_6577_6179);
+    if oneway.chance(30) {
+        let worker = names[oneway.below(names.len() as u64) as usize].clone();
+        let at = oneway.millis(1_000, last);
+        let back = (at + oneway.millis(500, 15_000)).min(heal_at);
+        let to_scheduler = oneway.chance(50);
+        plan.push((
+            at,
+            Fault::OneWay {
+                worker: worker.clone(),
+                to_scheduler,
+            },
+        ));
+        plan.push((
+            back,
+            Fault::RepairOneWay {
+                worker,
+                to_scheduler,
+            },
         ));
     }
     plan.sort_by_key(|(at, _)| *at);
@@ -234,6 +272,16 @@ fn apply(cluster: &mut Cluster, fault: &Fault) {
     match fault {
         Fault::Partition(worker) => cluster.sim.partition(worker.as_str(), SCHEDULER),
         Fault::Repair(worker) => cluster.sim.repair(worker.as_str(), SCHEDULER),
+        Fault::OneWay {
+            worker,
+            to_scheduler: true,
+        } => cluster.sim.partition_oneway(worker.as_str(), SCHEDULER),
+        Fault::OneWay { worker, .. } => cluster.sim.partition_oneway(SCHEDULER, worker.as_str()),
+        Fault::RepairOneWay {
+            worker,
+            to_scheduler: true,
+        } => cluster.sim.repair_oneway(worker.as_str(), SCHEDULER),
+        Fault::RepairOneWay { worker, .. } => cluster.sim.repair_oneway(SCHEDULER, worker.as_str()),
         Fault::CrashScheduler { torn } => {
             cluster.sim.crash(SCHEDULER);
             // The machine lost power: what was synced, and a torn piece of what was not.

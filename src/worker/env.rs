@@ -108,6 +108,12 @@ impl Environments {
         self.remote = defs;
     }
 
+    /// Whether there is anything to evaluate or tear down: a condition of its own, one the
+    /// scheduler registered, or one still active.
+    pub fn has_conditions(&self) -> bool {
+        !self.local.is_empty() || !self.remote.is_empty() || !self.active.is_empty()
+    }
+
     /// Evaluate every environment (new ones, changed ones, and — when `recheck` — all again).
     pub fn evaluate(&mut self, recheck: bool) -> Evaluated {
         let facts = self.facts.probe();

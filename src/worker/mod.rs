@@ -218,6 +218,9 @@ impl Worker {
         }
         self.running.clear();
         let environments = self.environments.clone();
+        if environments.lock().is_ok_and(|e| !e.has_conditions()) {
+            return;
+        }
         let _ = tokio::task::spawn_blocking(move || {
             if let Ok(mut environments) = environments.lock() {
                 environments.teardown_all();

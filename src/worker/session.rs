@@ -282,17 +282,25 @@ async fn evaluate_environments(
     loop {
         let environments = environments.clone();
         let update = pending.take();
-        let evaluated = tokio::task::spawn_blocking(move || {
-            let Ok(mut environments) = environments.lock() else {
-                return env::Evaluated::default();
-            };
-            if let Some((defs, components)) = update {
-                environments.set_remote(defs, components);
-            }
-            environments.evaluate(full)
-        })
-        .await
-        .unwrap_or_default();
+        // Nothing to evaluate (no condition here, none registered): nothing to wait for on a
+        // blocking thread, whose timing a simulated cluster cannot replay.
+        let nothing = update.as_ref().is_none_or(|(defs, _)| defs.is_empty())
+            && environments.lock().is_ok_and(|e| !e.has_conditions());
+        let evaluated = if nothing {
+            env::Evaluated::default()
+        } else {
+            tokio::task::spawn_blocking(move || {
+                let Ok(mut environments) = environments.lock() else {
+                    return env::Evaluated::default();
+                };
+                if let Some((defs, components)) = update {
+                    environments.set_remote(defs, components);
+                }
+                environments.evaluate(full)
+            })
+            .await
+            .unwrap_or_default()
+        };
         // Loads first: a `register --wait` is answered as soon as the verdicts are in.
         if !evaluated.loads.is_empty() && outgoing.send(FromWorker::Loads(evaluated.loads)).is_err()
         {

@@ -48,7 +48,20 @@ impl Timeline {
 
     pub(crate) fn at(&self, at: Duration, event: Event) {
         if let Ok(mut events) = self.0.lock() {
-            events.push((at, event));
+            // Runs killed at one instant (a worker crashed: its runtime dropped them) are noted
+            // in the order tokio drops its tasks, which follows process-wide task ids, so two runs
+            // of a seed in one process would differ: they go in (worker, task, run) order.
+            let mut place = events.len();
+            if let Event::Killed { task, worker, run } = &event {
+                let key = (worker, task, run);
+                while place > 0
+                    && matches!(&events[place - 1], (when, Event::Killed { task: t, worker: w, run: r })
+                        if *when == at && (w, t, r) > key)
+                {
+                    place -= 1;
+                }
+            }
+            events.insert(place, (at, event));
         }
     }
 

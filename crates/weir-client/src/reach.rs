@@ -52,17 +52,18 @@ pub async fn reach_with(
     let mut backoff = Duration::from_millis(50);
     let mut told = false;
     loop {
-        let wait_for_start = patience != Patience::Running;
-        let error = match (AccessFile::read(path), holder(path)) {
-            (_, Holder::Gone(reason)) if wait_for_start => NetError::NotRunning(reason),
-            // No file and no scheduler holding its lock: the file's error says where it looked.
-            (Err(error), Holder::Gone(_)) => return Err(error),
-            (Ok(_), Holder::Gone(reason)) => return Err(NetError::NotRunning(reason)),
+        // Whether the file is there is looked at before it is read: a scheduler that writes it
+        // between a failed read and a later look must not turn "not there yet" into an error
+        // (CI met that race: `weir workers wait` failed beside a scheduler that had started).
+        let present = path.exists();
+        let error = match look(AccessFile::read(path), present, holder(path), patience) {
+            Look::Fail(error) => return Err(error),
+            Look::Wait(error) => error,
             // An attempt after the first takes at most what is left of `timeout` (quinn's own
             // handshake timeout is 5 s: a wait of 12 s must not end at 15). The first is
             // made whole (`timeout` 0 means "do not wait", not "do not try") unless the caller
             // waits for a start: then `timeout` bounds it all.
-            (Ok(access), _) => {
+            Look::Connect(access) => {
                 let left = match told || patience == Patience::Start {
                     false => Duration::MAX,
                     true => timeout
@@ -80,9 +81,6 @@ pub async fn reach_with(
                     },
                 }
             }
-            // Not there yet: a scheduler that holds its lock is about to write it.
-            (Err(error), _) if !path.exists() || patience == Patience::Restart => error,
-            (Err(error), _) => return Err(error),
         };
         if started.elapsed() >= timeout {
             return Err(match started.elapsed().is_zero() || timeout.is_zero() {
@@ -106,5 +104,87 @@ pub async fn reach_with(
             _ => Duration::from_secs(2),
         };
         backoff = (backoff * 2).min(most);
+    }
+}
+
+/// What one look at the access file (`read`; `present`: whether it existed just before it was
+/// read) and its lock says to do, before any connection is tried.
+#[derive(Debug)]
+enum Look {
+    Connect(AccessFile),
+    /// Try again after a backoff (within the timeout), with this error if time runs out.
+    Wait(NetError),
+    Fail(NetError),
+}
+
+fn look(
+    read: Result<AccessFile, NetError>,
+    present: bool,
+    holder: Holder,
+    patience: Patience,
+) -> Look {
+    let wait_for_start = patience != Patience::Running;
+    match (read, holder) {
+        (_, Holder::Gone(reason)) if wait_for_start => Look::Wait(NetError::NotRunning(reason)),
+        // No file and no scheduler holding its lock: the file's error says where it looked.
+        (Err(error), Holder::Gone(_)) => Look::Fail(error),
+        (Ok(_), Holder::Gone(reason)) => Look::Fail(NetError::NotRunning(reason)),
+        (Ok(access), _) => Look::Connect(access),
+        // Not there yet: a scheduler that holds its lock is about to write it.
+        (Err(error), _) if !present || patience == Patience::Restart => Look::Wait(error),
+        // There, and unreadable or damaged.
+        (Err(error), _) => Look::Fail(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn missing() -> Result<AccessFile, NetError> {
+        Err(NetError::Access(
+            "cannot read the access file: No such file".into(),
+        ))
+    }
+
+    /// The race CI met: the file was missing when read and written before the lock was looked
+    /// at (the lock now names a live scheduler). Every patience waits and reads it again.
+    #[test]
+    fn a_file_written_between_the_read_and_the_lock_is_waited_for() {
+        for patience in [Patience::Running, Patience::Start, Patience::Restart] {
+            let look = look(missing(), false, Holder::Unknown, patience);
+            assert!(matches!(look, Look::Wait(_)), "{patience:?}: {look:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_there_but_unreadable_fails_at_once_unless_restarting() {
+        for (patience, waits) in [
+            (Patience::Running, false),
+            (Patience::Start, false),
+            (Patience::Restart, true),
+        ] {
+            let look = look(missing(), true, Holder::Held, patience);
+            assert_eq!(
+                matches!(look, Look::Wait(_)),
+                waits,
+                "{patience:?}: {look:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_gone_scheduler_fails_at_once_unless_its_successor_is_awaited() {
+        let gone = || Holder::Gone("gone".into());
+        assert!(matches!(
+            look(missing(), false, gone(), Patience::Running),
+            Look::Fail(NetError::Access(_))
+        ));
+        for patience in [Patience::Start, Patience::Restart] {
+            assert!(matches!(
+                look(missing(), false, gone(), patience),
+                Look::Wait(NetError::NotRunning(_))
+            ));
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! The worker manager: starts and stops the worker processes of one pool.
 //!
 //! Dynamic mode heartbeats its state to the scheduler and converges to the desired count the
-//! scaling policy sends: it stops the (idle, already drained) workers named, then any extra
-//! ones that have not registered yet, and starts new ones to fill up; a worker that dies is
+//! scaling policy sends: it stops the (idle, already drained) workers named, and starts new
+//! ones to fill up (a worker process it started is stopped only once named: it may be taking
+//! tasks while a decision made before it registered is on its way); a worker that dies is
 //! replaced (with a backoff when workers keep dying young). It never runs more workers than its
 //! own cap allows, whatever it is asked. Fixed mode (`--fixed N`) keeps N workers alive the same
 //! way and registers with the scheduler as a fixed pool (not scaled), except inside a unit of
@@ -79,6 +80,35 @@ pub struct Seams {
     pub spawner: Arc<dyn spawn::Spawner>,
     /// The sockets it connects to the scheduler from.
     pub udp: Arc<dyn Udp>,
+    /// Where its workers' instance ids come from.
+    pub instances: Instances,
+}
+
+/// Where a manager draws the instance id of each worker it starts (what tells its processes
+/// apart from a twin's of the same names).
+#[derive(Clone, Copy, Debug)]
+pub enum Instances {
+    /// From the system's random source: the host's.
+    Random,
+    /// A stream from this seed: a simulation, whose seed must replay.
+    Seeded(u64),
+}
+
+impl Instances {
+    /// The `n`th instance id (never 0: 0 says "not given").
+    pub(crate) fn draw(self, n: u64) -> Result<u64, getrandom::Error> {
+        let id = match self {
+            Instances::Random => getrandom::u64()?,
+            Instances::Seeded(seed) => {
+                // SplitMix64's output step over seed + n.
+                let mut z = seed.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^ (z >> 31)
+            }
+        };
+        Ok(id.max(1))
+    }
 }
 
 impl Seams {
@@ -88,6 +118,7 @@ impl Seams {
             clock: Millis::real(),
             spawner: Arc::new(spawn::ProcessSpawner),
             udp: Arc::new(HostUdp),
+            instances: Instances::Random,
         }
     }
 }

@@ -20,13 +20,16 @@ pub struct Pool {
     /// each itself that it stops (its tasks killed first), and takes a report of it exited as
     /// proof that the process is gone, so that report waits for the exit (`reap`).
     stopping: Vec<(String, u64, Box<dyn Process>)>,
-    /// Each alive worker as a unit of one: when it started, and whether the scheduler has ever
-    /// said it registered (in any session): then it is stopped only when named (drained), never
-    /// as "not registered yet" — after a scheduler restart it is busy with tasks it has not
-    /// claimed yet.
+    /// Each alive worker as a unit of one, running from its start: when it started, and
+    /// whether the scheduler has ever said it registered (in any session). It is stopped only
+    /// when named (drained), never as "not registered yet": it may be registering and taking
+    /// tasks right now, and after a scheduler restart it is busy with tasks it has not claimed
+    /// yet.
     book: Book,
     clock: crate::clock::Millis,
     next: u64,
+    /// Workers started, ever (the instance ids' stream position).
+    started: u64,
     /// The last workers that exited or were stopped, and their instances, newest last
     /// (reported to the scheduler).
     exited: std::collections::VecDeque<(String, u64)>,
@@ -50,6 +53,7 @@ impl Pool {
             children: Vec::new(),
             stopping: Vec::new(),
             next: 0,
+            started: 0,
             exited: std::collections::VecDeque::new(),
             dismissed: false,
             restarts: Restarts::default(),
@@ -73,12 +77,12 @@ impl Pool {
         };
         // Its instance is ours to say: a report of it gone then names this process, not
         // another of its name (a twin manager's, started with our id, names its workers as we do).
-        let instance = getrandom::u64()
-            .map_err(|e| ManagerError::StartWorker {
+        self.started += 1;
+        let instance =
+            (s.seams.instances.draw(self.started)).map_err(|e| ManagerError::StartWorker {
                 command: s.worker_command.clone(),
                 error: std::io::Error::other(format!("cannot draw an instance id: {e}")),
-            })?
-            .max(1);
+            })?;
         let mut args: Vec<std::ffi::OsString> = vec![
             "--access-file".into(),
             s.access_file.clone().into(),
@@ -117,7 +121,15 @@ impl Pool {
         })?;
         tracing::info!(worker = %name, "worker started");
         self.children.push((name.clone(), instance, child));
-        let unit = Unit::one(name.clone(), self.clock.now());
+        // A started process runs: its worker may be registering right now, and taking tasks,
+        // while a decision made before it registered is on its way here, so it is never
+        // stopped as one too many, only once the scheduler drained and named it (the Slurm
+        // backend's rule for a running job). The simulation found it (tests/sim seed 278): a
+        // decision to scale to 0, sent just before the worker registered, stopped it busy.
+        let unit = Unit {
+            running: true,
+            ..Unit::one(name.clone(), self.clock.now())
+        };
         self.book.units.push(unit);
         Ok(name)
     }

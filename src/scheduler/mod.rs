@@ -334,7 +334,11 @@ pub async fn run_with(
             limits: scaling.limits,
             events: events.clone(),
         });
-        actor.policy = Some(policy::policy_thread(scaling.policy, events.clone()));
+        actor.policy = Some(policy::PolicyRunner::new(
+            scaling.policy,
+            events.clone(),
+            seams.policy_inline,
+        ));
     }
     let mut actor = tokio::spawn(actor.run(inbox));
     let access = Arc::new(access);

@@ -18,7 +18,56 @@ pub(super) enum PolicyJob {
     Replace(Box<dyn ScalingPolicy>),
 }
 
-pub(super) fn policy_thread(
+/// Where the running policy decides: on a thread of its own (the host's), or in line on the
+/// actor's task ([`super::Seams::policy_inline`]: a simulation, where a decision must land at
+/// the step it was asked for, whatever the machine's threads do, so a seed replays).
+pub(super) enum PolicyRunner {
+    Thread(std::sync::mpsc::Sender<PolicyJob>),
+    Inline {
+        policy: Box<dyn ScalingPolicy>,
+        events: mpsc::UnboundedSender<Event>,
+    },
+}
+
+impl PolicyRunner {
+    pub(super) fn new(
+        policy: Box<dyn ScalingPolicy>,
+        events: mpsc::UnboundedSender<Event>,
+        inline: bool,
+    ) -> PolicyRunner {
+        match inline {
+            true => PolicyRunner::Inline { policy, events },
+            false => PolicyRunner::Thread(policy_thread(policy, events)),
+        }
+    }
+
+    /// Hand `job` over (in line: do it now); `false` if the thread is gone.
+    pub(super) fn send(&mut self, job: PolicyJob) -> bool {
+        match self {
+            PolicyRunner::Thread(thread) => thread.send(job).is_ok(),
+            PolicyRunner::Inline { policy, events } => match job {
+                PolicyJob::Decide(snapshot) => {
+                    events.send(decide(policy.as_mut(), &snapshot)).is_ok()
+                }
+                PolicyJob::Replace(new) => {
+                    *policy = new;
+                    true
+                }
+            },
+        }
+    }
+}
+
+fn decide(policy: &mut dyn ScalingPolicy, snapshot: &Snapshot) -> Event {
+    let started = std::time::Instant::now();
+    let result = policy.decide(snapshot);
+    Event::Decided {
+        result,
+        elapsed: started.elapsed(),
+    }
+}
+
+fn policy_thread(
     mut policy: Box<dyn ScalingPolicy>,
     events: mpsc::UnboundedSender<Event>,
 ) -> std::sync::mpsc::Sender<PolicyJob> {
@@ -29,10 +78,7 @@ pub(super) fn policy_thread(
             while let Ok(job) = inbox.recv() {
                 match job {
                     PolicyJob::Decide(snapshot) => {
-                        let started = std::time::Instant::now();
-                        let result = policy.decide(&snapshot);
-                        let elapsed = started.elapsed();
-                        if events.send(Event::Decided { result, elapsed }).is_err() {
+                        if events.send(decide(policy.as_mut(), &snapshot)).is_err() {
                             return;
                         }
                     }

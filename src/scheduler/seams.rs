@@ -17,6 +17,10 @@ pub struct Seams {
     pub journal: Option<Box<dyn JournalStore>>,
     /// The socket it listens on (bound to `--listen`).
     pub udp: Arc<dyn Udp>,
+    /// The running policy decides in line on the actor's task, not on a thread of its own
+    /// (the host's way: a slow policy never holds up the actor). For a simulation, whose
+    /// decisions must land at the step they were asked for, with a policy that is quick.
+    pub policy_inline: bool,
 }
 
 impl Seams {
@@ -26,6 +30,7 @@ impl Seams {
             clock: Arc::new(TokioClock),
             journal: None,
             udp: Arc::new(HostUdp),
+            policy_inline: false,
         }
     }
 }

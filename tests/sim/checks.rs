@@ -9,8 +9,12 @@ use weir::proto::{TaskResult, TaskState};
 use crate::scenario::produced;
 use crate::timeline::Timeline;
 
-/// No two runs of one task overlap in simulated time (a run still going is open until `now`).
+/// No two runs of one task overlap in simulated time (a run still going is open until `now`),
+/// and no invariant the simulator judges where it happens broke (`Event::Broken`).
 pub(crate) fn no_overlap(timeline: &Timeline, now: Duration) -> Result<(), String> {
+    if let Some(broken) = timeline.broken() {
+        return Err(broken);
+    }
     for (task, mut runs) in timeline.runs(now) {
         runs.sort();
         for pair in runs.windows(2) {

@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir::client::Client;
+use weir::core::scheduler::PolicyInfo;
 use weir::net::AccessFile;
 use weir::proto::{NewGroup, TaskKind, TaskSpec};
 use weir::scheduler::journal::MemoryStore;
-use weir::scheduler::{Seams, Settings};
+use weir::scheduler::{Scaling, Seams, Settings};
 
-use crate::net::SimUdp;
+use crate::net::{Net, SimUdp};
 use crate::timeline::Timeline;
 
 pub(crate) const SCHEDULER: &str = "scheduler";
@@ -41,6 +42,7 @@ pub(crate) struct SchedulerState {
 pub(crate) struct Cluster {
     pub(crate) sim: turmoil::Sim<'static>,
     pub(crate) seed: u64,
+    pub(crate) net: Net,
     pub(crate) scheduler: SchedulerState,
     pub(crate) timeline: Timeline,
     _dir: tempfile::TempDir,
@@ -55,24 +57,28 @@ impl Cluster {
             .simulation_duration(limit)
             .tick_duration(Duration::from_millis(1))
             .enable_tokio_io();
-        Cluster::with(seed, builder)
+        Cluster::with(seed, builder, None)
     }
 
-    /// A world from `builder` (seeded with `seed`), with the scheduler up.
-    pub(crate) fn with(seed: u64, builder: turmoil::Builder) -> Cluster {
+    /// A world from `builder` (seeded with `seed`), with the scheduler up; with `policy`, it
+    /// scales managers with the native waterfall of that content (manager ids).
+    pub(crate) fn with(seed: u64, builder: turmoil::Builder, policy: Option<String>) -> Cluster {
         let mut sim = builder.build();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let scheduler = SchedulerState::default();
         let state = scheduler.clone();
         let files = dir.path().to_path_buf();
+        let net = Net::new(seed);
+        let udp = net.clone();
         sim.host(SCHEDULER, move || {
-            let state = state.clone();
-            let files = files.clone();
-            async move { run_scheduler(seed, files, state).await }
+            let (state, files, net, policy) =
+                (state.clone(), files.clone(), udp.clone(), policy.clone());
+            async move { run_scheduler(net, files, state, policy).await }
         });
         Cluster {
             sim,
             seed,
+            net,
             scheduler,
             timeline: Timeline::default(),
             _dir: dir,
@@ -90,7 +96,7 @@ impl Cluster {
         let slot = Arc::new(Mutex::new(None));
         let out = slot.clone();
         let access = self.scheduler.access.clone();
-        let udp = SimUdp::new(self.seed, name);
+        let udp = self.net.udp(name);
         self.sim.client(name, async move {
             let client = connect(&udp, &access).await?;
             let value = body(client).await?;
@@ -147,22 +153,44 @@ pub(crate) async fn connect_once(
     Client::connect_with(udp, &access).await
 }
 
-async fn run_scheduler(seed: u64, files: PathBuf, state: SchedulerState) -> Result<(), Error> {
+async fn run_scheduler(
+    net: Net,
+    files: PathBuf,
+    state: SchedulerState,
+    policy: Option<String>,
+) -> Result<(), Error> {
     let listen = SocketAddr::new(turmoil::lookup(SCHEDULER), PORT);
     let store = state.disk.lock().map_err(|_| "disk poisoned")?.clone();
     let seams = Seams {
         clock: Arc::new(weir::clock::TokioClock),
         journal: Some(Box::new(store)),
-        udp: Arc::new(SimUdp::new(seed, SCHEDULER)),
+        udp: Arc::new(net.udp(SCHEDULER)),
+        policy_inline: true,
     };
+    let scaling = policy.map(|content| scaling(&content)).transpose()?;
     let published = state.access.clone();
-    weir::scheduler::run_with(settings(listen, files), None, seams, move |running| {
+    weir::scheduler::run_with(settings(listen, files), scaling, seams, move |running| {
         if let Ok(mut access) = published.lock() {
             *access = Some(running.access.clone());
         }
     })
     .await?;
     Ok(())
+}
+
+/// The native waterfall (manager ids) with `content`, as the scheduler's policy.
+fn scaling(content: &str) -> Result<Scaling, Error> {
+    let policy = weir_waterfall::Policy::parse(weir_waterfall::Flavor::ManagerId, content)?;
+    Ok(Scaling {
+        tiers: policy.tiers(),
+        policy: Box::new(policy),
+        info: PolicyInfo {
+            name: "native waterfall".into(),
+            content: content.into(),
+            ..PolicyInfo::default()
+        },
+        limits: weir::plugin::Limits::default(),
+    })
 }
 
 fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
@@ -172,7 +200,8 @@ fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
         heartbeat_timeout: Duration::from_secs(5),
         cert: None,
         scaling_interval: Duration::from_secs(1),
-        scale_down_delay: Duration::from_secs(30),
+        // Short, so a run of a minute or two scales managers down as well as up.
+        scale_down_delay: Duration::from_secs(5),
         manager_forget_after: Duration::from_secs(60),
         record_snapshots: None,
         journal: Some(files.join("journal")),

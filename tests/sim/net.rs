@@ -16,25 +16,60 @@ use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, EndpointConfig, UdpPoller};
 use weir::net::udp::Udp;
 
-/// The sockets of one simulated host. Each endpoint made on them gets its own quinn RNG seed,
-/// drawn from the run's seed, the host's name and how many endpoints it made before, so
-/// connection ids (and so every packet's size and order) replay with the seed.
+/// The world's network knobs the simulator turns while it runs (turmoil's own: latency, loss,
+/// partitions; these: what turmoil has not), shared by every socket made from it.
+#[derive(Clone, Debug)]
+pub(crate) struct Net {
+    seed: u64,
+    /// Percent of datagrams sent twice (the copy arrives on its own, later or earlier: turmoil
+    /// draws each one's latency).
+    duplicate: Arc<AtomicU64>,
+}
+
+impl Net {
+    pub(crate) fn new(seed: u64) -> Net {
+        Net {
+            seed,
+            duplicate: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub(crate) fn set_duplicate_percent(&self, percent: u64) {
+        self.duplicate.store(percent, Ordering::Relaxed);
+    }
+
+    /// The sockets of host `host`'s one process.
+    pub(crate) fn udp(&self, host: &str) -> SimUdp {
+        self.udp_for(host, host)
+    }
+
+    /// The sockets of process `label` on host `host` (a manager's workers run on its host).
+    pub(crate) fn udp_for(&self, host: &str, label: &str) -> SimUdp {
+        SimUdp {
+            seed: mix(&(self.seed, label)),
+            host: host.to_string(),
+            endpoints: AtomicU64::new(0),
+            duplicate: self.duplicate.clone(),
+        }
+    }
+}
+
+/// The sockets of one simulated process. Each endpoint made on them gets its own quinn RNG
+/// seed, drawn from the run's seed, the process's name and how many endpoints it made before,
+/// so connection ids (and so every packet's size and order) replay with the seed.
 #[derive(Debug)]
 pub(crate) struct SimUdp {
     seed: u64,
     host: String,
     endpoints: AtomicU64,
+    duplicate: Arc<AtomicU64>,
 }
 
 impl SimUdp {
-    pub(crate) fn new(seed: u64, host: &str) -> SimUdp {
-        SimUdp {
-            seed: mix(&(seed, host)),
-            host: host.to_string(),
-            endpoints: AtomicU64::new(0),
-        }
-    }
-
     /// Bound to `address`'s port on every interface (turmoil binds only wildcards and
     /// loopback), saying the host's own address is its own (what a scheduler publishes).
     fn bind(&self, address: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>> {
@@ -49,7 +84,13 @@ impl SimUdp {
                     turmoil::lookup(self.host.as_str()),
                     socket.local_addr()?.port(),
                 );
-                Ok(Arc::new(SimSocket { socket, local }))
+                Ok(Arc::new(SimSocket {
+                    socket,
+                    local,
+                    seed: mix(&(self.seed, local.port())),
+                    sent: AtomicU64::new(0),
+                    duplicate: self.duplicate.clone(),
+                }))
             }
             Poll::Pending => Err(io::Error::other("turmoil's bind did not finish at once")),
         }
@@ -87,6 +128,10 @@ impl Udp for SimUdp {
 struct SimSocket {
     socket: turmoil::net::UdpSocket,
     local: SocketAddr,
+    /// Whether a datagram is sent twice is drawn from this and how many it sent before.
+    seed: u64,
+    sent: AtomicU64,
+    duplicate: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for SimSocket {
@@ -112,8 +157,14 @@ impl AsyncUdpSocket for SimSocket {
 
     fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
         self.socket
-            .try_send_to(transmit.contents, transmit.destination)
-            .map(|_| ())
+            .try_send_to(transmit.contents, transmit.destination)?;
+        let percent = self.duplicate.load(Ordering::Relaxed);
+        let n = self.sent.fetch_add(1, Ordering::Relaxed);
+        if percent > 0 && mix(&(self.seed, n)) % 100 < percent {
+            self.socket
+                .try_send_to(transmit.contents, transmit.destination)?;
+        }
+        Ok(())
     }
 
     fn poll_recv(

@@ -16,7 +16,7 @@ use crate::cluster::{self, Cluster, Error, SCHEDULER};
 use crate::draw::Draw;
 use crate::net::SimUdp;
 use crate::timeline::{Event, Timeline};
-use crate::workers;
+use crate::{managers, workers};
 
 /// Faults stop (links repaired, crashed hosts restarted) at this simulated time, and jobs are
 /// submitted until then: 30 s by default (what the fixed seeds were found with), more with
@@ -56,6 +56,7 @@ enum Fault {
     CrashScheduler {
         torn: usize,
     },
+    /// A worker's machine, or a manager's (its workers with it), is lost.
     CrashWorker(String),
     Restart(String),
 }
@@ -96,8 +97,42 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
             .fail_rate(0.0005 * (1 + draw.below(4)) as f64)
             .repair_rate(0.02);
     }
-    let mut cluster = Cluster::with(seed, builder);
+    // Managers (0–2, scaled by the native waterfall in the order drawn) and duplicated
+    // datagrams, from streams of their own, so every other draw of a seed stays what it was.
+    let mut fleet = Draw::new(seed ^ 0x6d61_6e61_6765_7273);
+    let managers: Vec<(String, u32, u32)> = (0..fleet.below(3))
+        .map(|i| {
+            let slots = 1 + fleet.below(2) as u32;
+            (
+                format!("manager{i}"),
+                slots,
+                slots * (1 + fleet.below(3) as u32),
+            )
+        })
+        .collect();
+    let policy = (!managers.is_empty()).then(|| {
+        (managers.iter().enumerate())
+            .map(|(i, (id, _, _))| format!("{}, {id}\n", i + 1))
+            .collect::<String>()
+    });
+    let mut cluster = Cluster::with(seed, builder, policy);
+    let mut twice = Draw::new(seed ^ 0x6475_706c_6963_6174);
+    if twice.chance(30) {
+        cluster.net.set_duplicate_percent(1 + twice.below(10));
+    }
     let timeline = cluster.timeline.clone();
+    for (id, slots, cap) in &managers {
+        let access = cluster.scheduler.access.clone();
+        managers::add(
+            &mut cluster.sim,
+            &cluster.net,
+            id,
+            *slots,
+            *cap,
+            access,
+            timeline.clone(),
+        );
+    }
     let names: Vec<String> = (0..2 + draw.below(2))
         .map(|i| format!("worker{i}"))
         .collect();
@@ -106,7 +141,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         let access = cluster.scheduler.access.clone();
         workers::add(
             &mut cluster.sim,
-            seed,
+            &cluster.net,
             name,
             slots,
             access,
@@ -166,7 +201,31 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
             },
         ));
     }
+    // The managers' machines: partitioned from the scheduler, or lost (with their workers)
+    // and started again.
+    for (id, _, _) in &managers {
+        if fleet.chance(40) {
+            let at = fleet.millis(1_000, last);
+            plan.push((at, Fault::Partition(id.clone())));
+            plan.push((
+                (at + fleet.millis(500, 15_000)).min(heal_at),
+                Fault::Repair(id.clone()),
+            ));
+        }
+        if fleet.chance(30) {
+            let at = fleet.millis(1_000, last);
+            plan.push((at, Fault::CrashWorker(id.clone())));
+            plan.push((
+                (at + fleet.millis(200, 10_000)).min(heal_at),
+                Fault::Restart(id.clone()),
+            ));
+        }
+    }
     plan.sort_by_key(|(at, _)| *at);
+    // Every host but the scheduler and the client: workers, then managers.
+    let hosts: Vec<String> = (names.iter().cloned())
+        .chain(managers.iter().map(|(id, _, _)| id.clone()))
+        .collect();
     // Jobs submitted through the fault window, each of 1–4 tasks of 0.1–2 s (one in seven 2–8 s): under
     // of a slot's work, so what is left at `heal_at` fits well within `BOUND` on any cluster here.
     let mut jobs = Vec::new();
@@ -214,12 +273,12 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         }
         if !healed && now >= heal_at {
             healed = true;
-            heal(&mut cluster, &names);
+            heal(&mut cluster, &hosts);
         }
         let finished = match cluster.sim.step() {
             Ok(finished) => finished,
             Err(error) => {
-                let down: Vec<&str> = (names.iter().map(String::as_str).chain([SCHEDULER]))
+                let down: Vec<&str> = (hosts.iter().map(String::as_str).chain([SCHEDULER]))
                     .filter(|host| !cluster.sim.is_host_running(*host))
                     .collect();
                 let error = format!("{error}; hosts not running: {down:?}");
@@ -298,7 +357,7 @@ fn apply(cluster: &mut Cluster, fault: &Fault) {
     }
 }
 
-fn heal(cluster: &mut Cluster, workers: &[String]) {
+fn heal(cluster: &mut Cluster, hosts: &[String]) {
     cluster
         .timeline
         .at(cluster.sim.elapsed(), Event::Fault("heal".into()));
@@ -309,7 +368,7 @@ fn heal(cluster: &mut Cluster, workers: &[String]) {
     // Every link, the client's too: a link the flapping took down stays down until repaired
     // (turmoil repairs those only on traffic, at `repair_rate` a message).
     cluster.sim.repair("client", SCHEDULER);
-    for host in workers.iter().map(String::as_str) {
+    for host in hosts.iter().map(String::as_str) {
         cluster.sim.repair(host, SCHEDULER);
         if !cluster.sim.is_host_running(host) {
             cluster.sim.bounce(host);
@@ -331,7 +390,7 @@ fn client(cluster: &mut Cluster, jobs: Vec<(Duration, Vec<Vec<u8>>)>) -> Results
     let out = slot.clone();
     let published = cluster.scheduler.access.clone();
     let timeline = cluster.timeline.clone();
-    let udp = SimUdp::new(cluster.seed, "client");
+    let udp = cluster.net.udp("client");
     cluster.sim.client("client", async move {
         let start = tokio::time::Instant::now();
         let mut link = Link {

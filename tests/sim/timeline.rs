@@ -31,6 +31,11 @@ pub(crate) enum Event {
     },
     /// A fault or a repair, as said.
     Fault(String),
+    /// A manager started or stopped a worker.
+    Manager(String),
+    /// An invariant broke where only the simulator sees it (a manager above its cap, a busy
+    /// worker stopped): the run fails with this.
+    Broken(String),
     /// A client was told something (acknowledged, finished, ...).
     Client(String),
 }
@@ -89,6 +94,46 @@ impl Timeline {
         out
     }
 
+    /// The tasks with a run open on `worker` now.
+    pub(crate) fn running_on(&self, worker: &str) -> Vec<TaskId> {
+        let mut open: BTreeMap<(TaskId, u64), ()> = BTreeMap::new();
+        for (_, event) in self.events() {
+            match event {
+                Event::Started {
+                    task,
+                    worker: w,
+                    run,
+                } if w == worker => {
+                    open.insert((task, run), ());
+                }
+                Event::Finished {
+                    task,
+                    worker: w,
+                    run,
+                }
+                | Event::Killed {
+                    task,
+                    worker: w,
+                    run,
+                } if w == worker => {
+                    open.remove(&(task, run));
+                }
+                _ => {}
+            }
+        }
+        open.into_keys().map(|(task, _)| task).collect()
+    }
+
+    /// The first invariant broken where only the simulator sees it ([`Event::Broken`]).
+    pub(crate) fn broken(&self) -> Option<String> {
+        self.events()
+            .into_iter()
+            .find_map(|(at, event)| match event {
+                Event::Broken(what) => Some(format!("{what} (at {:.3}s)", at.as_secs_f64())),
+                _ => None,
+            })
+    }
+
     /// Each task's runs as (start, end) intervals, from the starts and ends on the timeline
     /// (a run never ended is open until `end`).
     pub(crate) fn runs(
@@ -107,7 +152,7 @@ impl Timeline {
                         runs.entry(task).or_default().push((start, at, worker));
                     }
                 }
-                Event::Fault(_) | Event::Client(_) => {}
+                Event::Fault(_) | Event::Client(_) | Event::Manager(_) | Event::Broken(_) => {}
             }
         }
         for ((task, worker, _), start) in open {
@@ -130,6 +175,8 @@ impl fmt::Display for Event {
                 write!(f, "task {task} killed on {worker} (run {run})")
             }
             Event::Fault(what) => write!(f, "fault: {what}"),
+            Event::Manager(what) => write!(f, "manager: {what}"),
+            Event::Broken(what) => write!(f, "BROKEN: {what}"),
             Event::Client(what) => write!(f, "client: {what}"),
         }
     }

@@ -15,7 +15,7 @@ use weir::worker::execute::{Execute, Execution};
 use weir::worker::{Seams, Settings, Worker};
 
 use crate::cluster::{Error, access};
-use crate::net::{SimUdp, mix};
+use crate::net::{Net, SimUdp, mix};
 use crate::timeline::{Event, Timeline};
 
 /// A task's input: how long it runs (ms, little-endian u64) and a tag its output is made from.
@@ -96,32 +96,37 @@ impl Execute for SimExecute {
 /// the access file and signals).
 pub(crate) fn add(
     sim: &mut turmoil::Sim<'static>,
-    seed: u64,
+    net: &Net,
     name: &str,
     slots: u32,
     published: Arc<Mutex<Option<AccessFile>>>,
     timeline: Timeline,
 ) {
     let name = name.to_string();
+    let net = net.clone();
     sim.host(name.clone(), move || {
         let (name, published, timeline) = (name.clone(), published.clone(), timeline.clone());
-        async move { run(seed, name, slots, published, timeline).await }
+        let settings = settings(&name, slots, mix(&(net.seed(), &name)));
+        let udp = net.udp(&name);
+        async move { run(settings, udp, published, timeline).await }
     });
 }
 
-async fn run(
-    seed: u64,
-    name: String,
-    slots: u32,
+/// Run the worker of `settings` on `udp` until it is stopped (reconnecting while the
+/// scheduler is away).
+pub(crate) async fn run(
+    settings: Settings,
+    udp: SimUdp,
     published: Arc<Mutex<Option<AccessFile>>>,
     timeline: Timeline,
 ) -> Result<(), Error> {
+    let name = settings.info.name.clone();
     let seams = Seams {
         clock: Millis::real(),
-        udp: Arc::new(SimUdp::new(seed, &name)),
+        udp: Arc::new(udp),
         execute: Some(Arc::new(SimExecute { timeline })),
     };
-    let mut worker = Worker::new(settings(&name, slots, mix(&(seed, &name))), seams)?;
+    let mut worker = Worker::new(settings, seams)?;
     loop {
         let access = access(&published).await;
         match worker.session(&access).await {
@@ -137,7 +142,8 @@ async fn run(
     }
 }
 
-fn settings(name: &str, slots: u32, instance: u64) -> Settings {
+/// A worker's settings: `slots`, type `sim`, no conditions, heartbeats every second.
+pub(crate) fn settings(name: &str, slots: u32, instance: u64) -> Settings {
     Settings {
         info: WorkerRegistration {
             name: name.to_string(),

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::event::{Event, JoinReply, ManagerReply};
-use super::policy::PolicyJob;
 use super::{journal, metrics};
 use crate::clock::{Clock, Millis};
 use crate::core::scaling::ScalingPolicy;
@@ -34,7 +33,7 @@ pub(super) struct Actor {
     joining_managers: HashMap<ConnectionId, (mpsc::UnboundedSender<ToManager>, ManagerReply)>,
     next_id: u64,
     /// Work for the policy thread; `None` without a policy.
-    pub policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
+    pub policy: Option<super::policy::PolicyRunner>,
     /// Where `weir policy set` tries a new policy.
     pub trials: Option<super::policy::Trials>,
     /// Tried policies ready to take over, by who asked, until the core adopts one
@@ -55,7 +54,7 @@ impl Actor {
     pub(super) fn new(
         core: Scheduler,
         clock: Arc<dyn Clock>,
-        policy: Option<std::sync::mpsc::Sender<PolicyJob>>,
+        policy: Option<super::policy::PolicyRunner>,
         record: Option<std::fs::File>,
         journal: Option<journal::Journal>,
     ) -> Actor {

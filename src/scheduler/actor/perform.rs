@@ -74,8 +74,9 @@ impl Actor {
                 } => self.swap_policy(client, policy, snapshot),
                 // It decides from the next snapshot on.
                 Action::AdoptPolicy { client } => {
-                    if let (Some(new), Some(thread)) = (self.adopting.remove(&client), &self.policy)
-                        && thread.send(PolicyJob::Replace(new)).is_err()
+                    if let (Some(new), Some(runner)) =
+                        (self.adopting.remove(&client), &mut self.policy)
+                        && !runner.send(PolicyJob::Replace(new))
                     {
                         tracing::error!("the policy thread is gone: the new policy cannot run");
                     }
@@ -108,8 +109,8 @@ impl Actor {
         }
         let sent = self
             .policy
-            .as_ref()
-            .is_some_and(|p| p.send(PolicyJob::Decide(snapshot)).is_ok());
+            .as_mut()
+            .is_some_and(|p| p.send(PolicyJob::Decide(snapshot)));
         if !sent {
             let now = self.now();
             let result = Err(PolicyFailure::ThreadGone);

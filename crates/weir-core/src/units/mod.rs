@@ -27,8 +27,8 @@ pub struct Unit {
     /// drained its workers, never as one too many.
     pub registered: bool,
     /// The engine says it runs (its workers may be registering right now): not cancelled as
-    /// one too many either, only once drained or late. Unknown (false) for the command and
-    /// process backends.
+    /// one too many either, only once drained or late. A started worker process runs (the
+    /// process backend); unknown (false) for the command backend.
     pub running: bool,
     /// The engine is ending it (Slurm lists it COMPLETING: cancelled from outside, or its
     /// workers left): only its workers still registered are reported, so the ones already gone

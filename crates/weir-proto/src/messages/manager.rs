@@ -106,7 +106,8 @@ pub enum FromManager {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToManager {
     /// Converge to `desired` workers: stop the named (idle, already drained) ones first; if
-    /// still above, stop workers that have not registered yet (`registered` lists those that have).
+    /// still above, cancel units that have not registered yet and do not run (`registered`
+    /// lists the workers that have; a started worker process runs).
     Desired {
         desired: u32,
         stop: Vec<String>,

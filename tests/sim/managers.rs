@@ -1,0 +1,239 @@
+//! Managers in the simulation: the real manager shell (`weir::manager`: its sessions, the pure
+//! convergence step, the process backend's `Pool`) on a host of its own, starting its workers
+//! through the `Spawner` seam as tasks of that host (a worker "process" is the real worker
+//! shell on the simulated executor, `workers::run`). Its workers share its host: a partition
+//! or a crash of the manager's machine takes them too (what a pool of one machine is).
+//!
+//! Two invariants only the simulator can judge are checked where they would break, and broken
+//! ones go on the timeline ([`Event::Broken`]): a manager never has more workers alive than
+//! its cap allows, and a worker told to stop (SIGTERM: here stopped at once) runs nothing —
+//! the scaling decisions stop idle workers only.
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::clock::Millis;
+use weir::manager::spawn::{Process, Spawner};
+use weir::manager::{Backend, Instances, Pool, Seams, Settings};
+use weir::net::{AccessFile, SessionEnd};
+
+use crate::cluster::{Error, access};
+use crate::net::Net;
+use crate::timeline::{Event, Timeline};
+use crate::workers;
+
+/// Add manager host `id`: at most `cap` tasks (`cap / slots` workers of `slots` each), scaled
+/// by the scheduler's policy.
+pub(crate) fn add(
+    sim: &mut turmoil::Sim<'static>,
+    net: &Net,
+    id: &str,
+    slots: u32,
+    cap: u32,
+    published: Arc<Mutex<Option<AccessFile>>>,
+    timeline: Timeline,
+) {
+    let id = id.to_string();
+    let net = net.clone();
+    sim.host(id.clone(), move || {
+        let (id, net, published, timeline) =
+            (id.clone(), net.clone(), published.clone(), timeline.clone());
+        async move { run(id, net, slots, cap, published, timeline).await }
+    });
+}
+
+async fn run(
+    id: String,
+    net: Net,
+    slots: u32,
+    cap: u32,
+    published: Arc<Mutex<Option<AccessFile>>>,
+    timeline: Timeline,
+) -> Result<(), Error> {
+    let settings = settings(&id, slots, cap);
+    let spawner = SimSpawner {
+        host: id.clone(),
+        net: net.clone(),
+        most: settings.max_workers(),
+        published: published.clone(),
+        timeline,
+        alive: Arc::default(),
+    };
+    let settings = Settings {
+        seams: Seams {
+            clock: Millis::real(),
+            spawner: Arc::new(spawner),
+            udp: Arc::new(net.udp(&id)),
+            instances: Instances::Seeded(crate::net::mix(&(net.seed(), &id, "instances"))),
+        },
+        ..settings
+    };
+    let mut backend = Backend::Process(Pool::new(settings));
+    loop {
+        let access = access(&published).await;
+        match weir::manager::run_dynamic(&access, &mut backend).await {
+            Ok(SessionEnd::Stopped(signal)) => {
+                tracing::info!(%signal, "{id}: stopped");
+                return Ok(());
+            }
+            Ok(end) => tracing::debug!(%end, "{id}: lost the scheduler"),
+            Err(error) => tracing::debug!(%error, "{id}: no session"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn settings(id: &str, slots: u32, cap: u32) -> Settings {
+    Settings {
+        id: id.to_string(),
+        worker_type: "sim".into(),
+        max_task_concurrency: cap,
+        slots,
+        capabilities: Vec::new(),
+        worker_capabilities_flag: String::new(),
+        env_plugin_flags: Vec::new(),
+        environments: Vec::new(),
+        fixed: None,
+        worker_command: PathBuf::from("sim-worker"),
+        access_file: PathBuf::from("access.json"),
+        heartbeat_interval: Duration::from_secs(1),
+        unit: None,
+        ends_at: None,
+        leave_before: Duration::ZERO,
+        usable: None,
+        seams: Seams::real(),
+    }
+}
+
+/// The workers a manager host has alive: name and whether its task still runs.
+type Alive = Arc<Mutex<Vec<(String, Arc<Mutex<bool>>)>>>;
+
+/// Starts a manager's workers as tasks of its host.
+#[derive(Debug)]
+struct SimSpawner {
+    host: String,
+    net: Net,
+    /// The manager's cap in workers.
+    most: u32,
+    published: Arc<Mutex<Option<AccessFile>>>,
+    timeline: Timeline,
+    alive: Alive,
+}
+
+/// The value of `flag` in `args`.
+fn arg<'a>(args: &'a [OsString], flag: &str) -> Option<&'a str> {
+    let at = args.iter().position(|a| a == flag)?;
+    args.get(at + 1)?.to_str()
+}
+
+impl Spawner for SimSpawner {
+    fn spawn(
+        &self,
+        _: &Path,
+        args: &[OsString],
+        _: &[(String, String)],
+    ) -> io::Result<Box<dyn Process>> {
+        let missing = |flag: &str| io::Error::other(format!("no {flag} in {args:?}"));
+        let name = arg(args, "--name").ok_or_else(|| missing("--name"))?;
+        let slots = arg(args, "--slots")
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| missing("--slots"))?;
+        let instance = arg(args, "--instance")
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| missing("--instance"))?;
+        let mut settings = workers::settings(name, slots, instance);
+        settings.info.manager = arg(args, "--manager").map(String::from);
+        let running = Arc::new(Mutex::new(true));
+        {
+            let mut alive = self
+                .alive
+                .lock()
+                .map_err(|_| io::Error::other("poisoned"))?;
+            alive.retain(|(_, running)| running.lock().is_ok_and(|r| *r));
+            if alive.len() >= self.most as usize {
+                self.timeline.note(Event::Broken(format!(
+                    "manager {} starts {name} with {} workers alive ({:?}): above its cap of {}",
+                    self.host,
+                    alive.len(),
+                    alive.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+                    self.most
+                )));
+            }
+            alive.push((name.to_string(), running.clone()));
+        }
+        self.timeline
+            .note(Event::Manager(format!("{} starts {name}", self.host)));
+        let udp = self.net.udp_for(&self.host, name);
+        let (published, timeline) = (self.published.clone(), self.timeline.clone());
+        let ended = running.clone();
+        let task = tokio::spawn(async move {
+            let _ = workers::run(settings, udp, published, timeline).await;
+            if let Ok(mut running) = ended.lock() {
+                *running = false;
+            }
+        });
+        Ok(Box::new(SimProcess {
+            name: name.to_string(),
+            host: self.host.clone(),
+            task,
+            running,
+            timeline: self.timeline.clone(),
+        }))
+    }
+}
+
+struct SimProcess {
+    name: String,
+    host: String,
+    task: tokio::task::JoinHandle<()>,
+    running: Arc<Mutex<bool>>,
+    timeline: Timeline,
+}
+
+impl Process for SimProcess {
+    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        Ok(self.task.is_finished().then(|| ExitStatus::from_raw(0)))
+    }
+
+    fn wait(&mut self) -> Pin<Box<dyn Future<Output = io::Result<ExitStatus>> + Send + '_>> {
+        Box::pin(async move {
+            let _ = (&mut self.task).await;
+            Ok(ExitStatus::from_raw(0))
+        })
+    }
+
+    /// SIGTERM, obeyed at once: the worker's runs are killed with it (a real worker kills its
+    /// tasks first too). Telling a worker with a run to stop breaks the scaling invariant.
+    fn terminate(&mut self) {
+        let busy = self.timeline.running_on(&self.name);
+        if !busy.is_empty() {
+            self.timeline.note(Event::Broken(format!(
+                "manager {} stops {} while it runs tasks {busy:?}",
+                self.host, self.name
+            )));
+        }
+        self.timeline
+            .note(Event::Manager(format!("{} stops {}", self.host, self.name)));
+        self.task.abort();
+        if let Ok(mut running) = self.running.lock() {
+            *running = false;
+        }
+    }
+}
+
+impl Drop for SimProcess {
+    /// Killed with its handle, as `kill_on_drop` does.
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Ok(mut running) = self.running.lock() {
+            *running = false;
+        }
+    }
+}

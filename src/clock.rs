@@ -12,6 +12,12 @@ use tokio::time::Instant;
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The time now, as a tokio instant (the shells' timers sleep until such instants).
     fn now(&self) -> Instant;
+
+    /// The instant on tokio's timer from which this clock reads `reading` or later: the same
+    /// instant unless the clock runs at a rate of its own (a simulation's drifting clock).
+    fn timer(&self, reading: Instant) -> Instant {
+        reading
+    }
 }
 
 /// The real clock: tokio's, so a runtime with paused time (`tokio::time::pause`) drives it.
@@ -54,9 +60,10 @@ impl Millis {
         self.clock.now()
     }
 
-    /// `ms` on this clock as an instant (for timers).
+    /// `ms` on this clock as an instant of tokio's timer (for timers): from then on, `now`
+    /// is `ms` or later.
     pub fn at(&self, ms: u64) -> Instant {
-        self.start + Duration::from_millis(ms)
+        self.clock.timer(self.start + Duration::from_millis(ms))
     }
 
     /// An instant as milliseconds on this clock (0 before the start).

@@ -49,6 +49,15 @@ impl Stop {
         self.cancel.is_set() || self.lease.lost_since(self.cancel.lapses, self.clock.now())
     }
 
+    /// How long the lease it runs under has left, as the guard process knows it (which kills
+    /// the run then, even if the worker is stopped): `None` before the first grant.
+    pub fn lease_left(&self) -> Option<Duration> {
+        let until = self.lease.until()?;
+        Some(Duration::from_millis(
+            until.saturating_sub(self.clock.now()).saturating_add(1),
+        ))
+    }
+
     /// Until it must stop (at once if it must already). Waits on the worker's clock: up to the
     /// lease's end, and at most a second at a time (the lease may be granted or renewed
     /// meanwhile).

@@ -9,6 +9,9 @@ use weir::proto::{TaskResult, TaskState};
 use crate::scenario::produced;
 use crate::timeline::Timeline;
 
+/// How many times a task's run may go uncounted (`weir_core::tasks::MAX_SPARED`).
+const MAX_SPARED: usize = 2;
+
 /// No two runs of one task overlap in simulated time (a run still going is open until `now`),
 /// and no invariant the simulator judges where it happens broke (`Event::Broken`).
 pub(crate) fn no_overlap(timeline: &Timeline, now: Duration) -> Result<(), String> {
@@ -50,7 +53,22 @@ pub(crate) fn at_end(
             jobs.len()
         ));
     }
+    let runs = timeline.runs(end);
     for (inputs, results) in jobs.iter().zip(results) {
+        for result in &results {
+            // Every run that started is counted (so `retries` bounds the runs), but for those
+            // a worker lost before it reported their start: spared, at most `MAX_SPARED` (2)
+            // times a task (RELIABILITY.md). The count may be higher than the runs: a hand-over
+            // lost with its worker before it said a word is counted, as the scheduler cannot
+            // know that it never began.
+            let started = runs.get(&result.task).map_or(0, Vec::len);
+            if started > result.attempts as usize + MAX_SPARED {
+                return Err(format!(
+                    "task {}: {started} runs started (the timeline), the scheduler counts {} attempts",
+                    result.task, result.attempts
+                ));
+            }
+        }
         job_results(inputs, results)?;
     }
     Ok(())

@@ -14,6 +14,7 @@ use weir::proto::{NewGroup, TaskKind, TaskSpec};
 use weir::scheduler::journal::MemoryStore;
 use weir::scheduler::{Scaling, Seams, Settings};
 
+use crate::clock::Drift;
 use crate::net::{Net, SimUdp};
 use crate::timeline::Timeline;
 
@@ -39,12 +40,32 @@ pub(crate) struct SchedulerState {
     pub(crate) access: Arc<Mutex<Option<AccessFile>>>,
 }
 
+/// How the scheduler runs.
+#[derive(Clone, Debug)]
+pub(crate) struct Setup {
+    /// Scale managers with the native waterfall of this content (manager ids).
+    pub(crate) policy: Option<String>,
+    /// Its clock's rate (see `clock::Drift`).
+    pub(crate) rate: f64,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup {
+            policy: None,
+            rate: 1.0,
+        }
+    }
+}
+
 pub(crate) struct Cluster {
     pub(crate) sim: turmoil::Sim<'static>,
     pub(crate) seed: u64,
     pub(crate) net: Net,
     pub(crate) scheduler: SchedulerState,
     pub(crate) timeline: Timeline,
+    /// The static workers' freeze flags, by host (see `workers::SimExecute`).
+    pub(crate) frozen: std::collections::BTreeMap<String, crate::workers::Frozen>,
     _dir: tempfile::TempDir,
 }
 
@@ -57,12 +78,11 @@ impl Cluster {
             .simulation_duration(limit)
             .tick_duration(Duration::from_millis(1))
             .enable_tokio_io();
-        Cluster::with(seed, builder, None)
+        Cluster::with(seed, builder, Setup::default())
     }
 
-    /// A world from `builder` (seeded with `seed`), with the scheduler up; with `policy`, it
-    /// scales managers with the native waterfall of that content (manager ids).
-    pub(crate) fn with(seed: u64, builder: turmoil::Builder, policy: Option<String>) -> Cluster {
+    /// A world from `builder` (seeded with `seed`), with the scheduler up as `setup` says.
+    pub(crate) fn with(seed: u64, builder: turmoil::Builder, setup: Setup) -> Cluster {
         let mut sim = builder.build();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let scheduler = SchedulerState::default();
@@ -71,9 +91,9 @@ impl Cluster {
         let net = Net::new(seed);
         let udp = net.clone();
         sim.host(SCHEDULER, move || {
-            let (state, files, net, policy) =
-                (state.clone(), files.clone(), udp.clone(), policy.clone());
-            async move { run_scheduler(net, files, state, policy).await }
+            let (state, files, net, setup) =
+                (state.clone(), files.clone(), udp.clone(), setup.clone());
+            async move { run_scheduler(net, files, state, setup).await }
         });
         Cluster {
             sim,
@@ -81,6 +101,7 @@ impl Cluster {
             net,
             scheduler,
             timeline: Timeline::default(),
+            frozen: Default::default(),
             _dir: dir,
         }
     }
@@ -157,17 +178,17 @@ async fn run_scheduler(
     net: Net,
     files: PathBuf,
     state: SchedulerState,
-    policy: Option<String>,
+    setup: Setup,
 ) -> Result<(), Error> {
     let listen = SocketAddr::new(turmoil::lookup(SCHEDULER), PORT);
     let store = state.disk.lock().map_err(|_| "disk poisoned")?.clone();
     let seams = Seams {
-        clock: Arc::new(weir::clock::TokioClock),
+        clock: Arc::new(Drift::new(setup.rate)),
         journal: Some(Box::new(store)),
         udp: Arc::new(net.udp(SCHEDULER)),
         policy_inline: true,
     };
-    let scaling = policy.map(|content| scaling(&content)).transpose()?;
+    let scaling = (setup.policy.as_deref()).map(scaling).transpose()?;
     let published = state.access.clone();
     weir::scheduler::run_with(settings(listen, files), scaling, seams, move |running| {
         if let Ok(mut access) = published.lock() {

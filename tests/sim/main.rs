@@ -12,6 +12,7 @@
 //! `WEIR_SIM_SEEDS=2000 WEIR_SIM_HEAL_SECS=60 WEIR_SIM_THREADS=2 cargo test --test sim seeds`.
 
 mod checks;
+mod clock;
 mod cluster;
 mod draw;
 mod managers;
@@ -30,8 +31,11 @@ use cluster::Cluster;
 /// restart task 4 starts on worker2 while worker0, partitioned then healed, still runs it;
 /// 278: a manager stopped a worker busy with two tasks: a decision to scale it to 0, made
 /// before that worker registered, arrived after it had taken them — a started process is now
-/// never stopped as one too many, only once drained).
-const FIXED: [u64; 7] = [1, 2, 3, 4, 21, 138, 278];
+/// never stopped as one too many, only once drained; 523: catches a fence of the lease alone,
+/// without the clocks' slack and the kill margin: worker0, partitioned while it runs a task of
+/// 10 s or more, keeps running it (its clock slow) past when the scheduler (its clock fast)
+/// runs it on worker1).
+const FIXED: [u64; 8] = [1, 2, 3, 4, 21, 138, 278, 523];
 
 /// The real scheduler and a client over simulated QUIC: a submission is acknowledged, and the
 /// scheduler reports the job with its tasks queued (no workers here).
@@ -67,6 +71,8 @@ fn real_workers_run_a_job_on_simulated_time() {
             slots,
             access,
             timeline,
+            workers::Frozen::default(),
+            1.0,
         );
     }
     let inputs: Vec<Vec<u8>> = (0..6).map(|i| workers::input(500 + 300 * i, i)).collect();

@@ -24,6 +24,7 @@ use weir::manager::spawn::{Process, Spawner};
 use weir::manager::{Backend, Instances, Pool, Seams, Settings};
 use weir::net::{AccessFile, SessionEnd};
 
+use crate::clock::Drift;
 use crate::cluster::{Error, access};
 use crate::net::Net;
 use crate::timeline::{Event, Timeline};
@@ -39,13 +40,14 @@ pub(crate) fn add(
     cap: u32,
     published: Arc<Mutex<Option<AccessFile>>>,
     timeline: Timeline,
+    rate: f64,
 ) {
     let id = id.to_string();
     let net = net.clone();
     sim.host(id.clone(), move || {
         let (id, net, published, timeline) =
             (id.clone(), net.clone(), published.clone(), timeline.clone());
-        async move { run(id, net, slots, cap, published, timeline).await }
+        async move { run(id, net, slots, cap, published, timeline, rate).await }
     });
 }
 
@@ -56,11 +58,13 @@ async fn run(
     cap: u32,
     published: Arc<Mutex<Option<AccessFile>>>,
     timeline: Timeline,
+    rate: f64,
 ) -> Result<(), Error> {
     let settings = settings(&id, slots, cap);
     let spawner = SimSpawner {
         host: id.clone(),
         net: net.clone(),
+        rate,
         most: settings.max_workers(),
         published: published.clone(),
         timeline,
@@ -68,7 +72,7 @@ async fn run(
     };
     let settings = Settings {
         seams: Seams {
-            clock: Millis::real(),
+            clock: Millis::new(Arc::new(Drift::new(rate))),
             spawner: Arc::new(spawner),
             udp: Arc::new(net.udp(&id)),
             instances: Instances::Seeded(crate::net::mix(&(net.seed(), &id, "instances"))),
@@ -120,6 +124,8 @@ type Alive = Arc<Mutex<Vec<(String, Arc<Mutex<bool>>)>>>;
 struct SimSpawner {
     host: String,
     net: Net,
+    /// Its machine's clock rate, its workers' too.
+    rate: f64,
     /// The manager's cap in workers.
     most: u32,
     published: Arc<Mutex<Option<AccessFile>>>,
@@ -173,8 +179,11 @@ impl Spawner for SimSpawner {
         let udp = self.net.udp_for(&self.host, name);
         let (published, timeline) = (self.published.clone(), self.timeline.clone());
         let ended = running.clone();
+        let rate = self.rate;
         let task = tokio::spawn(async move {
-            let _ = workers::run(settings, udp, published, timeline).await;
+            // A manager's machine is lost whole (power): its workers' runs die with it.
+            let frozen = workers::Frozen::default();
+            let _ = workers::run(settings, udp, published, timeline, frozen, rate).await;
             if let Ok(mut running) = ended.lock() {
                 *running = false;
             }

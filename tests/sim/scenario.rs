@@ -4,6 +4,7 @@
 //! [`heal_at`]; the invariants checked each time the timeline grows and at the end. A failure
 //! names the seed, the step and the replay command, and prints the trace's last events.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +13,8 @@ use weir::proto::{JobId, Outcome, TaskResult};
 use weir::scheduler::journal::MemoryStore;
 
 use crate::checks;
-use crate::cluster::{self, Cluster, Error, SCHEDULER};
+use crate::clock;
+use crate::cluster::{self, Cluster, Error, SCHEDULER, Setup};
 use crate::draw::Draw;
 use crate::net::SimUdp;
 use crate::timeline::{Event, Timeline};
@@ -58,6 +60,8 @@ enum Fault {
     },
     /// A worker's machine, or a manager's (its workers with it), is lost.
     CrashWorker(String),
+    /// A worker is frozen and then lost; its guard kills its runs when their lease ends.
+    FreezeWorker(String),
     Restart(String),
 }
 
@@ -115,7 +119,16 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
             .map(|(i, (id, _, _))| format!("{}, {id}\n", i + 1))
             .collect::<String>()
     });
-    let mut cluster = Cluster::with(seed, builder, policy);
+    // Clocks that drift, on half the seeds (a stream of its own): every node's rate within
+    // 1/66 of true time.
+    let mut drift = Draw::new(seed ^ 0x6472_6966_74);
+    let drifts = drift.chance(50);
+    let mut rate = || if drifts { clock::rate(&mut drift) } else { 1.0 };
+    let setup = Setup {
+        policy,
+        rate: rate(),
+    };
+    let mut cluster = Cluster::with(seed, builder, setup);
     let mut twice = Draw::new(seed ^ 0x6475_706c_6963_6174);
     if twice.chance(30) {
         cluster.net.set_duplicate_percent(1 + twice.below(10));
@@ -131,6 +144,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
             *cap,
             access,
             timeline.clone(),
+            rate(),
         );
     }
     let names: Vec<String> = (0..2 + draw.below(2))
@@ -146,6 +160,8 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
             slots,
             access,
             timeline.clone(),
+            cluster.frozen.entry(name.clone()).or_default().clone(),
+            rate(),
         );
     }
     let mut plan = Vec::new();
@@ -201,6 +217,16 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
             },
         ));
     }
+    // Half the workers' crashes are freezes (SIGSTOP, then lost): their runs go on until the
+    // lease they run under ends, when the guard process kills them; the fence must outlast it.
+    let mut freeze = Draw::new(seed ^ 0x6672_6565_7a65);
+    for (_, fault) in &mut plan {
+        if let Fault::CrashWorker(worker) = fault
+            && freeze.chance(50)
+        {
+            *fault = Fault::FreezeWorker(worker.clone());
+        }
+    }
     // The managers' machines: partitioned from the scheduler, or lost (with their workers)
     // and started again.
     for (id, _, _) in &managers {
@@ -246,6 +272,16 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
             .collect::<Vec<_>>();
         jobs.push((at, tasks));
         at += draw.millis(2_000, 6_000);
+    }
+    // One task in 25 runs 10–25 s: longer than a lease (10 s), so a worker lost while it runs
+    // one still runs it when the fence ends (from a stream of its own).
+    let mut longer = Draw::new(seed ^ 0x6c6f_6e67);
+    for (_, tasks) in &mut jobs {
+        for (i, task) in tasks.iter_mut().enumerate() {
+            if longer.chance(4) {
+                *task = workers::input(10_000 + longer.below(15_000), i as u64);
+            }
+        }
     }
     let inputs: Vec<Vec<Vec<u8>>> = jobs.iter().map(|(_, tasks)| tasks.clone()).collect();
     let results = client(&mut cluster, jobs);
@@ -349,11 +385,28 @@ fn apply(cluster: &mut Cluster, fault: &Fault) {
             }
         }
         Fault::CrashWorker(worker) => cluster.sim.crash(worker.as_str()),
+        Fault::FreezeWorker(worker) => {
+            if let Some(frozen) = cluster.frozen.get(worker) {
+                frozen.store(true, Ordering::SeqCst);
+            }
+            cluster.sim.crash(worker.as_str());
+        }
         Fault::Restart(host) => {
+            unfreeze(cluster, host);
             if !cluster.sim.is_host_running(host.as_str()) {
                 cluster.sim.bounce(host.as_str());
             }
         }
+    }
+}
+
+/// Before `host` starts again: if it was frozen, its process is killed first (so its guard
+/// kills its runs now, not at their lease's end).
+fn unfreeze(cluster: &Cluster, host: &str) {
+    if let Some(frozen) = cluster.frozen.get(host)
+        && frozen.swap(false, Ordering::SeqCst)
+    {
+        cluster.timeline.cut_short(host, cluster.sim.elapsed());
     }
 }
 
@@ -371,6 +424,7 @@ fn heal(cluster: &mut Cluster, hosts: &[String]) {
     for host in hosts.iter().map(String::as_str) {
         cluster.sim.repair(host, SCHEDULER);
         if !cluster.sim.is_host_running(host) {
+            unfreeze(cluster, host);
             cluster.sim.bounce(host);
         }
     }

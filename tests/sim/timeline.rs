@@ -70,6 +70,19 @@ impl Timeline {
         }
     }
 
+    /// `worker`'s process, frozen, is killed at `now` (to start it again): its runs that the
+    /// guard would have killed later, at their lease's end, are killed now (the guard sees its
+    /// pipe close and kills at once).
+    pub(crate) fn cut_short(&self, worker: &str, now: Duration) {
+        if let Ok(mut events) = self.0.lock() {
+            for (at, event) in events.iter_mut() {
+                if *at > now && matches!(event, Event::Killed { worker: w, .. } if w == worker) {
+                    *at = now;
+                }
+            }
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.0.lock().map(|e| e.len()).unwrap_or_default()
     }

@@ -5,15 +5,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir::clock::Millis;
 use weir::net::{AccessFile, SessionEnd};
 use weir::proto::{Outcome, WorkerRegistration};
-use weir::worker::execute::{Execute, Execution};
+use weir::worker::execute::{Execute, Execution, Stop};
 use weir::worker::{Seams, Settings, Worker};
 
+use crate::clock::Drift;
 use crate::cluster::{Error, access};
 use crate::net::{Net, SimUdp, mix};
 use crate::timeline::{Event, Timeline};
@@ -41,25 +43,42 @@ fn duration(input: &[u8]) -> Duration {
 #[derive(Debug)]
 pub(crate) struct SimExecute {
     timeline: Timeline,
+    /// Set when the worker's process is frozen (SIGSTOP) and then lost: its runs go on until
+    /// the lease they run under ends, when its guard process kills them.
+    frozen: Frozen,
 }
 
-/// Notes the end of a run when dropped: killed unless it finished.
+/// Whether a worker froze (see [`SimExecute`]); the fault plan sets it, a restart clears it.
+pub(crate) type Frozen = Arc<AtomicBool>;
+
+/// Notes the end of a run when dropped: killed unless it finished. Dropped mid-run (its worker
+/// crashed), it is killed now, or if the worker froze when its guard kills it: at the lease's
+/// end.
 struct Running {
     timeline: Timeline,
     event: Option<Event>,
+    stop: Arc<Stop>,
+    frozen: Frozen,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(Event::Started { task, worker, run }) = self.event.take() {
-            self.timeline.note(Event::Killed { task, worker, run });
+            let killed = Event::Killed { task, worker, run };
+            let now = turmoil::sim_elapsed().unwrap_or_default();
+            match self.stop.lease_left() {
+                Some(left) if self.frozen.load(Ordering::SeqCst) => {
+                    self.timeline.at(now + left, killed);
+                }
+                _ => self.timeline.note(killed),
+            }
         }
     }
 }
 
 impl Execute for SimExecute {
     fn execute(&self, execution: Execution) -> Pin<Box<dyn Future<Output = Outcome> + Send>> {
-        let timeline = self.timeline.clone();
+        let (timeline, frozen) = (self.timeline.clone(), self.frozen.clone());
         Box::pin(async move {
             let Execution {
                 worker,
@@ -74,9 +93,12 @@ impl Execute for SimExecute {
             }
             let started = Event::Started { task, worker, run };
             timeline.note(started.clone());
+            let stop = Arc::new(stop);
             let mut running = Running {
                 timeline,
                 event: Some(started),
+                stop: stop.clone(),
+                frozen,
             };
             tokio::select! {
                 () = tokio::time::sleep(duration(&input)) => {
@@ -85,7 +107,12 @@ impl Execute for SimExecute {
                     }
                     Outcome::Exited { code: Some(0), stdout: output(&input), stderr: Vec::new() }
                 }
-                () = stop.stopped() => weir::core::worker::canceled(),
+                () = stop.stopped() => {
+                    if let Some(Event::Started { task, worker, run }) = running.event.take() {
+                        running.timeline.note(Event::Killed { task, worker, run });
+                    }
+                    weir::core::worker::canceled()
+                }
             }
         })
     }
@@ -101,6 +128,8 @@ pub(crate) fn add(
     slots: u32,
     published: Arc<Mutex<Option<AccessFile>>>,
     timeline: Timeline,
+    frozen: Frozen,
+    rate: f64,
 ) {
     let name = name.to_string();
     let net = net.clone();
@@ -108,23 +137,26 @@ pub(crate) fn add(
         let (name, published, timeline) = (name.clone(), published.clone(), timeline.clone());
         let settings = settings(&name, slots, mix(&(net.seed(), &name)));
         let udp = net.udp(&name);
-        async move { run(settings, udp, published, timeline).await }
+        let frozen = frozen.clone();
+        async move { run(settings, udp, published, timeline, frozen, rate).await }
     });
 }
 
-/// Run the worker of `settings` on `udp` until it is stopped (reconnecting while the
-/// scheduler is away).
+/// Run the worker of `settings` on `udp`, its clock at `rate` (see `clock::Drift`), until it
+/// is stopped (reconnecting while the scheduler is away).
 pub(crate) async fn run(
     settings: Settings,
     udp: SimUdp,
     published: Arc<Mutex<Option<AccessFile>>>,
     timeline: Timeline,
+    frozen: Frozen,
+    rate: f64,
 ) -> Result<(), Error> {
     let name = settings.info.name.clone();
     let seams = Seams {
-        clock: Millis::real(),
+        clock: Millis::new(Arc::new(Drift::new(rate))),
         udp: Arc::new(udp),
-        execute: Some(Arc::new(SimExecute { timeline })),
+        execute: Some(Arc::new(SimExecute { timeline, frozen })),
     };
     let mut worker = Worker::new(settings, seams)?;
     loop {

@@ -48,6 +48,11 @@ impl Journal {
         self.store.blocks()
     }
 
+    /// What its store's calls took on a simulated disk ([`JournalStore::took`]).
+    pub fn took(&mut self) -> std::time::Duration {
+        self.store.took()
+    }
+
     /// Lock, check and read the journal (creating it if needed): every record, with a torn tail
     /// cut off. Damage, a file that is not a journal, or a journal another scheduler holds is
     /// an error, and the file is left as it was.

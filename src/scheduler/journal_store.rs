@@ -32,6 +32,13 @@ pub trait JournalStore: Send + std::fmt::Debug {
     fn blocks(&self) -> bool {
         true
     }
+    /// For a store that does not block: how long the calls since the last time it was asked
+    /// took on the disk it simulates (a slow sync). The scheduler waits that long on its timer,
+    /// as it waits for a blocking thread; what arrives meanwhile waits. Zero for a real disk,
+    /// whose calls take their time.
+    fn took(&mut self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// Why [`JournalStore::replace`] failed, and which one is in use now.
@@ -158,6 +165,10 @@ struct Disk {
     buffered: Vec<u8>,
     /// Every sync and replace fails from now on (a full or broken disk).
     failing: bool,
+    /// What each sync and replace takes (a slow disk), and what the calls took since
+    /// `JournalStore::took` was last asked.
+    sync_latency: std::time::Duration,
+    owed: std::time::Duration,
 }
 
 impl MemoryStore {
@@ -176,6 +187,11 @@ impl MemoryStore {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Every sync and replace takes `latency` from now on (see [`JournalStore::took`]).
+    pub fn slow_syncs(&self, latency: std::time::Duration) {
+        self.disk().sync_latency = latency;
     }
 
     /// Fail every sync and replace from now on, as a disk that is full or broken.
@@ -208,6 +224,10 @@ impl JournalStore for MemoryStore {
         false
     }
 
+    fn took(&mut self) -> std::time::Duration {
+        std::mem::take(&mut self.disk().owed)
+    }
+
     fn read_all(&mut self) -> io::Result<Vec<u8>> {
         Ok(self.disk().written.clone())
     }
@@ -226,6 +246,7 @@ impl JournalStore for MemoryStore {
     fn sync(&mut self) -> io::Result<()> {
         self.flush()?;
         let disk = &mut *self.disk();
+        disk.owed += disk.sync_latency;
         if disk.failing {
             return Err(failed());
         }
@@ -249,6 +270,7 @@ impl JournalStore for MemoryStore {
         let mut bytes = Vec::new();
         write(&mut bytes).map_err(ReplaceError::Kept)?;
         let disk = &mut *self.disk();
+        disk.owed += disk.sync_latency;
         if disk.failing {
             return Err(ReplaceError::Kept(failed()));
         }

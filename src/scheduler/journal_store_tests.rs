@@ -94,3 +94,19 @@ fn a_compaction_that_cannot_be_written_keeps_the_old_journal() {
     let (_, records) = open(&MemoryStore::with(store.durable()));
     assert_eq!(names(&records), ["a"]);
 }
+
+/// A slow disk: each sync and replacement takes its latency, owed until the scheduler asks
+/// (and waits that long on its timer), then owed no more.
+#[test]
+fn a_slow_disk_owes_each_sync_its_latency_until_asked() {
+    let store = MemoryStore::default();
+    store.slow_syncs(std::time::Duration::from_millis(40));
+    let (mut journal, _) = open(&store);
+    let _ = journal.took();
+    journal.append(&record("a")).expect("appended");
+    journal.sync().expect("synced");
+    journal.append(&record("b")).expect("appended");
+    journal.sync().expect("synced");
+    assert_eq!(journal.took(), std::time::Duration::from_millis(80));
+    assert_eq!(journal.took(), std::time::Duration::ZERO);
+}

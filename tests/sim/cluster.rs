@@ -47,6 +47,8 @@ pub(crate) struct Setup {
     pub(crate) policy: Option<String>,
     /// Its clock's rate (see `clock::Drift`).
     pub(crate) rate: f64,
+    /// What each sync of its journal takes (a slow disk).
+    pub(crate) sync_latency: Duration,
 }
 
 impl Default for Setup {
@@ -54,6 +56,7 @@ impl Default for Setup {
         Setup {
             policy: None,
             rate: 1.0,
+            sync_latency: Duration::ZERO,
         }
     }
 }
@@ -182,6 +185,7 @@ async fn run_scheduler(
 ) -> Result<(), Error> {
     let listen = SocketAddr::new(turmoil::lookup(SCHEDULER), PORT);
     let store = state.disk.lock().map_err(|_| "disk poisoned")?.clone();
+    store.slow_syncs(setup.sync_latency);
     let seams = Seams {
         clock: Arc::new(Drift::new(setup.rate)),
         journal: Some(Box::new(store)),

@@ -62,15 +62,9 @@ fn a_client_submits_to_the_real_scheduler_over_simulated_quic() {
 fn real_workers_run_a_job_on_simulated_time() {
     let mut cluster = Cluster::new(11, Duration::from_secs(60));
     for (i, slots) in [(0, 1), (1, 2)] {
-        let access = cluster.scheduler.access.clone();
-        let timeline = cluster.timeline.clone();
-        workers::add(
-            &mut cluster.sim,
-            &cluster.net,
+        cluster.add_worker(
             &format!("worker{i}"),
             slots,
-            access,
-            timeline,
             workers::Frozen::default(),
             1.0,
         );

@@ -25,30 +25,27 @@ use weir::manager::{Backend, Instances, Pool, Seams, Settings};
 use weir::net::{AccessFile, SessionEnd};
 
 use crate::clock::Drift;
-use crate::cluster::{Error, access};
+use crate::cluster::{Cluster, Error, access};
 use crate::net::Net;
 use crate::timeline::{Event, Timeline};
 use crate::workers;
 
-/// Add manager host `id`: at most `cap` tasks (`cap / slots` workers of `slots` each), scaled
-/// by the scheduler's policy.
-pub(crate) fn add(
-    sim: &mut turmoil::Sim<'static>,
-    net: &Net,
-    id: &str,
-    slots: u32,
-    cap: u32,
-    published: Arc<Mutex<Option<AccessFile>>>,
-    timeline: Timeline,
-    rate: f64,
-) {
-    let id = id.to_string();
-    let net = net.clone();
-    sim.host(id.clone(), move || {
-        let (id, net, published, timeline) =
-            (id.clone(), net.clone(), published.clone(), timeline.clone());
-        async move { run(id, net, slots, cap, published, timeline, rate).await }
-    });
+impl Cluster {
+    /// Add manager host `id`: at most `cap` tasks (`cap / slots` workers of `slots` each), scaled
+    /// by the scheduler's policy; its machine's clock (its workers' too) at `rate`.
+    pub(crate) fn add_manager(&mut self, id: &str, slots: u32, cap: u32, rate: f64) {
+        let id = id.to_string();
+        let (net, published, timeline) = (
+            self.net.clone(),
+            self.scheduler.access.clone(),
+            self.timeline.clone(),
+        );
+        self.sim.host(id.clone(), move || {
+            let (id, net, published, timeline) =
+                (id.clone(), net.clone(), published.clone(), timeline.clone());
+            async move { run(id, net, slots, cap, published, timeline, rate).await }
+        });
+    }
 }
 
 async fn run(

@@ -4,7 +4,7 @@
 //! [`heal_at`]; the invariants checked each time the timeline grows and at the end. A failure
 //! names the seed, the step and the replay command, and prints the trace's last events.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use crate::cluster::{self, Cluster, Error, SCHEDULER, Setup};
 use crate::draw::Draw;
 use crate::net::SimUdp;
 use crate::timeline::{Event, Timeline};
-use crate::{managers, workers};
+use crate::workers;
 
 /// Faults stop (links repaired, crashed hosts restarted) at this simulated time, and jobs are
 /// submitted until then: 30 s by default (what the fixed seeds were found with), more with
@@ -121,12 +121,20 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     });
     // Clocks that drift, on half the seeds (a stream of its own): every node's rate within
     // 1/66 of true time.
-    let mut drift = Draw::new(seed ^ 0x6472_6966_74);
+    let mut drift = Draw::new(seed ^ 0x0064_7269_6674);
     let drifts = drift.chance(50);
     let mut rate = || if drifts { clock::rate(&mut drift) } else { 1.0 };
+    // A slow disk on some seeds: each journal sync takes 1–50 ms, or 0.1–2 s.
+    let mut disk = Draw::new(seed ^ 0x6469_736b);
+    let sync_latency = match disk.below(10) {
+        0..=6 => Duration::ZERO,
+        7 | 8 => disk.millis(1, 50),
+        _ => disk.millis(100, 2_000),
+    };
     let setup = Setup {
         policy,
         rate: rate(),
+        sync_latency,
     };
     let mut cluster = Cluster::with(seed, builder, setup);
     let mut twice = Draw::new(seed ^ 0x6475_706c_6963_6174);
@@ -135,34 +143,17 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     }
     let timeline = cluster.timeline.clone();
     for (id, slots, cap) in &managers {
-        let access = cluster.scheduler.access.clone();
-        managers::add(
-            &mut cluster.sim,
-            &cluster.net,
-            id,
-            *slots,
-            *cap,
-            access,
-            timeline.clone(),
-            rate(),
-        );
+        let rate = rate();
+        cluster.add_manager(id, *slots, *cap, rate);
     }
     let names: Vec<String> = (0..2 + draw.below(2))
         .map(|i| format!("worker{i}"))
         .collect();
     for name in &names {
         let slots = 1 + draw.below(2) as u32;
-        let access = cluster.scheduler.access.clone();
-        workers::add(
-            &mut cluster.sim,
-            &cluster.net,
-            name,
-            slots,
-            access,
-            timeline.clone(),
-            cluster.frozen.entry(name.clone()).or_default().clone(),
-            rate(),
-        );
+        let frozen = cluster.frozen.entry(name.clone()).or_default().clone();
+        let rate = rate();
+        cluster.add_worker(name, slots, frozen, rate);
     }
     let mut plan = Vec::new();
     // Faults start within the window that ends 5 s before they heal (25 s by default).
@@ -284,7 +275,9 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         }
     }
     let inputs: Vec<Vec<Vec<u8>>> = jobs.iter().map(|(_, tasks)| tasks.clone()).collect();
-    let results = client(&mut cluster, jobs);
+    let ended = Arc::new(AtomicU8::new(0));
+    let results = client(&mut cluster, jobs, ended.clone());
+    let mut final_crash = Draw::new(seed ^ 0x0065_6e64);
 
     let mut plan = plan.into_iter().peekable();
     let mut healed = false;
@@ -310,6 +303,14 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         if !healed && now >= heal_at {
             healed = true;
             heal(&mut cluster, &hosts);
+        }
+        // The client has every result: the scheduler loses power (a torn piece of what it had
+        // not synced kept) and starts again, and the client reads the results again.
+        if healed && ended.load(Ordering::SeqCst) == RESULTS_IN {
+            let torn = final_crash.below(300) as usize;
+            apply(&mut cluster, &Fault::CrashScheduler { torn });
+            apply(&mut cluster, &Fault::Restart(SCHEDULER.into()));
+            ended.store(RESTARTED, Ordering::SeqCst);
         }
         let finished = match cluster.sim.step() {
             Ok(finished) => finished,
@@ -436,10 +437,33 @@ fn heal(cluster: &mut Cluster, hosts: &[String]) {
 /// Each job's results, in the order submitted.
 type Results = Arc<Mutex<Option<Vec<Vec<TaskResult>>>>>;
 
+/// Where the client is at its end: it has every result (the scheduler is crashed and started
+/// again then), and the scheduler is back.
+const RESULTS_IN: u8 = 1;
+const RESTARTED: u8 = 2;
+
+/// What differs between a job's results before and after the scheduler's restart (`None`:
+/// nothing): every task's final state, outcome and attempts must be what the journal had.
+fn replayed(before: &[TaskResult], mut after: Vec<TaskResult>) -> Option<String> {
+    let mut before = before.to_vec();
+    before.sort_by_key(|r| r.task);
+    after.sort_by_key(|r| r.task);
+    let key = |r: &TaskResult| (r.task, r.state, r.outcome.clone(), r.attempts);
+    let (was, is): (Vec<_>, Vec<_>) = (
+        before.iter().map(key).collect(),
+        after.iter().map(key).collect(),
+    );
+    (was != is).then(|| format!("results were {was:?}, are {is:?}"))
+}
+
 /// The client: submits each job at its time (retrying until acknowledged, reconnecting as
 /// needed), then waits for every acknowledged one across the scheduler's restarts, and fetches
 /// its results.
-fn client(cluster: &mut Cluster, jobs: Vec<(Duration, Vec<Vec<u8>>)>) -> Results {
+fn client(
+    cluster: &mut Cluster,
+    jobs: Vec<(Duration, Vec<Vec<u8>>)>,
+    ended: Arc<AtomicU8>,
+) -> Results {
     let slot = Arc::new(Mutex::new(None));
     let out = slot.clone();
     let published = cluster.scheduler.access.clone();
@@ -469,7 +493,7 @@ fn client(cluster: &mut Cluster, jobs: Vec<(Duration, Vec<Vec<u8>>)>) -> Results
             acknowledged.push(job);
         }
         let mut results = Vec::new();
-        for job in acknowledged {
+        for &job in &acknowledged {
             let timeline = timeline.clone();
             let got = link
                 .retry("wait", |client| {
@@ -479,6 +503,26 @@ fn client(cluster: &mut Cluster, jobs: Vec<(Duration, Vec<Vec<u8>>)>) -> Results
                 .await;
             results.push(got);
         }
+        // Every result is in: the scheduler loses power now (see `run`), and once it is back,
+        // what its journal replays must be what the client was told.
+        ended.store(RESULTS_IN, Ordering::SeqCst);
+        while ended.load(Ordering::SeqCst) != RESTARTED {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for (job, before) in acknowledged.iter().zip(&results) {
+            let job = *job;
+            let after = link
+                .retry("results after the restart", |client| async move {
+                    Ok(client.results(job).await?)
+                })
+                .await;
+            if let Some(why) = replayed(before, after) {
+                timeline.note(Event::Broken(format!(
+                    "job {job} after the scheduler's restart: {why}"
+                )));
+            }
+        }
+        timeline.note(Event::Client("results the same after the restart".into()));
         if let Ok(mut out) = out.lock() {
             *out = Some(results);
         }

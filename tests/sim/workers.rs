@@ -16,8 +16,8 @@ use weir::worker::execute::{Execute, Execution, Stop};
 use weir::worker::{Seams, Settings, Worker};
 
 use crate::clock::Drift;
-use crate::cluster::{Error, access};
-use crate::net::{Net, SimUdp, mix};
+use crate::cluster::{Cluster, Error, access};
+use crate::net::{SimUdp, mix};
 use crate::timeline::{Event, Timeline};
 
 /// A task's input: how long it runs (ms, little-endian u64) and a tag its output is made from.
@@ -118,28 +118,25 @@ impl Execute for SimExecute {
     }
 }
 
-/// Add worker host `name` with `slots`, connecting to the scheduler whose access is published
-/// in `published`, and reconnecting while it is away (as `net::reconnecting` does, without
-/// the access file and signals).
-pub(crate) fn add(
-    sim: &mut turmoil::Sim<'static>,
-    net: &Net,
-    name: &str,
-    slots: u32,
-    published: Arc<Mutex<Option<AccessFile>>>,
-    timeline: Timeline,
-    frozen: Frozen,
-    rate: f64,
-) {
-    let name = name.to_string();
-    let net = net.clone();
-    sim.host(name.clone(), move || {
-        let (name, published, timeline) = (name.clone(), published.clone(), timeline.clone());
-        let settings = settings(&name, slots, mix(&(net.seed(), &name)));
-        let udp = net.udp(&name);
-        let frozen = frozen.clone();
-        async move { run(settings, udp, published, timeline, frozen, rate).await }
-    });
+impl Cluster {
+    /// Add worker host `name` with `slots`, its clock at `rate`, connecting to the scheduler
+    /// once it published its access, and reconnecting while it is away (as `net::reconnecting`
+    /// does, without the access file and signals).
+    pub(crate) fn add_worker(&mut self, name: &str, slots: u32, frozen: Frozen, rate: f64) {
+        let name = name.to_string();
+        let (net, published, timeline) = (
+            self.net.clone(),
+            self.scheduler.access.clone(),
+            self.timeline.clone(),
+        );
+        self.sim.host(name.clone(), move || {
+            let (published, timeline) = (published.clone(), timeline.clone());
+            let settings = settings(&name, slots, mix(&(net.seed(), &name)));
+            let udp = net.udp(&name);
+            let frozen = frozen.clone();
+            async move { run(settings, udp, published, timeline, frozen, rate).await }
+        });
+    }
 }
 
 /// Run the worker of `settings` on `udp`, its clock at `rate` (see `clock::Drift`), until it

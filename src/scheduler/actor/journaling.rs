@@ -54,8 +54,13 @@ impl Actor {
     ) -> Option<R> {
         let mut journal = self.journal.take()?;
         if !journal.blocks() {
-            // In memory: at once, here (see `JournalStore::blocks`).
+            // In memory: here, waiting on the timer for as long as the disk it simulates took
+            // (see `JournalStore::blocks` and `took`).
             let result = work(&mut journal);
+            let took = journal.took();
+            if !took.is_zero() {
+                tokio::time::sleep(took).await;
+            }
             self.journal = Some(journal);
             return Some(result);
         }

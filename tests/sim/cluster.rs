@@ -94,9 +94,9 @@ impl Cluster {
         let net = Net::new(seed);
         let udp = net.clone();
         sim.host(SCHEDULER, move || {
-            let (state, files, net, setup) =
-                (state.clone(), files.clone(), udp.clone(), setup.clone());
-            async move { run_scheduler(net, files, state, setup).await }
+            let (state, files, setup) = (state.clone(), files.clone(), setup.clone());
+            let udp = udp.udp(SCHEDULER, udp.start(SCHEDULER));
+            async move { run_scheduler(udp, files, state, setup).await }
         });
         Cluster {
             sim,
@@ -120,7 +120,7 @@ impl Cluster {
         let slot = Arc::new(Mutex::new(None));
         let out = slot.clone();
         let access = self.scheduler.access.clone();
-        let udp = self.net.udp(name);
+        let udp = self.net.udp(name, 0);
         self.sim.client(name, async move {
             let client = connect(&udp, &access).await?;
             let value = body(client).await?;
@@ -178,7 +178,7 @@ pub(crate) async fn connect_once(
 }
 
 async fn run_scheduler(
-    net: Net,
+    udp: SimUdp,
     files: PathBuf,
     state: SchedulerState,
     setup: Setup,
@@ -189,7 +189,7 @@ async fn run_scheduler(
     let seams = Seams {
         clock: Arc::new(Drift::new(setup.rate)),
         journal: Some(Box::new(store)),
-        udp: Arc::new(net.udp(SCHEDULER)),
+        udp: Arc::new(udp),
         policy_inline: true,
     };
     let scaling = (setup.policy.as_deref()).map(scaling).transpose()?;

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use weir::clock::Millis;
 use weir::manager::spawn::{Process, Spawner};
-use weir::manager::{Backend, Instances, Pool, Seams, Settings};
+use weir::manager::{Backend, Instances, Seams, Settings};
 use weir::net::{AccessFile, SessionEnd};
 
 use crate::clock::Drift;
@@ -31,35 +31,62 @@ use crate::timeline::{Event, Timeline};
 use crate::workers;
 
 impl Cluster {
-    /// Add manager host `id`: at most `cap` tasks (`cap / slots` workers of `slots` each), scaled
-    /// by the scheduler's policy; its machine's clock (its workers' too) at `rate`.
-    pub(crate) fn add_manager(&mut self, id: &str, slots: u32, cap: u32, rate: f64) {
-        let id = id.to_string();
+    /// Add host `host`, running manager `id` (a twin runs one id on a second host): at most
+    /// `cap` tasks (`cap / slots` workers of `slots` each), scaled by the scheduler's policy;
+    /// its machine's clock (its workers' too) at `rate`.
+    pub(crate) fn add_manager(&mut self, host: &str, id: &str, slots: u32, cap: u32, rate: f64) {
+        let pool = Pool {
+            host: host.to_string(),
+            id: id.to_string(),
+            slots,
+            cap,
+            rate,
+        };
         let (net, published, timeline) = (
             self.net.clone(),
             self.scheduler.access.clone(),
             self.timeline.clone(),
         );
-        self.sim.host(id.clone(), move || {
-            let (id, net, published, timeline) =
-                (id.clone(), net.clone(), published.clone(), timeline.clone());
-            async move { run(id, net, slots, cap, published, timeline, rate).await }
+        self.sim.host(host, move || {
+            let (pool, net, published, timeline) = (
+                pool.clone(),
+                net.clone(),
+                published.clone(),
+                timeline.clone(),
+            );
+            async move { run(pool, net, published, timeline).await }
         });
     }
 }
 
-async fn run(
+/// One manager host.
+#[derive(Clone, Debug)]
+struct Pool {
+    host: String,
     id: String,
-    net: Net,
     slots: u32,
     cap: u32,
+    rate: f64,
+}
+
+async fn run(
+    pool: Pool,
+    net: Net,
     published: Arc<Mutex<Option<AccessFile>>>,
     timeline: Timeline,
-    rate: f64,
 ) -> Result<(), Error> {
+    let Pool {
+        host,
+        id,
+        slots,
+        cap,
+        rate,
+    } = pool;
+    let life = net.start(&host);
     let settings = settings(&id, slots, cap);
     let spawner = SimSpawner {
-        host: id.clone(),
+        host: host.clone(),
+        life,
         net: net.clone(),
         rate,
         most: settings.max_workers(),
@@ -71,21 +98,21 @@ async fn run(
         seams: Seams {
             clock: Millis::new(Arc::new(Drift::new(rate))),
             spawner: Arc::new(spawner),
-            udp: Arc::new(net.udp(&id)),
-            instances: Instances::Seeded(crate::net::mix(&(net.seed(), &id, "instances"))),
+            udp: Arc::new(net.udp(&host, life)),
+            instances: Instances::Seeded(net.draw(&format!("{host} instances"), life)),
         },
         ..settings
     };
-    let mut backend = Backend::Process(Pool::new(settings));
+    let mut backend = Backend::Process(weir::manager::Pool::new(settings));
     loop {
         let access = access(&published).await;
         match weir::manager::run_dynamic(&access, &mut backend).await {
             Ok(SessionEnd::Stopped(signal)) => {
-                tracing::info!(%signal, "{id}: stopped");
+                tracing::info!(%signal, "{host}: stopped");
                 return Ok(());
             }
-            Ok(end) => tracing::debug!(%end, "{id}: lost the scheduler"),
-            Err(error) => tracing::debug!(%error, "{id}: no session"),
+            Ok(end) => tracing::debug!(%end, "{host}: lost the scheduler"),
+            Err(error) => tracing::debug!(%error, "{host}: no session"),
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -120,6 +147,8 @@ type Alive = Arc<Mutex<Vec<(String, Arc<Mutex<bool>>)>>>;
 #[derive(Debug)]
 struct SimSpawner {
     host: String,
+    /// Its host's life (see `Net::start`): its workers' sockets differ from one to the next.
+    life: u64,
     net: Net,
     /// Its machine's clock rate, its workers' too.
     rate: f64,
@@ -173,7 +202,7 @@ impl Spawner for SimSpawner {
         }
         self.timeline
             .note(Event::Manager(format!("{} starts {name}", self.host)));
-        let udp = self.net.udp_for(&self.host, name);
+        let udp = self.net.udp_for(&self.host, name, self.life);
         let (published, timeline) = (self.published.clone(), self.timeline.clone());
         let ended = running.clone();
         let rate = self.rate;

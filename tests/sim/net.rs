@@ -24,6 +24,8 @@ pub(crate) struct Net {
     /// Percent of datagrams sent twice (the copy arrives on its own, later or earlier: turmoil
     /// draws each one's latency).
     duplicate: Arc<AtomicU64>,
+    /// How many times each host started.
+    starts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
 }
 
 impl Net {
@@ -31,26 +33,42 @@ impl Net {
         Net {
             seed,
             duplicate: Arc::new(AtomicU64::new(0)),
+            starts: Arc::default(),
         }
-    }
-
-    pub(crate) fn seed(&self) -> u64 {
-        self.seed
     }
 
     pub(crate) fn set_duplicate_percent(&self, percent: u64) {
         self.duplicate.store(percent, Ordering::Relaxed);
     }
 
-    /// The sockets of host `host`'s one process.
-    pub(crate) fn udp(&self, host: &str) -> SimUdp {
-        self.udp_for(host, host)
+    /// Host `host` starts (again): how many times it started before (its life). What a real
+    /// process draws at random (connection ids, instance ids) differs from one life to the
+    /// next: a restarted host must not pass for the one that crashed.
+    pub(crate) fn start(&self, host: &str) -> u64 {
+        let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
+        let life = starts.entry(host.to_string()).or_default();
+        *life += 1;
+        *life - 1
+    }
+
+    /// A value drawn for process `label` in its host's `life` (the first life's as before
+    /// lives were counted, so a seed's trace up to its first restart did not change).
+    pub(crate) fn draw(&self, label: &str, life: u64) -> u64 {
+        match life {
+            0 => mix(&(self.seed, label)),
+            _ => mix(&(self.seed, label, life)),
+        }
+    }
+
+    /// The sockets of host `host`'s one process, in its `life`.
+    pub(crate) fn udp(&self, host: &str, life: u64) -> SimUdp {
+        self.udp_for(host, host, life)
     }
 
     /// The sockets of process `label` on host `host` (a manager's workers run on its host).
-    pub(crate) fn udp_for(&self, host: &str, label: &str) -> SimUdp {
+    pub(crate) fn udp_for(&self, host: &str, label: &str, life: u64) -> SimUdp {
         SimUdp {
-            seed: mix(&(self.seed, label)),
+            seed: self.draw(label, life),
             host: host.to_string(),
             endpoints: AtomicU64::new(0),
             duplicate: self.duplicate.clone(),

@@ -144,7 +144,7 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     let timeline = cluster.timeline.clone();
     for (id, slots, cap) in &managers {
         let rate = rate();
-        cluster.add_manager(id, *slots, *cap, rate);
+        cluster.add_manager(id, id, *slots, *cap, rate);
     }
     let names: Vec<String> = (0..2 + draw.below(2))
         .map(|i| format!("worker{i}"))
@@ -468,7 +468,7 @@ fn client(
     let out = slot.clone();
     let published = cluster.scheduler.access.clone();
     let timeline = cluster.timeline.clone();
-    let udp = cluster.net.udp("client");
+    let udp = cluster.net.udp("client", 0);
     cluster.sim.client("client", async move {
         let start = tokio::time::Instant::now();
         let mut link = Link {

@@ -131,8 +131,9 @@ impl Cluster {
         );
         self.sim.host(name.clone(), move || {
             let (published, timeline) = (published.clone(), timeline.clone());
-            let settings = settings(&name, slots, mix(&(net.seed(), &name)));
-            let udp = net.udp(&name);
+            let life = net.start(&name);
+            let settings = settings(&name, slots, net.draw(&name, life));
+            let udp = net.udp(&name, life);
             let frozen = frozen.clone();
             async move { run(settings, udp, published, timeline, frozen, rate).await }
         });

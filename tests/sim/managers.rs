@@ -181,7 +181,13 @@ impl Spawner for SimSpawner {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| missing("--instance"))?;
         let mut settings = workers::settings(name, slots, instance);
-        settings.info.manager = arg(args, "--manager").map(String::from);
+        let manager = arg(args, "--manager").unwrap_or_default();
+        // A twin's workers have the names of the other's: told apart by their host.
+        let label = match manager == self.host {
+            true => name.to_string(),
+            false => format!("{name}@{}", self.host),
+        };
+        settings.info.manager = Some(manager.to_string());
         let running = Arc::new(Mutex::new(true));
         {
             let mut alive = self
@@ -206,16 +212,17 @@ impl Spawner for SimSpawner {
         let (published, timeline) = (self.published.clone(), self.timeline.clone());
         let ended = running.clone();
         let rate = self.rate;
+        let process = label.clone();
         let task = tokio::spawn(async move {
             // A manager's machine is lost whole (power): its workers' runs die with it.
             let frozen = workers::Frozen::default();
-            let _ = workers::run(settings, udp, published, timeline, frozen, rate).await;
+            let _ = workers::run(settings, udp, published, timeline, frozen, rate, label).await;
             if let Ok(mut running) = ended.lock() {
                 *running = false;
             }
         });
         Ok(Box::new(SimProcess {
-            name: name.to_string(),
+            name: process,
             host: self.host.clone(),
             task,
             running,
@@ -225,6 +232,7 @@ impl Spawner for SimSpawner {
 }
 
 struct SimProcess {
+    /// Its label on the timeline (its name, `@host` on a twin's host).
     name: String,
     host: String,
     task: tokio::task::JoinHandle<()>,

@@ -137,6 +137,12 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         sync_latency,
     };
     let mut cluster = Cluster::with(seed, builder, setup);
+    // A twin on a quarter of the seeds with managers: a second host started with the first
+    // manager's id (an operator's mistake), with its own workers of the same names.
+    let mut twin = Draw::new(seed ^ 0x7477_696e);
+    let twin = (managers.first())
+        .filter(|_| twin.chance(25))
+        .map(|(id, slots, cap)| (format!("{id}-twin"), id.clone(), *slots, *cap));
     let mut twice = Draw::new(seed ^ 0x6475_706c_6963_6174);
     if twice.chance(30) {
         cluster.net.set_duplicate_percent(1 + twice.below(10));
@@ -145,6 +151,10 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     for (id, slots, cap) in &managers {
         let rate = rate();
         cluster.add_manager(id, id, *slots, *cap, rate);
+    }
+    if let Some((host, id, slots, cap)) = &twin {
+        let rate = rate();
+        cluster.add_manager(host, id, *slots, *cap, rate);
     }
     let names: Vec<String> = (0..2 + draw.below(2))
         .map(|i| format!("worker{i}"))
@@ -239,9 +249,10 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         }
     }
     plan.sort_by_key(|(at, _)| *at);
-    // Every host but the scheduler and the client: workers, then managers.
+    // Every host but the scheduler and the client: workers, then managers, then a twin.
     let hosts: Vec<String> = (names.iter().cloned())
         .chain(managers.iter().map(|(id, _, _)| id.clone()))
+        .chain(twin.iter().map(|(host, ..)| host.clone()))
         .collect();
     // Jobs submitted through the fault window, each of 1–4 tasks of 0.1–2 s (one in seven 2–8 s): under
     // of a slot's work, so what is left at `heal_at` fits well within `BOUND` on any cluster here.

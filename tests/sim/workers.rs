@@ -46,6 +46,9 @@ pub(crate) struct SimExecute {
     /// Set when the worker's process is frozen (SIGSTOP) and then lost: its runs go on until
     /// the lease they run under ends, when its guard process kills them.
     frozen: Frozen,
+    /// What the timeline calls the worker: its name, and `@host` on a twin manager's host (its
+    /// workers have the names of the other's).
+    label: String,
 }
 
 /// Whether a worker froze (see [`SimExecute`]); the fault plan sets it, a restart clears it.
@@ -79,9 +82,9 @@ impl Drop for Running {
 impl Execute for SimExecute {
     fn execute(&self, execution: Execution) -> Pin<Box<dyn Future<Output = Outcome> + Send>> {
         let (timeline, frozen) = (self.timeline.clone(), self.frozen.clone());
+        let worker = self.label.clone();
         Box::pin(async move {
             let Execution {
-                worker,
                 task,
                 run,
                 input,
@@ -135,13 +138,14 @@ impl Cluster {
             let settings = settings(&name, slots, net.draw(&name, life));
             let udp = net.udp(&name, life);
             let frozen = frozen.clone();
-            async move { run(settings, udp, published, timeline, frozen, rate).await }
+            let label = name.clone();
+            async move { run(settings, udp, published, timeline, frozen, rate, label).await }
         });
     }
 }
 
 /// Run the worker of `settings` on `udp`, its clock at `rate` (see `clock::Drift`), until it
-/// is stopped (reconnecting while the scheduler is away).
+/// is stopped (reconnecting while the scheduler is away); `label` names it on the timeline.
 pub(crate) async fn run(
     settings: Settings,
     udp: SimUdp,
@@ -149,12 +153,17 @@ pub(crate) async fn run(
     timeline: Timeline,
     frozen: Frozen,
     rate: f64,
+    label: String,
 ) -> Result<(), Error> {
     let name = settings.info.name.clone();
     let seams = Seams {
         clock: Millis::new(Arc::new(Drift::new(rate))),
         udp: Arc::new(udp),
-        execute: Some(Arc::new(SimExecute { timeline, frozen })),
+        execute: Some(Arc::new(SimExecute {
+            timeline,
+            frozen,
+            label,
+        })),
     };
     let mut worker = Worker::new(settings, seams)?;
     loop {

@@ -261,8 +261,13 @@ impl Pool {
             self.log.ended(&unit.id, unit.since, why.into(), now);
             self.stop(&unit.id);
         }
+        // A worker told to stop runs until it exits: the cap counts it, so a replacement waits
+        // for that exit (the simulation's seed 17: a manager started a fourth worker, its cap
+        // three, while one it had stopped was still exiting).
+        let room =
+            (self.book.max_units).saturating_sub(self.book.units.len() + self.stopping.len());
         if self.restarts.may_start(now) && !ending && !self.dismissed {
-            for _ in 0..step.start {
+            for _ in 0..step.start.min(room) {
                 self.start()?;
             }
         }

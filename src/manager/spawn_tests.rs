@@ -217,3 +217,36 @@ fn a_started_worker_is_stopped_only_once_named_never_as_one_too_many() {
     assert_eq!(alive(&fake), [false, true], "the one named is stopped");
     assert_eq!(names(&fake).len(), 2, "none started");
 }
+
+/// A worker told to stop runs until it exits, and counts toward the cap until then: its
+/// replacement starts only once it is gone (the simulation's seed 17 saw a fourth worker under
+/// a cap of three, started while a stopped one was still exiting).
+#[test]
+fn a_replacement_waits_for_the_stopped_worker_to_exit() {
+    let fake = Arc::new(Fake {
+        linger: true,
+        ..Fake::default()
+    });
+    let manual = Arc::new(ManualClock::new());
+    let mut pool = Pool::new(settings(fake.clone(), Millis::new(manual.clone())));
+    pool.converge(0, &[], &[]).expect("starts");
+    let registered = ["pool-1".to_string(), "pool-2".to_string()];
+    pool.converge(0, &registered[..1], &registered)
+        .expect("converges");
+    manual.advance(Duration::from_secs(1));
+    pool.converge(0, &[], &registered[1..]).expect("converges");
+    assert_eq!(
+        names(&fake),
+        ["pool-1", "pool-2"],
+        "none while pool-1 exits"
+    );
+    let first = fake.started.lock().expect("not poisoned")[0].1.clone();
+    *first.lock().expect("not poisoned") = Some(ExitStatus::from_raw(15));
+    manual.advance(Duration::from_secs(1));
+    pool.converge(0, &[], &registered[1..]).expect("converges");
+    assert_eq!(
+        names(&fake),
+        ["pool-1", "pool-2", "pool-3"],
+        "replaced once it exited"
+    );
+}

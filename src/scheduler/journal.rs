@@ -53,6 +53,11 @@ impl Journal {
         self.store.took()
     }
 
+    /// The wait for [`Journal::took`] is over ([`JournalStore::settled`]).
+    pub fn settled(&mut self) {
+        self.store.settled();
+    }
+
     /// Lock, check and read the journal (creating it if needed): every record, with a torn tail
     /// cut off. Damage, a file that is not a journal, or a journal another scheduler holds is
     /// an error, and the file is left as it was.

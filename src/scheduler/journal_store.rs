@@ -33,12 +33,15 @@ pub trait JournalStore: Send + std::fmt::Debug {
         true
     }
     /// For a store that does not block: how long the calls since the last time it was asked
-    /// took on the disk it simulates (a slow sync). The scheduler waits that long on its timer,
-    /// as it waits for a blocking thread; what arrives meanwhile waits. Zero for a real disk,
-    /// whose calls take their time.
+    /// take on the disk it simulates (a slow sync). The scheduler waits that long on its timer,
+    /// as it waits for a blocking thread (what arrives meanwhile waits), then calls
+    /// [`JournalStore::settled`]. Zero for a real disk, whose calls take their time.
     fn took(&mut self) -> std::time::Duration {
         std::time::Duration::ZERO
     }
+    /// The wait [`JournalStore::took`] asked for is over: a sync it covered is on disk now (a
+    /// power loss during the wait keeps only a torn piece of what it was writing).
+    fn settled(&mut self) {}
 }
 
 /// Why [`JournalStore::replace`] failed, and which one is in use now.
@@ -169,6 +172,8 @@ struct Disk {
     /// `JournalStore::took` was last asked.
     sync_latency: std::time::Duration,
     owed: std::time::Duration,
+    /// A slow sync under way: how much of `written` is on disk once it settles.
+    syncing: Option<usize>,
 }
 
 impl MemoryStore {
@@ -189,7 +194,8 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Every sync and replace takes `latency` from now on (see [`JournalStore::took`]).
+    /// Every sync and replace takes `latency` from now on (see [`JournalStore::took`]); a sync
+    /// is on disk only once it settled.
     pub fn slow_syncs(&self, latency: std::time::Duration) {
         self.disk().sync_latency = latency;
     }
@@ -228,6 +234,14 @@ impl JournalStore for MemoryStore {
         std::mem::take(&mut self.disk().owed)
     }
 
+    fn settled(&mut self) {
+        let disk = &mut *self.disk();
+        if let Some(len) = disk.syncing.take() {
+            let len = len.min(disk.written.len());
+            disk.durable = disk.written[..len].to_vec();
+        }
+    }
+
     fn read_all(&mut self) -> io::Result<Vec<u8>> {
         Ok(self.disk().written.clone())
     }
@@ -246,11 +260,17 @@ impl JournalStore for MemoryStore {
     fn sync(&mut self) -> io::Result<()> {
         self.flush()?;
         let disk = &mut *self.disk();
-        disk.owed += disk.sync_latency;
         if disk.failing {
             return Err(failed());
         }
-        disk.durable.clone_from(&disk.written);
+        match disk.sync_latency.is_zero() {
+            true => disk.durable.clone_from(&disk.written),
+            // On disk only once the wait is over (`settled`).
+            false => {
+                disk.owed += disk.sync_latency;
+                disk.syncing = Some(disk.written.len());
+            }
+        }
         Ok(())
     }
 
@@ -260,6 +280,7 @@ impl JournalStore for MemoryStore {
         let disk = &mut *self.disk();
         disk.written.truncate(len);
         disk.durable.truncate(len);
+        disk.syncing = disk.syncing.map(|synced| synced.min(len));
         Ok(())
     }
 
@@ -275,6 +296,8 @@ impl JournalStore for MemoryStore {
             return Err(ReplaceError::Kept(failed()));
         }
         disk.buffered.clear();
+        // The rename is atomic: the new file whole (its own sync is what the latency covers).
+        disk.syncing = None;
         disk.durable.clone_from(&bytes);
         disk.written = bytes;
         Ok(disk.written.len() as u64)

@@ -95,18 +95,27 @@ fn a_compaction_that_cannot_be_written_keeps_the_old_journal() {
     assert_eq!(names(&records), ["a"]);
 }
 
-/// A slow disk: each sync and replacement takes its latency, owed until the scheduler asks
-/// (and waits that long on its timer), then owed no more.
+/// A slow disk: each sync takes its latency, owed until the scheduler asks (and waits that long
+/// on its timer), and is on disk only once that wait is over.
 #[test]
-fn a_slow_disk_owes_each_sync_its_latency_until_asked() {
+fn a_slow_disk_owes_each_sync_its_latency_and_keeps_it_only_once_settled() {
     let store = MemoryStore::default();
     store.slow_syncs(std::time::Duration::from_millis(40));
     let (mut journal, _) = open(&store);
     let _ = journal.took();
+    journal.settled();
     journal.append(&record("a")).expect("appended");
     journal.sync().expect("synced");
+    assert_eq!(journal.took(), std::time::Duration::from_millis(40));
+    assert_eq!(journal.took(), std::time::Duration::ZERO);
+    journal.settled();
     journal.append(&record("b")).expect("appended");
     journal.sync().expect("synced");
-    assert_eq!(journal.took(), std::time::Duration::from_millis(80));
-    assert_eq!(journal.took(), std::time::Duration::ZERO);
+    assert_eq!(journal.took(), std::time::Duration::from_millis(40));
+    // Not on disk before the wait is over: a power loss now keeps "a" only.
+    let (_, records) = open(&MemoryStore::with(store.after_power_loss(0)));
+    assert_eq!(names(&records), ["a"]);
+    journal.settled();
+    let (_, records) = open(&MemoryStore::with(store.after_power_loss(0)));
+    assert_eq!(names(&records), ["a", "b"]);
 }

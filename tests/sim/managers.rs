@@ -19,6 +19,8 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use weir::clock::Millis;
 use weir::manager::spawn::{Process, Spawner};
 use weir::manager::{Backend, Instances, Seams, Settings};
@@ -26,7 +28,7 @@ use weir::net::{AccessFile, SessionEnd};
 
 use crate::clock::Drift;
 use crate::cluster::{Cluster, Error, access};
-use crate::net::Net;
+use crate::net::{Net, mix};
 use crate::timeline::{Event, Timeline};
 use crate::workers;
 
@@ -140,8 +142,8 @@ fn settings(id: &str, slots: u32, cap: u32) -> Settings {
     }
 }
 
-/// The workers a manager host has alive: name and whether its task still runs.
-type Alive = Arc<Mutex<Vec<(String, Arc<Mutex<bool>>)>>>;
+/// The workers a manager host started: label and where each is in its life.
+type Alive = Arc<Mutex<Vec<(String, Arc<Mutex<Life>>)>>>;
 
 /// Starts a manager's workers as tasks of its host.
 #[derive(Debug)]
@@ -188,13 +190,13 @@ impl Spawner for SimSpawner {
             false => format!("{name}@{}", self.host),
         };
         settings.info.manager = Some(manager.to_string());
-        let running = Arc::new(Mutex::new(true));
+        let life = Arc::new(Mutex::new(Life::default()));
         {
             let mut alive = self
                 .alive
                 .lock()
                 .map_err(|_| io::Error::other("poisoned"))?;
-            alive.retain(|(_, running)| running.lock().is_ok_and(|r| *r));
+            alive.retain(|(_, life)| life.lock().is_ok_and(|l| l.alive()));
             if alive.len() >= self.most as usize {
                 self.timeline.note(Event::Broken(format!(
                     "manager {} starts {name} with {} workers alive ({:?}): above its cap of {}",
@@ -204,30 +206,48 @@ impl Spawner for SimSpawner {
                     self.most
                 )));
             }
-            alive.push((name.to_string(), running.clone()));
+            alive.push((label.clone(), life.clone()));
         }
         self.timeline
             .note(Event::Manager(format!("{} starts {name}", self.host)));
-        let udp = self.net.udp_for(&self.host, name, self.life);
+        let udp = self.net.udp_for(&self.host, &label, self.life);
         let (published, timeline) = (self.published.clone(), self.timeline.clone());
-        let ended = running.clone();
+        let ended = life.clone();
         let rate = self.rate;
         let process = label.clone();
+        // How long it takes to exit once told to stop (closing its connection, flushing).
+        let exiting = Duration::from_millis(mix(&(&label, instance)) % 3_000);
         let task = tokio::spawn(async move {
             // A manager's machine is lost whole (power): its workers' runs die with it.
             let frozen = workers::Frozen::default();
             let _ = workers::run(settings, udp, published, timeline, frozen, rate, label).await;
-            if let Ok(mut running) = ended.lock() {
-                *running = false;
+            if let Ok(mut life) = ended.lock() {
+                life.ended = true;
             }
         });
         Ok(Box::new(SimProcess {
             name: process,
             host: self.host.clone(),
             task,
-            running,
+            life,
+            exiting,
             timeline: self.timeline.clone(),
         }))
+    }
+}
+
+/// Where a worker "process" is in its life.
+#[derive(Debug, Default)]
+struct Life {
+    /// Its task ended (by itself, or killed with its handle).
+    ended: bool,
+    /// Told to stop: it has exited from then on.
+    exits_at: Option<Instant>,
+}
+
+impl Life {
+    fn alive(&self) -> bool {
+        !self.ended && self.exits_at.is_none_or(|at| Instant::now() < at)
     }
 }
 
@@ -236,24 +256,34 @@ struct SimProcess {
     name: String,
     host: String,
     task: tokio::task::JoinHandle<()>,
-    running: Arc<Mutex<bool>>,
+    life: Arc<Mutex<Life>>,
+    /// How long it takes to exit once told to stop.
+    exiting: Duration,
     timeline: Timeline,
 }
 
 impl Process for SimProcess {
     fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
-        Ok(self.task.is_finished().then(|| ExitStatus::from_raw(0)))
+        let alive = self.life.lock().is_ok_and(|life| life.alive());
+        Ok((!alive).then(|| ExitStatus::from_raw(0)))
     }
 
     fn wait(&mut self) -> Pin<Box<dyn Future<Output = io::Result<ExitStatus>> + Send + '_>> {
         Box::pin(async move {
-            let _ = (&mut self.task).await;
+            let exits_at = self.life.lock().ok().and_then(|life| life.exits_at);
+            match exits_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => {
+                    let _ = (&mut self.task).await;
+                }
+            }
             Ok(ExitStatus::from_raw(0))
         })
     }
 
-    /// SIGTERM, obeyed at once: the worker's runs are killed with it (a real worker kills its
-    /// tasks first too). Telling a worker with a run to stop breaks the scaling invariant.
+    /// SIGTERM: the worker's runs are killed at once (a real worker kills its tasks first), and
+    /// the process exits a while later (up to 3 s). Telling a worker with a run to stop breaks
+    /// the scaling invariant.
     fn terminate(&mut self) {
         let busy = self.timeline.running_on(&self.name);
         if !busy.is_empty() {
@@ -265,8 +295,8 @@ impl Process for SimProcess {
         self.timeline
             .note(Event::Manager(format!("{} stops {}", self.host, self.name)));
         self.task.abort();
-        if let Ok(mut running) = self.running.lock() {
-            *running = false;
+        if let Ok(mut life) = self.life.lock() {
+            life.exits_at.get_or_insert(Instant::now() + self.exiting);
         }
     }
 }
@@ -275,8 +305,8 @@ impl Drop for SimProcess {
     /// Killed with its handle, as `kill_on_drop` does.
     fn drop(&mut self) {
         self.task.abort();
-        if let Ok(mut running) = self.running.lock() {
-            *running = false;
+        if let Ok(mut life) = self.life.lock() {
+            life.ended = true;
         }
     }
 }

@@ -42,7 +42,7 @@ impl Net {
     }
 
     /// Host `host` starts (again): how many times it started before (its life). What a real
-    /// process draws at random (connection ids, instance ids) differs from one life to the
+    /// process draws at random (instance ids, quinn's RNG) differs from one life to the
     /// next: a restarted host must not pass for the one that crashed.
     pub(crate) fn start(&self, host: &str) -> u64 {
         let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
@@ -78,7 +78,8 @@ impl Net {
 
 /// The sockets of one simulated process. Each endpoint made on them gets its own quinn RNG
 /// seed, drawn from the run's seed, the process's name and how many endpoints it made before,
-/// so connection ids (and so every packet's size and order) replay with the seed.
+/// so what quinn draws from it replays with the seed (its connection ids and the TLS keys come
+/// from the OS: they differ from run to run, the timeline does not).
 #[derive(Debug)]
 pub(crate) struct SimUdp {
     seed: u64,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use weir::clock::Millis;
 use weir::net::{AccessFile, SessionEnd};
 use weir::proto::{Outcome, WorkerRegistration};
+use weir::scheduler::KILL_MARGIN;
 use weir::worker::execute::{Execute, Execution, Stop};
 use weir::worker::{Seams, Settings, Worker};
 
@@ -49,6 +50,8 @@ pub(crate) struct SimExecute {
     /// What the timeline calls the worker: its name, and `@host` on a twin manager's host (its
     /// workers have the names of the other's).
     label: String,
+    /// Its machine's clock rate: the guard measures the lease's time left on it.
+    rate: f64,
 }
 
 /// Whether a worker froze (see [`SimExecute`]); the fault plan sets it, a restart clears it.
@@ -62,18 +65,22 @@ struct Running {
     event: Option<Event>,
     stop: Arc<Stop>,
     frozen: Frozen,
+    rate: f64,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(Event::Started { task, worker, run }) = self.event.take() {
-            let killed = Event::Killed { task, worker, run };
             let now = turmoil::sim_elapsed().unwrap_or_default();
             match self.stop.lease_left() {
                 Some(left) if self.frozen.load(Ordering::SeqCst) => {
-                    self.timeline.at(now + left, killed);
+                    // The guard counts the time left on its machine's clock (`rate` seconds a
+                    // second), and its kill lands within `KILL_MARGIN` of the lease's end.
+                    let late = mix(&(&worker, task, run)) % KILL_MARGIN.as_millis() as u64;
+                    let at = now + left.div_f64(self.rate) + Duration::from_millis(late);
+                    self.timeline.at(at, Event::Killed { task, worker, run });
                 }
-                _ => self.timeline.note(killed),
+                _ => self.timeline.note(Event::Killed { task, worker, run }),
             }
         }
     }
@@ -81,7 +88,7 @@ impl Drop for Running {
 
 impl Execute for SimExecute {
     fn execute(&self, execution: Execution) -> Pin<Box<dyn Future<Output = Outcome> + Send>> {
-        let (timeline, frozen) = (self.timeline.clone(), self.frozen.clone());
+        let (timeline, frozen, rate) = (self.timeline.clone(), self.frozen.clone(), self.rate);
         let worker = self.label.clone();
         Box::pin(async move {
             let Execution {
@@ -102,6 +109,7 @@ impl Execute for SimExecute {
                 event: Some(started),
                 stop: stop.clone(),
                 frozen,
+                rate,
             };
             tokio::select! {
                 () = tokio::time::sleep(duration(&input)) => {
@@ -163,6 +171,7 @@ pub(crate) async fn run(
             timeline,
             frozen,
             label,
+            rate,
         })),
     };
     let mut worker = Worker::new(settings, seams)?;

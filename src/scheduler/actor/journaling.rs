@@ -54,12 +54,13 @@ impl Actor {
     ) -> Option<R> {
         let mut journal = self.journal.take()?;
         if !journal.blocks() {
-            // In memory: here, waiting on the timer for as long as the disk it simulates took
-            // (see `JournalStore::blocks` and `took`).
+            // In memory: here, waiting on the timer for as long as the disk it simulates takes
+            // (see `JournalStore::blocks`, `took` and `settled`).
             let result = work(&mut journal);
             let took = journal.took();
             if !took.is_zero() {
                 tokio::time::sleep(took).await;
+                journal.settled();
             }
             self.journal = Some(journal);
             return Some(result);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir::client::Client;
-use weir::proto::{JobId, Outcome, TaskResult};
+use weir::proto::{JobId, Outcome, Response, TaskResult};
 use weir::scheduler::journal::MemoryStore;
 
 use crate::checks;
@@ -596,26 +596,69 @@ impl Link {
 }
 
 /// Wait for `job` and fetch its results.
+/// Odd jobs are watched (each result as its task ends: the Python futures' path), even ones
+/// waited for; a watcher must hear of each task once, and what it heard must be the results.
 async fn finished(
     client: &Client,
     job: JobId,
     timeline: &Timeline,
 ) -> Result<Vec<TaskResult>, Error> {
-    let mut last = None;
-    client
-        .wait(job, |counts| {
-            if last.as_ref() != Some(counts) {
-                last = Some(counts.clone());
-                timeline.note(Event::Client(format!("job {job}: {counts:?}")));
-            }
-        })
-        .await?;
+    let watched = match job % 2 {
+        1 => Some(watch(client, job, timeline).await?),
+        _ => {
+            let mut last = None;
+            client
+                .wait(job, |counts| {
+                    if last.as_ref() != Some(counts) {
+                        last = Some(counts.clone());
+                        timeline.note(Event::Client(format!("job {job}: {counts:?}")));
+                    }
+                })
+                .await?;
+            None
+        }
+    };
     let results = client.results(job).await?;
+    if let Some(watched) = watched
+        && let Some(why) = replayed(&watched, results.clone())
+    {
+        timeline.note(Event::Broken(format!(
+            "job {job}: what its watcher heard is not its results: {why}"
+        )));
+    }
     timeline.note(Event::Client(format!(
         "job {job} finished: {} results",
         results.len()
     )));
     Ok(results)
+}
+
+/// Watch `job` to its end: each task's result once (a second one on the stream breaks the
+/// invariant), then `Done`.
+async fn watch(client: &Client, job: JobId, timeline: &Timeline) -> Result<Vec<TaskResult>, Error> {
+    let mut stream = client.watch(job).await?;
+    let mut heard: Vec<TaskResult> = Vec::new();
+    loop {
+        match stream.next().await? {
+            Some(Response::Results(chunk)) => {
+                for result in chunk {
+                    if heard.iter().any(|r| r.task == result.task) {
+                        timeline.note(Event::Broken(format!(
+                            "job {job}: task {} delivered twice to one watcher",
+                            result.task
+                        )));
+                    }
+                    heard.push(result);
+                }
+            }
+            Some(Response::Done(counts)) => {
+                timeline.note(Event::Client(format!("job {job} watched: {counts:?}")));
+                return Ok(heard);
+            }
+            Some(Response::Progress(_)) => {}
+            other => return Err(format!("job {job}: the watch answered {other:?}").into()),
+        }
+    }
 }
 
 /// Whether `outcome` is what a run of `input` produces.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use weir::proto::{TaskResult, TaskState};
 
-use crate::scenario::produced;
+use crate::client::produced;
 use crate::timeline::{Event, Timeline};
 
 /// How many times a task's run may go uncounted in a life of the scheduler

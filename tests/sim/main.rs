@@ -12,9 +12,11 @@
 //! `WEIR_SIM_SEEDS=2000 WEIR_SIM_HEAL_SECS=60 WEIR_SIM_THREADS=2 cargo test --test sim seeds`.
 
 mod checks;
+mod client;
 mod clock;
 mod cluster;
 mod draw;
+mod faults;
 mod managers;
 mod net;
 mod scenario;

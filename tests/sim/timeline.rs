@@ -40,6 +40,16 @@ pub(crate) enum Event {
     Client(String),
 }
 
+/// Where an event goes on the timeline: by time; at one time, every other event (in the order
+/// noted) before the runs killed, those in (worker, task, run) order.
+fn order((at, event): &(Duration, Event)) -> (Duration, Option<(&str, TaskId, u64)>) {
+    let killed = match event {
+        Event::Killed { task, worker, run } => Some((worker.as_str(), *task, *run)),
+        _ => None,
+    };
+    (*at, killed)
+}
+
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Timeline(Arc<Mutex<Vec<(Duration, Event)>>>);
 
@@ -51,22 +61,19 @@ impl Timeline {
         self.at(now, event);
     }
 
+    /// Note `event` at `at`, in the timeline's order: by time, and at one time the runs killed
+    /// last, in (worker, task, run) order. Runs killed together (a worker crashed: its runtime
+    /// dropped them) are noted in the order tokio drops its tasks, which follows process-wide
+    /// task ids, and a frozen worker's are noted ahead of their time: without this order two
+    /// runs of a seed in one process (or on two threads) would differ.
     pub(crate) fn at(&self, at: Duration, event: Event) {
         if let Ok(mut events) = self.0.lock() {
-            // Runs killed at one instant (a worker crashed: its runtime dropped them) are noted
-            // in the order tokio drops its tasks, which follows process-wide task ids, so two runs
-            // of a seed in one process would differ: they go in (worker, task, run) order.
+            let new = (at, event);
             let mut place = events.len();
-            if let Event::Killed { task, worker, run } = &event {
-                let key = (worker, task, run);
-                while place > 0
-                    && matches!(&events[place - 1], (when, Event::Killed { task: t, worker: w, run: r })
-                        if *when == at && (w, t, r) > key)
-                {
-                    place -= 1;
-                }
+            while place > 0 && order(&events[place - 1]) > order(&new) {
+                place -= 1;
             }
-            events.insert(place, (at, event));
+            events.insert(place, new);
         }
     }
 
@@ -80,6 +87,8 @@ impl Timeline {
                     *at = now;
                 }
             }
+            // Stable: only the events moved change places.
+            events.sort_by(|a, b| order(a).cmp(&order(b)));
         }
     }
 

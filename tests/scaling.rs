@@ -338,6 +338,8 @@ fn the_running_policy_keeps_deciding_while_a_new_one_is_tried() {
         env!("CARGO_MANIFEST_DIR"),
         "/plugins/fixtures/hostile_policy.wasm"
     );
+    // What the trial's command says is kept, for the message should the wait below time out.
+    let said = tempfile::NamedTempFile::new().expect("a temporary file");
     let mut trial = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
         .arg("--access-file")
         .arg(cluster.access_file())
@@ -350,7 +352,7 @@ fn the_running_policy_keeps_deciding_while_a_new_one_is_tried() {
             "create-loop",
         ])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(said.reopen().expect("the temporary file, again"))
         .spawn()
         .unwrap();
     // Another change is refused while that one is tried (content the engine refuses, so a
@@ -368,7 +370,10 @@ fn the_running_policy_keeps_deciding_while_a_new_one_is_tried() {
     };
     let deadline = common::Deadline::start("a change refused while another is tried");
     while !refused_while_trying() {
-        deadline.pause("accepted");
+        let stderr = std::fs::read_to_string(said.path()).unwrap_or_default();
+        deadline.pause(format!(
+            "accepted; the trial's `weir policy set` said: {stderr:?}"
+        ));
     }
     // Meanwhile demand is still scaled by the running policy...
     cluster.json(&["submit", "--count", "3", "--", "sleep", "20"]);

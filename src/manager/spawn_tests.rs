@@ -156,11 +156,10 @@ fn the_pool_starts_replaces_after_a_backoff_and_stops_its_workers_through_the_sp
     }
 }
 
-/// A worker sent SIGTERM is reported alive until its process has exited, then exited with its
-/// instance: the scheduler takes that report as proof that the process is gone and requeues its
-/// tasks at once, so it must not come while the worker may still run them (it kills them first).
-#[test]
-fn a_stopped_worker_is_reported_exited_only_once_its_process_has_exited() {
+/// A fixed pool of two workers whose processes outlive SIGTERM, the first of which (pool-1) the
+/// scheduler drained: it was sent SIGTERM and lingers. The spawner, the clock, the pool, and
+/// the names registered.
+fn pool_1_stopping() -> (Arc<Fake>, Arc<ManualClock>, Pool, [String; 2]) {
     let fake = Arc::new(Fake {
         linger: true,
         ..Fake::default()
@@ -169,9 +168,17 @@ fn a_stopped_worker_is_reported_exited_only_once_its_process_has_exited() {
     let mut pool = Pool::new(settings(fake.clone(), Millis::new(manual.clone())));
     pool.converge(0, &[], &[]).expect("starts");
     let registered = ["pool-1".to_string(), "pool-2".to_string()];
-    // The scheduler drained pool-1: it is sent SIGTERM, and lingers.
     pool.converge(0, &registered[..1], &registered)
         .expect("converges");
+    (fake, manual, pool, registered)
+}
+
+/// A worker sent SIGTERM is reported alive until its process has exited, then exited with its
+/// instance: the scheduler takes that report as proof that the process is gone and requeues its
+/// tasks at once, so it must not come while the worker may still run them (it kills them first).
+#[test]
+fn a_stopped_worker_is_reported_exited_only_once_its_process_has_exited() {
+    let (fake, manual, mut pool, registered) = pool_1_stopping();
     let state = pool.state();
     assert!(state.workers.contains(&"pool-1".to_string()), "{state:?}");
     assert!(!state.exited.contains(&"pool-1".to_string()), "{state:?}");
@@ -223,16 +230,7 @@ fn a_started_worker_is_stopped_only_once_named_never_as_one_too_many() {
 /// a cap of three, started while a stopped one was still exiting).
 #[test]
 fn a_replacement_waits_for_the_stopped_worker_to_exit() {
-    let fake = Arc::new(Fake {
-        linger: true,
-        ..Fake::default()
-    });
-    let manual = Arc::new(ManualClock::new());
-    let mut pool = Pool::new(settings(fake.clone(), Millis::new(manual.clone())));
-    pool.converge(0, &[], &[]).expect("starts");
-    let registered = ["pool-1".to_string(), "pool-2".to_string()];
-    pool.converge(0, &registered[..1], &registered)
-        .expect("converges");
+    let (fake, manual, mut pool, registered) = pool_1_stopping();
     manual.advance(Duration::from_secs(1));
     pool.converge(0, &[], &registered[1..]).expect("converges");
     assert_eq!(

@@ -52,12 +52,9 @@ pub(crate) fn plan(
         .saturating_sub(5_000);
     for _ in 0..draw.below(4) {
         let worker = names[draw.below(names.len() as u64) as usize].clone();
-        let at = draw.millis(1_000, last);
+        let (at, back) = window(draw, last, (500, 15_000), heal_at);
         plan.push((at, Fault::Partition(worker.clone())));
-        plan.push((
-            (at + draw.millis(500, 15_000)).min(heal_at),
-            Fault::Repair(worker),
-        ));
+        plan.push((back, Fault::Repair(worker)));
     }
     if draw.chance(40) {
         let at = draw.millis(2_000, last);
@@ -68,20 +65,16 @@ pub(crate) fn plan(
     }
     if draw.chance(40) {
         let worker = names[draw.below(names.len() as u64) as usize].clone();
-        let at = draw.millis(1_000, last);
+        let (at, back) = window(draw, last, (200, 10_000), heal_at);
         plan.push((at, Fault::CrashWorker(worker.clone())));
-        plan.push((
-            (at + draw.millis(200, 10_000)).min(heal_at),
-            Fault::Restart(worker),
-        ));
+        plan.push((back, Fault::Restart(worker)));
     }
     // One-way partitions (a worker hears the scheduler but is not heard, or the reverse), drawn
     // from a stream of their own so every other draw of a seed stays what it was.
     let mut oneway = Draw::new(seed ^ 0x6f6e_6577_6179);
     if oneway.chance(30) {
         let worker = names[oneway.below(names.len() as u64) as usize].clone();
-        let at = oneway.millis(1_000, last);
-        let back = (at + oneway.millis(500, 15_000)).min(heal_at);
+        let (at, back) = window(&mut oneway, last, (500, 15_000), heal_at);
         let to_scheduler = oneway.chance(50);
         plan.push((
             at,
@@ -112,24 +105,31 @@ pub(crate) fn plan(
     // and started again.
     for (id, _, _) in managers {
         if fleet.chance(40) {
-            let at = fleet.millis(1_000, last);
+            let (at, back) = window(fleet, last, (500, 15_000), heal_at);
             plan.push((at, Fault::Partition(id.clone())));
-            plan.push((
-                (at + fleet.millis(500, 15_000)).min(heal_at),
-                Fault::Repair(id.clone()),
-            ));
+            plan.push((back, Fault::Repair(id.clone())));
         }
         if fleet.chance(30) {
-            let at = fleet.millis(1_000, last);
+            let (at, back) = window(fleet, last, (200, 10_000), heal_at);
             plan.push((at, Fault::CrashWorker(id.clone())));
-            plan.push((
-                (at + fleet.millis(200, 10_000)).min(heal_at),
-                Fault::Restart(id.clone()),
-            ));
+            plan.push((back, Fault::Restart(id.clone())));
         }
     }
     plan.sort_by_key(|(at, _)| *at);
     plan
+}
+
+/// When a fault starts (1 s to `last` ms) and when it is repaired (`lasting` ms later, at most
+/// at `heal_at`), drawn in that order.
+fn window(
+    draw: &mut Draw,
+    last: u64,
+    lasting: (u64, u64),
+    heal_at: Duration,
+) -> (Duration, Duration) {
+    let at = draw.millis(1_000, last);
+    let back = (at + draw.millis(lasting.0, lasting.1)).min(heal_at);
+    (at, back)
 }
 
 pub(crate) fn apply(cluster: &mut Cluster, fault: &Fault) {

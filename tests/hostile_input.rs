@@ -37,6 +37,7 @@ proptest! {
                 count: 7,
                 inputs: vec![b"x".to_vec()],
             }],
+            request: Some(u128::MAX - 5),
         }).unwrap();
         let mut bytes = valid[4..].to_vec();
         for (at, value) in flips {

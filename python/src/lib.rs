@@ -53,6 +53,13 @@ struct Connection {
     client: Client,
 }
 
+/// A submission's requests (`Connection.submission`), and the answers to those sent so far.
+#[pyclass(module = "weir._native")]
+struct Submission {
+    parts: Vec<weir_client::proto::Request>,
+    jobs: Vec<(u64, u64, u64)>,
+}
+
 /// The results of one job's tasks as they end (`Connection.watch`).
 #[pyclass(module = "weir._native")]
 struct Watch {
@@ -86,17 +93,15 @@ impl Connection {
         })
     }
 
-    /// Submit one group of tasks, one per input. `kind` is `"function"` (`program` is the
-    /// runner's argv, `function` the pickled function) or `"command"` (`program` is the argv).
-    /// As one job, or as several when one request would be over the scheduler's limit on a
-    /// message: returns `[(job, first_task, tasks)]`, in the order of `inputs`; the tasks of
-    /// each job have the ids `first_task ..= first_task + tasks - 1`. `RequestTooLarge` if one
-    /// input cannot go in a request (nothing is submitted).
+    /// A submission of one group of tasks, one per input, to hand to `send`. `kind` is
+    /// `"function"` (`program` is the runner's argv, `function` the pickled function) or
+    /// `"command"` (`program` is the argv). One job, or several when one request would be over
+    /// the scheduler's limit on a message (each with its own request id). `RequestTooLarge` if
+    /// one input cannot go in a request (nothing is sent).
     #[pyo3(signature = (kind, program, function, inputs, env, capabilities, environments, timeout_ms, retries, priority))]
     #[allow(clippy::too_many_arguments)]
-    fn submit(
-        &self,
-        py: Python<'_>,
+    #[staticmethod]
+    fn submission(
         kind: &str,
         program: Vec<String>,
         function: Vec<u8>,
@@ -107,7 +112,7 @@ impl Connection {
         timeout_ms: u64,
         retries: u32,
         priority: i32,
-    ) -> PyResult<Vec<(u64, u64, u64)>> {
+    ) -> PyResult<Submission> {
         let kind = match kind {
             "function" => TaskKind::Function {
                 runner: program,
@@ -135,8 +140,46 @@ impl Connection {
             count,
             inputs,
         };
-        py.detach(|| self.runtime.block_on(self.client.submit_split(group)))
-            .map_err(error)
+        let parts = weir_client::split_submission(group)
+            .and_then(|parts| {
+                parts
+                    .into_iter()
+                    .map(|part| weir_client::submission(Vec::new(), vec![part]))
+                    .collect()
+            })
+            .map_err(error)?;
+        Ok(Submission {
+            parts,
+            jobs: Vec::new(),
+        })
+    }
+
+    /// Send what of `submission` is not answered yet; returns every part's `(job, first_task,
+    /// tasks)`, in the order of the inputs (the tasks of a job have the ids `first_task ..=
+    /// first_task + tasks - 1`). A `ConnectionError` leaves it to be sent again, on a new
+    /// connection: a part the scheduler took already is answered with its job, not made twice.
+    /// If the scheduler refuses a part after others went through, those are canceled (as far as
+    /// the connection allows) and the error raised.
+    fn send(&self, py: Python<'_>, submission: &mut Submission) -> PyResult<Vec<(u64, u64, u64)>> {
+        py.detach(|| {
+            self.runtime.block_on(async {
+                while let Some(part) = submission.parts.get(submission.jobs.len()) {
+                    match self.client.submit_request(part).await {
+                        Ok(job) => submission.jobs.push(job),
+                        Err(error) if error.is_connection_lost() => return Err(error),
+                        Err(error) => {
+                            for (job, ..) in std::mem::take(&mut submission.jobs) {
+                                let _ = self.client.cancel(job).await;
+                            }
+                            submission.parts.clear();
+                            return Err(error);
+                        }
+                    }
+                }
+                Ok(submission.jobs.clone())
+            })
+        })
+        .map_err(error)
     }
 
     /// Stream the results of `job`'s tasks as they end.
@@ -263,6 +306,7 @@ fn result_dict<'py>(py: Python<'py>, result: &TaskResult) -> PyResult<Bound<'py,
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connection>()?;
     m.add_class::<Watch>()?;
+    m.add_class::<Submission>()?;
     m.add("PROTOCOL_VERSION", weir_client::proto::PROTOCOL_VERSION)?;
     m.add("MAX_REQUEST", weir_client::proto::MAX_FRAME)?;
     m.add("RequestTooLarge", m.py().get_type::<RequestTooLarge>())?;

@@ -208,8 +208,10 @@ class Client:
         timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
         # One job, or several in a row when the inputs are over the scheduler's limit on one
         # request (MAX_REQUEST); RequestTooLarge (a ValueError) when one input alone is.
-        jobs = self._conn.submit(kind, program, payload, inputs, environ, caps, envs,
-                                 timeout_ms, int(retries), int(priority))
+        submission = _native.Connection.submission(kind, program, payload, inputs, environ,
+                                                   caps, envs, timeout_ms, int(retries),
+                                                   int(priority))
+        jobs = self._send(submission)
         futures = []
         for job, first, count in jobs:
             by_task = {first + i: Future(self, first + i) for i in range(count)}
@@ -219,6 +221,26 @@ class Client:
             thread.start()
             self._watchers = [t for t in self._watchers if t.is_alive()] + [thread]
         return futures
+
+    def _send(self, submission):
+        """Send a submission, and again on a new connection when the connection is lost before
+        it is answered (the scheduler restarting, or another replica taking over): its request
+        ids make that safe (a part already taken is answered with its job, not made twice)."""
+        lost_since = None
+        while True:
+            conn = self._conn
+            try:
+                return conn.send(submission)
+            except ConnectionError:
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > self._reconnect_timeout:
+                    raise
+                time.sleep(0.1)
+                try:
+                    if conn is self._conn:
+                        self._conn = _native.Connection(self._access_file, 1.0)
+                except ConnectionError:
+                    pass
 
     def _watch(self, job, by_task):
         """Resolve each future as its task ends (one thread per job). A lost connection is

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir::client::Client;
-use weir::proto::{JobId, Outcome, Response, TaskResult};
+use weir::proto::{JobId, Outcome, Request, Response, TaskResult};
 
 use crate::cluster::{self, Cluster, Error};
 use crate::net::SimUdp;
@@ -58,13 +58,19 @@ pub(crate) fn client(
             timeline: timeline.clone(),
         };
         let mut acknowledged = Vec::new();
-        for (at, tasks) in jobs {
+        for (index, (at, tasks)) in jobs.into_iter().enumerate() {
             tokio::time::sleep_until(start + at).await;
-            let groups = cluster::groups(tasks);
+            // One request id per job, its resends included (chosen here, not at random, so a
+            // seed replays exactly): each must make one job, however often it is resent.
+            let submission = Arc::new(Request::Submit {
+                components: vec![],
+                groups: cluster::groups(tasks),
+                request: Some(index as u128 + 1),
+            });
             let (job, first, n) = link
                 .retry("submit", |client| {
-                    let groups = groups.clone();
-                    async move { Ok(client.submit(vec![], groups).await?) }
+                    let submission = submission.clone();
+                    async move { Ok(client.submit_request(&submission).await?) }
                 })
                 .await;
             timeline.note(Event::Client(format!(
@@ -106,6 +112,20 @@ pub(crate) fn client(
             }
         }
         timeline.note(Event::Client("results the same after the restart".into()));
+        // However often a submission was resent, it made one job.
+        let held = link
+            .retry("jobs after the restart", |client| async move {
+                Ok(client.jobs(u32::MAX).await?)
+            })
+            .await;
+        if held.len() != acknowledged.len() {
+            let ids: Vec<JobId> = held.iter().map(|j| j.job).collect();
+            timeline.note(Event::Broken(format!(
+                "{} jobs submitted, the scheduler holds {}: {ids:?}",
+                acknowledged.len(),
+                held.len()
+            )));
+        }
         if let Ok(mut out) = out.lock() {
             *out = Some(results);
         }

@@ -38,8 +38,9 @@ use cluster::Cluster;
 /// never stopped as one too many, only once drained; 523: catches a fence of the lease alone,
 /// without the clocks' slack and the kill margin: worker0, partitioned while it runs a task of
 /// 10 s or more, keeps running it (its clock slow) past when the scheduler (its clock fast)
-/// runs it on worker1).
-const FIXED: [u64; 9] = [1, 2, 3, 4, 17, 21, 138, 278, 523];
+/// runs it on worker1; 25: catches a scheduler that ignores request ids: the client's
+/// submission, answered but the answer lost, is resent and made a second job).
+const FIXED: [u64; 10] = [1, 2, 3, 4, 17, 21, 25, 138, 278, 523];
 
 /// The real scheduler and a client over simulated QUIC: a submission is acknowledged, and the
 /// scheduler reports the job with its tasks queued (no workers here).

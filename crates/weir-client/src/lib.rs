@@ -10,7 +10,7 @@ use quinn::{Connection, Endpoint};
 use weir_net::{self as net, AccessFile, Link, LinkEnd};
 use weir_proto::{
     EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, ManagerUnits, NewGroup,
-    PolicyReport, Request, Response, Role, StatusReport, TaskId, TaskResult,
+    PolicyReport, Request, RequestId, Response, Role, StatusReport, TaskId, TaskResult,
 };
 
 pub use weir_net::NetError;
@@ -19,6 +19,24 @@ pub use weir_proto as proto;
 
 pub use reach::{Patience, reach, reach_with};
 pub use split::split_submission;
+
+/// A submission of `groups` (with `components`) under a fresh random request id, to send with
+/// [`Client::submit_request`] as often as it takes to be answered.
+pub fn submission(components: Vec<Vec<u8>>, groups: Vec<NewGroup>) -> Result<Request, NetError> {
+    Ok(Request::Submit {
+        components,
+        groups,
+        request: Some(request_id()?),
+    })
+}
+
+/// A fresh random request id (128 bits).
+pub fn request_id() -> Result<RequestId, NetError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| NetError::Access(format!("no randomness for a request id: {e}")))?;
+    Ok(RequestId::from_le_bytes(bytes))
+}
 
 /// How [`Client::wait_or_unrunnable`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,13 +129,24 @@ impl Client {
         }
     }
 
-    /// Submit one job. Returns (job, first task id, number of tasks).
+    /// Submit one job. Returns (job, first task id, number of tasks). Not resent: see
+    /// [`submission`] and [`Client::submit_request`] to resend one safely.
     pub async fn submit(
         &self,
         components: Vec<Vec<u8>>,
         groups: Vec<NewGroup>,
     ) -> Result<(JobId, TaskId, u64), NetError> {
-        let mut responses = self.call(&Request::Submit { components, groups }).await?;
+        self.submit_request(&submission(components, groups)?).await
+    }
+
+    /// Send a [`submission`]. Safe to send again, on this connection or another, after an error
+    /// that left it unanswered ([`NetError::is_connection_lost`]): the scheduler knows it by its
+    /// request id and answers a resend with the first one's job.
+    pub async fn submit_request(
+        &self,
+        submission: &Request,
+    ) -> Result<(JobId, TaskId, u64), NetError> {
+        let mut responses = self.call(submission).await?;
         match responses.next().await? {
             Some(Response::Submitted {
                 job,
@@ -126,30 +155,6 @@ impl Client {
             }) => Ok((job, first_task, tasks)),
             other => Err(unexpected(other)),
         }
-    }
-
-    /// Submit `group` as one job, or as several (see [`split_submission`]) when one request
-    /// would be over the frame limit or a submission's task limit. Returns each job's
-    /// (job, first task id, number of tasks), in the order of the inputs. If a submission fails
-    /// after others went through, those are canceled (as far as the connection allows) and the
-    /// error returned.
-    pub async fn submit_split(
-        &self,
-        group: NewGroup,
-    ) -> Result<Vec<(JobId, TaskId, u64)>, NetError> {
-        let mut jobs = Vec::new();
-        for part in split_submission(group)? {
-            match self.submit(Vec::new(), vec![part]).await {
-                Ok(job) => jobs.push(job),
-                Err(error) => {
-                    for (job, ..) in jobs {
-                        let _ = self.cancel(job).await;
-                    }
-                    return Err(error);
-                }
-            }
-        }
-        Ok(jobs)
     }
 
     /// Wait until every task of `job` is final, calling `progress` on each update; tasks

@@ -1,7 +1,7 @@
 //! A submission too large for one request, as consecutive submissions that each fit.
 
 use weir_net::NetError;
-use weir_proto::{FrameError, MAX_FRAME, MAX_TASKS_PER_SUBMIT, NewGroup, Request};
+use weir_proto::{FrameError, MAX_FRAME, MAX_TASKS_PER_SUBMIT, NewGroup, Request, RequestId};
 
 /// `group` (one task per input) as the groups of consecutive submissions that each fit in one
 /// request ([`MAX_FRAME`]) and in one submission's task limit: just itself when it fits. An input
@@ -28,9 +28,11 @@ fn split(group: NewGroup, limit: usize, most: usize) -> Result<Vec<NewGroup>, Ne
     };
     // The request without inputs, then each input's bytes and length; the count and the number
     // of inputs (1 byte each when 0) grow with the inputs.
+    // The request id at its longest (a varint).
     let empty = Request::Submit {
         components: Vec::new(),
         groups: vec![part(Vec::new())],
+        request: Some(RequestId::MAX),
     };
     let base = postcard::experimental::serialized_size(&empty).map_err(FrameError::Encode)?;
     let size = |bytes: usize, n: usize| base + bytes + 2 * (varint(n) - 1);
@@ -94,6 +96,7 @@ mod tests {
         let request = Request::Submit {
             components: Vec::new(),
             groups: vec![part.clone()],
+            request: Some(RequestId::MAX),
         };
         weir_proto::encode(&request).unwrap().len() - 4
     }

@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use weir_proto::{ComponentHash, EnvironmentDef, JobId, NewGroup, Outcome, TaskId, TaskState};
+use weir_proto::{
+    ComponentHash, EnvironmentDef, JobId, NewGroup, Outcome, RequestId, TaskId, TaskState,
+};
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Record {
@@ -48,4 +50,13 @@ pub enum Record {
     /// Runs cut short by the end of their worker's allocation: (task, times so far), so that
     /// `--max-walltime-requeues` holds across a restart.
     Cut(Vec<(TaskId, u32)>),
+    /// [`Record::Submit`] of a submission that carried a client's request id: the id is kept
+    /// with the job, so a resend after a restart (or a failover) gets the same answer. One
+    /// record, not a `Submit` and an id after it: a torn tail between the two would lose the
+    /// id of a job that survived, and a resend would make it twice.
+    SubmitOnce {
+        request: RequestId,
+        components: Vec<(ComponentHash, Vec<u8>)>,
+        groups: Vec<NewGroup>,
+    },
 }

@@ -7,7 +7,7 @@ use crate::hash::HashSet;
 use std::sync::Arc;
 
 use super::{PolicyInfo, Record, Scheduler};
-use weir_proto::{ComponentHash, TaskKind};
+use weir_proto::{ComponentHash, NewGroup, RequestId, TaskKind};
 
 impl Scheduler {
     /// One journaled record: same jobs, same task ids, finished results, forgotten jobs.
@@ -25,14 +25,12 @@ impl Scheduler {
                     );
                 }
             }
-            Record::Submit { components, groups } => {
-                for (hash, bytes) in components {
-                    self.tasks.add_component(hash, Arc::from(bytes));
-                }
-                if let Err(error) = self.tasks.restore(groups) {
-                    tracing::error!(%error, "a journaled submission does not validate; skipped");
-                }
-            }
+            Record::Submit { components, groups } => self.restore(components, groups, None),
+            Record::SubmitOnce {
+                request,
+                components,
+                groups,
+            } => self.restore(components, groups, Some(request)),
             Record::Final(results) => {
                 for (task, state, outcome, attempts) in results {
                     self.tasks.restore_final(task, state, outcome, attempts);
@@ -74,6 +72,20 @@ impl Scheduler {
                     tracing::warn!(job, %error, "a journaled forget does not apply; ignored");
                 }
             }
+        }
+    }
+
+    fn restore(
+        &mut self,
+        components: Vec<(ComponentHash, Vec<u8>)>,
+        groups: Vec<NewGroup>,
+        request: Option<RequestId>,
+    ) {
+        for (hash, bytes) in components {
+            self.tasks.add_component(hash, Arc::from(bytes));
+        }
+        if let Err(error) = self.tasks.restore(groups, request) {
+            tracing::error!(%error, "a journaled submission does not validate; skipped");
         }
     }
 
@@ -142,9 +154,16 @@ impl Scheduler {
                     components.push((*component, bytes.to_vec()));
                 }
             }
-            records.push(Record::Submit {
-                components,
-                groups: held.groups,
+            records.push(match held.request {
+                Some(request) => Record::SubmitOnce {
+                    request,
+                    components,
+                    groups: held.groups,
+                },
+                None => Record::Submit {
+                    components,
+                    groups: held.groups,
+                },
             });
             if !held.started.is_empty() {
                 records.push(Record::Started(held.started));

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use super::{ClientId, PolicyInfo, Record, Scheduler};
-use weir_proto::{ComponentHash, ErrorCode, JobId, NewGroup, Request, Response, TaskResult};
+use weir_proto::{
+    ComponentHash, ErrorCode, JobId, NewGroup, Request, RequestId, Response, TaskResult,
+};
 
 /// Most bytes of results in one `Results` frame (well under `MAX_FRAME`: a task's output is
 /// capped by the worker's `--output-limit`, 1 MiB per stream by default).
@@ -18,7 +20,9 @@ impl Scheduler {
         components: Vec<(ComponentHash, Arc<[u8]>)>,
     ) {
         match request {
-            Request::Submit { groups, .. } => self.submit(client, groups, components),
+            Request::Submit {
+                groups, request, ..
+            } => self.submit(client, groups, components, request),
             Request::Wait { job } => self.wait(client, job),
             Request::Results { job } => match self.tasks.results(job) {
                 Err(error) => self.refuse(client, error.code(), error.to_string()),
@@ -115,13 +119,25 @@ impl Scheduler {
         }
     }
 
-    /// Accept a job (acknowledged once the journal has it on disk).
+    /// Accept a job (acknowledged once the journal has it on disk). A resend of a submission
+    /// (its request id known) gets the first one's answer, once that is durable too: the
+    /// first may have been accepted this very round.
     fn submit(
         &mut self,
         client: ClientId,
         groups: Vec<NewGroup>,
         components: Vec<(ComponentHash, Arc<[u8]>)>,
+        request: Option<RequestId>,
     ) {
+        if let Some((job, first_task, tasks)) = request.and_then(|r| self.tasks.submitted(r)) {
+            tracing::info!(job, "a submission resent: answered with its job");
+            let response = Response::Submitted {
+                job,
+                first_task,
+                tasks,
+            };
+            return self.reply_durable(client, response);
+        }
         let mut new_components = Vec::new();
         for (hash, bytes) in components {
             if self.tasks.add_component(hash, bytes.clone()) && self.config.journal {
@@ -129,13 +145,20 @@ impl Scheduler {
             }
         }
         let journaled = self.config.journal.then(|| groups.clone());
-        match self.tasks.submit(groups) {
+        match self.tasks.submit_as(groups, request) {
             Ok((job, first_task, tasks)) => {
                 tracing::info!(job, tasks, "job submitted");
                 if let Some(groups) = journaled {
-                    self.journal(Record::Submit {
-                        components: new_components,
-                        groups,
+                    self.journal(match request {
+                        Some(request) => Record::SubmitOnce {
+                            request,
+                            components: new_components,
+                            groups,
+                        },
+                        None => Record::Submit {
+                            components: new_components,
+                            groups,
+                        },
                     });
                 }
                 let response = Response::Submitted {

@@ -42,8 +42,8 @@ use super::dense::Dense;
 
 use weir_proto::{
     ComponentHash, ComponentLoad, EnvVerdict, EnvironmentStatus, GroupId, JobCounts, JobId,
-    JobSummary, NewGroup, Outcome, StatusReport, TaskId, TaskKind, TaskResult, TaskSpec, TaskState,
-    WorkerId, WorkerRegistration, WorkerStatus,
+    JobSummary, NewGroup, Outcome, RequestId, StatusReport, TaskId, TaskKind, TaskResult, TaskSpec,
+    TaskState, WorkerId, WorkerRegistration, WorkerStatus,
 };
 
 pub use components::Components;
@@ -220,6 +220,8 @@ struct Job {
     tasks: Vec<(TaskId, u64)>,
     /// Its results and inputs are gone; its skeleton stays until every older job is forgotten.
     forgotten: bool,
+    /// The client's id for the submission that made it (indexed by `Tasks::requests`).
+    request: Option<RequestId>,
 }
 
 impl Job {
@@ -244,6 +246,7 @@ pub(crate) struct HeldJob {
     /// (task, runs cut short by an allocation's end) of its tasks that have any.
     pub cuts: Vec<(TaskId, u32)>,
     pub forgotten: bool,
+    pub request: Option<RequestId>,
 }
 
 /// Why a job cannot be looked up or forgotten.
@@ -313,6 +316,8 @@ pub struct Tasks {
     left_by: HashMap<TaskId, u64>,
     next_group: GroupId,
     jobs: Dense<Job>,
+    /// Held jobs by the request id of the submission that made them (see [`Job::request`]).
+    requests: HashMap<RequestId, JobId>,
     /// Jobs whose last task finished since the last tick (for `forget_after_ms`).
     done: Vec<JobId>,
     /// (when it was seen done, job), oldest first: forgotten after `forget_after_ms`.

@@ -62,6 +62,7 @@ impl Tasks {
                 started,
                 cuts,
                 forgotten: job.forgotten,
+                request: job.request,
             });
         }
         held

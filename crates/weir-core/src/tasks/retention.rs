@@ -116,6 +116,9 @@ impl Tasks {
             let Some(job) = self.jobs.pop_front() else {
                 return;
             };
+            if let Some(request) = job.request {
+                self.requests.remove(&request);
+            }
             let end = job.tasks.last().map_or(0, |&(first, n)| first + n);
             let (mut groups, mut components) = (Vec::new(), Vec::new());
             while self.tasks.first_id() < end {

@@ -34,6 +34,22 @@ impl Tasks {
     /// Check every invariant; the tests call this after each step. Returns the first violation.
     pub fn sanity_check(&self) -> Result<(), String> {
         self.check_stores()?;
+        // Request ids: an index of the held jobs' own, no more, no less.
+        let mut with_request = 0;
+        for (id, job) in self.jobs.iter() {
+            if let Some(request) = job.request {
+                with_request += 1;
+                if self.requests.get(&request) != Some(&id) {
+                    return Err(format!("job {id}: its request id is not indexed to it"));
+                }
+            }
+        }
+        if with_request != self.requests.len() {
+            return Err(format!(
+                "{} request ids indexed, {with_request} held jobs have one",
+                self.requests.len()
+            ));
+        }
         let mut counted = JobCounts::default();
         for (id, task) in self.tasks.iter() {
             *slot(&mut counted, task.state) += 1;

@@ -93,19 +93,44 @@ impl Group {
 impl Tasks {
     /// Accept a job: all its groups or none. Returns (job, first task id, task count).
     pub fn submit(&mut self, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), SubmitError> {
-        self.add_job(groups, true)
+        self.add_job(groups, true, None)
+    }
+
+    /// [`Tasks::submit`] of a submission that carried the client's request id (kept with the
+    /// job; the caller looks at [`Tasks::submitted`] first).
+    pub fn submit_as(
+        &mut self,
+        groups: Vec<NewGroup>,
+        request: Option<RequestId>,
+    ) -> Result<(JobId, TaskId, u64), SubmitError> {
+        self.add_job(groups, true, request)
+    }
+
+    /// The job a submission with this request id made, while it is held: (job, first task id,
+    /// task count), as its submission was answered.
+    pub fn submitted(&self, request: RequestId) -> Option<(JobId, TaskId, u64)> {
+        let job = *self.requests.get(&request)?;
+        let held = self.jobs.get(job)?;
+        let first = held.tasks.first().map_or(0, |&(first, _)| first);
+        Some((job, first, held.tasks.iter().map(|&(_, n)| n).sum()))
     }
 
     /// Replaying the journal: a job accepted before, taken as it was even when an environment or
     /// component it names is gone now (it waits, and `explain` says why), so ids stay the same.
-    pub fn restore(&mut self, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), SubmitError> {
-        self.add_job(groups, false)
+    /// With the request id its submission carried (`None`: none did).
+    pub fn restore(
+        &mut self,
+        groups: Vec<NewGroup>,
+        request: Option<RequestId>,
+    ) -> Result<(JobId, TaskId, u64), SubmitError> {
+        self.add_job(groups, false, request)
     }
 
     pub(super) fn add_job(
         &mut self,
         groups: Vec<NewGroup>,
         check_references: bool,
+        request: Option<RequestId>,
     ) -> Result<(JobId, TaskId, u64), SubmitError> {
         let mut total = 0u64;
         for (index, group) in groups.iter().enumerate() {
@@ -216,7 +241,11 @@ impl Tasks {
             counts,
             tasks: ranges,
             forgotten: false,
+            request,
         });
+        if let Some(request) = request {
+            self.requests.insert(request, job);
+        }
         Ok((job, first_task, total))
     }
 

@@ -7,9 +7,14 @@ use super::*;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Components first (the scheduler keeps them by hash), then the groups of one job.
+    /// `request`, chosen by the client (random), makes the submission safe to resend: the
+    /// scheduler remembers it with the job (in its journal too) for as long as it holds the
+    /// job, and answers a second submission with the same id with the first one's `Submitted`
+    /// instead of making a second job (the groups of the resend are not looked at).
     Submit {
         components: Vec<Vec<u8>>,
         groups: Vec<NewGroup>,
+        request: Option<RequestId>,
     },
     /// Progress until every task of the job is final, then `Done`.
     Wait {

@@ -23,5 +23,8 @@ pub type JobId = u64;
 pub type WorkerId = u64;
 /// A submitted group of tasks sharing one specification (a `weir submit` call may send several).
 pub type GroupId = u64;
+/// A mutating request's id, chosen by the client at random (128 bits: two clients never pick
+/// the same one), so a resend after a lost connection is recognised ([`Request::Submit`]).
+pub type RequestId = u128;
 /// SHA-256 of a wasm task component.
 pub type ComponentHash = [u8; 32];

@@ -61,7 +61,24 @@ pub(crate) async fn run(
     reach: &Reach,
 ) -> Result<()> {
     let (components, group) = group(args)?;
-    let (job, first_task, tasks) = client.submit(components, vec![group]).await?;
+    // Sent again (after reconnecting) if the connection is lost before the answer: the
+    // request id makes the resend safe (the scheduler answers it with the first one's job).
+    let submission = weir::client::submission(components, vec![group])?;
+    let mut reconnected: Option<Client> = None;
+    let (job, first_task, tasks) = loop {
+        let current = reconnected.as_ref().unwrap_or(client);
+        match current.submit_request(&submission).await {
+            Ok(done) => break done,
+            Err(error) if error.is_connection_lost() => {
+                output.note(&format!(
+                    "lost the scheduler before it answered ({error}); reconnecting to send it again"
+                ));
+                reconnected = Some(reach.reconnect().await?);
+            }
+            Err(error) => return Err(error.into()),
+        }
+    };
+    let client = reconnected.as_ref().unwrap_or(client);
     let submitted = Submitted {
         job,
         first_task,

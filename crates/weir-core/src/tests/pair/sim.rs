@@ -340,6 +340,7 @@ impl Sim {
                 inputs: vec![],
             }],
             components: vec![],
+            request: None,
         };
         self.submitted += count;
         self.note(format!("submit {count}"));

@@ -121,6 +121,7 @@ impl Sim {
                 let request = Request::Submit {
                     components: vec![],
                     groups,
+                    request: None,
                 };
                 self.request(request, components)?;
             }

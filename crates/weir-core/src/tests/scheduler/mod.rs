@@ -16,6 +16,7 @@ mod compaction;
 mod connections;
 mod journaling;
 mod policy;
+mod resend;
 mod twins;
 mod walltime;
 
@@ -61,6 +62,7 @@ fn submit(count: u32) -> Request {
             inputs: vec![],
         }],
         components: vec![],
+        request: None,
     }
 }
 

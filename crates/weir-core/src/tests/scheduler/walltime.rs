@@ -65,13 +65,18 @@ fn submit_timed(timeout_ms: u64) -> Request {
     let Request::Submit {
         mut groups,
         components,
+        request,
     } = submit(1)
     else {
         unreachable!("submit builds a submission")
     };
     groups[0].spec.timeout_ms = timeout_ms;
     groups[0].spec.retries = 0;
-    Request::Submit { groups, components }
+    Request::Submit {
+        groups,
+        components,
+        request,
+    }
 }
 
 /// Item #31.3a: a Slurm manager whose workers have 30 min to run tasks (`usable_ms`) is no use

@@ -312,7 +312,7 @@ fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
     assert_eq!(forgets, [1]);
     // Replay: the submission, the finals, then the forget.
     let mut replayed = Tasks::new(Config::default());
-    replayed.restore(vec![new]).unwrap();
+    replayed.restore(vec![new], None).unwrap();
     for (task, (state, outcome, attempts)) in finals {
         assert_eq!(state, TaskState::Failed);
         replayed.restore_final(task, state, outcome, attempts);

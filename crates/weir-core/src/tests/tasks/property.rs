@@ -275,7 +275,7 @@ proptest! {
         let (first_job, first_task) = core.first_ids();
         prop_assert!(rebuilt.start_ids_at(first_job, first_task));
         for held in core.held_jobs() {
-            let (job, _, _) = rebuilt.restore(held.groups).unwrap();
+            let (job, _, _) = rebuilt.restore(held.groups, held.request).unwrap();
             prop_assert_eq!(job, held.job);
             for (task, state, outcome, attempts) in held.finals {
                 rebuilt.restore_final(task, state, outcome, attempts);

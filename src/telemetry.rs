@@ -33,8 +33,11 @@ pub enum LogFormat {
 /// text.
 pub fn init(format: LogFormat) {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        // openraft warns of every vote it ignores and every replica it cannot reach while
+        // one is down: weir says what matters of that itself (a replica leads, stops).
+        tracing_subscriber::EnvFilter::new("warn,openraft=error")
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

@@ -20,8 +20,23 @@ use weir::scheduler::Settings;
 )]
 struct Args {
     /// Address to listen on (`quic://HOST:PORT` or HOST:PORT; port 0 picks a free one).
-    #[arg(long, default_value = "quic://127.0.0.1:7788", value_name = "ADDRESS")]
-    listen: String,
+    /// Default: 127.0.0.1:7788, or with `--replica`, this replica's address in `--peers`.
+    #[arg(long, value_name = "ADDRESS")]
+    listen: Option<String>,
+    /// Run as replica ID of three or five schedulers (`--peers` names them all): they keep
+    /// one replicated journal (Raft), one of them leads and serves, and when it is lost another
+    /// takes over within seconds, with every acknowledged request. See docs/replicas.md.
+    #[arg(long, value_name = "ID", requires = "peers")]
+    replica: Option<u64>,
+    /// Every replica: `ID=quic://HOST:PORT,...` (this one's included; the same list on each).
+    /// Give every replica the same certificate, key and tokens: start one, then copy its
+    /// access file and `scheduler-*.pem` beside the others' access files.
+    #[arg(long, value_name = "ID=quic://HOST:PORT,...", requires = "replica")]
+    peers: Option<String>,
+    /// Replicas: seconds without a leader before a follower stands for election (a random
+    /// time between this and twice this). A lost leader is replaced about this long after.
+    #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
+    election_timeout: Duration,
     #[command(flatten)]
     common: weir::telemetry::CommonArgs,
     /// A worker or manager silent this long (seconds) is lost and its running tasks are
@@ -67,7 +82,8 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     record_snapshots: Option<PathBuf>,
     /// Journal every accepted task and final result to FILE and reload them on start, so a
-    /// restarted scheduler loses nothing.
+    /// restarted scheduler loses nothing. With `--replica`: this replica's Raft log (default
+    /// `replica-ID.log` beside the access file; its snapshot is `FILE.snapshot`).
     #[arg(long, value_name = "FILE")]
     journal: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks one).
@@ -174,7 +190,43 @@ fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     tracing::info!(engine = %spec.engine.name(), tiers = tiers.len(), "scaling policy loaded");
-    let listen: SocketAddr = weir::net::parse_address(&args.listen)?;
+    let replica = match (args.replica, &args.peers) {
+        (Some(id), Some(peers)) => {
+            let peers =
+                weir::scheduler::parse_peers(peers).map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
+            if !peers.contains_key(&id) {
+                anyhow::bail!("--peers does not name replica {id} (this one)");
+            }
+            if peers.len() < 3 {
+                tracing::warn!(
+                    replicas = peers.len(),
+                    "fewer than three replicas: losing one stops the cluster"
+                );
+            }
+            let log = args.journal.clone().unwrap_or_else(|| {
+                let dir = args
+                    .common
+                    .access_file
+                    .parent()
+                    .map(PathBuf::from)
+                    .unwrap_or_default();
+                dir.join(format!("replica-{id}.log"))
+            });
+            Some(weir::scheduler::ReplicaSettings {
+                id,
+                peers,
+                log,
+                election: args.election_timeout,
+            })
+        }
+        _ => None,
+    };
+    let listen = match (&args.listen, &replica) {
+        (Some(listen), _) => listen.clone(),
+        (None, Some(replica)) => replica.peers[&replica.id].clone(),
+        (None, None) => "quic://127.0.0.1:7788".to_string(),
+    };
+    let listen: SocketAddr = weir::net::parse_address(&listen)?;
     let settings = Settings {
         listen,
         access_file: args.common.access_file,
@@ -184,7 +236,8 @@ fn run(args: Args) -> Result<()> {
         scale_down_delay: args.scale_down_delay,
         manager_forget_after: args.manager_forget_after,
         record_snapshots: args.record_snapshots,
-        journal: args.journal,
+        journal: args.journal.filter(|_| replica.is_none()),
+        replica,
         metrics: args.metrics,
         dashboard: args.dashboard,
         max_connections: args.max_connections,
@@ -194,16 +247,18 @@ fn run(args: Args) -> Result<()> {
         prefetch: args.prefetch,
         max_walltime_requeues: args.max_walltime_requeues,
     };
+    let component: std::sync::Arc<[u8]> = spec.component()?.into();
     let scaling = weir::scheduler::Scaling {
         policy: Box::new(policy),
         tiers,
         info: PolicyInfo {
             name: spec.engine.name(),
-            component: weir::core::component_hash(&spec.component()?),
+            component: weir::core::component_hash(&component),
             content: spec.content.clone(),
             bytes: None,
         },
         limits,
+        component: Some(component),
     };
     // One thread by default, as HyperQueue's server: every message goes through the one actor
     // anyway, and a second thread only added cross-thread wake-ups (about a fifth of the

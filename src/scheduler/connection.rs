@@ -6,7 +6,8 @@ use std::time::Duration;
 use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::Event;
+use super::replica::Replica;
+use super::{Event, Front};
 use crate::core::scheduler::Input;
 use crate::net::{AccessFile, Link, LinkEnd, NetError};
 use crate::plugin::PluginHost;
@@ -46,7 +47,7 @@ impl ConnectionLimits {
         use std::sync::atomic::Ordering::SeqCst;
         let counter = match role {
             Role::Client => &self.clients,
-            Role::Worker | Role::Manager => &self.workers,
+            Role::Worker | Role::Manager | Role::Replica => &self.workers,
         };
         counter
             .fetch_update(SeqCst, SeqCst, |n| (n < self.max).then_some(n + 1))
@@ -59,7 +60,8 @@ pub(super) async fn serve(
     incoming: quinn::Incoming,
     limits: Arc<ConnectionLimits>,
     access: Arc<AccessFile>,
-    events: mpsc::UnboundedSender<Event>,
+    front: Front,
+    replica: Option<Arc<Replica>>,
     host: Arc<PluginHost>,
 ) -> Result<(), NetError> {
     let connection = incoming.await?;
@@ -94,7 +96,7 @@ pub(super) async fn serve(
     }
     let expected = match hello.role {
         Role::Client => &access.client_token,
-        Role::Worker | Role::Manager => &access.worker_token,
+        Role::Worker | Role::Manager | Role::Replica => &access.worker_token,
     };
     if !crate::net::same_token(hello.token.as_bytes(), expected.as_bytes()) {
         tracing::warn!(%peer, role = ?hello.role, "refused a peer with a wrong token");
@@ -114,7 +116,27 @@ pub(super) async fn serve(
         tracing::warn!(%peer, "{reason}");
         return refuse(&connection, &mut send, &reason).await;
     };
+    if hello.role == Role::Replica {
+        return match replica {
+            Some(replica) => {
+                frame::write(&mut send, &HelloReply::Welcome).await?;
+                super::replica::serve(connection, replica.raft.clone()).await
+            }
+            None => refuse(&connection, &mut send, "this scheduler has no replicas").await,
+        };
+    }
+    // Only the leader serves; a follower says where it is.
+    let Some(events) = front.events() else {
+        let leader = replica.as_ref().and_then(|r| r.leader());
+        tracing::debug!(%peer, ?leader, "not the leader: the peer is sent there");
+        let _ = frame::write(&mut send, &HelloReply::NotLeader { leader }).await;
+        let _ = send.finish();
+        let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
+        connection.close(0u32.into(), b"not the leader");
+        return Ok(());
+    };
     match hello.role {
+        Role::Replica => Ok(()),
         Role::Manager => {
             frame::write(&mut send, &HelloReply::Welcome).await?;
             manager_session(connection, peer, send, recv, events).await

@@ -83,3 +83,34 @@ pub(crate) struct Snapshot {
 
 /// A tried policy, ready to take over, with its tiers; or why it cannot.
 pub(super) type Tried = Result<(Box<dyn ScalingPolicy>, Vec<Tier>), PolicyFailure>;
+
+/// Where connections and the HTTP side send their events: the actor of the moment. A single
+/// scheduler has one for its life; a replica has one while it leads (a new one each time it
+/// comes to lead), and none while it follows: a peer is then told where the leader is.
+#[derive(Clone)]
+pub(crate) struct Front {
+    current: tokio::sync::watch::Receiver<Option<mpsc::UnboundedSender<Event>>>,
+}
+
+impl Front {
+    /// A front with no actor yet, and the handle that sets it.
+    pub(crate) fn new() -> (
+        tokio::sync::watch::Sender<Option<mpsc::UnboundedSender<Event>>>,
+        Front,
+    ) {
+        let (set, current) = tokio::sync::watch::channel(None);
+        (set, Front { current })
+    }
+
+    /// The actor's inbox now (`None`: a replica that does not lead).
+    pub(crate) fn events(&self) -> Option<mpsc::UnboundedSender<Event>> {
+        self.current.borrow().clone()
+    }
+
+    pub(crate) fn send(&self, event: Event) -> Result<(), mpsc::error::SendError<Event>> {
+        match self.events() {
+            Some(events) => events.send(event),
+            None => Err(mpsc::error::SendError(event)),
+        }
+    }
+}

@@ -18,10 +18,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use super::journal_store::{FileStore, JournalStore, MemoryStore, ReplaceError};
-pub use super::record::{FORMAT, Record};
-use super::record::{HEADER, encode, header, parse};
+pub use super::record::{FORMAT, Framed, Record};
+use super::record::{HEADER, encode, header_of, parse_as};
 
-pub struct Journal {
+/// The scheduler's journal: a [`Log`] of [`Record`]s.
+pub type Journal = Log<Record>;
+
+/// A file of checksummed records of one type (see the format above): the journal, and a
+/// replica's Raft log (`replica/log_store.rs`).
+pub struct Log<R> {
     /// Its name in errors (the file's path).
     path: PathBuf,
     /// Where its bytes are kept ([`FileStore`], or [`MemoryStore`] in tests).
@@ -33,6 +38,7 @@ pub struct Journal {
     next: u64,
     /// Held while the journal is open: the exclusive lock on `FILE.lock` (none in memory).
     _lock: Option<crate::scheduler::lock::Lock>,
+    _records: std::marker::PhantomData<fn(R)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +48,7 @@ pub struct JournalError {
     error: String,
 }
 
-impl Journal {
+impl<R: Framed> Log<R> {
     /// Whether its store's calls may block the thread ([`JournalStore::blocks`]).
     pub fn blocks(&self) -> bool {
         self.store.blocks()
@@ -61,7 +67,7 @@ impl Journal {
     /// Lock, check and read the journal (creating it if needed): every record, with a torn tail
     /// cut off. Damage, a file that is not a journal, or a journal another scheduler holds is
     /// an error, and the file is left as it was.
-    pub fn open(path: &Path) -> Result<(Journal, Vec<Record>), JournalError> {
+    pub fn open(path: &Path) -> Result<(Log<R>, Vec<R>), JournalError> {
         let fail = |error: String| JournalError {
             path: path.to_path_buf(),
             error,
@@ -73,7 +79,7 @@ impl Journal {
         // meet at one lock.
         let lock = crate::scheduler::lock::Lock::take(&lock_path(path), "journal").map_err(fail)?;
         let store = FileStore::open(path).map_err(fail)?;
-        Journal::open_in(path, Box::new(store), Some(lock))
+        Log::open_in(path, Box::new(store), Some(lock))
     }
 
     /// [`Journal::open`] on bytes kept in `store` (`name` names it in errors), holding `lock`.
@@ -81,18 +87,18 @@ impl Journal {
         name: &Path,
         mut store: Box<dyn JournalStore>,
         lock: Option<crate::scheduler::lock::Lock>,
-    ) -> Result<(Journal, Vec<Record>), JournalError> {
+    ) -> Result<(Log<R>, Vec<R>), JournalError> {
         let fail = |error: String| JournalError {
             path: name.to_path_buf(),
             error,
         };
         let bytes = store.read_all().map_err(|e| fail(e.to_string()))?;
-        let (records, good) = parse(&bytes).map_err(&fail)?;
+        let (records, good) = parse_as::<R>(&bytes).map_err(&fail)?;
         if bytes.is_empty() {
             // New: its header is written beside it and put in place at once, so a journal is
             // never seen without a whole header (and a short file is never taken for one).
             store
-                .replace(&mut |w| w.write_all(&header()))
+                .replace(&mut |w| w.write_all(&header_of::<R>()))
                 .map_err(|e| fail(format!("cannot create it: {e}")))?;
         }
         if good < bytes.len() {
@@ -104,13 +110,14 @@ impl Journal {
         let size = (good.max(HEADER)) as u64;
         let next = records.len() as u64;
         Ok((
-            Journal {
+            Log {
                 path: name.to_path_buf(),
                 store,
                 dirty: false,
                 size,
                 next,
                 _lock: lock,
+                _records: std::marker::PhantomData,
             },
             records,
         ))
@@ -121,11 +128,11 @@ impl Journal {
     /// either the old journal or the new one. On an error the old journal stays in use (or the
     /// new one, when only its directory could not be synced). Returns the old and new sizes in
     /// bytes.
-    pub fn rewrite(&mut self, records: &[Record]) -> Result<(u64, u64), JournalError> {
+    pub fn rewrite(&mut self, records: &[R]) -> Result<(u64, u64), JournalError> {
         self.sync()?;
         let old_size = self.size;
         let mut write = |writer: &mut dyn Write| -> std::io::Result<()> {
-            writer.write_all(&header())?;
+            writer.write_all(&header_of::<R>())?;
             for (seq, record) in records.iter().enumerate() {
                 let bytes = encode(record, seq as u64)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
@@ -150,7 +157,7 @@ impl Journal {
         Ok((old_size, new_size))
     }
 
-    pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
+    pub fn append(&mut self, record: &R) -> Result<(), JournalError> {
         let bytes = encode(record, self.next).map_err(|e| self.fail(e))?;
         self.dirty = true;
         self.size += bytes.len() as u64;
@@ -167,7 +174,7 @@ impl Journal {
     }
 
     /// Append a record that needs no sync of its own: it is written with the next one that does.
-    pub fn append_lazily(&mut self, record: &Record) -> Result<(), JournalError> {
+    pub fn append_lazily(&mut self, record: &R) -> Result<(), JournalError> {
         let dirty = self.dirty;
         self.append(record)?;
         self.dirty = dirty;

@@ -15,6 +15,7 @@ pub mod lock;
 mod metrics;
 mod policy;
 pub mod record;
+mod replica;
 mod requests;
 mod seams;
 #[cfg(feature = "http")]
@@ -28,13 +29,15 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::core::scaling::{ScalingPolicy, Tier};
-use crate::core::scheduler::{Action, Config, Input, Scheduler};
+use crate::core::scheduler::{Action, Config, Input, PolicyInfo, Scheduler};
 use crate::core::tasks;
 use crate::net::{self, AccessFile, NetError};
 use crate::plugin::PluginHost;
 
 pub use crate::core::scheduler::MAX_ENVIRONMENTS;
-pub(crate) use event::Event;
+pub(crate) use event::{Event, Front};
+use replica::Replica;
+pub use replica::{ReplicaSettings, ReplicaStores, parse_peers};
 pub use seams::Seams;
 
 /// Scheduler settings (the executable's flags).
@@ -61,6 +64,9 @@ pub struct Settings {
     pub metrics: Option<SocketAddr>,
     /// Serve the live web dashboard at http://ADDR/ (and `/metrics` there too).
     pub dashboard: Option<SocketAddr>,
+    /// One of three or five scheduler replicas (`--replica`, `--peers`); `None`: a single
+    /// scheduler (with `journal` for its durability).
+    pub replica: Option<ReplicaSettings>,
     /// Most open connections per token (clients; workers and managers).
     pub max_connections: usize,
     /// Forget a job (its results and inputs) this long after it finished; `None`: keep it until
@@ -88,6 +94,9 @@ pub struct Scaling {
     pub tiers: Vec<Tier>,
     pub info: crate::core::scheduler::PolicyInfo,
     pub limits: crate::plugin::Limits,
+    /// The policy's component, so a scheduler replica can make the policy again each time it
+    /// comes to lead (`None`: it runs without scaling from its second term on, and says so).
+    pub component: Option<Arc<[u8]>>,
 }
 
 /// Why the scheduler could not start, or stopped.
@@ -103,6 +112,9 @@ pub enum SchedulerError {
     /// Another scheduler holds the access file.
     #[error("{0}")]
     Locked(String),
+    /// The replica could not start (its log or snapshot, its peers).
+    #[error("replica: {0}")]
+    Replica(String),
     #[error("cannot start the plugin host: {0}")]
     Plugin(#[from] crate::plugin::PluginError),
     #[error("cannot open {path}: {error}")]
@@ -196,6 +208,11 @@ pub async fn run_with(
             Some(p) => p.client_token.clone(),
             None => net::access::new_token()?,
         },
+        replicas: settings
+            .replica
+            .as_ref()
+            .map(|r| r.peers.values().cloned().collect())
+            .unwrap_or_default(),
     };
     access.write(&settings.access_file)?;
     tracing::info!(address = %access.address, access_file = %settings.access_file.display(), "scheduler listening");
@@ -243,7 +260,6 @@ pub async fn run_with(
     });
 
     let host = Arc::new(PluginHost::with_default_cache()?);
-    let (events, inbox) = mpsc::unbounded_channel();
     let record = match &settings.record_snapshots {
         Some(path) => Some(
             std::fs::OpenOptions::new()
@@ -257,29 +273,125 @@ pub async fn run_with(
         ),
         None => None,
     };
+    let (set_front, front) = Front::new();
     #[cfg(feature = "http")]
     {
         if let Some(listener) = metrics_listener {
-            tokio::spawn(web::serve_metrics(listener, events.clone()));
+            tokio::spawn(web::serve_metrics(listener, front.clone()));
         }
         if let Some(listener) = dashboard_listener {
             tokio::spawn(web::serve_dashboard(
                 listener,
-                events.clone(),
+                front.clone(),
                 dashboard_token,
             ));
         }
     }
     #[cfg(not(feature = "http"))]
     let _ = (metrics_listener, dashboard_listener, dashboard_token);
-    let tiers = scaling
-        .as_ref()
-        .map(|s| s.tiers.clone())
-        .unwrap_or_default();
-    let policy_info = scaling.as_ref().map(|s| s.info.clone()).unwrap_or_default();
-    let mut scaling = scaling;
+    let config = core_config(
+        &settings,
+        scaling.as_ref(),
+        journal.is_some() || settings.replica.is_some(),
+    );
+    let mut leading = Leading {
+        config: config.clone(),
+        scaling,
+        host: host.clone(),
+        record,
+        clock: seams.clock.clone(),
+        policy_inline: seams.policy_inline,
+        terms: 0,
+        start: None,
+    };
+    let access = Arc::new(access);
+    // Connections are accepted from now on, whoever leads: a replica's peers talk to it while it
+    // starts, and a follower tells the others where the leader is.
+    let replica: Arc<std::sync::OnceLock<Arc<Replica>>> = Arc::default();
+    let accepting = {
+        let (access, front, replica, host) = (access.clone(), front.clone(), replica.clone(), host);
+        let endpoint = endpoint.clone();
+        let limits = Arc::new(connection::ConnectionLimits::new(settings.max_connections));
+        tokio::spawn(async move {
+            while let Some(incoming) = endpoint.accept().await {
+                let (limits, access, front, host) =
+                    (limits.clone(), access.clone(), front.clone(), host.clone());
+                let replica = replica.get().cloned();
+                tokio::spawn(async move {
+                    let served =
+                        connection::serve(incoming, limits, access, front, replica, host).await;
+                    if let Err(error) = served {
+                        tracing::debug!(%error, "connection ended");
+                    }
+                });
+            }
+        })
+    };
+    let Some(replica_settings) = &settings.replica else {
+        // One scheduler: it leads for its whole life.
+        let (actor, inbox, events) = leading.actor(journal);
+        set_front.send_replace(Some(events));
+        let ended = tokio::select! {
+            ended = actor.run(inbox) => ended,
+            _ = accepting => return Ok(()),
+        };
+        // The actor stops only when the journal cannot be written: its last answers (errors) go
+        // out, then the scheduler stops rather than run on with state the journal does not have.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        endpoint.close(0u32.into(), b"scheduler stopping");
+        return match ended {
+            Some(error) => Err(SchedulerError::Stopped(error)),
+            None => Ok(()),
+        };
+    };
+    let replica_endpoint =
+        net::client_endpoint_with(&*seams.udp, &access, settings.heartbeat_timeout)?;
+    let started = Replica::start(
+        replica_settings,
+        config,
+        replica_endpoint,
+        access.clone(),
+        seams.replica,
+    )
+    .await
+    .map_err(SchedulerError::Replica)?;
+    let started = Arc::new(started);
+    let _ = replica.set(started.clone());
+    tracing::info!(replica = started.id, peers = ?started.peers, "replica started");
+    loop {
+        let (term, records) = started.lead().await;
+        tracing::info!(
+            replica = started.id,
+            term,
+            records = records.len(),
+            "this replica leads: replaying the committed records"
+        );
+        let (mut actor, inbox, events) = leading.actor_from(records);
+        actor.replica = Some(started.clone());
+        set_front.send_replace(Some(events));
+        let mut run = tokio::spawn(actor.run(inbox));
+        tokio::select! {
+            ended = &mut run => {
+                if let Ok(Some(why)) = ended {
+                    tracing::warn!(replica = started.id, term, "{why}");
+                }
+            }
+            _ = started.deposed(term) => {
+                run.abort();
+                tracing::info!(replica = started.id, term, "this replica no longer leads");
+            }
+        }
+        // Connections of this term end with its actor (their channels close); new ones are told
+        // where the leader is until this replica leads again.
+        set_front.send_replace(None);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The core's settings from the scheduler's.
+fn core_config(settings: &Settings, scaling: Option<&Scaling>, journal: bool) -> Config {
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let core = Scheduler::new(Config {
+    Config {
         tasks: tasks::Config {
             heartbeat_timeout_ms: millis(settings.heartbeat_timeout),
             forget_after_ms: settings.forget_after.map(millis),
@@ -294,83 +406,157 @@ pub async fn run_with(
         // At least twice a second, whatever the heartbeat timeout: fenced tasks are released,
         // forgotten jobs dropped and unschedulable ones failed on this tick.
         tick_ms: millis(settings.heartbeat_timeout / 4).clamp(50, 500),
-        scaling_ms: scaling
-            .as_ref()
-            .map(|_| millis(settings.scaling_interval).max(1)),
+        scaling_ms: scaling.map(|_| millis(settings.scaling_interval).max(1)),
         scale_down_delay_ms: millis(settings.scale_down_delay),
         unschedulable_timeout_ms: settings.unschedulable_timeout.map(millis),
-        policy: policy_info,
-        tiers,
-        journal: journal.is_some(),
+        policy: scaling.map(|s| s.info.clone()).unwrap_or_default(),
+        tiers: scaling.map(|s| s.tiers.clone()).unwrap_or_default(),
+        journal,
         // Smaller journals are not worth rewriting while running (at start they are).
         compact_min_bytes: 1 << 20,
-    });
-    let mut actor = actor::Actor::new(core, seams.clock.clone(), None, record, None);
-    if let Some((journal, records)) = journal {
-        actor.journal = Some(journal);
-        actor.replay(records);
     }
-    // A policy set while running before the restart runs again, from the first tick on.
-    if let (Some(scaling), Some(Action::SwapPolicy { client, policy, .. })) =
-        (&mut scaling, actor.core.restored_policy())
-    {
-        let result = policy::try_policy(&host, &policy, None, scaling.limits.clone()).map(
-            |(restored, tiers)| {
-                scaling.policy = restored;
-                tiers
-            },
-        );
-        let now = actor.now();
-        let swapped = Input::PolicySwapped {
-            client,
-            policy,
-            result,
+}
+
+/// What makes an actor: one for a single scheduler's life, one per term a replica leads.
+struct Leading {
+    config: Config,
+    /// The start policy; taken by the first actor, made again from its component for later ones.
+    scaling: Option<Scaling>,
+    host: Arc<PluginHost>,
+    record: Option<std::fs::File>,
+    clock: Arc<dyn crate::clock::Clock>,
+    policy_inline: bool,
+    /// Actors made so far.
+    terms: u32,
+    start: Option<StartPolicy>,
+}
+
+impl Leading {
+    /// An actor on the journal's records (and appending to it), its inbox and the inbox's sender.
+    fn actor(
+        &mut self,
+        journal: Option<(journal::Journal, Vec<journal::Record>)>,
+    ) -> (
+        actor::Actor,
+        mpsc::UnboundedReceiver<Event>,
+        mpsc::UnboundedSender<Event>,
+    ) {
+        let (records, journal) = match journal {
+            Some((journal, records)) => (Some(records), Some(journal)),
+            None => (None, None),
         };
-        actor.core.handle(now, swapped);
+        self.make(records, journal)
     }
-    if let Some(scaling) = scaling {
-        actor.trials = Some(policy::Trials {
-            host: host.clone(),
-            limits: scaling.limits,
-            events: events.clone(),
-        });
-        actor.policy = Some(policy::PolicyRunner::new(
-            scaling.policy,
-            events.clone(),
-            seams.policy_inline,
-        ));
+
+    /// An actor for a replica's term, on the records the replicas committed.
+    fn actor_from(
+        &mut self,
+        records: Vec<journal::Record>,
+    ) -> (
+        actor::Actor,
+        mpsc::UnboundedReceiver<Event>,
+        mpsc::UnboundedSender<Event>,
+    ) {
+        self.make(Some(records), None)
     }
-    let mut actor = tokio::spawn(actor.run(inbox));
-    let access = Arc::new(access);
-    let limits = Arc::new(connection::ConnectionLimits::new(settings.max_connections));
-    loop {
-        let incoming = tokio::select! {
-            incoming = endpoint.accept() => match incoming {
-                Some(incoming) => incoming,
-                None => return Ok(()),
-            },
-            ended = &mut actor => {
-                // The actor stops only when the journal cannot be written: its last answers
-                // (errors) go out, then the scheduler stops rather than run on with state the
-                // journal does not have.
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                endpoint.close(0u32.into(), b"scheduler stopping");
-                return match ended {
-                    Ok(Some(error)) => Err(SchedulerError::Stopped(error)),
-                    _ => Ok(()),
-                };
-            }
+
+    fn make(
+        &mut self,
+        records: Option<Vec<journal::Record>>,
+        journal: Option<journal::Journal>,
+    ) -> (
+        actor::Actor,
+        mpsc::UnboundedReceiver<Event>,
+        mpsc::UnboundedSender<Event>,
+    ) {
+        self.terms += 1;
+        let (events, inbox) = mpsc::unbounded_channel();
+        let core = Scheduler::new(self.config.clone());
+        let record = self.record.as_ref().and_then(|f| f.try_clone().ok());
+        let mut actor = actor::Actor::new(core, self.clock.clone(), None, record, None);
+        actor.journal = journal;
+        if let Some(records) = records {
+            actor.replay(records);
+        }
+        // The start policy: the one given for the first actor, made again for later ones.
+        let mut scaling = match self.terms {
+            1 => self.scaling.take(),
+            _ => self.scaling_again(),
         };
-        let events = events.clone();
-        let access = access.clone();
-        let host = host.clone();
-        let limits = limits.clone();
-        tokio::spawn(async move {
-            if let Err(error) = connection::serve(incoming, limits, access, events, host).await {
-                tracing::debug!(%error, "connection ended");
-            }
-        });
+        if let Some(scaling) = scaling.as_ref().filter(|_| self.terms == 1) {
+            self.start = Some(StartPolicy {
+                info: scaling.info.clone(),
+                tiers: scaling.tiers.clone(),
+                limits: scaling.limits.clone(),
+                component: scaling.component.clone(),
+            });
+        }
+        // A policy set while running before the restart runs again, from the first tick on.
+        if let (Some(scaling), Some(Action::SwapPolicy { client, policy, .. })) =
+            (&mut scaling, actor.core.restored_policy())
+        {
+            let result = policy::try_policy(&self.host, &policy, None, scaling.limits.clone()).map(
+                |(restored, tiers)| {
+                    scaling.policy = restored;
+                    tiers
+                },
+            );
+            let now = actor.now();
+            let swapped = Input::PolicySwapped {
+                client,
+                policy,
+                result,
+            };
+            actor.core.handle(now, swapped);
+        }
+        if let Some(scaling) = scaling {
+            actor.trials = Some(policy::Trials {
+                host: self.host.clone(),
+                limits: scaling.limits.clone(),
+                events: events.clone(),
+            });
+            actor.policy = Some(policy::PolicyRunner::new(
+                scaling.policy,
+                events.clone(),
+                self.policy_inline,
+            ));
+        }
+        (actor, inbox, events)
     }
+
+    /// The start policy made again (for a replica's later terms), from its component.
+    fn scaling_again(&self) -> Option<Scaling> {
+        let start = self.start.as_ref()?;
+        let Some(bytes) = &start.component else {
+            tracing::error!(policy = %start.info.name, "the start policy cannot be made again (its component was not kept): no scaling this term");
+            return None;
+        };
+        let info = PolicyInfo {
+            bytes: Some(bytes.clone()),
+            ..start.info.clone()
+        };
+        match policy::try_policy(&self.host, &info, None, start.limits.clone()) {
+            Ok((policy, _)) => Some(Scaling {
+                policy,
+                tiers: start.tiers.clone(),
+                info: start.info.clone(),
+                limits: start.limits.clone(),
+                component: start.component.clone(),
+            }),
+            Err(error) => {
+                tracing::error!(policy = %start.info.name, %error, "the start policy cannot be made again: no scaling this term");
+                None
+            }
+        }
+    }
+}
+
+/// The start policy as given (without the running instance).
+struct StartPolicy {
+    info: PolicyInfo,
+    tiers: Vec<Tier>,
+    limits: crate::plugin::Limits,
+    component: Option<Arc<[u8]>>,
 }
 
 /// The certificate and key: from `--cert/--key`, else kept in `scheduler-key.pem` /

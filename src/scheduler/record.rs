@@ -4,6 +4,19 @@
 
 /// The first bytes of every journal.
 pub const MAGIC: &[u8; 8] = b"WEIRJRNL";
+
+/// What a file of this format holds: its records' type, named by the file's first eight bytes
+/// (the scheduler's journal: [`Record`]; a replica's Raft log has its own).
+pub trait Framed: serde::Serialize + serde::de::DeserializeOwned {
+    const MAGIC: &'static [u8; 8];
+    /// What such a file is, in errors ("a weir journal").
+    const WHAT: &'static str;
+}
+
+impl Framed for Record {
+    const MAGIC: &'static [u8; 8] = MAGIC;
+    const WHAT: &'static str = "a weir journal";
+}
 /// This build's format (1 had no header and no checksums).
 pub const FORMAT: u32 = 2;
 pub const HEADER: usize = 12;
@@ -18,15 +31,21 @@ pub use crate::core::record::Record;
 /// error naming the offset: a checksum that does not match, a record that does not decode, or a
 /// sequence number out of order (records reordered, duplicated or dropped).
 pub fn parse(bytes: &[u8]) -> Result<(Vec<Record>, usize), String> {
+    parse_as::<Record>(bytes)
+}
+
+/// [`parse`] of a file of `R`s.
+pub fn parse_as<R: Framed>(bytes: &[u8]) -> Result<(Vec<R>, usize), String> {
     if bytes.is_empty() {
         return Ok((Vec::new(), 0));
     }
-    if bytes.len() < HEADER || &bytes[..8] != MAGIC {
-        return Err(
-            "not a weir journal (it does not start with a WEIRJRNL header; journals of weir \
-             before format 2 have none and cannot be read by this version); refusing to touch it"
-                .into(),
-        );
+    if bytes.len() < HEADER || &bytes[..8] != R::MAGIC {
+        let magic = String::from_utf8_lossy(R::MAGIC);
+        return Err(format!(
+            "not {} (it does not start with a {magic} header; journals of weir before format 2 \
+             have none and cannot be read by this version); refusing to touch it",
+            R::WHAT
+        ));
     }
     let format = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
     if format != FORMAT {
@@ -72,7 +91,7 @@ pub fn parse(bytes: &[u8]) -> Result<(Vec<Record>, usize), String> {
                 "record at offset {at} is damaged (its checksum does not match)"
             ));
         }
-        let record = postcard::from_bytes::<Record>(payload)
+        let record = postcard::from_bytes::<R>(payload)
             .map_err(|e| format!("record at offset {at} does not decode: {e}"))?;
         records.push(record);
         at += RECORD_HEADER + size as usize;
@@ -81,7 +100,7 @@ pub fn parse(bytes: &[u8]) -> Result<(Vec<Record>, usize), String> {
 }
 
 /// Record `seq` (its place in the file, from 0) as written: header, then payload.
-pub fn encode(record: &Record, seq: u64) -> Result<Vec<u8>, String> {
+pub fn encode<R: serde::Serialize>(record: &R, seq: u64) -> Result<Vec<u8>, String> {
     let mut bytes = postcard::to_extend(record, vec![0u8; RECORD_HEADER])
         .map_err(|e| format!("cannot encode a record: {e}"))?;
     let size = u32::try_from(bytes.len() - RECORD_HEADER)
@@ -96,8 +115,13 @@ pub fn encode(record: &Record, seq: u64) -> Result<Vec<u8>, String> {
 }
 
 pub fn header() -> [u8; HEADER] {
+    header_of::<Record>()
+}
+
+/// The header of a file of `R`s.
+pub fn header_of<R: Framed>() -> [u8; HEADER] {
     let mut header = [0u8; HEADER];
-    header[..8].copy_from_slice(MAGIC);
+    header[..8].copy_from_slice(R::MAGIC);
     header[8..].copy_from_slice(&FORMAT.to_le_bytes());
     header
 }

@@ -27,6 +27,7 @@ fn settings(dir: &Path) -> Settings {
         journal: Some(dir.join("journal")),
         metrics: None,
         dashboard: None,
+        replica: None,
         max_connections: 100,
         forget_after: None,
         unschedulable_timeout: None,

@@ -191,6 +191,7 @@ async fn run_scheduler(
         journal: Some(Box::new(store)),
         udp: Arc::new(udp),
         policy_inline: true,
+        replica: None,
     };
     let scaling = (setup.policy.as_deref()).map(scaling).transpose()?;
     let published = state.access.clone();
@@ -215,6 +216,7 @@ fn scaling(content: &str) -> Result<Scaling, Error> {
             ..PolicyInfo::default()
         },
         limits: weir::plugin::Limits::default(),
+        component: None,
     })
 }
 
@@ -232,6 +234,7 @@ fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
         journal: Some(files.join("journal")),
         metrics: None,
         dashboard: None,
+        replica: None,
         max_connections: 100,
         forget_after: None,
         unschedulable_timeout: None,

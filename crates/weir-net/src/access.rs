@@ -24,6 +24,24 @@ pub struct AccessFile {
     pub worker_token: String,
     /// Presented by clients.
     pub client_token: String,
+    /// With scheduler replicas (`scheduler --replica`): every replica's `quic://HOST:PORT`
+    /// (`address` is the one that wrote the file). Only the leader serves; a peer that reaches
+    /// another is told where the leader is, and tries the others when that one does not answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<String>,
+}
+
+impl AccessFile {
+    /// The schedulers to try: `address`, then the other replicas.
+    pub fn candidates(&self) -> Vec<String> {
+        let mut all = vec![self.address.clone()];
+        for replica in &self.replicas {
+            if !all.contains(replica) {
+                all.push(replica.clone());
+            }
+        }
+        all
+    }
 }
 
 /// The lock a scheduler holds while it serves the access file at `access_file`: named after

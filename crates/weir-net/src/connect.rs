@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint, RecvStream, SendStream};
+use tokio::task::JoinSet;
 
 use super::udp::{HostUdp, Udp};
 use super::{AccessFile, CONNECT_TIMEOUT, NetError, parse_address, tls, transport};
@@ -59,30 +60,95 @@ pub fn client_endpoint_with(
 }
 
 /// Connect on `endpoint` (from [`client_endpoint`]) as `role`, and say hello on the first
-/// stream.
+/// stream. With scheduler replicas, to the one that leads: every replica the access file names
+/// is tried at once (one that is down costs no wait before the others), a follower's answer
+/// names the leader (tried too), and the first to welcome the peer is kept.
 pub async fn connect_on(
     endpoint: &Endpoint,
     access: &AccessFile,
     role: Role,
 ) -> Result<(Connection, SendStream, RecvStream), NetError> {
-    let address = parse_address(&access.address)?;
-    let connecting =
-        endpoint
-            .connect(address, tls::SERVER_NAME)
-            .map_err(|e| NetError::Connect {
+    if access.replicas.is_empty() {
+        return match hello_at(endpoint, access, &access.address, role).await? {
+            Answer::Welcome(connected) => Ok(connected),
+            Answer::NotLeader(_) => Err(NetError::Connect {
                 address: access.address.clone(),
-                error: e.to_string(),
-            })?;
+                error: "it does not lead (a scheduler replica)".into(),
+            }),
+        };
+    }
+    let mut tried: Vec<String> = Vec::new();
+    let mut attempts = tokio::task::JoinSet::new();
+    let try_at = |address: String, tried: &mut Vec<String>, attempts: &mut JoinSet<_>| {
+        if tried.contains(&address) {
+            return;
+        }
+        tried.push(address.clone());
+        let (endpoint, access) = (endpoint.clone(), access.clone());
+        attempts.spawn(async move {
+            let result = hello_at(&endpoint, &access, &address, role).await;
+            (address, result)
+        });
+    };
+    for address in access.candidates() {
+        try_at(address, &mut tried, &mut attempts);
+    }
+    let mut why = Vec::new();
+    while let Some(done) = attempts.join_next().await {
+        let Ok((address, result)) = done else {
+            continue;
+        };
+        match result {
+            Ok(Answer::Welcome(connected)) => return Ok(connected),
+            Ok(Answer::NotLeader(Some(leader))) => {
+                why.push(format!("{address} does not lead"));
+                try_at(leader, &mut tried, &mut attempts);
+            }
+            Ok(Answer::NotLeader(None)) => {
+                why.push(format!("{address} does not lead and knows no leader"));
+            }
+            // A wrong token or version: every replica would say so.
+            Err(error @ NetError::Refused(_)) => return Err(error),
+            Err(error) => why.push(error.to_string()),
+        }
+    }
+    Err(NetError::Connect {
+        address: tried.join(", "),
+        error: format!("no scheduler replica leads now ({})", why.join("; ")),
+    })
+}
+
+/// How a scheduler answered a hello.
+enum Answer {
+    Welcome((Connection, SendStream, RecvStream)),
+    /// A replica that does not lead, and the leader it knows.
+    NotLeader(Option<String>),
+}
+
+/// Connect to the scheduler at `address` (one of `access`'s) and say hello as `role`.
+async fn hello_at(
+    endpoint: &Endpoint,
+    access: &AccessFile,
+    address: &str,
+    role: Role,
+) -> Result<Answer, NetError> {
+    let socket = parse_address(address)?;
+    let connecting = endpoint
+        .connect(socket, tls::SERVER_NAME)
+        .map_err(|e| NetError::Connect {
+            address: address.to_string(),
+            error: e.to_string(),
+        })?;
     // A scheduler that is down answers nothing (QUIC ignores ICMP): give up on the handshake
     // well before the idle timeout, so callers can retry or say so.
     let connection = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
         Ok(connected) => connected.map_err(|e| NetError::Connect {
-            address: access.address.clone(),
+            address: address.to_string(),
             error: e.to_string(),
         })?,
         Err(_) => {
             return Err(NetError::Connect {
-                address: access.address.clone(),
+                address: address.to_string(),
                 error: format!("no answer within {CONNECT_TIMEOUT:?}"),
             });
         }
@@ -90,7 +156,7 @@ pub async fn connect_on(
     let (mut send, mut recv) = connection.open_bi().await?;
     let token = match role {
         Role::Client => access.client_token.clone(),
-        Role::Worker | Role::Manager => access.worker_token.clone(),
+        Role::Worker | Role::Manager | Role::Replica => access.worker_token.clone(),
     };
     weir_proto::frame::write(
         &mut send,
@@ -102,7 +168,11 @@ pub async fn connect_on(
     )
     .await?;
     match weir_proto::frame::read::<_, HelloReply>(&mut recv).await {
-        Ok(HelloReply::Welcome) => Ok((connection, send, recv)),
+        Ok(HelloReply::Welcome) => Ok(Answer::Welcome((connection, send, recv))),
+        Ok(HelloReply::NotLeader { leader }) => {
+            connection.close(0u32.into(), b"not the leader");
+            Ok(Answer::NotLeader(leader))
+        }
         Ok(HelloReply::Refused { reason }) => Err(NetError::Refused(reason)),
         Err(FrameError::Closed) => Err(NetError::Refused("connection closed during hello".into())),
         Err(e) => Err(e.into()),

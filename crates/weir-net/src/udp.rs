@@ -105,6 +105,7 @@ mod tests {
                 certificate: cert,
                 worker_token: String::new(),
                 client_token: String::new(),
+                replicas: Vec::new(),
             };
             let client = client_endpoint_with(&udp, &access, Duration::from_secs(30))
                 .expect("a client endpoint");

@@ -33,13 +33,15 @@ impl From<std::io::Error> for FrameError {
 
 /// The frame bytes (length prefix included) of `message`.
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
+    encode_limited(message, MAX_FRAME)
+}
+
+/// [`encode`] with a limit of its own (scheduler replicas' Raft messages carry more).
+pub fn encode_limited<T: Serialize>(message: &T, limit: usize) -> Result<Vec<u8>, FrameError> {
     let mut bytes = postcard::to_extend(message, vec![0u8; 4]).map_err(FrameError::Encode)?;
     let size = bytes.len() - 4;
-    if size > MAX_FRAME {
-        return Err(FrameError::TooLarge {
-            size,
-            limit: MAX_FRAME,
-        });
+    if size > limit || u32::try_from(size).is_err() {
+        return Err(FrameError::TooLarge { size, limit });
     }
     bytes[..4].copy_from_slice(&(size as u32).to_be_bytes());
     Ok(bytes)

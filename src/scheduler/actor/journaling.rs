@@ -94,6 +94,12 @@ impl Actor {
     }
 
     pub(super) fn append(&mut self, record: &journal::Record, write_through: bool) {
+        if self.replica.is_some() {
+            if let Err(error) = self.batches.push(record) {
+                self.journal_error.get_or_insert(error);
+            }
+            return;
+        }
         let Some(journal) = &mut self.journal else {
             return;
         };

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::event::{Event, JoinReply, ManagerReply};
+use super::replica::{Batches, Replica};
 use super::{journal, metrics};
 use crate::clock::{Clock, Millis};
 use crate::core::scaling::ScalingPolicy;
-use crate::core::scheduler::{ClientId, ConnectionId, Input, Scheduler};
+use crate::core::scheduler::{Action, ClientId, ConnectionId, Input, Scheduler};
 use crate::proto::{ErrorCode, Response, ToManager, ToWorker, WorkerId};
 use journaling::stopping;
 
@@ -48,6 +49,11 @@ pub(super) struct Actor {
     /// The first journal write error of this round: its replies become errors.
     journal_error: Option<String>,
     pub policy_latency: metrics::Histogram,
+    /// With scheduler replicas: this replica's Raft node. The round's records go there instead
+    /// of a journal, and what the round sends out is `held` until they are committed.
+    pub replica: Option<Arc<Replica>>,
+    held: Vec<Action>,
+    batches: Batches,
 }
 
 impl Actor {
@@ -75,6 +81,9 @@ impl Actor {
             deferred: Vec::new(),
             journal_error: None,
             policy_latency: metrics::policy_histogram(),
+            replica: None,
+            held: Vec::new(),
+            batches: Batches::default(),
         }
     }
 
@@ -117,6 +126,12 @@ impl Actor {
             let now = self.now();
             self.core.handle(now, Input::EndOfBatch);
             self.perform_all().await;
+            if let Some(replica) = self.replica.clone() {
+                if let Err(error) = self.replicate(&replica).await {
+                    return Some(error);
+                }
+                continue;
+            }
             if self.journal.as_ref().is_some_and(journal::Journal::dirty)
                 && let Some(Err(error)) = self.off_thread(journal::Journal::sync).await
             {
@@ -149,6 +164,42 @@ impl Actor {
                 return Some(stopping(&error));
             }
         }
+    }
+
+    /// A replica's end of a round: its records committed (or its lead confirmed), then what
+    /// it held goes out; the outcomes the records hold are acknowledged to their workers. An
+    /// error: this replica stops leading (nothing held is sent; clients resend).
+    async fn replicate(&mut self, replica: &Replica) -> Result<(), String> {
+        if let Some(error) = self.journal_error.take() {
+            return Err(format!("stopped leading: {error}"));
+        }
+        let batches = self.batches.take();
+        if batches.is_empty() && self.held.is_empty() {
+            return Ok(());
+        }
+        if let Err(error) = replica.commit(batches).await {
+            tracing::warn!(%error, "this replica stops leading");
+            return Err(format!("stopped leading: {error}"));
+        }
+        for action in std::mem::take(&mut self.held) {
+            self.deliver(action, true);
+        }
+        let now = self.now();
+        self.core.handle(now, Input::Synced { journal_bytes: 0 });
+        self.perform_all().await;
+        // Acknowledgements of outcomes now committed: they grant nothing, so they need no
+        // confirmation of their own. Anything else waits for the next round's.
+        let held = std::mem::take(&mut self.held);
+        for action in held {
+            match action {
+                Action::ToWorker {
+                    message: ToWorker::Received { .. },
+                    ..
+                } => self.deliver(action, true),
+                other => self.held.push(other),
+            }
+        }
+        Ok(())
     }
 
     /// Feed the core up to `most` events already waiting in the inbox.

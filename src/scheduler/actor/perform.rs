@@ -14,57 +14,12 @@ impl Actor {
     pub(super) fn perform(&mut self) -> Option<Vec<journal::Record>> {
         while let Some(action) = self.core.poll_action() {
             match action {
-                Action::Registered { connection, worker } => {
-                    if let Some((frames, reply)) = self.joining.remove(&connection) {
-                        self.workers.insert(worker, frames);
-                        let _ = reply.send(Ok(worker));
-                    }
-                }
-                Action::Refused { connection, reason } => {
-                    if let Some((_, reply)) = self.joining.remove(&connection) {
-                        let _ = reply.send(Err(reason));
-                    }
-                }
-                Action::ToWorker { worker, message } => {
-                    // Nothing is sent that the journal could not take (the scheduler stops).
-                    if self.journal_error.is_none()
-                        && let Some(frames) = self.workers.get(&worker)
-                    {
-                        let _ = frames.send(message);
-                    }
-                }
-                // Dropping the sender ends the connection's writer, which closes it.
-                Action::CloseWorker { worker } => drop(self.workers.remove(&worker)),
-                Action::ManagerRegistered { connection, id } => {
-                    if let Some((link, reply)) = self.joining_managers.remove(&connection) {
-                        self.managers.insert(id.clone(), link);
-                        let _ = reply.send(Ok(id));
-                    }
-                }
-                Action::ManagerRefused { connection, reason } => {
-                    if let Some((_, reply)) = self.joining_managers.remove(&connection) {
-                        let _ = reply.send(Err(reason));
-                    }
-                }
-                Action::ToManager { manager, message } => {
-                    if let Some(link) = self.managers.get(&manager) {
-                        let _ = link.send(message);
-                    }
-                }
-                Action::CloseManager { manager } => drop(self.managers.remove(&manager)),
-                Action::Reply {
-                    client,
-                    response,
-                    last,
-                    durable,
-                } => match durable {
-                    true => self.deferred.push((client, response)),
-                    false => self.reply(client, response, last),
-                },
                 Action::Journal {
                     record,
                     write_through,
                 } => self.append(&record, write_through),
+                // A replica's log is compacted by its snapshots, not by the core.
+                Action::Compact(_) if self.replica.is_some() => {}
                 Action::Compact(records) => return Some(records),
                 Action::Decide(snapshot) => self.decide(snapshot),
                 Action::SwapPolicy {
@@ -81,9 +36,68 @@ impl Actor {
                         tracing::error!("the policy thread is gone: the new policy cannot run");
                     }
                 }
+                // What goes out: a replica holds all of it until the round is committed (or its
+                // lead confirmed), see `Actor::run`.
+                output if self.replica.is_some() => self.held.push(output),
+                output => self.deliver(output, false),
             }
         }
         None
+    }
+
+    /// Send what the core sent out: frames, registrations and replies. `confirmed`: a replica's
+    /// round is committed, so durable replies go now too (else they wait for the journal's sync).
+    pub(super) fn deliver(&mut self, action: Action, confirmed: bool) {
+        match action {
+            Action::Registered { connection, worker } => {
+                if let Some((frames, reply)) = self.joining.remove(&connection) {
+                    self.workers.insert(worker, frames);
+                    let _ = reply.send(Ok(worker));
+                }
+            }
+            Action::Refused { connection, reason } => {
+                if let Some((_, reply)) = self.joining.remove(&connection) {
+                    let _ = reply.send(Err(reason));
+                }
+            }
+            Action::ToWorker { worker, message } => {
+                // Nothing is sent that the journal could not take (the scheduler stops).
+                if self.journal_error.is_none()
+                    && let Some(frames) = self.workers.get(&worker)
+                {
+                    let _ = frames.send(message);
+                }
+            }
+            // Dropping the sender ends the connection's writer, which closes it.
+            Action::CloseWorker { worker } => drop(self.workers.remove(&worker)),
+            Action::ManagerRegistered { connection, id } => {
+                if let Some((link, reply)) = self.joining_managers.remove(&connection) {
+                    self.managers.insert(id.clone(), link);
+                    let _ = reply.send(Ok(id));
+                }
+            }
+            Action::ManagerRefused { connection, reason } => {
+                if let Some((_, reply)) = self.joining_managers.remove(&connection) {
+                    let _ = reply.send(Err(reason));
+                }
+            }
+            Action::ToManager { manager, message } => {
+                if let Some(link) = self.managers.get(&manager) {
+                    let _ = link.send(message);
+                }
+            }
+            Action::CloseManager { manager } => drop(self.managers.remove(&manager)),
+            Action::Reply {
+                client,
+                response,
+                last,
+                durable,
+            } => match durable && !confirmed {
+                true => self.deferred.push((client, response)),
+                false => self.reply(client, response, last),
+            },
+            other => tracing::error!(action = ?other, "not an action to deliver; dropped"),
+        }
     }
 
     pub(super) fn reply(&mut self, client: ClientId, response: Response, last: bool) {

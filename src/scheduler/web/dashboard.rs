@@ -24,11 +24,11 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use serde::Serialize;
 use tokio::net::TcpListener;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, oneshot};
 
 use super::http::{Connection, MAX_STREAMS, MAX_STREAMS_PER_ADDRESS};
 use crate::proto::TaskId;
-use crate::scheduler::event::{Event, Snapshot, View};
+use crate::scheduler::event::{Event, Front, Snapshot, View};
 
 /// Samples kept for the chart: one a second for 15 minutes.
 const HISTORY: usize = 15 * 60;
@@ -47,7 +47,7 @@ struct Sample {
 
 #[derive(Clone)]
 struct Shared {
-    events: mpsc::UnboundedSender<Event>,
+    events: Front,
     history: Arc<Mutex<VecDeque<Sample>>>,
     updates: broadcast::Sender<String>,
     token: Option<Arc<str>>,
@@ -77,7 +77,7 @@ fn sample(snapshot: &Snapshot) -> Sample {
     }
 }
 
-async fn snapshot(events: &mpsc::UnboundedSender<Event>) -> Option<Snapshot> {
+async fn snapshot(events: &Front) -> Option<Snapshot> {
     let (reply, answer) = oneshot::channel();
     events.send(Event::Dashboard(View::Snapshot(reply))).ok()?;
     answer.await.ok()
@@ -86,7 +86,7 @@ async fn snapshot(events: &mpsc::UnboundedSender<Event>) -> Option<Snapshot> {
 /// Serve the page until the process ends; `token`: required when bound beyond loopback.
 pub(in crate::scheduler) async fn serve(
     listener: TcpListener,
-    events: mpsc::UnboundedSender<Event>,
+    events: Front,
     token: Option<String>,
 ) {
     let (updates, _) = broadcast::channel(16);

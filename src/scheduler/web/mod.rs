@@ -11,17 +11,14 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::event::Event;
+use super::event::{Event, Front};
 
 pub(super) use dashboard::serve as serve_dashboard;
 
 /// `--metrics`: `GET /metrics`, the text the actor renders from one consistent snapshot.
-pub(in crate::scheduler) async fn serve_metrics(
-    listener: TcpListener,
-    events: mpsc::UnboundedSender<Event>,
-) {
+pub(in crate::scheduler) async fn serve_metrics(listener: TcpListener, events: Front) {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try GET /metrics\n") })
@@ -29,7 +26,7 @@ pub(in crate::scheduler) async fn serve_metrics(
     http::serve_http(listener, app, "metrics").await;
 }
 
-async fn metrics(State(events): State<mpsc::UnboundedSender<Event>>) -> Response {
+async fn metrics(State(events): State<Front>) -> Response {
     let (reply, text) = oneshot::channel();
     if events.send(Event::Metrics { reply }).is_err() {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();

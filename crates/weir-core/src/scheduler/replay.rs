@@ -116,7 +116,7 @@ impl Scheduler {
     /// The journal rewritten as the state now: the environments, then every held job (a
     /// forgotten one without inputs or outcomes, to keep its ids), after a `Base` record that
     /// keeps the ids of dropped jobs used. What was forgotten leaves the file.
-    pub(crate) fn journal_image(&self) -> Vec<Record> {
+    pub fn journal_image(&self) -> Vec<Record> {
         let (first_job, first_task) = self.tasks.first_ids();
         let mut records = vec![Record::Base {
             first_job,

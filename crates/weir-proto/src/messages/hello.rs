@@ -8,6 +8,8 @@ pub enum Role {
     Client,
     Worker,
     Manager,
+    /// Another scheduler replica (`scheduler --replica`): Raft's messages, with the worker token.
+    Replica,
 }
 
 /// First frame of every connection, from the connecting side.
@@ -21,5 +23,13 @@ pub struct Hello {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HelloReply {
     Welcome,
-    Refused { reason: String },
+    Refused {
+        reason: String,
+    },
+    /// A scheduler replica that does not lead: only the leader serves workers, managers and
+    /// clients. `leader` is the one it knows (`quic://HOST:PORT`), if any: connect there, or try
+    /// the access file's other replicas.
+    NotLeader {
+        leader: Option<String>,
+    },
 }

@@ -1,0 +1,431 @@
+//! Scheduler replicas (`scheduler --replica ID --peers ...`): three or five schedulers, one of
+//! which leads, on openraft (the stable 0.9 line).
+//!
+//! - The journal is the replicated log: each actor round's records are one entry (a [`Batch`];
+//!   split when large), the state machine keeps them (`state_machine.rs`), a snapshot is their
+//!   compacted image, and the log is a checksummed file per replica (`log_store.rs`). Raft's
+//!   messages go over QUIC on the scheduler's own endpoint (`network.rs`).
+//! - Only the leader serves. Its actor is the single scheduler's, with one difference: what a
+//!   round sends out (frames to workers and managers, replies) is held until the round's records
+//!   are committed by a majority, or, with nothing to commit, until a majority confirmed the
+//!   lead after the round's events arrived ([`Replica::commit`]). So an acknowledged request is
+//!   on a majority's disk, and a deposed leader grants no lease a new leader does not know of.
+//! - A replica that comes to lead builds its core from the state machine once every entry of its
+//!   log is applied, exactly as a restarted scheduler replays its journal: workers claim their
+//!   running tasks when they register, and unclaimed ones wait out the fence.
+//!
+//! See RELIABILITY.md ("Scheduler replicas") for the arithmetic that makes a failover safe.
+
+mod log_store;
+mod network;
+mod state_machine;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
+
+use crate::core::scheduler::Config;
+use crate::net::AccessFile;
+use crate::scheduler::journal::{JournalStore, Record};
+pub(crate) use network::serve;
+
+pub(crate) type NodeId = u64;
+
+/// One leader round's journal records (postcard of a `Vec<Record>`): a Raft log entry.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Batch(pub Vec<u8>);
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Batch({} bytes)", self.0.len())
+    }
+}
+
+impl std::fmt::Display for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes of records", self.0.len())
+    }
+}
+
+openraft::declare_raft_types!(
+    /// weir's Raft: batches of journal records on `u64` replica ids.
+    pub(crate) TypeConfig:
+        D = Batch,
+        R = (),
+        NodeId = NodeId,
+        Node = BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A round's records as they are appended, cut into entries of about [`BATCH_BYTES`].
+#[derive(Default)]
+pub(crate) struct Batches {
+    done: Vec<Batch>,
+    count: u64,
+    bytes: Vec<u8>,
+}
+
+/// An entry is closed once its records pass this size (a record is never split).
+const BATCH_BYTES: usize = 8 << 20;
+
+impl Batches {
+    pub(crate) fn push(&mut self, record: &Record) -> Result<(), String> {
+        self.bytes = postcard::to_extend(record, std::mem::take(&mut self.bytes))
+            .map_err(|e| format!("cannot encode a record: {e}"))?;
+        self.count += 1;
+        if self.bytes.len() >= BATCH_BYTES {
+            self.close();
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        if self.count == 0 {
+            return;
+        }
+        // postcard's `Vec`: its length (a varint), then its elements.
+        let mut batch = Vec::with_capacity(10 + self.bytes.len());
+        let mut n = self.count;
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                batch.push(byte);
+                break;
+            }
+            batch.push(byte | 0x80);
+        }
+        batch.append(&mut self.bytes);
+        self.done.push(Batch(batch));
+        self.count = 0;
+    }
+
+    /// The entries of the round (none without records).
+    pub(crate) fn take(&mut self) -> Vec<Batch> {
+        self.close();
+        std::mem::take(&mut self.done)
+    }
+}
+
+/// `scheduler --replica ID --peers ...`.
+#[derive(Clone, Debug)]
+pub struct ReplicaSettings {
+    pub id: NodeId,
+    /// Every replica's id and `quic://HOST:PORT` (this one's included).
+    pub peers: BTreeMap<NodeId, String>,
+    /// The Raft log's file; the snapshot is kept beside it (`FILE.snapshot`).
+    pub log: PathBuf,
+    /// Raft's election timeout: a follower that hears no leader for a random time in
+    /// `[election, 2 × election]` stands for election.
+    pub election: Duration,
+}
+
+/// The timings openraft gets from the election timeout `election` (see RELIABILITY.md).
+fn raft_config(election: Duration) -> Result<openraft::Config, String> {
+    let ms = u64::try_from(election.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(100);
+    openraft::Config {
+        cluster_name: "weir".into(),
+        heartbeat_interval: (ms / 4).max(20),
+        election_timeout_min: ms,
+        election_timeout_max: 2 * ms,
+        // Each entry is at most a few requests' records (see `Batches`).
+        max_payload_entries: 8,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(2_000),
+        max_in_snapshot_log_to_keep: 200,
+        install_snapshot_timeout: 10_000,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| e.to_string())
+}
+
+/// This replica's Raft node and what the scheduler asks of it.
+pub(crate) struct Replica {
+    pub raft: Raft<TypeConfig>,
+    pub id: NodeId,
+    pub peers: BTreeMap<NodeId, String>,
+    state: state_machine::StateMachine,
+    /// How long a round waits for its commit (or the confirmation of the lead) before this
+    /// replica stops leading.
+    pub patience: Duration,
+}
+
+/// Where a replica keeps its log and snapshot instead of files (a simulation's disks).
+#[derive(Debug)]
+pub struct ReplicaStores {
+    pub log: Box<dyn JournalStore>,
+    pub snapshot: Box<dyn JournalStore>,
+}
+
+impl Replica {
+    /// Open the log and snapshot, start the Raft node, and form the cluster if this replica has
+    /// never been part of one (every replica may do so with the same peers).
+    pub(crate) async fn start(
+        settings: &ReplicaSettings,
+        config: Config,
+        endpoint: quinn::Endpoint,
+        access: Arc<AccessFile>,
+        stores: Option<ReplicaStores>,
+    ) -> Result<Replica, String> {
+        let mut snapshot_path = settings.log.clone().into_os_string();
+        snapshot_path.push(".snapshot");
+        let snapshot_path = PathBuf::from(snapshot_path);
+        let (log, state) = match stores {
+            Some(stores) => (
+                log_store::LogStore::open_in(&settings.log, stores.log),
+                state_machine::StateMachine::open_in(&snapshot_path, stores.snapshot, config),
+            ),
+            None => (
+                log_store::LogStore::open(&settings.log),
+                state_machine::StateMachine::open(&snapshot_path, config),
+            ),
+        };
+        let (log, state) = (
+            log.map_err(|e| e.to_string())?,
+            state.map_err(|e| e.to_string())?,
+        );
+        let network = network::Network { endpoint, access };
+        let raft = Raft::new(
+            settings.id,
+            Arc::new(raft_config(settings.election)?),
+            network,
+            log,
+            state.clone(),
+        )
+        .await
+        .map_err(|e| format!("cannot start the replica: {e}"))?;
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| format!("cannot start the replica: {e}"))?;
+        if !initialized {
+            let members: BTreeMap<NodeId, BasicNode> = settings
+                .peers
+                .iter()
+                .map(|(id, address)| (*id, BasicNode::new(address)))
+                .collect();
+            tracing::info!(?members, "forming the replica cluster");
+            if let Err(error) = raft.initialize(members).await {
+                // Another replica formed it first: that is what we wanted.
+                tracing::debug!(%error, "the replica cluster was formed already");
+            }
+        }
+        Ok(Replica {
+            raft,
+            id: settings.id,
+            peers: settings.peers.clone(),
+            state,
+            patience: 2 * settings.election,
+        })
+    }
+
+    /// The leader's address as this replica knows it (`None`: no leader known, or this one).
+    pub(crate) fn leader(&self) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader?;
+        if leader == self.id {
+            return None;
+        }
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|node| node.addr.clone())
+            .or_else(|| self.peers.get(&leader).cloned())
+    }
+
+    /// Wait until this replica leads with every entry of its log applied, and return its term
+    /// and the records to replay: the state of every committed request. Nothing the last term
+    /// (of any leader) proposed can commit after this without being in them: a leader's log
+    /// grows only by what it proposes, and this one proposed nothing yet.
+    pub(crate) async fn lead(&self) -> (u64, Vec<Record>) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let ready = {
+                let m = metrics.borrow_and_update();
+                let applied = m.last_applied.map(|id| id.index);
+                (m.state == ServerState::Leader
+                    && m.last_log_index.is_some()
+                    && applied >= m.last_log_index
+                    && self.state.applied() >= m.last_log_index)
+                    .then_some(m.current_term)
+            };
+            if let Some(term) = ready {
+                match self.state.records() {
+                    Ok(records) => return (term, records),
+                    Err(error) => {
+                        tracing::error!(%error, "the committed records do not decode: not leading");
+                    }
+                }
+            }
+            if metrics.changed().await.is_err() {
+                // The node stopped: never lead.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Resolves once this replica no longer leads in `term`.
+    pub(crate) async fn deposed(&self, term: u64) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            {
+                let m = metrics.borrow_and_update();
+                if m.state != ServerState::Leader || m.current_term != term {
+                    return;
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Commit a round's entries (a majority has them on disk), or with none, confirm this
+    /// replica still leads: a majority answered heartbeats sent after this call. Within
+    /// [`Replica::patience`], else an error (the round's outputs are then never sent).
+    pub(crate) async fn commit(&self, batches: Vec<Batch>) -> Result<(), String> {
+        let work = async {
+            if batches.is_empty() {
+                return self
+                    .raft
+                    .ensure_linearizable()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+            }
+            let mut waiting = Vec::new();
+            for batch in batches {
+                let answer = self
+                    .raft
+                    .client_write_ff(batch)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                waiting.push(answer);
+            }
+            for answer in waiting {
+                answer
+                    .await
+                    .map_err(|_| "the replica stopped".to_string())?
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(self.patience, work).await {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "no majority of replicas answered within {:?}",
+                self.patience
+            )),
+        }
+    }
+
+    /// The replicas as this one sees them: (id, address, whether it leads, its last log index
+    /// as the leader knows it), for `weir replicas` and `/metrics`.
+    pub(crate) fn view(&self) -> ReplicaView {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+        let matched = m.replication.clone().unwrap_or_default();
+        ReplicaView {
+            id: self.id,
+            term: m.current_term,
+            leader: m.current_leader,
+            last_log: m.last_log_index.unwrap_or(0),
+            applied: m.last_applied.map_or(0, |id| id.index),
+            peers: m
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(id, node)| ReplicaPeer {
+                    id: *id,
+                    address: node.addr.clone(),
+                    voter: voters.contains(id),
+                    matched: matched.get(id).and_then(|m| m.map(|id| id.index)),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What [`Replica::view`] tells.
+#[derive(Clone, Debug)]
+pub(crate) struct ReplicaView {
+    pub id: NodeId,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub last_log: u64,
+    pub applied: u64,
+    pub peers: Vec<ReplicaPeer>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ReplicaPeer {
+    pub id: NodeId,
+    pub address: String,
+    pub voter: bool,
+    /// The last entry the leader knows it has (on the leader only).
+    pub matched: Option<u64>,
+}
+
+/// Parse `--peers 1=quic://10.0.0.1:7400,2=quic://...`.
+pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
+    let mut peers = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, address) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: not ID=quic://HOST:PORT"))?;
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{part:?}: the replica id {id:?} is not a number"))?;
+        let address = address.trim().to_string();
+        crate::net::parse_address(&address).map_err(|e| format!("{part:?}: {e}"))?;
+        if peers.insert(id, address).is_some() {
+            return Err(format!("replica {id} is named twice"));
+        }
+    }
+    Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_s_records_decode_as_one_vec_whatever_their_number() {
+        for n in [1usize, 5, 127, 128, 300] {
+            let mut batches = Batches::default();
+            for job in 0..n {
+                batches
+                    .push(&Record::Forget { job: job as u64 })
+                    .expect("encodes");
+            }
+            let taken = batches.take();
+            assert_eq!(taken.len(), 1);
+            let records = state_machine::decode(&taken).expect("decodes");
+            assert_eq!(records.len(), n);
+            assert!(matches!(records[n - 1], Record::Forget { job } if job == n as u64 - 1));
+        }
+        assert!(Batches::default().take().is_empty());
+    }
+
+    #[test]
+    fn peers_are_parsed_and_bad_ones_named() {
+        let peers = parse_peers("1=quic://127.0.0.1:7001, 2=quic://127.0.0.1:7002").unwrap();
+        assert_eq!(peers.len(), 2);
+        assert!(parse_peers("1=quic://127.0.0.1:7001,1=quic://127.0.0.1:7002").is_err());
+        assert!(parse_peers("x=quic://127.0.0.1:7001").is_err());
+        assert!(parse_peers("1quic://127.0.0.1:7001").is_err());
+    }
+}

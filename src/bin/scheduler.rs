@@ -33,8 +33,10 @@ struct Args {
     /// access file and `scheduler-*.pem` beside the others' access files.
     #[arg(long, value_name = "ID=quic://HOST:PORT,...", requires = "replica")]
     peers: Option<String>,
-    /// Replicas: seconds without a leader before a follower stands for election (a random
-    /// time between this and twice this). A lost leader is replaced about this long after.
+    /// Replicas: the election timeout T. The leader sends heartbeats every T/3; a follower that
+    /// heard none for 1.25T–1.5T stands for election, so a lost leader is replaced about 1.5T
+    /// after it was lost. Raise it on slow links between replicas: one message (up to a 48 MiB
+    /// submission) must reach a follower within T/3.
     #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
     election_timeout: Duration,
     #[command(flatten)]

@@ -107,10 +107,17 @@ impl Front {
         self.current.borrow().clone()
     }
 
-    pub(crate) fn send(&self, event: Event) -> Result<(), mpsc::error::SendError<Event>> {
+    /// An error when no actor takes it (a replica that does not lead, a scheduler stopping).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn send(&self, event: Event) -> Result<(), NoActor> {
         match self.events() {
-            Some(events) => events.send(event),
-            None => Err(mpsc::error::SendError(event)),
+            Some(events) => events.send(event).map_err(|_| NoActor),
+            None => Err(NoActor),
         }
     }
 }
+
+/// No actor took the event ([`Front::send`]).
+#[derive(Debug)]
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) struct NoActor;

@@ -344,8 +344,14 @@ pub async fn run_with(
             None => Ok(()),
         };
     };
-    let replica_endpoint =
-        net::client_endpoint_with(&*seams.udp, &access, settings.heartbeat_timeout)?;
+    let replica_endpoint = {
+        let (udp, access, idle) = (
+            seams.udp.clone(),
+            access.clone(),
+            settings.heartbeat_timeout,
+        );
+        Box::new(move || net::client_endpoint_with(&*udp, &access, idle))
+    };
     let started = Replica::start(
         replica_settings,
         config,
@@ -359,14 +365,52 @@ pub async fn run_with(
     let _ = replica.set(started.clone());
     tracing::info!(replica = started.id, peers = ?started.peers, "replica started");
     loop {
-        let (term, records) = started.lead().await;
+        let (term, batches) = started.lead().await.map_err(SchedulerError::Replica)?;
+        // A replica that stopped leading for want of a majority, and still believes it leads
+        // (it does not hear of the new leader while cut off), serves nobody until a majority
+        // confirms it again: else it would take workers in, never to answer them.
+        if started.stopped() {
+            return Err(SchedulerError::Replica(
+                "this replica's Raft stopped (see the error above)".into(),
+            ));
+        }
+        if let Err(error) = started.commit(Vec::new()).await {
+            tracing::info!(replica = started.id, term, %error, "not serving: the lead is not confirmed");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        // Replayed off the runtime's thread: Raft's heartbeats go on meanwhile (a replay longer
+        // than the election timeout would otherwise cost this replica its lead).
+        let config = leading.config.clone();
+        let replayed = tokio::task::spawn_blocking(move || {
+            let records = replica::decode(&batches)?;
+            let count = records.len();
+            let mut core = Scheduler::new(config);
+            for record in records {
+                core.handle(0, Input::Replay(record));
+            }
+            core.handle(0, Input::Replayed);
+            // A replica's log is compacted by its snapshots, not by the core.
+            while core.poll_action().is_some() {}
+            Ok::<_, String>((core, count))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the replay's thread failed: {e}")));
+        let (core, count) = match replayed {
+            Ok(replayed) => replayed,
+            Err(error) => {
+                tracing::error!(replica = started.id, term, %error, "cannot replay the committed records: not serving");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
         tracing::info!(
             replica = started.id,
             term,
-            records = records.len(),
-            "this replica leads: replaying the committed records"
+            records = count,
+            "this replica leads: the committed records replayed"
         );
-        let (mut actor, inbox, events) = leading.actor_from(records);
+        let (mut actor, inbox, events) = leading.actor_on(core);
         actor.replica = Some(started.clone());
         set_front.send_replace(Some(events));
         let mut run = tokio::spawn(actor.run(inbox));
@@ -445,23 +489,24 @@ impl Leading {
             Some((journal, records)) => (Some(records), Some(journal)),
             None => (None, None),
         };
-        self.make(records, journal)
+        self.make(Scheduler::new(self.config.clone()), records, journal)
     }
 
-    /// An actor for a replica's term, on the records the replicas committed.
-    fn actor_from(
+    /// An actor for a replica's term, on a core the committed records were replayed into.
+    fn actor_on(
         &mut self,
-        records: Vec<journal::Record>,
+        core: Scheduler,
     ) -> (
         actor::Actor,
         mpsc::UnboundedReceiver<Event>,
         mpsc::UnboundedSender<Event>,
     ) {
-        self.make(Some(records), None)
+        self.make(core, None, None)
     }
 
     fn make(
         &mut self,
+        core: Scheduler,
         records: Option<Vec<journal::Record>>,
         journal: Option<journal::Journal>,
     ) -> (
@@ -471,7 +516,6 @@ impl Leading {
     ) {
         self.terms += 1;
         let (events, inbox) = mpsc::unbounded_channel();
-        let core = Scheduler::new(self.config.clone());
         let record = self.record.as_ref().and_then(|f| f.try_clone().ok());
         let mut actor = actor::Actor::new(core, self.clock.clone(), None, record, None);
         actor.journal = journal;

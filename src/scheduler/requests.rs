@@ -33,7 +33,16 @@ pub(super) async fn client_session(
 ) -> Result<(), NetError> {
     let results = Arc::new(tokio::sync::Semaphore::new(RESULTS_PER_CONNECTION));
     loop {
-        let (send, recv) = match connection.accept_bi().await {
+        let accepted = tokio::select! {
+            accepted = connection.accept_bi() => accepted,
+            // Its actor is gone (a replica stopped leading): the client connects again and
+            // finds the leader, rather than have its requests dropped on this connection.
+            () = events.closed() => {
+                connection.close(0u32.into(), b"not the leader any more");
+                return Ok(());
+            }
+        };
+        let (send, recv) = match accepted {
             Ok(streams) => streams,
             Err(_) => return Ok(()), // the client went away
         };

@@ -10,7 +10,8 @@ use quinn::{Connection, Endpoint};
 use weir_net::{self as net, AccessFile, Link, LinkEnd};
 use weir_proto::{
     EnvironmentStatus, FrameError, JobCounts, JobId, JobSummary, ManagerUnits, NewGroup,
-    PolicyReport, Request, RequestId, Response, Role, StatusReport, TaskId, TaskResult,
+    PolicyReport, ReplicaStatus, Request, RequestId, Response, Role, StatusReport, TaskId,
+    TaskResult,
 };
 
 pub use weir_net::NetError;
@@ -364,6 +365,15 @@ impl Client {
     }
 
     /// Managers and their units (`weir managers`): all, or the one named.
+    /// The scheduler replicas as the leader sees them (empty for a single scheduler).
+    pub async fn replicas(&self) -> Result<Vec<ReplicaStatus>, NetError> {
+        let mut responses = self.call(&Request::Replicas).await?;
+        match responses.next().await? {
+            Some(Response::Replicas(replicas)) => Ok(replicas),
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub async fn managers(&self, id: Option<String>) -> Result<Vec<ManagerUnits>, NetError> {
         match self.call(&Request::Managers { id }).await?.next().await? {
             Some(Response::Managers(managers)) => Ok(managers),

@@ -124,6 +124,12 @@ fn look(
     patience: Patience,
 ) -> Look {
     let wait_for_start = patience != Patience::Running;
+    // With scheduler replicas, the one that wrote the file being gone says nothing of the
+    // others: one of them leads now, perhaps.
+    let holder = match (&read, holder) {
+        (Ok(access), Holder::Gone(_)) if !access.replicas.is_empty() => Holder::Unknown,
+        (_, holder) => holder,
+    };
     match (read, holder) {
         (_, Holder::Gone(reason)) if wait_for_start => Look::Wait(NetError::NotRunning(reason)),
         // No file and no scheduler holding its lock: the file's error says where it looked.
@@ -149,6 +155,30 @@ mod tests {
 
     /// The race CI met: the file was missing when read and written before the lock was looked
     /// at (the lock now names a live scheduler). Every patience waits and reads it again.
+    /// The replica that wrote the file is gone: the others are tried.
+    #[test]
+    fn a_file_of_replicas_is_tried_whoever_wrote_it() {
+        let access = AccessFile {
+            address: "quic://127.0.0.1:1".into(),
+            certificate: String::new(),
+            worker_token: String::new(),
+            client_token: String::new(),
+            replicas: vec!["quic://127.0.0.1:1".into(), "quic://127.0.0.1:2".into()],
+        };
+        let gone = Holder::Gone("gone".into());
+        let look = look(Ok(access.clone()), true, gone.clone(), Patience::Running);
+        assert!(matches!(look, Look::Connect(_)), "{look:?}");
+        let single = AccessFile {
+            replicas: Vec::new(),
+            ..access
+        };
+        let look = super::look(Ok(single), true, gone, Patience::Running);
+        assert!(
+            matches!(look, Look::Fail(NetError::NotRunning(_))),
+            "{look:?}"
+        );
+    }
+
     #[test]
     fn a_file_written_between_the_read_and_the_lock_is_waited_for() {
         for patience in [Patience::Running, Patience::Start, Patience::Restart] {

@@ -77,43 +77,52 @@ pub async fn connect_on(
             }),
         };
     }
-    let mut tried: Vec<String> = Vec::new();
-    let mut attempts = tokio::task::JoinSet::new();
-    let try_at = |address: String, tried: &mut Vec<String>, attempts: &mut JoinSet<_>| {
-        if tried.contains(&address) {
-            return;
-        }
-        tried.push(address.clone());
+    // Every replica at once; a follower that knows no leader yet (an election under way) is
+    // asked again every 200 ms, so the new leader is found as soon as it is elected rather
+    // than after a replica that is down has timed out; all within CONNECT_TIMEOUT.
+    let started = tokio::time::Instant::now();
+    let mut asked: Vec<String> = Vec::new();
+    let mut attempts = JoinSet::new();
+    let ask = |address: String, after: Duration, attempts: &mut JoinSet<_>| {
         let (endpoint, access) = (endpoint.clone(), access.clone());
         attempts.spawn(async move {
+            tokio::time::sleep(after).await;
             let result = hello_at(&endpoint, &access, &address, role).await;
             (address, result)
         });
     };
     for address in access.candidates() {
-        try_at(address, &mut tried, &mut attempts);
+        asked.push(address.clone());
+        ask(address, Duration::ZERO, &mut attempts);
     }
     let mut why = Vec::new();
+    let mut refused = None;
     while let Some(done) = attempts.join_next().await {
         let Ok((address, result)) = done else {
             continue;
         };
         match result {
             Ok(Answer::Welcome(connected)) => return Ok(connected),
-            Ok(Answer::NotLeader(Some(leader))) => {
+            Ok(Answer::NotLeader(Some(leader))) if !asked.contains(&leader) => {
                 why.push(format!("{address} does not lead"));
-                try_at(leader, &mut tried, &mut attempts);
+                asked.push(leader.clone());
+                ask(leader, Duration::ZERO, &mut attempts);
             }
-            Ok(Answer::NotLeader(None)) => {
-                why.push(format!("{address} does not lead and knows no leader"));
+            Ok(Answer::NotLeader(_)) if started.elapsed() < CONNECT_TIMEOUT => {
+                ask(address, Duration::from_millis(200), &mut attempts);
             }
-            // A wrong token or version: every replica would say so.
-            Err(error @ NetError::Refused(_)) => return Err(error),
+            Ok(Answer::NotLeader(_)) => why.push(format!("{address} does not lead")),
+            // A wrong token or version (every replica would say so), or a replica at its
+            // connection limit: said if no other welcomes the peer.
+            Err(error @ NetError::Refused(_)) => refused = Some(error),
             Err(error) => why.push(error.to_string()),
         }
     }
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
     Err(NetError::Connect {
-        address: tried.join(", "),
+        address: asked.join(", "),
         error: format!("no scheduler replica leads now ({})", why.join("; ")),
     })
 }

@@ -95,6 +95,9 @@ enum Command {
         #[command(subcommand)]
         command: Option<ManagersCommand>,
     },
+    /// Scheduler replicas (`scheduler --replica`), as the leader sees them: which one leads, its
+    /// term, and how far each replica's log is (lag: entries behind the leader's).
+    Replicas,
     /// Workers: `wait N` until N are registered (scripts never sleep).
     #[command(subcommand)]
     Workers(WorkersCommand),
@@ -304,6 +307,10 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
                 .as_ref()
                 .map(|ManagersCommand::Units { id }| id.as_str());
             managers::run(client, units_of, output).await
+        }),
+        Command::Replicas => connected(&reach, output, async |client| {
+            output.replicas(&client.replicas().await?);
+            Ok(())
         }),
         Command::Workers(WorkersCommand::Wait {
             count,

@@ -22,6 +22,19 @@ impl Actor {
             }
             Event::Core(input) => input,
             Event::Request {
+                request: crate::proto::Request::Replicas,
+                reply,
+                ..
+            } => {
+                let replicas = self
+                    .replica
+                    .as_ref()
+                    .map(|r| r.status())
+                    .unwrap_or_default();
+                let _ = reply.send(crate::proto::Response::Replicas(replicas));
+                return;
+            }
+            Event::Request {
                 request,
                 components,
                 reply,

@@ -2,6 +2,9 @@
 //! tail cut, any other damage refused) holding [`LogOp`]s, replayed into memory at start.
 //! Every append, vote and truncation is synced before openraft hears it is done.
 
+// openraft's traits return its `StorageError` (large, not ours to box).
+#![allow(clippy::result_large_err)]
+
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
@@ -36,18 +39,26 @@ impl Framed for LogOp {
     const WHAT: &'static str = "a weir replica's Raft log";
 }
 
-/// The log: openraft's storage and reader (clones share it).
+/// The log: openraft's storage and reader (clones share it). What it holds is in `state`;
+/// the file is apart, so that readers never wait for a sync.
 #[derive(Clone)]
 pub(crate) struct LogStore {
-    inner: Arc<Mutex<Inner>>,
+    state: Arc<Mutex<State>>,
+    file: Arc<Mutex<File>>,
+    /// The commit point to write with the next record (it needs no sync of its own).
+    committed: Arc<Mutex<Option<Option<LogId<NodeId>>>>>,
 }
 
-struct Inner {
-    file: Log<LogOp>,
+#[derive(Default)]
+struct State {
     vote: Option<Vote<NodeId>>,
     committed: Option<LogId<NodeId>>,
     purged: Option<LogId<NodeId>>,
     entries: BTreeMap<u64, Entry<TypeConfig>>,
+}
+
+struct File {
+    log: Log<LogOp>,
     /// Records in the file since it was last rewritten (it is, once they outnumber the
     /// entries held by far: after purges).
     written: usize,
@@ -55,6 +66,10 @@ struct Inner {
 
 fn io_error(error: impl ToString) -> StorageError<NodeId> {
     StorageIOError::write_logs(AnyError::error(error.to_string())).into()
+}
+
+fn poisoned<T>(_: T) -> String {
+    "the Raft log's lock is poisoned".to_string()
 }
 
 impl LogStore {
@@ -73,43 +88,51 @@ impl LogStore {
         Ok(LogStore::from_ops(file, ops))
     }
 
-    fn from_ops(file: Log<LogOp>, ops: Vec<LogOp>) -> LogStore {
-        let mut inner = Inner {
-            file,
-            vote: None,
-            committed: None,
-            purged: None,
-            entries: BTreeMap::new(),
-            written: ops.len(),
-        };
+    fn from_ops(log: Log<LogOp>, ops: Vec<LogOp>) -> LogStore {
+        let mut state = State::default();
+        let written = ops.len();
         for op in ops {
-            inner.apply(op);
+            state.apply(op);
         }
         LogStore {
-            inner: Arc::new(Mutex::new(inner)),
+            state: Arc::new(Mutex::new(state)),
+            file: Arc::new(Mutex::new(File { log, written })),
+            committed: Arc::default(),
         }
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>, StorageError<NodeId>> {
-        self.inner
-            .lock()
-            .map_err(|_| io_error("the Raft log's lock is poisoned"))
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>, StorageError<NodeId>> {
+        self.state.lock().map_err(|e| io_error(poisoned(e)))
     }
 
-    /// Write `op` and sync, then apply it; on a blocking thread when the disk blocks.
+    /// Write `op` and sync (on a blocking thread when the disk blocks), then apply it.
     async fn write(&self, op: LogOp) -> Result<(), StorageError<NodeId>> {
-        let inner = self.inner.clone();
+        let (state, file, committed) = (
+            self.state.clone(),
+            self.file.clone(),
+            self.committed.clone(),
+        );
         let work = move || -> Result<(), String> {
-            let mut inner = inner
-                .lock()
-                .map_err(|_| "the Raft log's lock is poisoned")?;
-            inner.file.append(&op).map_err(|e| e.to_string())?;
-            inner.file.sync().map_err(|e| e.to_string())?;
-            inner.written += 1;
-            inner.apply(op);
-            inner.rewrite_if_worth_it().map_err(|e| e.to_string())
+            let mut file = file.lock().map_err(poisoned)?;
+            if let Some(point) = committed.lock().map_err(poisoned)?.take() {
+                file.log
+                    .append_lazily(&LogOp::Committed(point))
+                    .map_err(|e| e.to_string())?;
+                file.written += 1;
+            }
+            file.log.append(&op).map_err(|e| e.to_string())?;
+            file.log.sync().map_err(|e| e.to_string())?;
+            file.written += 1;
+            let mut state = state.lock().map_err(poisoned)?;
+            state.apply(op);
+            file.rewrite_if_worth_it(&state).map_err(|e| e.to_string())
         };
-        let blocks = self.lock()?.file.blocks();
+        let blocks = self
+            .file
+            .lock()
+            .map_err(|e| io_error(poisoned(e)))?
+            .log
+            .blocks();
         let result = match blocks {
             true => tokio::task::spawn_blocking(work)
                 .await
@@ -120,7 +143,7 @@ impl LogStore {
     }
 }
 
-impl Inner {
+impl State {
     fn apply(&mut self, op: LogOp) {
         match op {
             LogOp::Vote(vote) => self.vote = Some(vote),
@@ -139,23 +162,25 @@ impl Inner {
             }
         }
     }
+}
 
-    /// Rewrite the file as the state it holds once it has five times as many records as that
-    /// state needs (purged entries and old votes make up the rest).
-    fn rewrite_if_worth_it(&mut self) -> Result<(), JournalError> {
-        if self.written < 64 || self.written < 5 * (self.entries.len() + 3) {
+impl File {
+    /// Rewrite the file as `state` once it has five times as many records as that state needs
+    /// (purged entries and old votes make up the rest).
+    fn rewrite_if_worth_it(&mut self, state: &State) -> Result<(), JournalError> {
+        if self.written < 64 || self.written < 5 * (state.entries.len() + 3) {
             return Ok(());
         }
         let mut ops = Vec::new();
-        if let Some(vote) = self.vote {
+        if let Some(vote) = state.vote {
             ops.push(LogOp::Vote(vote));
         }
-        ops.push(LogOp::Committed(self.committed));
-        if let Some(purged) = self.purged {
+        ops.push(LogOp::Committed(state.committed));
+        if let Some(purged) = state.purged {
             ops.push(LogOp::Purge(purged));
         }
-        ops.push(LogOp::Entries(self.entries.values().cloned().collect()));
-        self.file.rewrite(&ops)?;
+        ops.push(LogOp::Entries(state.entries.values().cloned().collect()));
+        self.log.rewrite(&ops)?;
         self.written = ops.len();
         Ok(())
     }
@@ -207,15 +232,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
-        // Not synced on its own: it rides with the next append (a lost one is learnt again
-        // from the leader).
-        let mut inner = self.lock()?;
-        inner.committed = committed;
-        inner
-            .file
-            .append_lazily(&LogOp::Committed(committed))
-            .map_err(io_error)?;
-        inner.written += 1;
+        // Not synced on its own: it is written with the next record (a lost one is learnt
+        // again from the leader).
+        self.lock()?.committed = committed;
+        *self.committed.lock().map_err(|e| io_error(poisoned(e)))? = Some(committed);
         Ok(())
     }
 

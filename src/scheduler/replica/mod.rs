@@ -33,6 +33,7 @@ use crate::core::scheduler::Config;
 use crate::net::AccessFile;
 use crate::scheduler::journal::{JournalStore, Record};
 pub(crate) use network::serve;
+pub(crate) use state_machine::decode;
 
 pub(crate) type NodeId = u64;
 
@@ -73,7 +74,7 @@ pub(crate) struct Batches {
 }
 
 /// An entry is closed once its records pass this size (a record is never split).
-const BATCH_BYTES: usize = 8 << 20;
+const BATCH_BYTES: usize = 4 << 20;
 
 impl Batches {
     pub(crate) fn push(&mut self, record: &Record) -> Result<(), String> {
@@ -127,18 +128,48 @@ pub struct ReplicaSettings {
     pub election: Duration,
 }
 
-/// The timings openraft gets from the election timeout `election` (see RELIABILITY.md).
+/// Form the cluster of `peers` unless a leader reaches this replica within `wait`.
+async fn form(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, String>, wait: Duration) {
+    let mut metrics = raft.metrics();
+    let reached = tokio::time::timeout(wait, async {
+        while metrics.borrow_and_update().current_leader.is_none() {
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    if reached.is_ok() || raft.is_initialized().await.unwrap_or(true) {
+        return;
+    }
+    let members: BTreeMap<NodeId, BasicNode> = peers
+        .iter()
+        .map(|(id, address)| (*id, BasicNode::new(address)))
+        .collect();
+    tracing::info!(?members, "forming the replica cluster");
+    if let Err(error) = raft.initialize(members).await {
+        tracing::warn!(%error, "cannot form the replica cluster");
+    }
+}
+
+/// The timings openraft gets from the election timeout `T` (`--election-timeout`, see
+/// RELIABILITY.md "Scheduler replicas"): heartbeats every T/3, which is also how long one
+/// AppendEntries may take (openraft's rule: an entry of a 48 MiB submission must reach a
+/// follower and be synced within it); a follower that has heard no leader for its lease (3T/4)
+/// plus a random T/2..3T/4 stands for election. So a lost leader is replaced 1.25T–1.5T after
+/// its last heartbeat, plus one election round trip.
 fn raft_config(election: Duration) -> Result<openraft::Config, String> {
     let ms = u64::try_from(election.as_millis())
         .unwrap_or(u64::MAX)
         .max(100);
     openraft::Config {
         cluster_name: "weir".into(),
-        heartbeat_interval: (ms / 4).max(20),
-        election_timeout_min: ms,
-        election_timeout_max: 2 * ms,
-        // Each entry is at most a few requests' records (see `Batches`).
-        max_payload_entries: 8,
+        heartbeat_interval: (ms / 3).max(20),
+        election_timeout_min: ms / 2,
+        election_timeout_max: ms * 3 / 4,
+        // Each entry is at most a few MiB of records (see `Batches`) unless one request is
+        // bigger: two per message.
+        max_payload_entries: 2,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(2_000),
         max_in_snapshot_log_to_keep: 200,
         install_snapshot_timeout: 10_000,
@@ -172,7 +203,7 @@ impl Replica {
     pub(crate) async fn start(
         settings: &ReplicaSettings,
         config: Config,
-        endpoint: quinn::Endpoint,
+        endpoint: Box<dyn FnOnce() -> Result<quinn::Endpoint, crate::net::NetError> + Send>,
         access: Arc<AccessFile>,
         stores: Option<ReplicaStores>,
     ) -> Result<Replica, String> {
@@ -193,39 +224,59 @@ impl Replica {
             log.map_err(|e| e.to_string())?,
             state.map_err(|e| e.to_string())?,
         );
-        let network = network::Network { endpoint, access };
-        let raft = Raft::new(
-            settings.id,
-            Arc::new(raft_config(settings.election)?),
-            network,
-            log,
-            state.clone(),
-        )
-        .await
-        .map_err(|e| format!("cannot start the replica: {e}"))?;
-        let initialized = raft
-            .is_initialized()
+        // Raft runs on a thread of its own, with the endpoint it sends from: a leader's
+        // heartbeats go out on time however long the actor's rounds take on the scheduler's
+        // thread (late ones would make the followers elect another leader).
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("weir-raft")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the replica's thread: {e}"))?;
+        // It lives as long as the process (a runtime may not be dropped on another's thread).
+        let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
+        let (id, election, sm) = (settings.id, settings.election, state.clone());
+        let peers = settings.peers.clone();
+        let raft = runtime
+            .spawn(async move {
+                let endpoint = endpoint().map_err(|e| e.to_string())?;
+                let network = network::Network {
+                    endpoint,
+                    access,
+                    connections: Default::default(),
+                };
+                let raft = Raft::new(id, Arc::new(raft_config(election)?), network, log, sm)
+                    .await
+                    .map_err(|e| format!("cannot start the replica: {e}"))?;
+                let initialized = raft
+                    .is_initialized()
+                    .await
+                    .map_err(|e| format!("cannot start the replica: {e}"))?;
+                // The replica with the lowest id forms the cluster, once: if no leader has
+                // reached it within a few election timeouts (a cluster that runs would have:
+                // it is a member), it starts one. The others wait to be reached. (Every replica
+                // forming it at once is allowed by Raft, but their elections then unseat each
+                // other for a while.)
+                if !initialized && peers.keys().next() == Some(&id) {
+                    tokio::spawn(form(raft.clone(), peers, 3 * election));
+                }
+                Ok::<_, String>(raft)
+            })
             .await
-            .map_err(|e| format!("cannot start the replica: {e}"))?;
-        if !initialized {
-            let members: BTreeMap<NodeId, BasicNode> = settings
-                .peers
-                .iter()
-                .map(|(id, address)| (*id, BasicNode::new(address)))
-                .collect();
-            tracing::info!(?members, "forming the replica cluster");
-            if let Err(error) = raft.initialize(members).await {
-                // Another replica formed it first: that is what we wanted.
-                tracing::debug!(%error, "the replica cluster was formed already");
-            }
-        }
+            .map_err(|e| format!("cannot start the replica: {e}"))??;
         Ok(Replica {
             raft,
             id: settings.id,
             peers: settings.peers.clone(),
             state,
-            patience: 2 * settings.election,
+            patience: (4 * settings.election).max(Duration::from_secs(2)),
         })
+    }
+
+    /// Whether this replica's Raft has stopped for good (it panicked or was shut down): the
+    /// scheduler then exits rather than wait to lead.
+    pub(crate) fn stopped(&self) -> bool {
+        self.raft.metrics().borrow().running_state.is_err()
     }
 
     /// The leader's address as this replica knows it (`None`: no leader known, or this one).
@@ -248,7 +299,8 @@ impl Replica {
     /// and the records to replay: the state of every committed request. Nothing the last term
     /// (of any leader) proposed can commit after this without being in them: a leader's log
     /// grows only by what it proposes, and this one proposed nothing yet.
-    pub(crate) async fn lead(&self) -> (u64, Vec<Record>) {
+    /// An error once this replica's Raft has stopped for good.
+    pub(crate) async fn lead(&self) -> Result<(u64, Vec<Batch>), String> {
         let mut metrics = self.raft.metrics();
         loop {
             let ready = {
@@ -261,16 +313,10 @@ impl Replica {
                     .then_some(m.current_term)
             };
             if let Some(term) = ready {
-                match self.state.records() {
-                    Ok(records) => return (term, records),
-                    Err(error) => {
-                        tracing::error!(%error, "the committed records do not decode: not leading");
-                    }
-                }
+                return self.state.records().map(|records| (term, records));
             }
-            if metrics.changed().await.is_err() {
-                // The node stopped: never lead.
-                std::future::pending::<()>().await;
+            if metrics.changed().await.is_err() || self.stopped() {
+                return Err("this replica's Raft stopped (see the error above)".into());
             }
         }
     }
@@ -297,12 +343,17 @@ impl Replica {
     pub(crate) async fn commit(&self, batches: Vec<Batch>) -> Result<(), String> {
         let work = async {
             if batches.is_empty() {
-                return self
-                    .raft
-                    .ensure_linearizable()
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string());
+                // A confirmation that fails (a follower slow to answer one heartbeat) is tried
+                // again until the patience runs out, unless another replica leads.
+                loop {
+                    match self.raft.ensure_linearizable().await {
+                        Ok(_) => return Ok(()),
+                        Err(openraft::error::RaftError::APIError(
+                            openraft::error::CheckIsLeaderError::QuorumNotEnough(_),
+                        )) => tokio::time::sleep(Duration::from_millis(20)).await,
+                        Err(error) => return Err(error.to_string()),
+                    }
+                }
             }
             let mut waiting = Vec::new();
             for batch in batches {
@@ -330,52 +381,35 @@ impl Replica {
         }
     }
 
-    /// The replicas as this one sees them: (id, address, whether it leads, its last log index
-    /// as the leader knows it), for `weir replicas` and `/metrics`.
-    pub(crate) fn view(&self) -> ReplicaView {
+    /// The replicas as this one sees them (`weir replicas`): on the leader, how far each is.
+    pub(crate) fn status(&self) -> Vec<crate::proto::ReplicaStatus> {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
-        let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
         let matched = m.replication.clone().unwrap_or_default();
-        ReplicaView {
-            id: self.id,
-            term: m.current_term,
-            leader: m.current_leader,
-            last_log: m.last_log_index.unwrap_or(0),
-            applied: m.last_applied.map_or(0, |id| id.index),
-            peers: m
-                .membership_config
-                .membership()
-                .nodes()
-                .map(|(id, node)| ReplicaPeer {
+        let last = m.last_log_index;
+        membership
+            .nodes()
+            .map(|(id, node)| {
+                let matched = match *id == self.id {
+                    true => last,
+                    false => matched.get(id).and_then(|m| m.map(|id| id.index)),
+                };
+                crate::proto::ReplicaStatus {
                     id: *id,
                     address: node.addr.clone(),
+                    leader: m.current_leader == Some(*id),
                     voter: voters.contains(id),
-                    matched: matched.get(id).and_then(|m| m.map(|id| id.index)),
-                })
-                .collect(),
-        }
+                    term: m.current_term,
+                    matched,
+                    lag: last
+                        .zip(matched)
+                        .map(|(last, matched)| last.saturating_sub(matched)),
+                }
+            })
+            .collect()
     }
-}
-
-/// What [`Replica::view`] tells.
-#[derive(Clone, Debug)]
-pub(crate) struct ReplicaView {
-    pub id: NodeId,
-    pub term: u64,
-    pub leader: Option<NodeId>,
-    pub last_log: u64,
-    pub applied: u64,
-    pub peers: Vec<ReplicaPeer>,
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct ReplicaPeer {
-    pub id: NodeId,
-    pub address: String,
-    pub voter: bool,
-    /// The last entry the leader knows it has (on the leader only).
-    pub matched: Option<u64>,
 }
 
 /// Parse `--peers 1=quic://10.0.0.1:7400,2=quic://...`.

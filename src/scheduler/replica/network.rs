@@ -39,11 +39,17 @@ pub(crate) enum FromReplica {
     Failed(String),
 }
 
-/// Makes a [`Peer`] per replica openraft talks to; they share one client endpoint.
+/// Makes a [`Peer`] per replica openraft talks to; they share one client endpoint, and one
+/// connection per replica (openraft makes a new `Peer` for each confirmation of the lead: a
+/// handshake each time would make every confirmation slow).
 pub(crate) struct Network {
     pub endpoint: Endpoint,
     pub access: Arc<AccessFile>,
+    pub connections: Connections,
 }
+
+/// The open connection to each replica.
+pub(crate) type Connections = Arc<std::sync::Mutex<std::collections::HashMap<NodeId, Connection>>>;
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
@@ -56,7 +62,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             endpoint: self.endpoint.clone(),
             access,
-            connection: None,
+            connections: self.connections.clone(),
         }
     }
 }
@@ -67,7 +73,7 @@ pub(crate) struct Peer {
     endpoint: Endpoint,
     /// The peer's address in `address`, the cluster's certificate and tokens.
     access: AccessFile,
-    connection: Option<Connection>,
+    connections: Connections,
 }
 
 type Failure<E> = RPCError<NodeId, BasicNode, E>;
@@ -78,25 +84,33 @@ impl Peer {
         message: &ToReplica,
         timeout: Duration,
     ) -> Result<FromReplica, Failure<E>> {
-        let unreachable =
-            |error: String| Failure::<E>::Unreachable(Unreachable::new(&AnyError::error(error)));
-        let connection = match self
-            .connection
-            .take()
-            .filter(|c| c.close_reason().is_none())
-        {
+        let failed =
+            |error: String| Failure::<E>::Network(NetworkError::new(&AnyError::error(error)));
+        let cached = self
+            .connections
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&self.target).cloned())
+            .filter(|c| c.close_reason().is_none());
+        let connection = match cached {
             Some(connection) => connection,
             None => {
+                let unreachable = |error: String| {
+                    Failure::<E>::Unreachable(Unreachable::new(&AnyError::error(error)))
+                };
                 let connecting =
                     crate::net::connect_on(&self.endpoint, &self.access, Role::Replica);
                 match tokio::time::timeout(timeout.max(Duration::from_secs(1)), connecting).await {
-                    Ok(Ok((connection, _send, _recv))) => connection,
+                    Ok(Ok((connection, _send, _recv))) => {
+                        if let Ok(mut cache) = self.connections.lock() {
+                            cache.insert(self.target, connection.clone());
+                        }
+                        connection
+                    }
                     Ok(Err(error)) => return Err(unreachable(error.to_string())),
                     Err(_) => {
-                        return Err(unreachable(format!(
-                            "replica {} did not answer",
-                            self.target
-                        )));
+                        let target = self.target;
+                        return Err(unreachable(format!("replica {target} did not answer")));
                     }
                 }
             }
@@ -110,20 +124,19 @@ impl Peer {
             Ok::<_, NetError>(answer)
         };
         match tokio::time::timeout(timeout, exchange).await {
-            Ok(Ok(answer)) => {
-                self.connection = Some(connection);
-                Ok(answer)
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => {
+                // Connected again next time.
+                if let Ok(mut cache) = self.connections.lock() {
+                    cache.remove(&self.target);
+                }
+                Err(failed(error.to_string()))
             }
-            Ok(Err(error)) => Err(Failure::<E>::Network(NetworkError::new(&AnyError::error(
-                error.to_string(),
-            )))),
-            Err(_) => {
-                // A slow peer: the connection is kept (its streams are independent).
-                self.connection = Some(connection);
-                Err(Failure::<E>::Network(NetworkError::new(&AnyError::error(
-                    format!("replica {} did not answer within {timeout:?}", self.target),
-                ))))
-            }
+            // A slow peer: the connection is kept (its streams are independent).
+            Err(_) => Err(failed(format!(
+                "replica {} did not answer within {timeout:?}",
+                self.target
+            ))),
         }
     }
 }

@@ -4,6 +4,9 @@
 //! its journal. A snapshot is that image: the records replayed into a core and written back out
 //! as the state they make ([`Scheduler::journal_image`]), in a checksummed file beside the log.
 
+// openraft's traits return its `StorageError` (large, not ours to box).
+#![allow(clippy::result_large_err)]
+
 use std::io::Cursor;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -37,6 +40,9 @@ impl Framed for SnapshotRecord {
 #[derive(Clone)]
 pub(crate) struct StateMachine {
     inner: Arc<Mutex<Inner>>,
+    /// The snapshot file, apart from `inner` so that applying never waits on its writes. Taken
+    /// first by whoever replaces the snapshot (a build, an install): they never cross.
+    file: Arc<Mutex<Log<SnapshotRecord>>>,
     /// The core's settings, for replaying records into an image.
     config: Arc<Config>,
 }
@@ -47,7 +53,21 @@ struct Inner {
     /// The last snapshot's image, then what was applied since.
     batches: Vec<Batch>,
     snapshot: Option<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>)>,
-    file: Log<SnapshotRecord>,
+    /// Snapshots installed from the leader so far: a snapshot built from the batches of an
+    /// earlier generation is not kept (an installed one replaced those batches meanwhile).
+    installed: u64,
+}
+
+/// Who replaces the snapshot.
+enum Keep {
+    /// A build from the first `batches` of generation `installed`.
+    Built { batches: usize, installed: u64 },
+    /// The leader's, in place of everything.
+    Installed,
+}
+
+fn poisoned<T>(_: T) -> String {
+    "the state machine's lock is poisoned".to_string()
 }
 
 fn sm_error(error: impl ToString) -> StorageError<NodeId> {
@@ -92,7 +112,7 @@ impl StateMachine {
             membership: StoredMembership::default(),
             batches: Vec::new(),
             snapshot: None,
-            file,
+            installed: 0,
         };
         if let Some(last) = records.into_iter().last() {
             inner.applied = last.meta.last_log_id;
@@ -102,6 +122,7 @@ impl StateMachine {
         }
         StateMachine {
             inner: Arc::new(Mutex::new(inner)),
+            file: Arc::new(Mutex::new(file)),
             config: Arc::new(config),
         }
     }
@@ -113,12 +134,12 @@ impl StateMachine {
     }
 
     /// Every committed record applied here, in order: what a new leader replays.
-    pub(crate) fn records(&self) -> Result<Vec<Record>, String> {
-        let batches = match self.inner.lock() {
-            Ok(inner) => inner.batches.clone(),
-            Err(_) => return Err("the state machine's lock is poisoned".into()),
-        };
-        decode(&batches)
+    /// (Their batches: [`decode`] them, off the runtime's thread.)
+    pub(crate) fn records(&self) -> Result<Vec<Batch>, String> {
+        match self.inner.lock() {
+            Ok(inner) => Ok(inner.batches.clone()),
+            Err(_) => Err("the state machine's lock is poisoned".into()),
+        }
     }
 
     /// The last applied entry's index.
@@ -126,35 +147,68 @@ impl StateMachine {
         self.inner.lock().ok()?.applied.map(|id| id.index)
     }
 
-    /// Keep `meta` and `data` as the snapshot: in the file (synced), then in memory, where they
-    /// replace the first `replaced` batches.
-    fn keep(
+    /// Keep `meta` and `data` as the snapshot: in the file (synced, on a blocking thread), then
+    /// in memory. Returns whether it was kept (a build overtaken by an install is not).
+    async fn keep(
         &self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
         data: Vec<u8>,
-        replaced: usize,
-    ) -> Result<(), StorageError<NodeId>> {
-        let mut inner = self.lock()?;
-        let record = SnapshotRecord {
-            meta: meta.clone(),
-            data: data.clone(),
+        how: Keep,
+    ) -> Result<bool, StorageError<NodeId>> {
+        let (inner, file) = (self.inner.clone(), self.file.clone());
+        let meta = meta.clone();
+        let work = move || -> Result<bool, String> {
+            let mut file = file.lock().map_err(poisoned)?;
+            if let Keep::Built { installed, .. } = how
+                && inner.lock().map_err(poisoned)?.installed != installed
+            {
+                return Ok(false);
+            }
+            let record = SnapshotRecord {
+                meta: meta.clone(),
+                data: data.clone(),
+            };
+            file.rewrite(&[record]).map_err(|e| e.to_string())?;
+            let mut inner = inner.lock().map_err(poisoned)?;
+            match how {
+                Keep::Built { batches, .. } => {
+                    let replaced = batches.min(inner.batches.len());
+                    inner.batches.splice(..replaced, [Batch(data.clone())]);
+                }
+                Keep::Installed => {
+                    inner.batches = vec![Batch(data.clone())];
+                    inner.applied = meta.last_log_id;
+                    inner.membership = meta.last_membership.clone();
+                    inner.installed += 1;
+                }
+            }
+            inner.snapshot = Some((meta, data));
+            Ok(true)
         };
-        inner.file.rewrite(&[record]).map_err(sm_error)?;
-        let replaced = replaced.min(inner.batches.len());
-        inner.batches.splice(..replaced, [Batch(data.clone())]);
-        inner.snapshot = Some((meta.clone(), data));
-        Ok(())
+        let blocks = self
+            .file
+            .lock()
+            .map_err(|_| sm_error("the state machine's lock is poisoned"))?
+            .blocks();
+        let kept = match blocks {
+            true => tokio::task::spawn_blocking(work)
+                .await
+                .unwrap_or_else(|e| Err(format!("the snapshot's thread failed: {e}"))),
+            false => work(),
+        };
+        kept.map_err(sm_error)
     }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let (applied, membership, batches) = {
+        let (applied, membership, batches, installed) = {
             let inner = self.lock()?;
             (
                 inner.applied,
                 inner.membership.clone(),
                 inner.batches.clone(),
+                inner.installed,
             )
         };
         let count = batches.len();
@@ -177,8 +231,13 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             last_membership: membership,
             snapshot_id,
         };
-        self.keep(&meta, data.clone(), count)?;
-        tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "replica snapshot built");
+        let how = Keep::Built {
+            batches: count,
+            installed,
+        };
+        if self.keep(&meta, data.clone(), how).await? {
+            tracing::info!(snapshot = %meta.snapshot_id, bytes = data.len(), "replica snapshot built");
+        }
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -236,11 +295,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let data = snapshot.into_inner();
         // Refused before it replaces anything if it does not decode.
         decode(&[Batch(data.clone())]).map_err(sm_error)?;
-        let count = self.lock()?.batches.len();
-        self.keep(meta, data, count)?;
-        let mut inner = self.lock()?;
-        inner.applied = meta.last_log_id;
-        inner.membership = meta.last_membership.clone();
+        self.keep(meta, data, Keep::Installed).await?;
         tracing::info!(snapshot = %meta.snapshot_id, "replica snapshot installed from the leader");
         Ok(())
     }

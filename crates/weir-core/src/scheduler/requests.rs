@@ -108,6 +108,8 @@ impl Scheduler {
                 Some(lines) => self.reply(client, Response::Explanation { lines }, true),
                 None => self.refuse(client, ErrorCode::NotFound, format!("no task {task}")),
             },
+            // The shell answers it (the core knows of no replica): a core alone has none.
+            Request::Replicas => self.reply(client, Response::Replicas(Vec::new()), true),
             Request::Managers { id } => match self.managers_view(now, id.as_deref()) {
                 Some(view) => self.reply(client, Response::Managers(view), true),
                 None => self.refuse(

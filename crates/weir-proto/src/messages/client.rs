@@ -84,6 +84,9 @@ pub enum Request {
     Managers {
         id: Option<String>,
     },
+    /// The scheduler replicas as the leader sees them (`Response::Replicas`; none for a single
+    /// scheduler).
+    Replicas,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +147,7 @@ pub enum Response {
         task: TaskId,
         reason: String,
     },
+    Replicas(Vec<ReplicaStatus>),
 }
 
 /// The running scaling policy (`weir policy show`, and the answer to `weir policy set`).

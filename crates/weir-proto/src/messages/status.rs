@@ -136,3 +136,20 @@ pub struct StatusReport {
     /// The scaling policy's last error (its last good decision is held meanwhile).
     pub policy_error: Option<String>,
 }
+
+/// One scheduler replica (`weir replicas`), as the leader sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStatus {
+    pub id: u64,
+    /// `quic://HOST:PORT`
+    pub address: String,
+    pub leader: bool,
+    /// Whether it votes (a replica being added learns the log first).
+    pub voter: bool,
+    /// The leader's term (Raft's; a new leader has a higher one).
+    pub term: u64,
+    /// The last log entry the leader knows it holds (`None`: not known yet).
+    pub matched: Option<u64>,
+    /// Entries it is behind the leader's log (`None`: not known).
+    pub lag: Option<u64>,
+}

@@ -190,6 +190,34 @@ impl Output for Cli {
         super::managers::managers(managers);
     }
 
+    fn replicas(&self, replicas: &[weir::proto::ReplicaStatus]) {
+        if replicas.is_empty() {
+            println!("one scheduler, no replicas");
+            return;
+        }
+        println!(
+            "{:>4}  {:<28} {:<9} {:>6} {:>10} {:>6}",
+            "id", "address", "role", "term", "log", "lag"
+        );
+        for r in replicas {
+            let role = match (r.leader, r.voter) {
+                (true, _) => "leader",
+                (false, true) => "follower",
+                (false, false) => "learner",
+            };
+            let known = |n: Option<u64>| n.map_or_else(|| "?".to_string(), |n| n.to_string());
+            println!(
+                "{:>4}  {:<28} {:<9} {:>6} {:>10} {:>6}",
+                r.id,
+                r.address,
+                role,
+                r.term,
+                known(r.matched),
+                known(r.lag)
+            );
+        }
+    }
+
     fn manager_units(&self, manager: &weir::proto::ManagerUnits) {
         super::managers::units(manager);
     }

@@ -102,6 +102,10 @@ impl Output for Json {
         print(&managers);
     }
 
+    fn replicas(&self, replicas: &[weir::proto::ReplicaStatus]) {
+        print(&replicas);
+    }
+
     fn manager_units(&self, manager: &weir::proto::ManagerUnits) {
         print(manager);
     }

@@ -64,6 +64,8 @@ pub(crate) trait Output {
     fn status(&self, report: &StatusReport);
     /// `weir managers`: every manager, its workers and its units by state.
     fn managers(&self, managers: &[ManagerUnits]);
+    /// `weir replicas`: the scheduler replicas, which leads, and how far behind each is.
+    fn replicas(&self, replicas: &[weir::proto::ReplicaStatus]);
     /// `weir managers units ID`: one manager's units.
     fn manager_units(&self, manager: &ManagerUnits);
     /// How many workers are there while `weir workers wait` waits: live on a terminal only (in

@@ -38,6 +38,7 @@ impl Output for Quiet {
     fn explanation(&self, _: &Explanation) {}
     fn status(&self, _: &StatusReport) {}
     fn managers(&self, _: &[weir::proto::ManagerUnits]) {}
+    fn replicas(&self, _: &[weir::proto::ReplicaStatus]) {}
     fn manager_units(&self, _: &weir::proto::ManagerUnits) {}
     fn workers_progress(&self, _: u32, _: u32, _: Option<&str>) {}
 

@@ -16,12 +16,16 @@
 //! left is deleted by the next). `WEIR_RELAY_SEED=N` replays a relay's random draws;
 //! `WEIR_NETWORK_KEEP=1` keeps each test's directory (process logs, run logs) and prints it.
 
-#[path = "common/netns.rs"]
+#[path = "../common/netns.rs"]
 mod netns;
-#[path = "common/relay.rs"]
+#[path = "../common/relay.rs"]
 mod relay;
 
+#[path = "../common/mod.rs"]
 mod common;
+
+/// Three scheduler replicas: the leader lost, cut off, and a replica's disk lost.
+mod replicas;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

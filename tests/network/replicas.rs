@@ -1,0 +1,378 @@
+//! Three scheduler replicas (`scheduler --replica`, issue 34), real processes: the leader
+//! `kill -9`ed in the middle of a job of 2,000 tasks while `weir submit --wait` waits (loopback);
+//! a replica whose disk is lost rejoins from the others and then holds every result (loopback);
+//! the leader cut off from the other replicas but not from the workers (network namespaces:
+//! root only, like the other namespace tests). Every run of every task is logged
+//! (`task_script`): no two runs of one task may overlap, and every task has one result.
+//! How long a failover took is printed, not asserted (BENCHMARKS.md has the numbers).
+
+use super::*;
+
+/// Ports on 127.0.0.1 free a moment ago (bound and let go).
+fn free_ports(n: usize) -> Vec<u16> {
+    let sockets: Vec<std::net::UdpSocket> = (0..n)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    sockets
+        .iter()
+        .map(|s| s.local_addr().unwrap().port())
+        .collect()
+}
+
+/// `--peers` for the replicas at `addresses` (ids 1, 2, 3 in order).
+fn peers(addresses: &[String]) -> String {
+    let named: Vec<String> = addresses
+        .iter()
+        .enumerate()
+        .map(|(i, address)| format!("{}={address}", i + 1))
+        .collect();
+    named.join(",")
+}
+
+/// A worker silent 2 s is lost (the default is 5 s); the election timeout is the default (a
+/// follower stands for election after 1–2 s without a leader).
+const REPLICA_FLAGS: [&str; 2] = ["--heartbeat-timeout", "2"];
+
+impl Net {
+    /// Replica `id` of `peers`, in `netns`, with its access file in `r{id}/` (the first one
+    /// started makes the certificate and tokens; the others get copies, as an operator copies
+    /// them). Returns the access file it wrote.
+    fn replica(&mut self, netns: Option<&Netns>, id: u64, peers: &str, args: &[&str]) -> PathBuf {
+        let dir = self.path(&format!("r{id}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = (1..=3)
+            .map(|n| self.path(&format!("r{n}")))
+            .find(|d| d != &dir && d.join("access.json").exists());
+        if let Some(first) = first.filter(|_| !dir.join("access.json").exists()) {
+            for file in ["access.json", "scheduler-cert.pem", "scheduler-key.pem"] {
+                std::fs::copy(first.join(file), dir.join(file)).unwrap();
+            }
+        }
+        let name = format!("replica-{id}");
+        let mut command = self.command(netns, "scheduler", &name);
+        command
+            .arg("--access-file")
+            .arg(dir.join("access.json"))
+            .args(["--replica", &id.to_string(), "--peers", peers])
+            .args(args)
+            .stdout(Stdio::piped());
+        let mut child = command.spawn().expect("replica starts");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut first_line = String::new();
+        stdout.read_line(&mut first_line).unwrap();
+        assert!(
+            first_line.starts_with("scheduler listening on "),
+            "replica {id} said {first_line:?}"
+        );
+        std::thread::spawn(move || for _ in stdout.lines().map_while(Result::ok) {});
+        self.keep(&name, child);
+        self.say(&format!("replica {id} started"));
+        dir.join("access.json")
+    }
+
+    /// `kill -9` replica `id` (and reap it).
+    fn kill_replica(&mut self, id: u64) {
+        let child = self.child(&format!("replica-{id}"));
+        let _ = child.kill();
+        let _ = child.wait();
+        let name = format!("replica-{id}");
+        self.processes.retain(|(n, _)| n != &name);
+        self.say(&format!("replica {id} killed"));
+    }
+
+    /// The replica that leads (by `weir replicas`), other than `not`; waits up to 60 s.
+    fn leader(&self, access: &Path, not: Option<u64>) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.weir(access, &["--output", "json", "replicas"]);
+            let replicas: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            let leader = replicas.as_array().and_then(|all| {
+                all.iter()
+                    .find(|r| r["leader"] == true)
+                    .and_then(|r| r["id"].as_u64())
+            });
+            if let Some(leader) = leader.filter(|l| Some(*l) != not) {
+                return leader;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no replica leads: {}{}",
+                common::text(&out.stdout),
+                common::text(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Three replicas on loopback; the access file of replica 1 (it lists all three).
+    fn loopback_replicas(&mut self) -> (PathBuf, String) {
+        let addresses: Vec<String> = free_ports(3)
+            .into_iter()
+            .map(|port| format!("quic://127.0.0.1:{port}"))
+            .collect();
+        let peers = peers(&addresses);
+        let access = self.replica(None, 1, &peers, &REPLICA_FLAGS);
+        for id in [2, 3] {
+            self.replica(None, id, &peers, &REPLICA_FLAGS);
+        }
+        (access, peers)
+    }
+}
+
+#[test]
+fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_result_once() {
+    let mut net = Net::new();
+    let (access, _) = net.loopback_replicas();
+    let leader = net.leader(&access, None);
+    net.say(&format!("replica {leader} leads"));
+    for name in ["w1", "w2"] {
+        net.worker(
+            None,
+            &access,
+            name,
+            &["--slots", "4", "--heartbeat-interval", "0.2"],
+        );
+    }
+    net.await_workers(&access, 2, 60);
+    // The waiting client: `weir submit --wait` of 2,000 short tasks.
+    let script = task_script(&net.path("runs.txt"), 0.0);
+    let mut waiting = Command::new(bin("weir"))
+        .arg("--access-file")
+        .arg(&access)
+        .args(["submit", "--count", "2000", "--retries", "100", "--wait"])
+        .args(["--", "sh", "-c", &script])
+        .env("WEIR_CACHE_DIR", net.path("cache"))
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    net.await_ends("runs.txt", 300, 120);
+    net.kill_replica(leader);
+    let killed = Instant::now();
+    let next = net.leader(&access, Some(leader));
+    let failover = killed.elapsed();
+    net.say(&format!(
+        "replica {next} leads {:.2} s after the leader was killed",
+        failover.as_secs_f64()
+    ));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let status = loop {
+        if let Some(status) = waiting.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`weir submit --wait` did not end; status: {}",
+            net.json(&access, &["status"])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    waiting
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    waiting
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "weir submit --wait: {status}: {out}{err}");
+    assert!(
+        out.contains("2000 succeeded, 0 failed"),
+        "weir submit --wait said {out}{err}"
+    );
+    let mut failures = Failures(Vec::new());
+    check_runs_and_results(&mut failures, &net, &access, ("1", "runs.txt", 2000), false);
+    let jobs = net.json(&access, &["jobs"]);
+    failures.check(jobs.as_array().is_some_and(|j| j.len() == 1), || {
+        format!("one submission, one job: {jobs}")
+    });
+    failures.finish("the leader killed mid-job");
+}
+
+#[test]
+fn a_replica_whose_disk_is_lost_rejoins_from_the_others_and_holds_every_result() {
+    let mut net = Net::new();
+    let (access, peers) = net.loopback_replicas();
+    let leader = net.leader(&access, None);
+    net.worker(
+        None,
+        &access,
+        "w1",
+        &["--slots", "4", "--heartbeat-interval", "0.2"],
+    );
+    net.await_workers(&access, 1, 60);
+    let first = net.submit(&access, 200, 0.0);
+    net.wait_job(&access, &first, Instant::now() + Duration::from_secs(120));
+    // A follower loses its disk for good: its log and snapshot are gone.
+    let lost = (1..=3).find(|id| *id != leader).unwrap();
+    net.kill_replica(lost);
+    let dir = net.path(&format!("r{lost}"));
+    let mut removed = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with("replica-") {
+            std::fs::remove_file(entry.path()).unwrap();
+            removed += 1;
+        }
+    }
+    assert!(removed >= 1, "no log to delete in {}", dir.display());
+    net.replica(None, lost, &peers, &REPLICA_FLAGS);
+    let second = net.submit_logging(&access, "runs2.txt", 100, 0.0, &[]);
+    net.wait_job(&access, &second, Instant::now() + Duration::from_secs(120));
+    // It caught up: no lag as the leader sees it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let replicas = net.json(&access, &["replicas"]);
+        let lag = replicas.as_array().and_then(|all| {
+            all.iter()
+                .find(|r| r["id"] == lost)
+                .and_then(|r| r["lag"].as_u64())
+        });
+        if lag == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica {lost} did not catch up: {replicas}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The leader is lost now: the two left, the rejoined one among them, still have all.
+    net.kill_replica(leader);
+    let next = net.leader(&access, Some(leader));
+    net.say(&format!("replica {next} leads"));
+    let mut failures = Failures(Vec::new());
+    check_runs_and_results(
+        &mut failures,
+        &net,
+        &access,
+        (&first, "runs.txt", 200),
+        false,
+    );
+    check_runs_and_results(
+        &mut failures,
+        &net,
+        &access,
+        (&second, "runs2.txt", 100),
+        false,
+    );
+    failures.finish("a replica's disk lost");
+}
+
+/// The replicas in three namespaces, each reached at a service address of its own (on its
+/// `lo`): from the others through direct links between their namespaces, from here (the
+/// workers and clients) through a link to each. Cutting the leader's two direct links cuts it
+/// off from the other replicas and from nothing else.
+struct Triangle {
+    net: Net,
+    /// Links: 0-1, 0-2, 1-2 (direct), then one from here to each.
+    links: Vec<Link>,
+    spaces: Vec<Netns>,
+    addresses: Vec<String>,
+    _service: netns::Subnet,
+}
+
+fn triangle() -> Triangle {
+    let spaces: Vec<Netns> = (1..=3).map(|n| namespace(&format!("replica{n}"))).collect();
+    let service = netns::Subnet::reserve();
+    let svc: Vec<Ipv4Addr> = (1..=3).map(|n| service.host(n)).collect();
+    for (space, address) in spaces.iter().zip(&svc) {
+        space.ip(&["addr", "add", &format!("{address}/32"), "dev", "lo"]);
+    }
+    let mut links = Vec::new();
+    for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+        let link = Link::between(&spaces[a], &spaces[b]);
+        // a reaches b's service address through b's end, and b a's through a's.
+        spaces[a].ip(&[
+            "route",
+            "add",
+            &format!("{}/32", svc[b]),
+            "via",
+            &link.b.address.to_string(),
+        ]);
+        spaces[b].ip(&[
+            "route",
+            "add",
+            &format!("{}/32", svc[a]),
+            "via",
+            &link.a.address.to_string(),
+        ]);
+        links.push(link);
+    }
+    for (n, space) in spaces.iter().enumerate() {
+        let link = Link::to_root(space);
+        // Here reaches each service address through its own link (removed with the link).
+        let route = Command::new("ip")
+            .args([
+                "route",
+                "add",
+                &format!("{}/32", svc[n]),
+                "via",
+                &link.b.address.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(route.status.success(), "{}", common::text(&route.stderr));
+        links.push(link);
+    }
+    let port = 7400;
+    Triangle {
+        net: Net::new(),
+        links,
+        spaces,
+        addresses: svc.iter().map(|a| format!("quic://{a}:{port}")).collect(),
+        _service: service,
+    }
+}
+
+#[test]
+#[ignore = "needs root and iproute2 (network namespaces); CI runs it"]
+fn the_leader_cut_off_from_the_replicas_but_not_the_workers_stops_serving_and_no_task_runs_twice_at_once()
+ {
+    let mut t = triangle();
+    let peers = peers(&t.addresses);
+    let mut access = PathBuf::new();
+    for id in 1..=3u64 {
+        let space = &t.spaces[id as usize - 1];
+        access = t.net.replica(Some(space), id, &peers, &REPLICA_FLAGS);
+    }
+    let net = &mut t.net;
+    let leader = net.leader(&access, None);
+    net.say(&format!("replica {leader} leads"));
+    for name in ["w1", "w2"] {
+        net.worker(
+            None,
+            &access,
+            name,
+            &["--slots", "2", "--heartbeat-interval", "0.2"],
+        );
+    }
+    net.await_workers(&access, 2, 60);
+    // Tasks of 3 s: runs are under way when the leader is cut off.
+    let job = net.submit(&access, 40, 3.0);
+    net.await_starts(4, 60);
+    let cut: Vec<usize> = match leader {
+        1 => vec![0, 1],
+        2 => vec![0, 2],
+        _ => vec![1, 2],
+    };
+    for &l in &cut {
+        // Either end down cuts the pair.
+        let end = t.links[l].a.clone();
+        t.links[l].down(&end);
+    }
+    net.say(&format!("replica {leader} cut off from the other replicas"));
+    let next = net.leader(&access, Some(leader));
+    net.say(&format!("replica {next} leads"));
+    net.wait_job(&access, &job, Instant::now() + Duration::from_secs(240));
+    let mut failures = Failures(Vec::new());
+    check_runs_and_results(&mut failures, net, &access, (&job, "runs.txt", 40), false);
+    failures.finish("the leader cut off");
+}

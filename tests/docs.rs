@@ -410,6 +410,7 @@ fn the_fences_parse_and_every_doc_has_its_test() {
         "docs/operators.md",
         "docs/policies.md",
         "docs/python.md",
+        "docs/replicas.md",
         "docs/slurm.md",
     ];
     for file in doc_files() {
@@ -503,6 +504,11 @@ fn docs_conditions_examples_run_as_written() {
 #[test]
 fn docs_python_examples_run_as_written() {
     run_file("docs/python.md", None);
+}
+
+#[test]
+fn docs_replicas_examples_run_as_written() {
+    run_file("docs/replicas.md", None);
 }
 
 #[test]

@@ -30,6 +30,11 @@ struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplicaLabel {
+    replica: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ManagerLabel {
     manager: String,
 }
@@ -68,9 +73,39 @@ fn value(n: impl TryInto<i64>) -> i64 {
 
 /// The Prometheus text of `/metrics`: the core's state at `now`, and the policy call latency
 /// the actor keeps.
-pub(super) fn render(core: &Scheduler, now: u64, policy_latency: &Histogram) -> String {
+pub(super) fn render(
+    core: &Scheduler,
+    now: u64,
+    policy_latency: &Histogram,
+    replicas: &[crate::proto::ReplicaStatus],
+) -> String {
     let status = core.status(now);
     let mut registry = Registry::default();
+
+    // Scheduler replicas (none for one scheduler), as the leader sees them.
+    if let Some(leader) = replicas.iter().find(|r| r.leader) {
+        let term = Gauge::<i64>::default();
+        term.set(value(leader.term));
+        registry.register(
+            "weir_replica_term",
+            "The Raft term of the leading replica: it grows by one or more at each election",
+            term,
+        );
+        let lag = Family::<ReplicaLabel, Gauge>::default();
+        for replica in replicas {
+            let label = ReplicaLabel {
+                replica: replica.id.to_string(),
+            };
+            if let Some(behind) = replica.lag {
+                lag.get_or_create(&label).set(value(behind));
+            }
+        }
+        registry.register(
+            "weir_replica_lag_entries",
+            "Log entries each replica is behind the leader (0: caught up; a replica that is down falls behind)",
+            lag,
+        );
+    }
 
     let tasks = Family::<StateLabel, Gauge>::default();
     let t = &status.tasks;

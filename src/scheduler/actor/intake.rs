@@ -90,7 +90,13 @@ impl Actor {
                 }
             }
             Event::Metrics { reply } => {
-                let _ = reply.send(metrics::render(&self.core, now, &self.policy_latency));
+                let replicas = self
+                    .replica
+                    .as_ref()
+                    .map(|r| r.status())
+                    .unwrap_or_default();
+                let text = metrics::render(&self.core, now, &self.policy_latency, &replicas);
+                let _ = reply.send(text);
                 return;
             }
             Event::Dashboard(View::Snapshot(reply)) => {

@@ -14,6 +14,7 @@
 mod cluster;
 mod journal;
 mod plugins;
+mod replicas;
 mod simulated;
 
 use std::time::{Duration, Instant};
@@ -45,6 +46,17 @@ pub(crate) struct BenchArgs {
     /// Slots per worker.
     #[arg(long, default_value_t = 64)]
     slots: u32,
+    /// Only scheduler replicas against one scheduler with a journal: acknowledged submission
+    /// latency and rate, task throughput and CPU per task, and failover time (three replicas
+    /// on loopback, started here).
+    #[arg(long)]
+    replicas: bool,
+    /// No-op tasks of the replica runs' job.
+    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    replica_tasks: u32,
+    /// Times one scheduler and three replicas are measured, alternated.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    replica_rounds: u32,
     /// The schedulers' `--prefetch` in the throughput runs (default: the scheduler's own).
     #[arg(long, value_name = "TASKS")]
     prefetch: Option<u32>,
@@ -104,6 +116,14 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
         }
     ));
     report.row(String::new());
+    if args.replicas {
+        let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let result = replicas::bench(args, &dir, &mut report).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        result?;
+        return write_markdown(args, &report);
+    }
     if !args.simulated_workers.is_empty() {
         let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;

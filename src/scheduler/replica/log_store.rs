@@ -143,6 +143,33 @@ impl LogStore {
     }
 }
 
+/// What [`LogStore::summary_for_tests`] tells.
+#[cfg(test)]
+pub(super) type Summary = (
+    Option<Vote<NodeId>>,
+    Option<u64>,
+    Option<u64>,
+    Option<LogId<NodeId>>,
+);
+
+#[cfg(test)]
+impl LogStore {
+    pub(super) async fn write_for_tests(&self, op: LogOp) -> Result<(), StorageError<NodeId>> {
+        self.write(op).await
+    }
+
+    /// (vote, first and last entry index, last purged).
+    pub(super) fn summary_for_tests(&self) -> Summary {
+        let state = self.state.lock().expect("not poisoned");
+        (
+            state.vote,
+            state.entries.keys().next().copied(),
+            state.entries.keys().last().copied(),
+            state.purged,
+        )
+    }
+}
+
 impl State {
     fn apply(&mut self, op: LogOp) {
         match op {

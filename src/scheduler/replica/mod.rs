@@ -463,3 +463,7 @@ mod tests {
         assert!(parse_peers("1quic://127.0.0.1:7001").is_err());
     }
 }
+
+#[cfg(test)]
+#[path = "storage_tests.rs"]
+mod storage_tests;

@@ -33,6 +33,10 @@ struct Args {
     /// access file and `scheduler-*.pem` beside the others' access files.
     #[arg(long, value_name = "ID=quic://HOST:PORT,...", requires = "replica")]
     peers: Option<String>,
+    /// This replica joins a running cluster: it waits to be added (`weir replicas add ID
+    /// ADDRESS` on the cluster) and never forms one. `--peers` names it and the replicas it knows.
+    #[arg(long, requires = "replica")]
+    join: bool,
     /// Replicas: the election timeout T. The leader sends heartbeats every T/3; a follower that
     /// heard none for 1.25T–1.5T stands for election, so a lost leader is replaced about 1.5T
     /// after it was lost. Raise it on slow links between replicas: one message (up to a 48 MiB
@@ -219,6 +223,7 @@ fn run(args: Args) -> Result<()> {
                 peers,
                 log,
                 election: args.election_timeout,
+                join: args.join,
             })
         }
         _ => None,

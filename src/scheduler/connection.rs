@@ -94,9 +94,15 @@ pub(super) async fn serve(
         );
         return refuse(&connection, &mut send, &reason).await;
     }
+    // Replicas present a token of their own, made from the scheduler's private key, which
+    // only replicas hold (workers hold the worker token: a worker must not speak Raft).
     let expected = match hello.role {
         Role::Client => &access.client_token,
-        Role::Worker | Role::Manager | Role::Replica => &access.worker_token,
+        Role::Worker | Role::Manager => &access.worker_token,
+        Role::Replica => match &replica {
+            Some(replica) => &replica.token,
+            None => return refuse(&connection, &mut send, "this scheduler has no replicas").await,
+        },
     };
     if !crate::net::same_token(hello.token.as_bytes(), expected.as_bytes()) {
         tracing::warn!(%peer, role = ?hello.role, "refused a peer with a wrong token");

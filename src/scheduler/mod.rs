@@ -357,6 +357,7 @@ pub async fn run_with(
         config,
         replica_endpoint,
         access.clone(),
+        replica::token(&key_pem),
         seams.replica,
     )
     .await

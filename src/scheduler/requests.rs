@@ -36,8 +36,10 @@ pub(super) async fn client_session(
         let accepted = tokio::select! {
             accepted = connection.accept_bi() => accepted,
             // Its actor is gone (a replica stopped leading): the client connects again and
-            // finds the leader, rather than have its requests dropped on this connection.
+            // finds the leader, rather than have its requests dropped on this connection. The
+            // actor's last answers (a failed journal's errors) go out first.
             () = events.closed() => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
                 connection.close(0u32.into(), b"not the leader any more");
                 return Ok(());
             }

@@ -208,6 +208,19 @@ fn a_replica_whose_disk_is_lost_rejoins_from_the_others_and_holds_every_result()
         &["--slots", "4", "--heartbeat-interval", "0.2"],
     );
     net.await_workers(&access, 1, 60);
+    // The worker token does not let a peer speak Raft: replicas want a token made from the key.
+    let file = weir::net::AccessFile::read(&access).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let posing = runtime.block_on(weir::net::connect(
+        &file,
+        weir::proto::Role::Replica,
+        Duration::from_secs(5),
+    ));
+    assert!(
+        matches!(posing, Err(weir::net::NetError::Refused(_))),
+        "a worker token posing as a replica: {:?}",
+        posing.map(|_| ())
+    );
     let first = net.submit(&access, 200, 0.0);
     net.wait_job(&access, &first, Instant::now() + Duration::from_secs(120));
     // A follower loses its disk for good: its log and snapshot are gone.
@@ -375,4 +388,75 @@ fn the_leader_cut_off_from_the_replicas_but_not_the_workers_stops_serving_and_no
     let mut failures = Failures(Vec::new());
     check_runs_and_results(&mut failures, net, &access, (&job, "runs.txt", 40), false);
     failures.finish("the leader cut off");
+}
+
+#[test]
+fn a_replica_added_while_the_cluster_runs_votes_and_one_removed_no_longer_counts() {
+    let mut net = Net::new();
+    let addresses: Vec<String> = free_ports(4)
+        .into_iter()
+        .map(|port| format!("quic://127.0.0.1:{port}"))
+        .collect();
+    let first_three = peers(&addresses[..3]);
+    let access = net.replica(None, 1, &first_three, &REPLICA_FLAGS);
+    for id in [2, 3] {
+        net.replica(None, id, &first_three, &REPLICA_FLAGS);
+    }
+    let leader = net.leader(&access, None);
+    net.worker(
+        None,
+        &access,
+        "w1",
+        &["--slots", "4", "--heartbeat-interval", "0.2"],
+    );
+    net.await_workers(&access, 1, 60);
+    let first = net.submit(&access, 50, 0.0);
+    net.wait_job(&access, &first, Instant::now() + Duration::from_secs(120));
+    // Replica 4 joins: started with --join (it forms nothing), then added by the leader.
+    let all_four = peers(&addresses);
+    net.replica(
+        None,
+        4,
+        &all_four,
+        &[&REPLICA_FLAGS[..], &["--join"]].concat(),
+    );
+    let added = net.json(&access, &["replicas", "add", "4", &addresses[3]]);
+    let voters = |replicas: &Value| -> Vec<u64> {
+        let all = replicas.as_array().cloned().unwrap_or_default();
+        all.iter()
+            .filter(|r| r["voter"] == true)
+            .filter_map(|r| r["id"].as_u64())
+            .collect()
+    };
+    assert_eq!(voters(&added).len(), 4, "replica 4 votes: {added}");
+    // A follower of the first three is removed, then stopped: it no longer counts.
+    let removed = (1..=3).find(|id| *id != leader).unwrap();
+    let after = net.json(&access, &["replicas", "remove", &removed.to_string()]);
+    assert!(
+        !voters(&after).contains(&removed) && voters(&after).len() == 3,
+        "replica {removed} removed: {after}"
+    );
+    net.kill_replica(removed);
+    // The other first follower is lost too: the leader and replica 4 are a majority of the
+    // three voters, so the cluster goes on.
+    let other = (1..=3).find(|id| *id != leader && *id != removed).unwrap();
+    net.kill_replica(other);
+    let second = net.submit_logging(&access, "runs2.txt", 50, 0.0, &[]);
+    net.wait_job(&access, &second, Instant::now() + Duration::from_secs(120));
+    let mut failures = Failures(Vec::new());
+    check_runs_and_results(
+        &mut failures,
+        &net,
+        &access,
+        (&first, "runs.txt", 50),
+        false,
+    );
+    check_runs_and_results(
+        &mut failures,
+        &net,
+        &access,
+        (&second, "runs2.txt", 50),
+        false,
+    );
+    failures.finish("a replica added and one removed");
 }

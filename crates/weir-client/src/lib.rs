@@ -374,6 +374,28 @@ impl Client {
         }
     }
 
+    /// Add replica `id` at `address` (started with `--join`); the replicas once it votes.
+    pub async fn add_replica(
+        &self,
+        id: u64,
+        address: String,
+    ) -> Result<Vec<ReplicaStatus>, NetError> {
+        let mut responses = self.call(&Request::ReplicaAdd { id, address }).await?;
+        match responses.next().await? {
+            Some(Response::Replicas(replicas)) => Ok(replicas),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Remove replica `id`; the replicas after.
+    pub async fn remove_replica(&self, id: u64) -> Result<Vec<ReplicaStatus>, NetError> {
+        let mut responses = self.call(&Request::ReplicaRemove { id }).await?;
+        match responses.next().await? {
+            Some(Response::Replicas(replicas)) => Ok(replicas),
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub async fn managers(&self, id: Option<String>) -> Result<Vec<ManagerUnits>, NetError> {
         match self.call(&Request::Managers { id }).await?.next().await? {
             Some(Response::Managers(managers)) => Ok(managers),

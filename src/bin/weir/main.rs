@@ -96,8 +96,12 @@ enum Command {
         command: Option<ManagersCommand>,
     },
     /// Scheduler replicas (`scheduler --replica`), as the leader sees them: which one leads, its
-    /// term, and how far each replica's log is (lag: entries behind the leader's).
-    Replicas,
+    /// term, and how far each replica's log is (lag: entries behind the leader's); `add` and
+    /// `remove` change the set while the cluster runs.
+    Replicas {
+        #[command(subcommand)]
+        command: Option<ReplicasCommand>,
+    },
     /// Workers: `wait N` until N are registered (scripts never sleep).
     #[command(subcommand)]
     Workers(WorkersCommand),
@@ -143,6 +147,15 @@ enum WorkersCommand {
         #[arg(long, default_value = "60", value_parser = positive_seconds, value_name = "SECONDS")]
         timeout: Duration,
     },
+}
+
+#[derive(Subcommand)]
+enum ReplicasCommand {
+    /// Add replica ID at ADDRESS (`quic://HOST:PORT`), started with `scheduler --replica ID
+    /// --join`: it learns the log, then votes; returns once it votes.
+    Add { id: u64, address: String },
+    /// Remove replica ID (it stops voting; stop its process after).
+    Remove { id: u64 },
 }
 
 #[derive(Subcommand)]
@@ -308,8 +321,15 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
                 .map(|ManagersCommand::Units { id }| id.as_str());
             managers::run(client, units_of, output).await
         }),
-        Command::Replicas => connected(&reach, output, async |client| {
-            output.replicas(&client.replicas().await?);
+        Command::Replicas { command } => connected(&reach, output, async |client| {
+            let replicas = match command {
+                None => client.replicas().await?,
+                Some(ReplicasCommand::Add { id, address }) => {
+                    client.add_replica(*id, address.clone()).await?
+                }
+                Some(ReplicasCommand::Remove { id }) => client.remove_replica(*id).await?,
+            };
+            output.replicas(&replicas);
             Ok(())
         }),
         Command::Workers(WorkersCommand::Wait {

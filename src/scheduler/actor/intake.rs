@@ -34,6 +34,35 @@ impl Actor {
                 let _ = reply.send(crate::proto::Response::Replicas(replicas));
                 return;
             }
+            // A membership change: Raft commits it in its own log (not the core's records), on
+            // a task of its own, so the actor goes on meanwhile.
+            Event::Request {
+                request:
+                    request @ (crate::proto::Request::ReplicaAdd { .. }
+                    | crate::proto::Request::ReplicaRemove { .. }),
+                reply,
+                ..
+            } if self.replica.is_some() => {
+                if let Some(replica) = self.replica.clone() {
+                    tokio::spawn(async move {
+                        let changed = match request {
+                            crate::proto::Request::ReplicaAdd { id, address } => {
+                                replica.add(id, address).await
+                            }
+                            crate::proto::Request::ReplicaRemove { id } => replica.remove(id).await,
+                            _ => Ok(()),
+                        };
+                        let _ = reply.send(match changed {
+                            Ok(()) => crate::proto::Response::Replicas(replica.status()),
+                            Err(message) => crate::proto::Response::Error {
+                                code: crate::proto::ErrorCode::Invalid,
+                                message,
+                            },
+                        });
+                    });
+                }
+                return;
+            }
             Event::Request {
                 request,
                 components,

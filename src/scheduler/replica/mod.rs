@@ -123,9 +123,10 @@ pub struct ReplicaSettings {
     pub peers: BTreeMap<NodeId, String>,
     /// The Raft log's file; the snapshot is kept beside it (`FILE.snapshot`).
     pub log: PathBuf,
-    /// Raft's election timeout: a follower that hears no leader for a random time in
-    /// `[election, 2 × election]` stands for election.
+    /// Raft's election timeout T (see [`raft_config`]).
     pub election: Duration,
+    /// Added to a running cluster (`weir replicas add`): it never forms one itself.
+    pub join: bool,
 }
 
 /// Form the cluster of `peers` unless a leader reaches this replica within `wait`.
@@ -188,6 +189,19 @@ pub(crate) struct Replica {
     /// How long a round waits for its commit (or the confirmation of the lead) before this
     /// replica stops leading.
     pub patience: Duration,
+    /// What replicas present to each other ([`token`]).
+    pub token: String,
+}
+
+/// The token replicas present to each other: made from the scheduler's private key (which
+/// every replica holds and no worker, manager or client does), so neither the worker token nor
+/// the client token lets a peer speak Raft.
+pub(crate) fn token(key_pem: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(b"weir replica token\n");
+    hash.update(key_pem.as_bytes());
+    hex::encode(hash.finalize())
 }
 
 /// Where a replica keeps its log and snapshot instead of files (a simulation's disks).
@@ -205,6 +219,7 @@ impl Replica {
         config: Config,
         endpoint: Box<dyn FnOnce() -> Result<quinn::Endpoint, crate::net::NetError> + Send>,
         access: Arc<AccessFile>,
+        token: String,
         stores: Option<ReplicaStores>,
     ) -> Result<Replica, String> {
         let mut snapshot_path = settings.log.clone().into_os_string();
@@ -236,13 +251,16 @@ impl Replica {
         // It lives as long as the process (a runtime may not be dropped on another's thread).
         let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
         let (id, election, sm) = (settings.id, settings.election, state.clone());
+        let join = settings.join;
         let peers = settings.peers.clone();
+        let sent = token.clone();
         let raft = runtime
             .spawn(async move {
                 let endpoint = endpoint().map_err(|e| e.to_string())?;
                 let network = network::Network {
                     endpoint,
                     access,
+                    token: sent,
                     connections: Default::default(),
                 };
                 let raft = Raft::new(id, Arc::new(raft_config(election)?), network, log, sm)
@@ -257,7 +275,7 @@ impl Replica {
                 // it is a member), it starts one. The others wait to be reached. (Every replica
                 // forming it at once is allowed by Raft, but their elections then unseat each
                 // other for a while.)
-                if !initialized && peers.keys().next() == Some(&id) {
+                if !initialized && !join && peers.keys().next() == Some(&id) {
                     tokio::spawn(form(raft.clone(), peers, 3 * election));
                 }
                 Ok::<_, String>(raft)
@@ -270,6 +288,7 @@ impl Replica {
             peers: settings.peers.clone(),
             state,
             patience: (4 * settings.election).max(Duration::from_secs(2)),
+            token,
         })
     }
 
@@ -379,6 +398,32 @@ impl Replica {
                 self.patience
             )),
         }
+    }
+
+    /// Add replica `id` at `address`: it learns the log first (until it has caught up), then
+    /// votes (a joint consensus, committed by both the old and the new majority).
+    pub(crate) async fn add(&self, id: NodeId, address: String) -> Result<(), String> {
+        crate::net::parse_address(&address).map_err(|e| e.to_string())?;
+        self.raft
+            .add_learner(id, BasicNode::new(&address), true)
+            .await
+            .map_err(|e| format!("cannot add replica {id}: {e}"))?;
+        self.raft
+            .change_membership(openraft::ChangeMembers::AddVoterIds([id].into()), false)
+            .await
+            .map_err(|e| format!("replica {id} learnt the log but cannot vote: {e}"))?;
+        tracing::info!(replica = id, %address, "replica added");
+        Ok(())
+    }
+
+    /// Remove replica `id` from the voters (and from the replicas).
+    pub(crate) async fn remove(&self, id: NodeId) -> Result<(), String> {
+        self.raft
+            .change_membership(openraft::ChangeMembers::RemoveVoters([id].into()), false)
+            .await
+            .map_err(|e| format!("cannot remove replica {id}: {e}"))?;
+        tracing::info!(replica = id, "replica removed");
+        Ok(())
     }
 
     /// The replicas as this one sees them (`weir replicas`): on the leader, how far each is.

@@ -1,5 +1,5 @@
 //! Raft's messages between replicas, over QUIC: a replica connects to a peer as
-//! [`Role::Replica`] (with the worker token), then sends each message on a stream of its own and
+//! [`Role::Replica`] (with the replicas' token, made from the private key), then sends each message on a stream of its own and
 //! reads the answer there. The same endpoint serves workers, managers, clients and replicas.
 
 use std::sync::Arc;
@@ -45,6 +45,8 @@ pub(crate) enum FromReplica {
 pub(crate) struct Network {
     pub endpoint: Endpoint,
     pub access: Arc<AccessFile>,
+    /// The replicas' token ([`super::token`]), sent in the hello's worker-token place.
+    pub token: String,
     pub connections: Connections,
 }
 
@@ -58,6 +60,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         let mut access = (*self.access).clone();
         access.address = node.addr.clone();
         access.replicas = Vec::new();
+        access.worker_token = self.token.clone();
         Peer {
             target,
             endpoint: self.endpoint.clone(),

@@ -110,6 +110,11 @@ impl Scheduler {
             },
             // The shell answers it (the core knows of no replica): a core alone has none.
             Request::Replicas => self.reply(client, Response::Replicas(Vec::new()), true),
+            Request::ReplicaAdd { .. } | Request::ReplicaRemove { .. } => self.refuse(
+                client,
+                ErrorCode::Invalid,
+                "this scheduler has no replicas (start it with --replica)".into(),
+            ),
             Request::Managers { id } => match self.managers_view(now, id.as_deref()) {
                 Some(view) => self.reply(client, Response::Managers(view), true),
                 None => self.refuse(

@@ -87,6 +87,16 @@ pub enum Request {
     /// The scheduler replicas as the leader sees them (`Response::Replicas`; none for a single
     /// scheduler).
     Replicas,
+    /// Add replica `id` at `address` (`quic://HOST:PORT`; started with `--join`): it learns the
+    /// log, then votes. Answered with `Replicas` once it votes.
+    ReplicaAdd {
+        id: u64,
+        address: String,
+    },
+    /// Remove replica `id` from the voters (answered with `Replicas`).
+    ReplicaRemove {
+        id: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,8 @@ pub enum Role {
     Client,
     Worker,
     Manager,
-    /// Another scheduler replica (`scheduler --replica`): Raft's messages, with the worker token.
+    /// Another scheduler replica (`scheduler --replica`): Raft's messages, with a token made from
+    /// the scheduler's private key (which workers, managers and clients do not have).
     Replica,
 }
 

@@ -235,12 +235,18 @@ class Client:
                 lost_since = lost_since or time.monotonic()
                 if time.monotonic() - lost_since > self._reconnect_timeout:
                     raise
-                time.sleep(0.1)
-                try:
-                    if conn is self._conn:
-                        self._conn = _native.Connection(self._access_file, 1.0)
-                except ConnectionError:
-                    pass
+                self._reconnect(conn)
+
+    def _reconnect(self, lost):
+        """After a pause, a new connection in place of `lost` (unless another thread made one
+        already): to whichever scheduler answers now (a restarted one, or the replica that
+        leads now). A failure is left for the caller's next try."""
+        time.sleep(0.1)
+        try:
+            if lost is self._conn:
+                self._conn = _native.Connection(self._access_file, 1.0)
+        except ConnectionError:
+            pass
 
     def _watch(self, job, by_task):
         """Resolve each future as its task ends (one thread per job). A lost connection is
@@ -273,12 +279,7 @@ class Client:
                 if self._closed or time.monotonic() - lost_since > self._reconnect_timeout:
                     self._fail(job, by_task, e)
                     return
-                time.sleep(0.1)
-                try:
-                    if conn is self._conn:
-                        self._conn = _native.Connection(self._access_file, 1.0)
-                except ConnectionError:
-                    pass
+                self._reconnect(conn)
             except Exception as e:  # noqa: BLE001 - every waiting future learns why
                 self._fail(job, by_task, e)
                 return

@@ -2,7 +2,9 @@
 //! `kill -9`ed in the middle of a job of 2,000 tasks while `weir submit --wait` waits (loopback);
 //! a replica whose disk is lost rejoins from the others and then holds every result (loopback);
 //! the leader cut off from the other replicas but not from the workers (network namespaces:
-//! root only, like the other namespace tests). Every run of every task is logged
+//! root only, like the other namespace tests); a fourth replica added and one removed while the
+//! cluster runs, a replica at a wrong address refused, and membership changes refused without
+//! the key's token (loopback). Every run of every task is logged
 //! (`task_script`): no two runs of one task may overlap, and every task has one result.
 //! How long a failover took is printed, not asserted (BENCHMARKS.md has the numbers).
 
@@ -104,19 +106,43 @@ impl Net {
         }
     }
 
-    /// Three replicas on loopback; the access file of replica 1 (it lists all three).
+    /// Three replicas on loopback; the access file of replica 1 (it lists all three) and the
+    /// `--peers` they were given.
     fn loopback_replicas(&mut self) -> (PathBuf, String) {
-        let addresses: Vec<String> = free_ports(3)
-            .into_iter()
-            .map(|port| format!("quic://127.0.0.1:{port}"))
-            .collect();
-        let peers = peers(&addresses);
+        self.loopback_replicas_at(&loopback(3))
+    }
+
+    /// Replicas 1, 2, 3 at the first three `addresses`.
+    fn loopback_replicas_at(&mut self, addresses: &[String]) -> (PathBuf, String) {
+        let peers = peers(&addresses[..3]);
         let access = self.replica(None, 1, &peers, &REPLICA_FLAGS);
         for id in [2, 3] {
             self.replica(None, id, &peers, &REPLICA_FLAGS);
         }
         (access, peers)
     }
+
+    /// Workers `names` of `slots` slots, heartbeating every 0.2 s, registered when it returns.
+    fn workers_of(&mut self, access: &Path, names: &[&str], slots: u32) {
+        let slots = slots.to_string();
+        for name in names {
+            self.worker(
+                None,
+                access,
+                name,
+                &["--slots", &slots, "--heartbeat-interval", "0.2"],
+            );
+        }
+        self.await_workers(access, names.len(), 60);
+    }
+}
+
+/// `n` loopback addresses on free ports.
+fn loopback(n: usize) -> Vec<String> {
+    free_ports(n)
+        .into_iter()
+        .map(|port| format!("quic://127.0.0.1:{port}"))
+        .collect()
 }
 
 #[test]
@@ -125,15 +151,7 @@ fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_res
     let (access, _) = net.loopback_replicas();
     let leader = net.leader(&access, None);
     net.say(&format!("replica {leader} leads"));
-    for name in ["w1", "w2"] {
-        net.worker(
-            None,
-            &access,
-            name,
-            &["--slots", "4", "--heartbeat-interval", "0.2"],
-        );
-    }
-    net.await_workers(&access, 2, 60);
+    net.workers_of(&access, &["w1", "w2"], 4);
     // The waiting client: `weir submit --wait` of 2,000 short tasks.
     let script = task_script(&net.path("runs.txt"), 0.0);
     let mut waiting = Command::new(bin("weir"))
@@ -201,13 +219,7 @@ fn a_replica_whose_disk_is_lost_rejoins_from_the_others_and_holds_every_result()
     let mut net = Net::new();
     let (access, peers) = net.loopback_replicas();
     let leader = net.leader(&access, None);
-    net.worker(
-        None,
-        &access,
-        "w1",
-        &["--slots", "4", "--heartbeat-interval", "0.2"],
-    );
-    net.await_workers(&access, 1, 60);
+    net.workers_of(&access, &["w1"], 4);
     // The worker token does not let a peer speak Raft: replicas want a token made from the key.
     let file = weir::net::AccessFile::read(&access).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -359,15 +371,7 @@ fn the_leader_cut_off_from_the_replicas_but_not_the_workers_stops_serving_and_no
     let net = &mut t.net;
     let leader = net.leader(&access, None);
     net.say(&format!("replica {leader} leads"));
-    for name in ["w1", "w2"] {
-        net.worker(
-            None,
-            &access,
-            name,
-            &["--slots", "2", "--heartbeat-interval", "0.2"],
-        );
-    }
-    net.await_workers(&access, 2, 60);
+    net.workers_of(&access, &["w1", "w2"], 2);
     // Tasks of 3 s: runs are under way when the leader is cut off.
     let job = net.submit(&access, 40, 3.0);
     net.await_starts(4, 60);
@@ -393,33 +397,56 @@ fn the_leader_cut_off_from_the_replicas_but_not_the_workers_stops_serving_and_no
 #[test]
 fn a_replica_added_while_the_cluster_runs_votes_and_one_removed_no_longer_counts() {
     let mut net = Net::new();
-    let addresses: Vec<String> = free_ports(4)
-        .into_iter()
-        .map(|port| format!("quic://127.0.0.1:{port}"))
-        .collect();
-    let first_three = peers(&addresses[..3]);
-    let access = net.replica(None, 1, &first_three, &REPLICA_FLAGS);
-    for id in [2, 3] {
-        net.replica(None, id, &first_three, &REPLICA_FLAGS);
-    }
-    let leader = net.leader(&access, None);
-    net.worker(
-        None,
-        &access,
-        "w1",
-        &["--slots", "4", "--heartbeat-interval", "0.2"],
-    );
-    net.await_workers(&access, 1, 60);
-    let first = net.submit(&access, 50, 0.0);
-    net.wait_job(&access, &first, Instant::now() + Duration::from_secs(120));
-    // Replica 4 joins: started with --join (it forms nothing), then added by the leader.
-    let all_four = peers(&addresses);
+    let addresses = loopback(5);
+    let (access, _) = net.loopback_replicas_at(&addresses);
+    // Replica 4 is started now (its port taken at once), with --join: it forms nothing and
+    // waits to be added.
+    let all_four = peers(&addresses[..4]);
     net.replica(
         None,
         4,
         &all_four,
         &[&REPLICA_FLAGS[..], &["--join"]].concat(),
     );
+    let leader = net.leader(&access, None);
+    net.workers_of(&access, &["w1"], 4);
+    let first = net.submit(&access, 50, 0.0);
+    net.wait_job(&access, &first, Instant::now() + Duration::from_secs(120));
+    // Without the key's token a membership change is refused.
+    let stranger = net.path("not-the-key.pem");
+    std::fs::write(&stranger, "not the key").unwrap();
+    let refused = net.weir(
+        &access,
+        &[
+            "replicas",
+            "remove",
+            "2",
+            "--key",
+            stranger.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        !refused.status.success() && common::text(&refused.stderr).contains("token"),
+        "removed without the key: {}{}",
+        common::text(&refused.stdout),
+        common::text(&refused.stderr)
+    );
+    // A replica at an address where nothing answers is not added (it would be a voter that
+    // never votes), and the cluster goes on.
+    let nowhere = net.weir(&access, &["replicas", "add", "5", &addresses[4]]);
+    assert!(
+        !nowhere.status.success() && common::text(&nowhere.stderr).contains("did not catch up"),
+        "a replica that does not answer: {}{}",
+        common::text(&nowhere.stdout),
+        common::text(&nowhere.stderr)
+    );
+    let replicas = net.json(&access, &["replicas"]);
+    assert_eq!(
+        replicas.as_array().map(Vec::len),
+        Some(3),
+        "replica 5 left out: {replicas}"
+    );
+    // Replica 4 is added by the leader: it learns the log, then votes.
     let added = net.json(&access, &["replicas", "add", "4", &addresses[3]]);
     let voters = |replicas: &Value| -> Vec<u64> {
         let all = replicas.as_array().cloned().unwrap_or_default();

@@ -379,8 +379,10 @@ impl Client {
         &self,
         id: u64,
         address: String,
+        token: String,
     ) -> Result<Vec<ReplicaStatus>, NetError> {
-        let mut responses = self.call(&Request::ReplicaAdd { id, address }).await?;
+        let request = Request::ReplicaAdd { id, address, token };
+        let mut responses = self.call(&request).await?;
         match responses.next().await? {
             Some(Response::Replicas(replicas)) => Ok(replicas),
             other => Err(unexpected(other)),
@@ -388,8 +390,12 @@ impl Client {
     }
 
     /// Remove replica `id`; the replicas after.
-    pub async fn remove_replica(&self, id: u64) -> Result<Vec<ReplicaStatus>, NetError> {
-        let mut responses = self.call(&Request::ReplicaRemove { id }).await?;
+    pub async fn remove_replica(
+        &self,
+        id: u64,
+        token: String,
+    ) -> Result<Vec<ReplicaStatus>, NetError> {
+        let mut responses = self.call(&Request::ReplicaRemove { id, token }).await?;
         match responses.next().await? {
             Some(Response::Replicas(replicas)) => Ok(replicas),
             other => Err(unexpected(other)),

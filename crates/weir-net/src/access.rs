@@ -155,6 +155,27 @@ pub fn default_path() -> PathBuf {
         .map_or_else(|| PathBuf::from(".weir/access.json"), PathBuf::from)
 }
 
+/// The token scheduler replicas present to each other, and that a membership change
+/// (`weir replicas add/remove`) must carry: made from the scheduler's private key (PEM), which
+/// every replica holds and no worker, manager or client does. (The same key re-encoded makes
+/// another token: copy the key file as it is.)
+pub fn replica_token(key_pem: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(b"weir replica token\n");
+    hash.update(key_pem.as_bytes());
+    hex::encode(hash.finalize())
+}
+
+/// The scheduler's private key beside an access file (`scheduler-key.pem`), where a scheduler
+/// keeps it unless it was given `--key`.
+pub fn key_beside(access_file: &Path) -> PathBuf {
+    access_file
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+        .join("scheduler-key.pem")
+}
+
 /// A fresh random token (128 bits, hex).
 pub fn new_token() -> Result<String, NetError> {
     let mut bytes = [0u8; 16];

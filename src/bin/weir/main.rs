@@ -152,10 +152,37 @@ enum WorkersCommand {
 #[derive(Subcommand)]
 enum ReplicasCommand {
     /// Add replica ID at ADDRESS (`quic://HOST:PORT`), started with `scheduler --replica ID
-    /// --join`: it learns the log, then votes; returns once it votes.
-    Add { id: u64, address: String },
-    /// Remove replica ID (it stops voting; stop its process after).
-    Remove { id: u64 },
+    /// --join`: it learns the log, then votes; returns once it votes (or fails, not added, if
+    /// it does not catch up within a minute). Needs the scheduler's key (run it where a
+    /// replica runs).
+    Add {
+        id: u64,
+        address: String,
+        /// The scheduler's private key; default: `scheduler-key.pem` beside the access file.
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+    },
+    /// Remove replica ID (stop its process after). Needs the scheduler's key, as `add`.
+    Remove {
+        id: u64,
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+    },
+}
+
+/// The replicas' token from the scheduler's key (`--key`, or beside the access file).
+fn replica_token(access_file: &std::path::Path, key: Option<&PathBuf>) -> Result<String> {
+    let path = key
+        .cloned()
+        .unwrap_or_else(|| weir::net::access::key_beside(access_file));
+    let pem = std::fs::read_to_string(&path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read the scheduler's key {} ({e}): a membership change needs it (run it \
+             where a replica runs, or give --key)",
+            path.display()
+        )
+    })?;
+    Ok(weir::net::access::replica_token(&pem))
 }
 
 #[derive(Subcommand)]
@@ -324,10 +351,14 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
         Command::Replicas { command } => connected(&reach, output, async |client| {
             let replicas = match command {
                 None => client.replicas().await?,
-                Some(ReplicasCommand::Add { id, address }) => {
-                    client.add_replica(*id, address.clone()).await?
+                Some(ReplicasCommand::Add { id, address, key }) => {
+                    let token = replica_token(&reach.access_file, key.as_ref())?;
+                    client.add_replica(*id, address.clone(), token).await?
                 }
-                Some(ReplicasCommand::Remove { id }) => client.remove_replica(*id).await?,
+                Some(ReplicasCommand::Remove { id, key }) => {
+                    let token = replica_token(&reach.access_file, key.as_ref())?;
+                    client.remove_replica(*id, token).await?
+                }
             };
             output.replicas(&replicas);
             Ok(())

@@ -45,11 +45,25 @@ impl Actor {
             } if self.replica.is_some() => {
                 if let Some(replica) = self.replica.clone() {
                     tokio::spawn(async move {
+                        let allowed = |token: &str| {
+                            crate::net::same_token(token.as_bytes(), replica.token.as_bytes())
+                        };
                         let changed = match request {
-                            crate::proto::Request::ReplicaAdd { id, address } => {
+                            crate::proto::Request::ReplicaAdd { token, .. }
+                            | crate::proto::Request::ReplicaRemove { token, .. }
+                                if !allowed(&token) =>
+                            {
+                                Err("a membership change needs the replicas' token, made from \
+                                     the scheduler's key (`weir replicas` reads \
+                                     scheduler-key.pem beside the access file, or --key)"
+                                    .to_string())
+                            }
+                            crate::proto::Request::ReplicaAdd { id, address, .. } => {
                                 replica.add(id, address).await
                             }
-                            crate::proto::Request::ReplicaRemove { id } => replica.remove(id).await,
+                            crate::proto::Request::ReplicaRemove { id, .. } => {
+                                replica.remove(id).await
+                            }
                             _ => Ok(()),
                         };
                         let _ = reply.send(match changed {

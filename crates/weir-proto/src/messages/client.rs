@@ -92,10 +92,14 @@ pub enum Request {
     ReplicaAdd {
         id: u64,
         address: String,
+        /// The replicas' token (`weir_net::access::replica_token` of the scheduler's key): a
+        /// client token alone does not change who replicates.
+        token: String,
     },
-    /// Remove replica `id` from the voters (answered with `Replicas`).
+    /// Remove replica `id` (answered with `Replicas`).
     ReplicaRemove {
         id: u64,
+        token: String,
     },
 }
 

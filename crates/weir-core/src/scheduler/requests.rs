@@ -28,7 +28,12 @@ impl Scheduler {
                 Err(error) => self.refuse(client, error.code(), error.to_string()),
                 Ok(results) => self.send_results(client, results),
             },
-            Request::Watch { job } => self.watch(client, job),
+            Request::Watch { job } => {
+                // This round's finished tasks go to the watchers they have first: a new one
+                // gets them with what ended before, and not again from the flush.
+                self.flush(now);
+                self.watch(client, job)
+            }
             Request::CancelTasks { tasks } => {
                 let canceled = self.tasks.cancel_tasks(&tasks);
                 self.flush(now);

@@ -159,6 +159,34 @@ fn a_watch_gets_each_result_as_its_task_ends_and_a_late_one_what_ended_before() 
     ));
 }
 
+/// A watch that arrives in the round its job's task finishes (the finish taken in first) hears
+/// that result once: the simulation's seed 77 found it sent twice, once with what had ended so
+/// far and again as the round's finished tasks were flushed to the watchers.
+#[test]
+fn a_watch_in_the_round_a_task_finishes_hears_its_result_once() {
+    let mut core = Scheduler::new(config(true));
+    let actions = round(
+        &mut core,
+        0,
+        vec![join(1, worker("w1", 2)), from_client(1, submit(2))],
+    );
+    let tasks = runs(&actions);
+    let same_round = round(
+        &mut core,
+        1,
+        vec![
+            Input::Finished {
+                worker: 1,
+                results: vec![(tasks[0], ok())],
+            },
+            from_client(2, Request::Watch { job: 1 }),
+        ],
+    );
+    assert_eq!(watched(&same_round, 2), (vec![tasks[0]], false));
+    let last = finish(&mut core, 2, tasks[1]);
+    assert_eq!(watched(&last, 2), (vec![tasks[1]], true));
+}
+
 #[test]
 fn cancelling_single_tasks_stops_the_running_ones_and_journals_them_final() {
     let mut core = Scheduler::new(config(true));

@@ -340,21 +340,25 @@ fn the_running_policy_keeps_deciding_while_a_new_one_is_tried() {
     );
     // What the trial's command says is kept, for the message should the wait below time out.
     let said = tempfile::NamedTempFile::new().expect("a temporary file");
-    let mut trial = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("--access-file")
-        .arg(cluster.access_file())
-        .args([
-            "policy",
-            "set",
-            "--policy",
-            hostile,
-            "--content",
-            "create-loop",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(said.reopen().expect("the temporary file, again"))
-        .spawn()
-        .unwrap();
+    let start_trial = || {
+        let _ = std::fs::write(said.path(), "");
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("--access-file")
+            .arg(cluster.access_file())
+            .args([
+                "policy",
+                "set",
+                "--policy",
+                hostile,
+                "--content",
+                "create-loop",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(said.reopen().expect("the temporary file, again"))
+            .spawn()
+            .unwrap()
+    };
+    let mut trial = start_trial();
     // Another change is refused while that one is tried (content the engine refuses, so a
     // probe that arrives first changes nothing either).
     let refused_while_trying = || {
@@ -371,6 +375,13 @@ fn the_running_policy_keeps_deciding_while_a_new_one_is_tried() {
     let deadline = common::Deadline::start("a change refused while another is tried");
     while !refused_while_trying() {
         let stderr = std::fs::read_to_string(said.path()).unwrap_or_default();
+        // A probe that reached the scheduler before the trial was tried first, and the trial
+        // was refused in its turn (what made this test flaky): it is started again.
+        if trial.try_wait().ok().flatten().is_some()
+            && stderr.contains("another change is being tried")
+        {
+            trial = start_trial();
+        }
         deadline.pause(format!(
             "accepted; the trial's `weir policy set` said: {stderr:?}"
         ));

@@ -41,6 +41,34 @@ use serde_json::Value;
 /// The port schedulers listen on inside their own namespace (nothing else is there).
 const PORT: u16 = 7788;
 
+/// Spawn a scheduler `command` with its stdout piped and wait for its first line, `scheduler
+/// listening on ADDRESS`: the process, the address, and its later lines (the dashboard's URL and
+/// so on), read by whoever needs them while the pipe is kept drained.
+fn listening(
+    mut command: Command,
+    what: &str,
+) -> (Child, String, std::sync::mpsc::Receiver<String>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} does not start: {e}"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let (lines, rest) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let address = first
+        .trim()
+        .strip_prefix("scheduler listening on ")
+        .unwrap_or_else(|| panic!("{what} said {first:?}"))
+        .to_string();
+    (child, address, rest)
+}
+
 fn bin(name: &str) -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_scheduler"))
         .parent()
@@ -174,26 +202,10 @@ impl Net {
             .arg("--access-file")
             .arg(self.path("access.json"))
             .args(["--listen", listen])
-            .args(args)
-            .stdout(Stdio::piped());
-        let mut child = command.spawn().expect("scheduler starts");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        stdout.read_line(&mut first).unwrap();
-        // The rest (dashboard URL and so on) is read by whoever needs it; keep the pipe drained.
-        let (lines, rest) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let _ = lines.send(line);
-            }
-        });
+            .args(args);
+        let (child, address, rest) = listening(command, "the scheduler");
         self.scheduler_lines = Some(rest);
         self.keep("scheduler", child);
-        let address = first
-            .trim()
-            .strip_prefix("scheduler listening on ")
-            .unwrap_or_else(|| panic!("the scheduler said {first:?}"))
-            .to_string();
         let port = address.rsplit(':').next().unwrap().parse().unwrap();
         self.say(&format!("scheduler listening on {address}"));
         port

@@ -56,17 +56,8 @@ impl Net {
             .arg("--access-file")
             .arg(dir.join("access.json"))
             .args(["--replica", &id.to_string(), "--peers", peers])
-            .args(args)
-            .stdout(Stdio::piped());
-        let mut child = command.spawn().expect("replica starts");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut first_line = String::new();
-        stdout.read_line(&mut first_line).unwrap();
-        assert!(
-            first_line.starts_with("scheduler listening on "),
-            "replica {id} said {first_line:?}"
-        );
-        std::thread::spawn(move || for _ in stdout.lines().map_while(Result::ok) {});
+            .args(args);
+        let (child, _, _) = listening(command, &format!("replica {id}"));
         self.keep(&name, child);
         self.say(&format!("replica {id} started"));
         dir.join("access.json")

@@ -367,11 +367,7 @@ impl Client {
     /// Managers and their units (`weir managers`): all, or the one named.
     /// The scheduler replicas as the leader sees them (empty for a single scheduler).
     pub async fn replicas(&self) -> Result<Vec<ReplicaStatus>, NetError> {
-        let mut responses = self.call(&Request::Replicas).await?;
-        match responses.next().await? {
-            Some(Response::Replicas(replicas)) => Ok(replicas),
-            other => Err(unexpected(other)),
-        }
+        self.replicas_after(&Request::Replicas).await
     }
 
     /// Add replica `id` at `address` (started with `--join`); the replicas once it votes.
@@ -381,12 +377,8 @@ impl Client {
         address: String,
         token: String,
     ) -> Result<Vec<ReplicaStatus>, NetError> {
-        let request = Request::ReplicaAdd { id, address, token };
-        let mut responses = self.call(&request).await?;
-        match responses.next().await? {
-            Some(Response::Replicas(replicas)) => Ok(replicas),
-            other => Err(unexpected(other)),
-        }
+        self.replicas_after(&Request::ReplicaAdd { id, address, token })
+            .await
     }
 
     /// Remove replica `id`; the replicas after.
@@ -395,8 +387,13 @@ impl Client {
         id: u64,
         token: String,
     ) -> Result<Vec<ReplicaStatus>, NetError> {
-        let mut responses = self.call(&Request::ReplicaRemove { id, token }).await?;
-        match responses.next().await? {
+        self.replicas_after(&Request::ReplicaRemove { id, token })
+            .await
+    }
+
+    /// The `Replicas` answer to `request`.
+    async fn replicas_after(&self, request: &Request) -> Result<Vec<ReplicaStatus>, NetError> {
+        match self.call(request).await?.next().await? {
             Some(Response::Replicas(replicas)) => Ok(replicas),
             other => Err(unexpected(other)),
         }

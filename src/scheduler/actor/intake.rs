@@ -8,6 +8,14 @@ use crate::scheduler::event::{Event, Snapshot, View};
 use crate::scheduler::metrics;
 
 impl Actor {
+    /// The replicas as this one sees them (none for a single scheduler).
+    fn replicas(&self) -> Vec<crate::proto::ReplicaStatus> {
+        self.replica
+            .as_ref()
+            .map(|r| r.status())
+            .unwrap_or_default()
+    }
+
     pub(super) fn event(&mut self, event: Event) {
         let now = self.now();
         let input = match event {
@@ -26,12 +34,7 @@ impl Actor {
                 reply,
                 ..
             } => {
-                let replicas = self
-                    .replica
-                    .as_ref()
-                    .map(|r| r.status())
-                    .unwrap_or_default();
-                let _ = reply.send(crate::proto::Response::Replicas(replicas));
+                let _ = reply.send(crate::proto::Response::Replicas(self.replicas()));
                 return;
             }
             // A membership change: Raft commits it in its own log (not the core's records), on
@@ -45,34 +48,7 @@ impl Actor {
             } if self.replica.is_some() => {
                 if let Some(replica) = self.replica.clone() {
                     tokio::spawn(async move {
-                        let allowed = |token: &str| {
-                            crate::net::same_token(token.as_bytes(), replica.token.as_bytes())
-                        };
-                        let changed = match request {
-                            crate::proto::Request::ReplicaAdd { token, .. }
-                            | crate::proto::Request::ReplicaRemove { token, .. }
-                                if !allowed(&token) =>
-                            {
-                                Err("a membership change needs the replicas' token, made from \
-                                     the scheduler's key (`weir replicas` reads \
-                                     scheduler-key.pem beside the access file, or --key)"
-                                    .to_string())
-                            }
-                            crate::proto::Request::ReplicaAdd { id, address, .. } => {
-                                replica.add(id, address).await
-                            }
-                            crate::proto::Request::ReplicaRemove { id, .. } => {
-                                replica.remove(id).await
-                            }
-                            _ => Ok(()),
-                        };
-                        let _ = reply.send(match changed {
-                            Ok(()) => crate::proto::Response::Replicas(replica.status()),
-                            Err(message) => crate::proto::Response::Error {
-                                code: crate::proto::ErrorCode::Invalid,
-                                message,
-                            },
-                        });
+                        let _ = reply.send(replica.change(request).await);
                     });
                 }
                 return;
@@ -133,12 +109,7 @@ impl Actor {
                 }
             }
             Event::Metrics { reply } => {
-                let replicas = self
-                    .replica
-                    .as_ref()
-                    .map(|r| r.status())
-                    .unwrap_or_default();
-                let text = metrics::render(&self.core, now, &self.policy_latency, &replicas);
+                let text = metrics::render(&self.core, now, &self.policy_latency, &self.replicas());
                 let _ = reply.send(text);
                 return;
             }

@@ -6,13 +6,9 @@ use crate::core::scheduler::Input;
 use crate::scheduler::journal;
 
 impl Actor {
-    /// Feed the journal's records to the core, and compact it if the core says so.
-    pub(crate) fn replay(&mut self, records: Vec<journal::Record>) {
-        let now = self.now();
-        for record in records {
-            self.core.handle(now, Input::Replay(record));
-        }
-        self.core.handle(now, Input::Replayed);
+    /// Compact the journal now if the core, restored from it, says so
+    /// ([`crate::core::scheduler::Scheduler::restored`]).
+    pub(crate) fn compact_at_start(&mut self) {
         while let Some(records) = self.perform() {
             self.compact_journal(records);
         }

@@ -19,7 +19,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use super::{Batch, NodeId, TypeConfig};
-use crate::core::scheduler::{Config, Input, Scheduler};
+use crate::core::scheduler::{Config, Scheduler};
 use crate::scheduler::journal::{JournalError, JournalStore, Log, Record};
 use crate::scheduler::record::Framed;
 
@@ -214,11 +214,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let count = batches.len();
         let config = (*self.config).clone();
         let image = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
-            let mut core = Scheduler::new(config);
-            for record in decode(&batches)? {
-                core.handle(0, Input::Replay(record));
-            }
-            core.handle(0, Input::Replayed);
+            let core = Scheduler::restored(config, decode(&batches)?, 0);
             postcard::to_stdvec(&core.journal_image()).map_err(|e| e.to_string())
         });
         let data = image.await.map_err(sm_error)?.map_err(sm_error)?;

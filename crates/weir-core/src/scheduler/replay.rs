@@ -10,6 +10,24 @@ use super::{PolicyInfo, Record, Scheduler};
 use weir_proto::{ComponentHash, NewGroup, RequestId, TaskKind};
 
 impl Scheduler {
+    /// A core rebuilt from a journal's records, as a restarted scheduler, a replica that comes
+    /// to lead, or a replica's snapshot rebuilds it: each record replayed in order, then
+    /// [`Input::Replayed`] at `now`. What that asks for (a compaction) is in its actions.
+    ///
+    /// [`Input::Replayed`]: super::Input::Replayed
+    pub fn restored(
+        config: super::Config,
+        records: impl IntoIterator<Item = Record>,
+        now: u64,
+    ) -> Scheduler {
+        let mut core = Scheduler::new(config);
+        for record in records {
+            core.handle(now, super::Input::Replay(record));
+        }
+        core.handle(now, super::Input::Replayed);
+        core
+    }
+
     /// One journaled record: same jobs, same task ids, finished results, forgotten jobs.
     pub(super) fn replay(&mut self, record: Record) {
         match record {

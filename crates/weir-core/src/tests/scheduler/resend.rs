@@ -40,11 +40,7 @@ fn submitted(actions: &[Action], client: u64) -> (u64, u64, u64) {
 
 /// Replay `records` into a new scheduler, as a restart (or a new leader) does.
 fn replayed(records: Vec<Record>) -> Scheduler {
-    let mut core = Scheduler::new(config(true));
-    for record in records {
-        core.handle(10, Input::Replay(record));
-    }
-    core.handle(10, Input::Replayed);
+    let mut core = Scheduler::restored(config(true), records, 10);
     core.take_actions();
     core
 }

@@ -9,6 +9,9 @@ use std::time::Duration;
 use weir::client::Client;
 use weir::proto::{JobId, Outcome, Request, Response, TaskResult};
 
+use weir::proto::TaskId;
+use weir::scheduler::journal::{Journal, MemoryStore, Record};
+
 use crate::cluster::{self, Cluster, Error};
 use crate::net::SimUdp;
 use crate::timeline::{Event, Timeline};
@@ -48,6 +51,7 @@ pub(crate) fn client(
     let out = slot.clone();
     let published = cluster.scheduler.access.clone();
     let timeline = cluster.timeline.clone();
+    let disk = cluster.scheduler.disk.clone();
     let udp = cluster.net.udp("client", 0);
     cluster.sim.client("client", async move {
         let start = tokio::time::Instant::now();
@@ -80,11 +84,14 @@ pub(crate) fn client(
         }
         let mut results = Vec::new();
         for &job in &acknowledged {
-            let timeline = timeline.clone();
+            let heard = Heard {
+                timeline: timeline.clone(),
+                disk: disk.clone(),
+            };
             let got = link
                 .retry("wait", |client| {
-                    let timeline = timeline.clone();
-                    async move { finished(&client, job, &timeline).await }
+                    let heard = heard.clone();
+                    async move { finished(&client, job, &heard).await }
                 })
                 .await;
             results.push(got);
@@ -175,16 +182,52 @@ impl Link {
     }
 }
 
+/// What the client heard, judged as it hears it: the timeline, and the scheduler's disk.
+#[derive(Clone)]
+struct Heard {
+    timeline: Timeline,
+    disk: Arc<Mutex<MemoryStore>>,
+}
+
+impl Heard {
+    /// A client told a task ended must find it ended after any crash: its final state is on
+    /// the scheduler's disk (synced, not only written) before the client hears of it. Else a
+    /// power loss now, with its worker gone too, runs it again after its result was seen.
+    fn on_disk(&self, job: JobId, results: &[TaskResult]) {
+        let durable = match self.disk.lock() {
+            Ok(disk) => MemoryStore::with(disk.durable()),
+            Err(_) => return,
+        };
+        let records = match Journal::open_in(std::path::Path::new("sim"), Box::new(durable), None) {
+            Ok((_, records)) => records,
+            Err(error) => {
+                return self
+                    .timeline
+                    .note(Event::Broken(format!("the journal on disk: {error}")));
+            }
+        };
+        let mut ended = std::collections::HashSet::<TaskId>::new();
+        for record in records {
+            if let Record::Final(tasks) = record {
+                ended.extend(tasks.into_iter().map(|(task, ..)| task));
+            }
+        }
+        if let Some(result) = results.iter().find(|r| !ended.contains(&r.task)) {
+            self.timeline.note(Event::Broken(format!(
+                "job {job}: the client heard task {} ended before its end was on disk",
+                result.task
+            )));
+        }
+    }
+}
+
 /// Wait for `job` and fetch its results.
 /// Odd jobs are watched (each result as its task ends: the Python futures' path), even ones
 /// waited for; a watcher must hear of each task once, and what it heard must be the results.
-async fn finished(
-    client: &Client,
-    job: JobId,
-    timeline: &Timeline,
-) -> Result<Vec<TaskResult>, Error> {
+async fn finished(client: &Client, job: JobId, heard: &Heard) -> Result<Vec<TaskResult>, Error> {
+    let timeline = &heard.timeline;
     let watched = match job % 2 {
-        1 => Some(watch(client, job, timeline).await?),
+        1 => Some(watch(client, job, heard).await?),
         _ => {
             let mut last = None;
             client
@@ -199,6 +242,7 @@ async fn finished(
         }
     };
     let results = client.results(job).await?;
+    heard.on_disk(job, &results);
     if let Some(watched) = watched
         && let Some(why) = replayed(&watched, results.clone())
     {
@@ -215,12 +259,14 @@ async fn finished(
 
 /// Watch `job` to its end: each task's result once (a second one on the stream breaks the
 /// invariant), then `Done`.
-async fn watch(client: &Client, job: JobId, timeline: &Timeline) -> Result<Vec<TaskResult>, Error> {
+async fn watch(client: &Client, job: JobId, told: &Heard) -> Result<Vec<TaskResult>, Error> {
+    let timeline = &told.timeline;
     let mut stream = client.watch(job).await?;
     let mut heard: Vec<TaskResult> = Vec::new();
     loop {
         match stream.next().await? {
             Some(Response::Results(chunk)) => {
+                told.on_disk(job, &chunk);
                 for result in chunk {
                     if heard.iter().any(|r| r.task == result.task) {
                         timeline.note(Event::Broken(format!(

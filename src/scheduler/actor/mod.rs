@@ -44,8 +44,8 @@ pub(super) struct Actor {
     adopting: HashMap<Option<ClientId>, Box<dyn ScalingPolicy>>,
     record: Option<std::fs::File>,
     pub journal: Option<journal::Journal>,
-    /// Replies held until this round's journal records are on disk.
-    deferred: Vec<(ClientId, Response)>,
+    /// With a journal, every reply of a round, held until its records are on disk.
+    deferred: Vec<Held>,
     /// The first journal write error of this round: its replies become errors.
     journal_error: Option<String>,
     pub policy_latency: metrics::Histogram,
@@ -54,6 +54,16 @@ pub(super) struct Actor {
     pub replica: Option<Arc<Replica>>,
     held: Vec<Action>,
     batches: Batches,
+}
+
+/// A reply held until the round's journal sync ([`Actor::settle`]).
+struct Held {
+    client: ClientId,
+    response: Response,
+    /// The client's final answer (see [`Action::Reply`]).
+    last: bool,
+    /// An answer to a change: with the journal failed, it says the change was not done.
+    durable: bool,
 }
 
 impl Actor {
@@ -132,36 +142,62 @@ impl Actor {
                 }
                 continue;
             }
-            if self.journal.as_ref().is_some_and(journal::Journal::dirty)
+            if let Some(error) = self.settle().await {
+                return Some(error);
+            }
+        }
+    }
+
+    /// The end of a round: the journal synced, then the replies held for it sent, then the
+    /// outcomes now on disk acknowledged to their workers ([`Input::Synced`]). Nothing a client
+    /// hears (an acknowledgement, a result, a count) is undone by a crash after it: a result
+    /// seen before its record was synced could be lost with its worker and run again.
+    /// `Some`: the journal failed, the held replies said so, and the actor stops (why).
+    async fn settle(&mut self) -> Option<String> {
+        let dirty = |actor: &Actor| actor.journal.as_ref().is_some_and(journal::Journal::dirty);
+        loop {
+            if dirty(self)
                 && let Some(Err(error)) = self.off_thread(journal::Journal::sync).await
             {
                 self.journal_error.get_or_insert(error.to_string());
             }
-            // Nothing is acknowledged that is not on disk: with a journal error this round,
-            // the answers say so instead.
             let failed = self.journal_error.take();
-            for (client, response) in std::mem::take(&mut self.deferred) {
-                let response = match &failed {
-                    None => response,
-                    Some(error) => Response::Error {
-                        code: ErrorCode::NotDurable,
-                        message: format!(
-                            "not done: it could not be written to the journal, so it would not survive a restart, and the scheduler stops ({error})"
-                        ),
-                    },
-                };
-                self.reply(client, response, true);
+            for held in std::mem::take(&mut self.deferred) {
+                match &failed {
+                    None => self.reply(held.client, held.response, held.last),
+                    // Nothing is acknowledged that is not on disk: the answers say so instead.
+                    Some(error) => {
+                        let message = match held.durable {
+                            true => format!(
+                                "not done: it could not be written to the journal, so it would not survive a restart, and the scheduler stops ({error})"
+                            ),
+                            false => format!(
+                                "the journal could not be written, and the scheduler stops ({error})"
+                            ),
+                        };
+                        let response = Response::Error {
+                            code: ErrorCode::NotDurable,
+                            message,
+                        };
+                        self.reply(held.client, response, true);
+                    }
+                }
             }
             if let Some(error) = failed {
                 return Some(stopping(&error));
             }
             let journal_bytes = self.journal.as_ref().map_or(0, journal::Journal::size);
+            let now = self.now();
             self.core.handle(now, Input::Synced { journal_bytes });
             self.perform_all().await;
             // A compaction just now may have failed the journal: stop before another round
             // appends to a journal that is gone or broken.
             if let Some(error) = self.journal_error.take() {
                 return Some(stopping(&error));
+            }
+            // Acknowledging outcomes writes nothing and answers no one: one pass, as a rule.
+            if self.deferred.is_empty() && !dirty(self) {
+                return None;
             }
         }
     }

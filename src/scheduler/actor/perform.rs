@@ -46,7 +46,7 @@ impl Actor {
     }
 
     /// Send what the core sent out: frames, registrations and replies. `confirmed`: a replica's
-    /// round is committed, so durable replies go now too (else they wait for the journal's sync).
+    /// round is committed, so replies go now (with a journal they wait for its sync).
     pub(super) fn deliver(&mut self, action: Action, confirmed: bool) {
         match action {
             Action::Registered { connection, worker } => {
@@ -92,9 +92,14 @@ impl Actor {
                 response,
                 last,
                 durable,
-            } => match durable && !confirmed {
-                true => self.deferred.push((client, response)),
-                false => self.reply(client, response, last),
+            } => match confirmed || self.journal.is_none() {
+                true => self.reply(client, response, last),
+                false => self.deferred.push(super::Held {
+                    client,
+                    response,
+                    last,
+                    durable,
+                }),
             },
             other => tracing::error!(action = ?other, "not an action to deliver; dropped"),
         }

@@ -192,8 +192,9 @@ pub enum Action {
     CloseManager {
         manager: String,
     },
-    /// Answer a client; `last`: its final answer (the shell drops the channel); `durable`: hold
-    /// it until the journal is synced (a journal error turns it into an error).
+    /// Answer a client; `last`: its final answer (the shell drops the channel); `durable`: the
+    /// answer to a change, which a journal error turns into "not done". With a journal, the
+    /// shell sends every reply only once the round's records are synced.
     Reply {
         client: ClientId,
         response: Response,

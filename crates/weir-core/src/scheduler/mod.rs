@@ -16,7 +16,9 @@
 //! A round: the shell feeds every waiting input, then [`Input::EndOfBatch`] (which schedules),
 //! performs the actions in order — journal records are appended before the frames that depend
 //! on them — syncs the journal and feeds [`Input::Synced`] (which acknowledges outcomes to the
-//! workers). Replies marked `durable` are held by the shell until that sync.
+//! workers). The shell holds every reply of the round until that sync, so nothing a client
+//! hears is undone by a crash; replies marked `durable` answer changes, and say the change was
+//! not done if the sync fails.
 
 mod environments;
 mod interface;

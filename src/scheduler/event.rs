@@ -79,6 +79,9 @@ pub(crate) struct Snapshot {
     pub policy: PolicyReport,
     /// Each manager's units (`weir managers`).
     pub managers: Vec<ManagerUnits>,
+    /// The scheduler replicas as the leader sees them (`weir replicas`); empty for one
+    /// scheduler.
+    pub replicas: Vec<crate::proto::ReplicaStatus>,
 }
 
 /// A tried policy, ready to take over, with its tiers; or why it cannot.

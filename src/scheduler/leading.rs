@@ -41,16 +41,20 @@ pub(super) async fn terms(
         // Replayed off the runtime's thread: Raft's heartbeats go on meanwhile (a replay longer
         // than the election timeout would otherwise cost this replica its lead).
         let config = leading.config.clone();
-        let replayed = tokio::task::spawn_blocking(move || {
+        let replay = move || {
             let records = replica::decode(&batches)?;
             let count = records.len();
             let mut core = Scheduler::restored(config, records, 0);
             // A replica's log is compacted by its snapshots, not by the core.
             while core.poll_action().is_some() {}
             Ok::<_, String>((core, count))
-        })
-        .await
-        .unwrap_or_else(|e| Err(format!("the replay's thread failed: {e}")));
+        };
+        let replayed = match started.inline {
+            true => replay(),
+            false => tokio::task::spawn_blocking(replay)
+                .await
+                .unwrap_or_else(|e| Err(format!("the replay's thread failed: {e}"))),
+        };
         let (core, count) = match replayed {
             Ok(replayed) => replayed,
             Err(error) => {
@@ -67,6 +71,9 @@ pub(super) async fn terms(
         );
         let (mut actor, inbox, events) = leading.actor_on(core);
         actor.replica = Some(started.clone());
+        if let Some(hook) = &started.on_lead {
+            (hook.0)(started.id, term);
+        }
         set_front.send_replace(Some(events));
         let mut run = tokio::spawn(actor.run(inbox));
         tokio::select! {

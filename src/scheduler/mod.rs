@@ -35,7 +35,9 @@ pub use crate::core::scheduler::MAX_ENVIRONMENTS;
 pub(crate) use event::{Event, Front};
 use leading::{Leading, core_config};
 use replica::Replica;
-pub use replica::{ReplicaSettings, ReplicaStores, parse_peers};
+pub use replica::{
+    LeadHook, ReplicaSeams, ReplicaSettings, ReplicaStores, parse_peers, seed_elections,
+};
 pub use seams::Seams;
 
 /// Scheduler settings (the executable's flags).

@@ -21,9 +21,9 @@ pub struct Seams {
     /// (the host's way: a slow policy never holds up the actor). For a simulation, whose
     /// decisions must land at the step they were asked for, with a policy that is quick.
     pub policy_inline: bool,
-    /// Where a scheduler replica keeps its Raft log and snapshot, instead of the files
-    /// (`None`: the files).
-    pub replica: Option<super::ReplicaStores>,
+    /// A scheduler replica's: where it keeps its Raft log and snapshot, where Raft runs, and
+    /// who hears it lead (the default: the files, a thread of its own, no one).
+    pub replica: super::ReplicaSeams,
 }
 
 impl Seams {
@@ -34,7 +34,7 @@ impl Seams {
             journal: None,
             udp: Arc::new(HostUdp),
             policy_inline: false,
-            replica: None,
+            replica: super::ReplicaSeams::default(),
         }
     }
 }

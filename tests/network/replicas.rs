@@ -205,6 +205,51 @@ fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_res
     failures.finish("the leader killed mid-job");
 }
 
+/// The leader's dashboard shows the replicas as `weir replicas` does; a follower's says it does
+/// not lead (and where to look), and its page still loads.
+#[test]
+fn the_leaders_dashboard_shows_the_replicas_and_a_followers_says_it_does_not_lead() {
+    let mut net = Net::new();
+    let addresses = loopback(3);
+    let peers = peers(&addresses);
+    let dashboards: Vec<String> = free_ports(3)
+        .into_iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    let mut access = None;
+    for (id, dashboard) in (1..=3).zip(&dashboards) {
+        let flags = [&REPLICA_FLAGS[..], &["--dashboard", dashboard]].concat();
+        let written = net.replica(None, id, &peers, &flags);
+        access.get_or_insert(written);
+    }
+    let access = access.unwrap();
+    let leader = net.leader(&access, None);
+    let at = |id: u64| dashboards[usize::try_from(id - 1).unwrap()].clone();
+    // Every replica is known to the leader once each has answered it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let replicas = loop {
+        let body = common::http_get(&format!("http://{}/api/snapshot", at(leader)));
+        let snapshot: Value = serde_json::from_str(&body).unwrap();
+        let replicas = snapshot["replicas"].as_array().cloned().unwrap_or_default();
+        if replicas.len() == 3 && replicas.iter().all(|r| r["matched"].is_u64()) {
+            break replicas;
+        }
+        assert!(Instant::now() < deadline, "the leader's replicas: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let leaders: Vec<u64> = (replicas.iter())
+        .filter(|r| r["leader"] == true)
+        .filter_map(|r| r["id"].as_u64())
+        .collect();
+    assert_eq!(leaders, [leader], "{replicas:?}");
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let answer = common::http_request(&at(follower), "/api/snapshot", "127.0.0.1");
+    assert!(answer.starts_with("HTTP/1.0 503"), "{answer}");
+    assert!(answer.contains("does not lead"), "{answer}");
+    let page = common::http_get(&format!("http://{}/", at(follower)));
+    assert!(page.contains("replicas-section"), "{page}");
+}
+
 #[test]
 fn a_replica_whose_disk_is_lost_rejoins_from_the_others_and_holds_every_result() {
     let mut net = Net::new();

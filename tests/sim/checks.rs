@@ -19,6 +19,7 @@ pub(crate) fn no_overlap(timeline: &Timeline, now: Duration) -> Result<(), Strin
     if let Some(broken) = timeline.broken() {
         return Err(broken);
     }
+    one_leader_per_term(timeline)?;
     for (task, mut runs) in timeline.runs(now) {
         runs.sort();
         for pair in runs.windows(2) {
@@ -30,6 +31,23 @@ pub(crate) fn no_overlap(timeline: &Timeline, now: Duration) -> Result<(), Strin
                     start.as_secs_f64()
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Scheduler replicas: no two replicas served one term (each noted [`Event::Lead`] as its
+/// actor took over). Raft's election safety, judged where it matters: the actors that serve.
+pub(crate) fn one_leader_per_term(timeline: &Timeline) -> Result<(), String> {
+    let mut leaders = std::collections::BTreeMap::new();
+    for (at, replica, term) in timeline.leads() {
+        if let Some(first) = leaders.insert(term, replica)
+            && first != replica
+        {
+            return Err(format!(
+                "replicas {first} and {replica} both led term {term} (the second from {:.3}s)",
+                at.as_secs_f64()
+            ));
         }
     }
     Ok(())
@@ -55,8 +73,10 @@ pub(crate) fn at_end(
         ));
     }
     let runs = timeline.runs(end);
-    // The scheduler's lives: it counts its spared starts (below) in memory, anew in each.
+    // The scheduler's lives: it counts its spared starts (below) in memory, anew in each
+    // (a replica's, anew in each term it leads).
     let lives = 1
+        + timeline.leads().len()
         + (timeline.events().iter())
             .filter(|(_, e)| matches!(e, Event::Fault(f) if f.starts_with("CrashScheduler")))
             .count();

@@ -51,7 +51,11 @@ pub(crate) fn client(
     let out = slot.clone();
     let published = cluster.scheduler.access.clone();
     let timeline = cluster.timeline.clone();
-    let disk = cluster.scheduler.disk.clone();
+    // One scheduler's journal (replicas keep theirs in Raft logs: not judged here).
+    let disk = cluster
+        .replicas
+        .is_empty()
+        .then(|| cluster.scheduler.disk.clone());
     let udp = cluster.net.udp("client", 0);
     cluster.sim.client("client", async move {
         let start = tokio::time::Instant::now();
@@ -186,7 +190,7 @@ impl Link {
 #[derive(Clone)]
 struct Heard {
     timeline: Timeline,
-    disk: Arc<Mutex<MemoryStore>>,
+    disk: Option<Arc<Mutex<MemoryStore>>>,
 }
 
 impl Heard {
@@ -194,7 +198,10 @@ impl Heard {
     /// the scheduler's disk (synced, not only written) before the client hears of it. Else a
     /// power loss now, with its worker gone too, runs it again after its result was seen.
     fn on_disk(&self, job: JobId, results: &[TaskResult]) {
-        let durable = match self.disk.lock() {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let durable = match disk.lock() {
             Ok(disk) => MemoryStore::with(disk.durable()),
             Err(_) => return,
         };

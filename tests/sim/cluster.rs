@@ -1,5 +1,6 @@
 //! One simulated cluster: a turmoil world seeded from the run's seed, the real scheduler as a
-//! host (its journal a `MemoryStore` the simulator keeps across restarts), and clients.
+//! host (its journal a `MemoryStore` the simulator keeps across restarts) or three scheduler
+//! replicas as three hosts (their Raft logs and snapshots kept so), and clients.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,11 +13,13 @@ use weir::core::scheduler::PolicyInfo;
 use weir::net::AccessFile;
 use weir::proto::{NewGroup, TaskKind, TaskSpec};
 use weir::scheduler::journal::MemoryStore;
-use weir::scheduler::{Scaling, Seams, Settings};
+use weir::scheduler::{
+    LeadHook, ReplicaSeams, ReplicaSettings, ReplicaStores, Scaling, Seams, Settings,
+};
 
 use crate::clock::Drift;
 use crate::net::{Net, SimUdp};
-use crate::timeline::Timeline;
+use crate::timeline::{Event, Timeline};
 
 pub(crate) const SCHEDULER: &str = "scheduler";
 const PORT: u16 = 4433;
@@ -49,6 +52,13 @@ pub(crate) struct Setup {
     pub(crate) rate: f64,
     /// What each sync of its journal takes (a slow disk).
     pub(crate) sync_latency: Duration,
+    /// Scheduler replicas (hosts `scheduler1`...): 0 runs one scheduler (host `scheduler`).
+    pub(crate) replicas: u64,
+    /// Their election timeout (`--election-timeout`).
+    pub(crate) election: Duration,
+    /// The most a message between two replicas takes (they sit near each other, as Raft's
+    /// replicas do; workers and clients may be far): `None`, the world's.
+    pub(crate) replica_latency: Option<Duration>,
 }
 
 impl Default for Setup {
@@ -57,8 +67,34 @@ impl Default for Setup {
             policy: None,
             rate: 1.0,
             sync_latency: Duration::ZERO,
+            replicas: 0,
+            election: Duration::from_secs(1),
+            replica_latency: None,
         }
     }
+}
+
+/// A scheduler replica's disks, kept across its crashes.
+#[derive(Clone, Default)]
+pub(crate) struct ReplicaDisks {
+    pub(crate) log: Arc<Mutex<MemoryStore>>,
+    pub(crate) snapshot: Arc<Mutex<MemoryStore>>,
+}
+
+/// Who leads, as the replicas said when each began to serve a term.
+#[derive(Clone, Default)]
+pub(crate) struct Leaders(Arc<Mutex<Option<u64>>>);
+
+impl Leaders {
+    /// The replica that began to serve last (it may have been deposed since).
+    pub(crate) fn last(&self) -> Option<u64> {
+        self.0.lock().ok().and_then(|l| *l)
+    }
+}
+
+/// Replica `id`'s host.
+pub(crate) fn replica_host(id: u64) -> String {
+    format!("{SCHEDULER}{id}")
 }
 
 pub(crate) struct Cluster {
@@ -66,6 +102,11 @@ pub(crate) struct Cluster {
     pub(crate) seed: u64,
     pub(crate) net: Net,
     pub(crate) scheduler: SchedulerState,
+    /// The scheduler's hosts: `scheduler`, or each replica's.
+    pub(crate) schedulers: Vec<String>,
+    /// Each replica's disks (id 1 first); none with one scheduler.
+    pub(crate) replicas: Vec<ReplicaDisks>,
+    pub(crate) leaders: Leaders,
     pub(crate) timeline: Timeline,
     /// The static workers' freeze flags, by host (see `workers::SimExecute`).
     pub(crate) frozen: std::collections::BTreeMap<String, crate::workers::Frozen>,
@@ -89,21 +130,62 @@ impl Cluster {
         let mut sim = builder.build();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let scheduler = SchedulerState::default();
-        let state = scheduler.clone();
         let files = dir.path().to_path_buf();
         let net = Net::new(seed);
-        let udp = net.clone();
-        sim.host(SCHEDULER, move || {
-            let (state, files, setup) = (state.clone(), files.clone(), setup.clone());
-            let udp = udp.udp(SCHEDULER, udp.start(SCHEDULER));
-            async move { run_scheduler(udp, files, state, setup).await }
-        });
+        let timeline = Timeline::default();
+        let leaders = Leaders::default();
+        let mut schedulers = Vec::new();
+        let mut replicas = Vec::new();
+        if setup.replicas == 0 {
+            let (state, udp) = (scheduler.clone(), net.clone());
+            sim.host(SCHEDULER, move || {
+                let (state, files, setup) = (state.clone(), files.clone(), setup.clone());
+                let udp = udp.udp(SCHEDULER, udp.start(SCHEDULER));
+                async move { run_scheduler(udp, files, state, setup).await }
+            });
+            schedulers.push(SCHEDULER.to_string());
+        } else {
+            let shared = shared_identity(&files, setup.replicas).expect("the replicas' files");
+            for id in 1..=setup.replicas {
+                let host = replica_host(id);
+                let disks = ReplicaDisks::default();
+                let (state, udp, files) = (scheduler.clone(), net.clone(), files.join(&host));
+                let (setup, disks_in, shared) = (setup.clone(), disks.clone(), shared.clone());
+                let (timeline, leaders) = (timeline.clone(), leaders.clone());
+                let name = host.clone();
+                sim.host(host.as_str(), move || {
+                    let udp = udp.udp(&name, udp.start(&name));
+                    let replica = Replica {
+                        id,
+                        count: setup.replicas,
+                        disks: disks_in.clone(),
+                        identity: shared.clone(),
+                        timeline: timeline.clone(),
+                        leaders: leaders.clone(),
+                    };
+                    let (files, state, setup) = (files.clone(), state.clone(), setup.clone());
+                    async move { run_replica(udp, files, state, setup, replica).await }
+                });
+                schedulers.push(host);
+                replicas.push(disks);
+            }
+            if let Some(latency) = setup.replica_latency {
+                for (i, a) in schedulers.iter().enumerate() {
+                    for b in &schedulers[i + 1..] {
+                        sim.set_link_max_message_latency(a.as_str(), b.as_str(), latency);
+                    }
+                }
+            }
+        }
         Cluster {
             sim,
             seed,
             net,
             scheduler,
-            timeline: Timeline::default(),
+            schedulers,
+            replicas,
+            leaders,
+            timeline,
             frozen: Default::default(),
             _dir: dir,
         }
@@ -191,11 +273,125 @@ async fn run_scheduler(
         journal: Some(Box::new(store)),
         udp: Arc::new(udp),
         policy_inline: true,
-        replica: None,
+        replica: ReplicaSeams::default(),
     };
     let scaling = (setup.policy.as_deref()).map(scaling).transpose()?;
     let published = state.access.clone();
     weir::scheduler::run_with(settings(listen, files), scaling, seams, move |running| {
+        if let Ok(mut access) = published.lock() {
+            *access = Some(running.access.clone());
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// What every replica shares, as an operator copies it to each: the certificate and key, and
+/// the tokens (in an access file written beside each replica's, which it keeps).
+#[derive(Clone)]
+struct Identity {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn shared_identity(files: &std::path::Path, replicas: u64) -> Result<Identity, Error> {
+    let (cert_pem, key_pem) = weir::net::tls::generate()?;
+    let identity = Identity {
+        cert: files.join("scheduler-cert.pem"),
+        key: files.join("scheduler-key.pem"),
+    };
+    std::fs::write(&identity.cert, &cert_pem)?;
+    std::fs::write(&identity.key, key_pem)?;
+    for id in 1..=replicas {
+        let dir = files.join(replica_host(id));
+        std::fs::create_dir_all(&dir)?;
+        // Tokens fixed here (not drawn by each replica): the ones a replica finds beside it
+        // with its certificate are the ones it keeps.
+        AccessFile {
+            // Written over by the replica as it starts.
+            address: "quic://127.0.0.1:4433".into(),
+            certificate: cert_pem.clone(),
+            worker_token: "sim-worker-token".into(),
+            client_token: "sim-client-token".into(),
+            replicas: Vec::new(),
+        }
+        .write(&dir.join("access.json"))?;
+    }
+    Ok(identity)
+}
+
+/// A replica host's part: its id, its disks, and where it says it leads.
+struct Replica {
+    id: u64,
+    count: u64,
+    disks: ReplicaDisks,
+    identity: Identity,
+    timeline: Timeline,
+    leaders: Leaders,
+}
+
+async fn run_replica(
+    udp: SimUdp,
+    files: PathBuf,
+    state: SchedulerState,
+    setup: Setup,
+    replica: Replica,
+) -> Result<(), Error> {
+    let listen = SocketAddr::new(turmoil::lookup(replica_host(replica.id)), PORT);
+    let peers = (1..=replica.count)
+        .map(|id| {
+            let ip = turmoil::lookup(replica_host(id));
+            (id, format!("quic://{}", SocketAddr::new(ip, PORT)))
+        })
+        .collect();
+    let stores = {
+        let log = replica
+            .disks
+            .log
+            .lock()
+            .map_err(|_| "disk poisoned")?
+            .clone();
+        let snapshot = (replica.disks.snapshot.lock())
+            .map_err(|_| "disk poisoned")?
+            .clone();
+        log.slow_syncs(setup.sync_latency);
+        snapshot.slow_syncs(setup.sync_latency);
+        ReplicaStores {
+            log: Box::new(log),
+            snapshot: Box::new(snapshot),
+        }
+    };
+    let (timeline, leaders) = (replica.timeline.clone(), replica.leaders.clone());
+    let on_lead = LeadHook(Arc::new(move |id, term| {
+        timeline.note(Event::Lead { replica: id, term });
+        if let Ok(mut last) = leaders.0.lock() {
+            *last = Some(id);
+        }
+    }));
+    let seams = Seams {
+        clock: Arc::new(Drift::new(setup.rate)),
+        journal: None,
+        udp: Arc::new(udp),
+        policy_inline: true,
+        replica: ReplicaSeams {
+            stores: Some(stores),
+            inline: true,
+            on_lead: Some(on_lead),
+        },
+    };
+    let mut settings = settings(listen, files.clone());
+    settings.journal = None;
+    settings.cert = Some((replica.identity.cert.clone(), replica.identity.key.clone()));
+    settings.replica = Some(ReplicaSettings {
+        id: replica.id,
+        peers,
+        log: files.join("replica.log"),
+        election: setup.election,
+        join: false,
+    });
+    let scaling = (setup.policy.as_deref()).map(scaling).transpose()?;
+    let published = state.access.clone();
+    weir::scheduler::run_with(settings, scaling, seams, move |running| {
         if let Ok(mut access) = published.lock() {
             *access = Some(running.access.clone());
         }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use weir::scheduler::journal::MemoryStore;
 
-use crate::cluster::{Cluster, SCHEDULER};
+use crate::cluster::{Cluster, SCHEDULER, replica_host};
 use crate::draw::Draw;
 use crate::timeline::Event;
 
@@ -22,13 +22,25 @@ pub(crate) enum Fault {
         worker: String,
         to_scheduler: bool,
     },
+    /// The scheduler's machine loses power (with replicas: the leader's, as last seen).
     CrashScheduler {
         torn: usize,
     },
+    /// Scheduler replica `replica`'s machine loses power.
+    CrashReplica {
+        replica: u64,
+        torn: usize,
+    },
+    /// A replica (`None`: the one that leads, as last seen) is cut off from the other replicas,
+    /// not from workers, managers or clients: the leader in a minority.
+    CutReplica(Option<u64>),
+    /// Every link between replicas is up again.
+    JoinReplicas,
     /// A worker's machine, or a manager's (its workers with it), is lost.
     CrashWorker(String),
     /// A worker is frozen and then lost; its guard kills its runs when their lease ends.
     FreezeWorker(String),
+    /// Host `host` starts again if it is down (`scheduler`: every scheduler host).
     Restart(String),
 }
 
@@ -119,6 +131,44 @@ pub(crate) fn plan(
     plan
 }
 
+/// With scheduler replicas, their own faults (from a stream of their own): 0–2 machines lost
+/// (the leader's, on half), and 0–2 replicas cut off from the others (the leader, on 60%),
+/// each for a while; flapping links between them come from the world's fail rate.
+pub(crate) fn replica_plan(seed: u64, replicas: u64, heal_at: Duration) -> Vec<(Duration, Fault)> {
+    let mut plan = Vec::new();
+    if replicas == 0 {
+        return plan;
+    }
+    let mut draw = Draw::new(seed ^ 0x7265_706c_6963_6173);
+    let last = u64::try_from(heal_at.as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_sub(5_000);
+    for _ in 0..draw.below(3) {
+        let (at, back) = window(&mut draw, last, (200, 10_000), heal_at);
+        let torn = draw.below(300) as usize;
+        let fault = match draw.chance(50) {
+            true => Fault::CrashScheduler { torn },
+            false => Fault::CrashReplica {
+                replica: 1 + draw.below(replicas),
+                torn,
+            },
+        };
+        plan.push((at, fault));
+        plan.push((back, Fault::Restart(SCHEDULER.into())));
+    }
+    for _ in 0..draw.below(3) {
+        let (at, back) = window(&mut draw, last, (500, 15_000), heal_at);
+        let who = match draw.chance(60) {
+            true => None,
+            false => Some(1 + draw.below(replicas)),
+        };
+        plan.push((at, Fault::CutReplica(who)));
+        plan.push((back, Fault::JoinReplicas));
+    }
+    plan.sort_by_key(|(at, _)| *at);
+    plan
+}
+
 /// When a fault starts (1 s to `last` ms) and when it is repaired (`lasting` ms later, at most
 /// at `heal_at`), drawn in that order.
 fn window(
@@ -136,24 +186,74 @@ pub(crate) fn apply(cluster: &mut Cluster, fault: &Fault) {
     cluster
         .timeline
         .at(cluster.sim.elapsed(), Event::Fault(format!("{fault:?}")));
+    let schedulers = cluster.schedulers.clone();
     match fault {
-        Fault::Partition(worker) => cluster.sim.partition(worker.as_str(), SCHEDULER),
-        Fault::Repair(worker) => cluster.sim.repair(worker.as_str(), SCHEDULER),
+        Fault::Partition(worker) => {
+            for scheduler in &schedulers {
+                cluster.sim.partition(worker.as_str(), scheduler.as_str());
+            }
+        }
+        Fault::Repair(worker) => {
+            for scheduler in &schedulers {
+                cluster.sim.repair(worker.as_str(), scheduler.as_str());
+            }
+        }
         Fault::OneWay {
             worker,
-            to_scheduler: true,
-        } => cluster.sim.partition_oneway(worker.as_str(), SCHEDULER),
-        Fault::OneWay { worker, .. } => cluster.sim.partition_oneway(SCHEDULER, worker.as_str()),
+            to_scheduler,
+        } => {
+            for scheduler in &schedulers {
+                match to_scheduler {
+                    true => cluster
+                        .sim
+                        .partition_oneway(worker.as_str(), scheduler.as_str()),
+                    false => cluster
+                        .sim
+                        .partition_oneway(scheduler.as_str(), worker.as_str()),
+                }
+            }
+        }
         Fault::RepairOneWay {
             worker,
-            to_scheduler: true,
-        } => cluster.sim.repair_oneway(worker.as_str(), SCHEDULER),
-        Fault::RepairOneWay { worker, .. } => cluster.sim.repair_oneway(SCHEDULER, worker.as_str()),
-        Fault::CrashScheduler { torn } => {
+            to_scheduler,
+        } => {
+            for scheduler in &schedulers {
+                match to_scheduler {
+                    true => cluster
+                        .sim
+                        .repair_oneway(worker.as_str(), scheduler.as_str()),
+                    false => cluster
+                        .sim
+                        .repair_oneway(scheduler.as_str(), worker.as_str()),
+                }
+            }
+        }
+        Fault::CrashScheduler { torn } if cluster.replicas.is_empty() => {
             cluster.sim.crash(SCHEDULER);
             // The machine lost power: what was synced, and a torn piece of what was not.
             if let Ok(mut disk) = cluster.scheduler.disk.lock() {
                 *disk = MemoryStore::with(disk.after_power_loss(*torn));
+            }
+        }
+        Fault::CrashScheduler { torn } => {
+            let replica = cluster.leaders.last().unwrap_or(1);
+            crash_replica(cluster, replica, *torn);
+        }
+        Fault::CrashReplica { replica, torn } => crash_replica(cluster, *replica, *torn),
+        Fault::CutReplica(who) => {
+            let cut = who.or_else(|| cluster.leaders.last()).unwrap_or(1);
+            for other in (1..=cluster.replicas.len() as u64).filter(|id| *id != cut) {
+                cluster
+                    .sim
+                    .partition(replica_host(cut).as_str(), replica_host(other).as_str());
+            }
+        }
+        Fault::JoinReplicas => join_replicas(cluster),
+        Fault::Restart(host) if host == SCHEDULER => {
+            for scheduler in &schedulers {
+                if !cluster.sim.is_host_running(scheduler.as_str()) {
+                    cluster.sim.bounce(scheduler.as_str());
+                }
             }
         }
         Fault::CrashWorker(worker) => cluster.sim.crash(worker.as_str()),
@@ -168,6 +268,35 @@ pub(crate) fn apply(cluster: &mut Cluster, fault: &Fault) {
             if !cluster.sim.is_host_running(host.as_str()) {
                 cluster.sim.bounce(host.as_str());
             }
+        }
+    }
+}
+
+/// Replica `replica`'s machine loses power: its log and snapshot keep what was synced, and a
+/// torn piece of what was not.
+fn crash_replica(cluster: &mut Cluster, replica: u64, torn: usize) {
+    let Some(disks) = usize::try_from(replica - 1)
+        .ok()
+        .and_then(|i| cluster.replicas.get(i))
+        .cloned()
+    else {
+        return;
+    };
+    cluster.sim.crash(replica_host(replica).as_str());
+    for disk in [&disks.log, &disks.snapshot] {
+        if let Ok(mut disk) = disk.lock() {
+            *disk = MemoryStore::with(disk.after_power_loss(torn));
+        }
+    }
+}
+
+fn join_replicas(cluster: &mut Cluster) {
+    let n = cluster.replicas.len() as u64;
+    for a in 1..=n {
+        for b in a + 1..=n {
+            cluster
+                .sim
+                .repair(replica_host(a).as_str(), replica_host(b).as_str());
         }
     }
 }
@@ -192,15 +321,23 @@ pub(crate) fn heal(cluster: &mut Cluster, hosts: &[String]) {
         .set_max_message_latency(Duration::from_millis(10));
     // Every link, the client's too: a link the flapping took down stays down until repaired
     // (turmoil repairs those only on traffic, at `repair_rate` a message).
-    cluster.sim.repair("client", SCHEDULER);
+    let schedulers = cluster.schedulers.clone();
+    for scheduler in schedulers.iter().map(String::as_str) {
+        cluster.sim.repair("client", scheduler);
+    }
+    join_replicas(cluster);
     for host in hosts.iter().map(String::as_str) {
-        cluster.sim.repair(host, SCHEDULER);
+        for scheduler in schedulers.iter().map(String::as_str) {
+            cluster.sim.repair(host, scheduler);
+        }
         if !cluster.sim.is_host_running(host) {
             unfreeze(cluster, host);
             cluster.sim.bounce(host);
         }
     }
-    if !cluster.sim.is_host_running(SCHEDULER) {
-        cluster.sim.bounce(SCHEDULER);
+    for scheduler in schedulers.iter().map(String::as_str) {
+        if !cluster.sim.is_host_running(scheduler) {
+            cluster.sim.bounce(scheduler);
+        }
     }
 }

@@ -54,9 +54,12 @@ pub(crate) struct Report {
     pub(crate) elapsed: Duration,
 }
 
-/// Run `seed`; `Err` says which invariant broke, where, how to replay it, and the trace's tail.
-pub(crate) fn run(seed: u64) -> Result<Report, String> {
+/// Run `seed` (with `replicas` scheduler replicas, or 0 for one scheduler); `Err` says which
+/// invariant broke, where, how to replay it, and the trace's tail.
+pub(crate) fn run(seed: u64, replicas: u64) -> Result<Report, String> {
     let heal_at = heal_at();
+    // The replicas' election timeouts, drawn from the seed (all hosts run on this thread).
+    weir::scheduler::seed_elections(seed);
     let mut draw = Draw::new(seed);
     let mut builder = turmoil::Builder::new();
     builder
@@ -103,17 +106,34 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     let mut rate = || if drifts { clock::rate(&mut drift) } else { 1.0 };
     // A slow disk on some seeds: each journal sync takes 1–50 ms, or 0.1–2 s.
     let mut disk = Draw::new(seed ^ 0x6469_736b);
-    let sync_latency = match disk.below(10) {
-        0..=6 => Duration::ZERO,
-        7 | 8 => disk.millis(1, 50),
-        _ => disk.millis(100, 2_000),
+    // Replicas wait every round for a majority to sync it before anything goes out: on disks
+    // of seconds a sync they stay safe but make no progress worth the name (every answer and
+    // lease renewal waits seconds), so their slowest disks take 0.1–0.3 s.
+    let sync_latency = match (disk.below(10), replicas) {
+        (0..=6, _) => Duration::ZERO,
+        (7 | 8, _) => disk.millis(1, 50),
+        (_, 0) => disk.millis(100, 2_000),
+        _ => disk.millis(100, 300),
     };
     let setup = Setup {
         policy,
         rate: rate(),
         sync_latency,
+        replicas,
+        // Replicas sit near each other (a message between two takes at most 100 ms): with
+        // the world's 1.5 s, every round would wait seconds for its commit, on top of the
+        // workers' own latency, and a run would not finish within `BOUND`.
+        replica_latency: Some(Duration::from_millis(latency.min(100))),
+        // As an operator sets it on slow links or disks (docs/replicas.md): within T/3 a Raft
+        // message must cross a link, be synced (a vote, entries) and be answered.
+        election: Duration::from_millis(1_000.max(4 * latency.min(100))).max(4 * sync_latency),
     };
+    let said = format!(
+        "the world: messages take up to {latency} ms, a sync {sync_latency:?}, {replicas} replicas (election timeout {:?}, messages between them up to {:?})",
+        setup.election, setup.replica_latency
+    );
     let mut cluster = Cluster::with(seed, builder, setup);
+    cluster.timeline.at(Duration::ZERO, Event::Fault(said));
     // A twin on a quarter of the seeds with managers: a second host started with the first
     // manager's id (an operator's mistake), with its own workers of the same names.
     let mut twin = Draw::new(seed ^ 0x7477_696e);
@@ -142,7 +162,9 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         let rate = rate();
         cluster.add_worker(name, slots, frozen, rate);
     }
-    let plan = faults::plan(seed, &mut draw, &mut fleet, &names, &managers, heal_at);
+    let mut plan = faults::plan(seed, &mut draw, &mut fleet, &names, &managers, heal_at);
+    plan.extend(faults::replica_plan(seed, replicas, heal_at));
+    plan.sort_by_key(|(at, _)| *at);
     // Every host but the scheduler and the client: workers, then managers, then a twin.
     let hosts: Vec<String> = (names.iter().cloned())
         .chain(managers.iter().map(|(id, _, _)| id.clone()))
@@ -188,9 +210,17 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
     let mut healed = false;
     let mut seen = 0;
     let mut steps = 0u64;
+    let replay = match replicas {
+        0 => format!("WEIR_SIM_SEED={seed}"),
+        _ => format!("WEIR_SIM_REPLICA_SEED={seed}"),
+    };
+    let test = match replicas {
+        0 => "seeds",
+        _ => "replica_seeds",
+    };
     let fail = |why: String, steps: u64, at: Duration, timeline: &Timeline| {
         format!(
-            "seed {seed}: {why} (step {steps}, {:.3}s simulated)\n  replay: WEIR_SIM_SEED={seed} WEIR_SIM_HEAL_SECS={} cargo test --test sim seeds -- --nocapture\n  last events:\n{}",
+            "seed {seed}: {why} (step {steps}, {:.3}s simulated)\n  replay: {replay} WEIR_SIM_HEAL_SECS={} cargo test --test sim {test} -- --nocapture\n  last events:\n{}",
             at.as_secs_f64(),
             heal_at.as_secs(),
             timeline.tail(if std::env::var_os("WEIR_SIM_TRACE").is_some() {
@@ -219,14 +249,24 @@ pub(crate) fn run(seed: u64) -> Result<Report, String> {
         }
         if healed && ended.load(Ordering::SeqCst) == RESULTS_IN {
             let torn = final_crash.below(300) as usize;
-            apply(&mut cluster, &Fault::CrashScheduler { torn });
+            match replicas {
+                0 => apply(&mut cluster, &Fault::CrashScheduler { torn }),
+                // Every replica at once: what a majority had synced (all that was
+                // acknowledged) must come back.
+                _ => {
+                    for replica in 1..=replicas {
+                        apply(&mut cluster, &Fault::CrashReplica { replica, torn });
+                    }
+                }
+            }
             apply(&mut cluster, &Fault::Restart(SCHEDULER.into()));
             ended.store(RESTARTED, Ordering::SeqCst);
         }
         let finished = match cluster.sim.step() {
             Ok(finished) => finished,
             Err(error) => {
-                let down: Vec<&str> = (hosts.iter().map(String::as_str).chain([SCHEDULER]))
+                let down: Vec<&str> = (hosts.iter().chain(&cluster.schedulers))
+                    .map(String::as_str)
                     .filter(|host| !cluster.sim.is_host_running(*host))
                     .collect();
                 let error = format!("{error}; hosts not running: {down:?}");

@@ -38,6 +38,8 @@ pub(crate) enum Event {
     Broken(String),
     /// A client was told something (acknowledged, finished, ...).
     Client(String),
+    /// A scheduler replica began to serve `term` (its actor took over).
+    Lead { replica: u64, term: u64 },
 }
 
 /// Where an event goes on the timeline: by time; at one time, every other event (in the order
@@ -98,6 +100,19 @@ impl Timeline {
 
     pub(crate) fn events(&self) -> Vec<(Duration, Event)> {
         self.0.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Each time a replica began to serve: (when, replica, term).
+    pub(crate) fn leads(&self) -> Vec<(Duration, u64, u64)> {
+        let events = self.0.lock().map(|e| {
+            e.iter()
+                .filter_map(|(at, event)| match event {
+                    Event::Lead { replica, term } => Some((*at, *replica, *term)),
+                    _ => None,
+                })
+                .collect()
+        });
+        events.unwrap_or_default()
     }
 
     /// A hash of the whole log (times and events): equal for two runs of one seed.
@@ -174,7 +189,11 @@ impl Timeline {
                         runs.entry(task).or_default().push((start, at, worker));
                     }
                 }
-                Event::Fault(_) | Event::Client(_) | Event::Manager(_) | Event::Broken(_) => {}
+                Event::Fault(_)
+                | Event::Client(_)
+                | Event::Manager(_)
+                | Event::Broken(_)
+                | Event::Lead { .. } => {}
             }
         }
         for ((task, worker, _), start) in open {
@@ -200,6 +219,7 @@ impl fmt::Display for Event {
             Event::Manager(what) => write!(f, "manager: {what}"),
             Event::Broken(what) => write!(f, "BROKEN: {what}"),
             Event::Client(what) => write!(f, "client: {what}"),
+            Event::Lead { replica, term } => write!(f, "replica {replica} leads term {term}"),
         }
     }
 }

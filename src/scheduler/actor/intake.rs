@@ -120,6 +120,7 @@ impl Actor {
                     jobs: self.core.tasks().jobs(20),
                     policy: self.core.policy_report(),
                     managers: self.core.managers_view(now, None).unwrap_or_default(),
+                    replicas: self.replicas(),
                 });
                 return;
             }

@@ -137,7 +137,23 @@ impl LogStore {
             true => tokio::task::spawn_blocking(work)
                 .await
                 .unwrap_or_else(|e| Err(format!("the Raft log's thread failed: {e}"))),
-            false => work(),
+            false => {
+                let result = work();
+                // A simulated disk: the sync is on it once the time it takes has passed (as
+                // the journal's, see `JournalStore::took`); openraft hears of it only then.
+                let took = self
+                    .file
+                    .lock()
+                    .map(|mut f| f.log.took())
+                    .unwrap_or_default();
+                if !took.is_zero() {
+                    tokio::time::sleep(took).await;
+                }
+                if let Ok(mut file) = self.file.lock() {
+                    file.log.settled();
+                }
+                result
+            }
         };
         result.map_err(io_error)
     }

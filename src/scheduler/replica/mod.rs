@@ -19,6 +19,7 @@
 mod log_store;
 mod membership;
 mod network;
+mod runtime;
 mod state_machine;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,6 +35,7 @@ use crate::core::scheduler::Config;
 use crate::net::AccessFile;
 use crate::scheduler::journal::{JournalStore, Record};
 pub(crate) use network::serve;
+pub use runtime::seed_elections;
 pub(crate) use state_machine::decode;
 
 pub(crate) type NodeId = u64;
@@ -63,7 +65,7 @@ openraft::declare_raft_types!(
         Node = BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = runtime::Runtime,
 );
 
 /// A round's records as they are appended, cut into entries of about [`BATCH_BYTES`].
@@ -192,6 +194,9 @@ pub(crate) struct Replica {
     pub patience: Duration,
     /// What replicas present to each other ([`token`]).
     pub token: String,
+    /// Raft and replays run on the scheduler's runtime ([`ReplicaSeams::inline`]).
+    pub inline: bool,
+    pub on_lead: Option<LeadHook>,
 }
 
 /// The token replicas present to each other (see [`crate::net::access::replica_token`]).
@@ -206,6 +211,30 @@ pub struct ReplicaStores {
     pub snapshot: Box<dyn JournalStore>,
 }
 
+/// What a simulated cluster puts in place of a replica's outside world (see
+/// [`super::Seams`]); the default is the host's.
+#[derive(Debug, Default)]
+pub struct ReplicaSeams {
+    /// Where the log and snapshot are kept instead of files (`None`: the files).
+    pub stores: Option<ReplicaStores>,
+    /// Raft, and a new leader's replay, run on the scheduler's own runtime (a simulated
+    /// host's, on simulated time), not on a thread of their own.
+    pub inline: bool,
+    /// Told each time this replica starts to serve a term (a simulation judges "one leader
+    /// per term" with it).
+    pub on_lead: Option<LeadHook>,
+}
+
+/// `(replica, term)` each time a replica's actor starts to serve a term.
+#[derive(Clone)]
+pub struct LeadHook(pub Arc<dyn Fn(NodeId, u64) + Send + Sync>);
+
+impl std::fmt::Debug for LeadHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeadHook")
+    }
+}
+
 impl Replica {
     /// Open the log and snapshot, start the Raft node, and form the cluster if this replica has
     /// never been part of one (every replica may do so with the same peers).
@@ -215,12 +244,12 @@ impl Replica {
         endpoint: Box<dyn FnOnce() -> Result<quinn::Endpoint, crate::net::NetError> + Send>,
         access: Arc<AccessFile>,
         token: String,
-        stores: Option<ReplicaStores>,
+        seams: ReplicaSeams,
     ) -> Result<Replica, String> {
         let mut snapshot_path = settings.log.clone().into_os_string();
         snapshot_path.push(".snapshot");
         let snapshot_path = PathBuf::from(snapshot_path);
-        let (log, state) = match stores {
+        let (log, state) = match seams.stores {
             Some(stores) => (
                 log_store::LogStore::open_in(&settings.log, stores.log),
                 state_machine::StateMachine::open_in(&snapshot_path, stores.snapshot, config),
@@ -234,49 +263,56 @@ impl Replica {
             log.map_err(|e| e.to_string())?,
             state.map_err(|e| e.to_string())?,
         );
-        // Raft runs on a thread of its own, with the endpoint it sends from: a leader's
-        // heartbeats go out on time however long the actor's rounds take on the scheduler's
-        // thread (late ones would make the followers elect another leader).
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("weir-raft")
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the replica's thread: {e}"))?;
-        // It lives as long as the process (a runtime may not be dropped on another's thread).
-        let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
         let (id, election, sm) = (settings.id, settings.election, state.clone());
         let join = settings.join;
         let peers = settings.peers.clone();
         let sent = token.clone();
-        let raft = runtime
-            .spawn(async move {
-                let endpoint = endpoint().map_err(|e| e.to_string())?;
-                let network = network::Network {
-                    endpoint,
-                    access,
-                    token: sent,
-                    connections: Default::default(),
-                };
-                let raft = Raft::new(id, Arc::new(raft_config(election)?), network, log, sm)
+        let starting = async move {
+            let endpoint = endpoint().map_err(|e| e.to_string())?;
+            let network = network::Network {
+                endpoint,
+                access,
+                token: sent,
+                connections: Default::default(),
+            };
+            let raft = Raft::new(id, Arc::new(raft_config(election)?), network, log, sm)
+                .await
+                .map_err(|e| format!("cannot start the replica: {e}"))?;
+            let initialized = raft
+                .is_initialized()
+                .await
+                .map_err(|e| format!("cannot start the replica: {e}"))?;
+            // The replica with the lowest id forms the cluster, once: if no leader has
+            // reached it within a few election timeouts (a cluster that runs would have:
+            // it is a member), it starts one. The others wait to be reached. (Every replica
+            // forming it at once is allowed by Raft, but their elections then unseat each
+            // other for a while.)
+            if !initialized && !join && peers.keys().next() == Some(&id) {
+                tokio::spawn(form(raft.clone(), peers, 3 * election));
+            }
+            Ok::<_, String>(raft)
+        };
+        let raft = match seams.inline {
+            true => starting.await?,
+            // Raft runs on a thread of its own, with the endpoint it sends from: a leader's
+            // heartbeats go out on time however long the actor's rounds take on the
+            // scheduler's thread (late ones would make the followers elect another leader).
+            false => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("weir-raft")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start the replica's thread: {e}"))?;
+                // It lives as long as the process (a runtime may not be dropped on another's
+                // thread).
+                let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
+                runtime
+                    .spawn(starting)
                     .await
-                    .map_err(|e| format!("cannot start the replica: {e}"))?;
-                let initialized = raft
-                    .is_initialized()
-                    .await
-                    .map_err(|e| format!("cannot start the replica: {e}"))?;
-                // The replica with the lowest id forms the cluster, once: if no leader has
-                // reached it within a few election timeouts (a cluster that runs would have:
-                // it is a member), it starts one. The others wait to be reached. (Every replica
-                // forming it at once is allowed by Raft, but their elections then unseat each
-                // other for a while.)
-                if !initialized && !join && peers.keys().next() == Some(&id) {
-                    tokio::spawn(form(raft.clone(), peers, 3 * election));
-                }
-                Ok::<_, String>(raft)
-            })
-            .await
-            .map_err(|e| format!("cannot start the replica: {e}"))??;
+                    .map_err(|e| format!("cannot start the replica: {e}"))??
+            }
+        };
         Ok(Replica {
             raft,
             id: settings.id,
@@ -284,6 +320,8 @@ impl Replica {
             state,
             patience: (4 * settings.election).max(Duration::from_secs(2)),
             token,
+            inline: seams.inline,
+            on_lead: seams.on_lead,
         })
     }
 

@@ -194,7 +194,18 @@ impl StateMachine {
             true => tokio::task::spawn_blocking(work)
                 .await
                 .unwrap_or_else(|e| Err(format!("the snapshot's thread failed: {e}"))),
-            false => work(),
+            false => {
+                let kept = work();
+                // A simulated disk: the rewrite takes its time (see `JournalStore::took`).
+                let took = self.file.lock().map(|mut f| f.took()).unwrap_or_default();
+                if !took.is_zero() {
+                    tokio::time::sleep(took).await;
+                }
+                if let Ok(mut file) = self.file.lock() {
+                    file.settled();
+                }
+                kept
+            }
         };
         kept.map_err(sm_error)
     }
@@ -213,11 +224,21 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         };
         let count = batches.len();
         let config = (*self.config).clone();
-        let image = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+        let work = move || -> Result<Vec<u8>, String> {
             let core = Scheduler::restored(config, decode(&batches)?, 0);
             postcard::to_stdvec(&core.journal_image()).map_err(|e| e.to_string())
-        });
-        let data = image.await.map_err(sm_error)?.map_err(sm_error)?;
+        };
+        // Off the runtime's thread, but for a simulation's disk (which runs all in line).
+        let blocks = self
+            .file
+            .lock()
+            .map_err(|_| sm_error("the state machine's lock is poisoned"))?
+            .blocks();
+        let data = match blocks {
+            true => tokio::task::spawn_blocking(work).await.map_err(sm_error)?,
+            false => work(),
+        }
+        .map_err(sm_error)?;
         let snapshot_id = match applied {
             Some(id) => format!("{}-{}", id.leader_id.term, id.index),
             None => "empty".into(),

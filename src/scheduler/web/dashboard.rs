@@ -196,7 +196,12 @@ async fn metrics(State(shared): State<Shared>) -> Response {
 async fn api_snapshot(State(shared): State<Shared>) -> Response {
     match snapshot(&shared.events).await {
         Some(snapshot) => json(&snapshot),
-        None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this scheduler serves nothing now: a replica that does not lead (open the leader's \
+             dashboard: `weir replicas` says which one leads)\n",
+        )
+            .into_response(),
     }
 }
 
@@ -271,8 +276,9 @@ async fn sampler(shared: Shared) {
     let mut every = tokio::time::interval(SAMPLE_EVERY);
     loop {
         every.tick().await;
+        // None: no actor now (a replica that does not lead, for now): no sample this second.
         let Some(snapshot) = snapshot(&shared.events).await else {
-            return;
+            continue;
         };
         let point = sample(&snapshot);
         if let Ok(mut history) = shared.history.lock() {

@@ -156,7 +156,26 @@ function showJobs(snapshot) {
   }
 }
 
+// Scheduler replicas (`weir replicas`): shown only when there are some.
+function showReplicas(snapshot) {
+  const replicas = snapshot.replicas ?? [];
+  $("replicas-section").hidden = replicas.length === 0;
+  const body = $("replicas").tBodies[0];
+  body.replaceChildren();
+  for (const r of replicas) {
+    const row = body.insertRow();
+    row.dataset.replica = r.id;
+    cell(row, r.id);
+    cell(row, r.address);
+    cell(row, r.leader ? "leader" : r.voter ? "follower" : "learner (catching up)");
+    cell(row, r.term, "n");
+    cell(row, r.matched ?? "–", "n");
+    cell(row, r.lag ?? "–", "n");
+  }
+}
+
 function show(snapshot) {
+  showReplicas(snapshot);
   showManagers(snapshot);
   showEnvironments(snapshot);
   showJobs(snapshot);

@@ -315,3 +315,79 @@ def test_an_argument_over_the_request_limit_is_a_value_error_that_says_so(client
     with pytest.raises(weir.RequestTooLarge):
         client.submit(len, b"x" * (LIMIT + 1))
     assert client.submit(pow, 2, 3).result(timeout=60) == 8
+
+
+def _free_udp_ports(n):
+    import socket
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_the_leader_replica_killed_mid_map_loses_no_future(tmp_path):
+    """Three scheduler replicas (docs/replicas.md): the leader is killed with -9 while a map
+    runs; another leads, the client follows it, and every future resolves once, right."""
+    import json
+    import shutil
+    import subprocess
+
+    peers = ",".join(f"{i}=quic://127.0.0.1:{port}"
+                     for i, port in enumerate(_free_udp_ports(3), start=1))
+    log = open(tmp_path / "cluster.log", "ab")
+    processes = {}
+
+    def start(name, argv):
+        processes[name] = subprocess.Popen(argv, cwd=tmp_path, stdout=log, stderr=log)
+
+    def replica(i):
+        start(f"replica {i}", ["scheduler", "--access-file", str(tmp_path / f"r{i}/access.json"),
+                               "--replica", str(i), "--peers", peers,
+                               "--heartbeat-timeout", "2"])
+
+    def slow(x):
+        time.sleep(0.01)
+        return -x
+
+    try:
+        (tmp_path / "r1").mkdir()
+        replica(1)
+        first = tmp_path / "r1"
+        wait_for(lambda: (first / "access.json").exists()
+                 and (first / "scheduler-key.pem").exists(), "replica 1's access file")
+        for i in (2, 3):
+            (tmp_path / f"r{i}").mkdir()
+            for name in ("access.json", "scheduler-cert.pem", "scheduler-key.pem"):
+                shutil.copy(first / name, tmp_path / f"r{i}" / name)
+            replica(i)
+        access = str(first / "access.json")
+        for name in ("w1", "w2"):
+            start(name, ["worker", "--access-file", access, "--name", name, "--slots", "2"])
+
+        def leader():
+            out = subprocess.run(["weir", "--access-file", access, "--output", "json",
+                                  "replicas"], capture_output=True, text=True)
+            if out.returncode != 0:
+                return None
+            leading = [r["id"] for r in json.loads(out.stdout) if r["leader"]]
+            return leading[0] if leading else None
+
+        with weir.Client(access) as client:
+            futures = client.map(slow, range(600))
+            wait_for(lambda: sum(f.done() for f in futures) >= 50, "the first results")
+            killed = leader()
+            assert killed is not None
+            processes[f"replica {killed}"].kill()
+            processes[f"replica {killed}"].wait()
+            assert client.gather(futures) == [-x for x in range(600)]
+            wait_for(lambda: leader() not in (None, killed), "another replica to lead")
+            # A submission after the failover goes to the new leader.
+            assert client.submit(slow, 7).result(timeout=60) == -7
+    finally:
+        for process in processes.values():
+            process.kill()
+            process.wait()
+        log.close()

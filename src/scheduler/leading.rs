@@ -200,8 +200,7 @@ impl Leading {
         self.terms += 1;
         let (events, inbox) = mpsc::unbounded_channel();
         let record = self.record.as_ref().and_then(|f| f.try_clone().ok());
-        let mut actor = actor::Actor::new(core, self.clock.clone(), None, record, None);
-        actor.journal = journal;
+        let mut actor = actor::Actor::new(core, self.clock.clone(), None, record, journal);
         actor.compact_at_start();
         // The start policy: the one given for the first actor, made again for later ones.
         let mut scaling = match self.terms {

@@ -363,6 +363,11 @@ pub async fn run_with(
     let started = Arc::new(started);
     let _ = replica.set(started.clone());
     tracing::info!(replica = started.id, peers = ?started.peers, "replica started");
+    tokio::spawn(
+        started
+            .clone()
+            .keep_access_file((*access).clone(), settings.access_file.clone()),
+    );
     leading::terms(&started, &mut leading, &set_front).await
 }
 

@@ -19,7 +19,7 @@ pub(crate) fn no_overlap(timeline: &Timeline, now: Duration) -> Result<(), Strin
     if let Some(broken) = timeline.broken() {
         return Err(broken);
     }
-    one_leader_per_term(timeline)?;
+    leaders_in_order(timeline)?;
     for (task, mut runs) in timeline.runs(now) {
         runs.sort();
         for pair in runs.windows(2) {
@@ -36,19 +36,26 @@ pub(crate) fn no_overlap(timeline: &Timeline, now: Duration) -> Result<(), Strin
     Ok(())
 }
 
-/// Scheduler replicas: no two replicas served one term (each noted [`Event::Lead`] as its
-/// actor took over). Raft's election safety, judged where it matters: the actors that serve.
-pub(crate) fn one_leader_per_term(timeline: &Timeline) -> Result<(), String> {
-    let mut leaders = std::collections::BTreeMap::new();
+/// Scheduler replicas: each actor that takes over (noted [`Event::Lead`]) serves a leader id
+/// (term, replica) no smaller than every one served before it. openraft orders leader ids so
+/// (it may elect two replicas in one term, one after the other: the later one, with the higher
+/// id, is the valid one; see Cargo.toml), and a majority that voted for an id never confirms a
+/// smaller one: so two replicas never serve one term out of that order, and a deposed leader
+/// never serves again in its old term. The same id may serve again: a leader that restarted
+/// (openraft resumes its lead) or whose term's actor stopped for want of a commit, confirmed
+/// again by a majority either way.
+pub(crate) fn leaders_in_order(timeline: &Timeline) -> Result<(), String> {
+    let mut last: Option<(u64, u64)> = None;
     for (at, replica, term) in timeline.leads() {
-        if let Some(first) = leaders.insert(term, replica)
-            && first != replica
+        if let Some((last_term, last_replica)) = last
+            && (term, replica) < (last_term, last_replica)
         {
             return Err(format!(
-                "replicas {first} and {replica} both led term {term} (the second from {:.3}s)",
+                "replica {replica} began to serve term {term} at {:.3}s, after replica {last_replica} served term {last_term}",
                 at.as_secs_f64()
             ));
         }
+        last = Some((term, replica));
     }
     Ok(())
 }

@@ -154,7 +154,15 @@ impl Cluster {
                 let (timeline, leaders) = (timeline.clone(), leaders.clone());
                 let name = host.clone();
                 sim.host(host.as_str(), move || {
-                    let udp = udp.udp(&name, udp.start(&name));
+                    let life = udp.start(&name);
+                    // Each life starts a little apart (0-499 ms, from the seed): openraft checks
+                    // its election timer on a tick (1.5 heartbeats), and replicas started at one
+                    // instant keep ticking in step, so their elections split the vote at every
+                    // try (seed 42 of 500: no leader ever again), which processes started by
+                    // hand, at different times, do not.
+                    let phase =
+                        Duration::from_millis(udp.draw(&format!("{name} phase"), life) % 500);
+                    let udp = udp.udp(&name, life);
                     let replica = Replica {
                         id,
                         count: setup.replicas,
@@ -164,7 +172,10 @@ impl Cluster {
                         leaders: leaders.clone(),
                     };
                     let (files, state, setup) = (files.clone(), state.clone(), setup.clone());
-                    async move { run_replica(udp, files, state, setup, replica).await }
+                    async move {
+                        tokio::time::sleep(phase).await;
+                        run_replica(udp, files, state, setup, replica).await
+                    }
                 });
                 schedulers.push(host);
                 replicas.push(disks);

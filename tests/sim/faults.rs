@@ -34,13 +34,14 @@ pub(crate) enum Fault {
     /// A replica (`None`: the one that leads, as last seen) is cut off from the other replicas,
     /// not from workers, managers or clients: the leader in a minority.
     CutReplica(Option<u64>),
-    /// Every link between replicas is up again.
+    /// Every link between replicas is up again (one repair ends every cut at once).
     JoinReplicas,
     /// A worker's machine, or a manager's (its workers with it), is lost.
     CrashWorker(String),
     /// A worker is frozen and then lost; its guard kills its runs when their lease ends.
     FreezeWorker(String),
-    /// Host `host` starts again if it is down (`scheduler`: every scheduler host).
+    /// Host `host` starts again if it is down (`scheduler`: every scheduler host that is down,
+    /// so one crash's restart also ends an overlapping one early).
     Restart(String),
 }
 
@@ -235,9 +236,17 @@ pub(crate) fn apply(cluster: &mut Cluster, fault: &Fault) {
                 *disk = MemoryStore::with(disk.after_power_loss(*torn));
             }
         }
+        // The last replica that began to serve, if its machine is up (else the first that is):
+        // the leader as the simulator last heard of it.
         Fault::CrashScheduler { torn } => {
-            let replica = cluster.leaders.last().unwrap_or(1);
-            crash_replica(cluster, replica, *torn);
+            let up: Vec<u64> = (1..=cluster.replicas.len() as u64)
+                .filter(|id| cluster.sim.is_host_running(replica_host(*id).as_str()))
+                .collect();
+            let replica = (cluster.leaders.last().filter(|id| up.contains(id)))
+                .or_else(|| up.first().copied());
+            if let Some(replica) = replica {
+                crash_replica(cluster, replica, *torn);
+            }
         }
         Fault::CrashReplica { replica, torn } => crash_replica(cluster, *replica, *torn),
         Fault::CutReplica(who) => {

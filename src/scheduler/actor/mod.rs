@@ -46,6 +46,9 @@ pub(super) struct Actor {
     pub journal: Option<journal::Journal>,
     /// With a journal, every reply of a round, held until its records are on disk.
     deferred: Vec<Held>,
+    /// Whether this actor has a journal (fixed when it is made: the journal itself is out of
+    /// `journal` while a blocking thread works on it, and gone if that thread panicked).
+    journaled: bool,
     /// The first journal write error of this round: its replies become errors.
     journal_error: Option<String>,
     pub policy_latency: metrics::Histogram,
@@ -87,6 +90,7 @@ impl Actor {
             trials: None,
             adopting: HashMap::new(),
             record,
+            journaled: journal.is_some(),
             journal,
             deferred: Vec::new(),
             journal_error: None,

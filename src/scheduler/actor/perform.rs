@@ -92,7 +92,7 @@ impl Actor {
                 response,
                 last,
                 durable,
-            } => match confirmed || self.journal.is_none() {
+            } => match confirmed || !self.journaled {
                 true => self.reply(client, response, last),
                 false => self.deferred.push(super::Held {
                     client,

@@ -2,10 +2,13 @@
 //! membership changes, with the replicas' token, a learner made a voter only once caught up.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use openraft::BasicNode;
 
 use super::{NodeId, Replica};
+use crate::net::AccessFile;
 
 impl Replica {
     /// Carry out a membership change (`ReplicaAdd`, `ReplicaRemove`) if it carries the replicas'
@@ -106,6 +109,37 @@ impl Replica {
             .map_err(|e| format!("cannot remove replica {id}: {e}"))?;
         tracing::info!(replica = id, "replica removed");
         Ok(())
+    }
+
+    /// Keep this replica's access file listing the voters as they are now (each replica writes
+    /// its own, when a change is committed): a worker, manager or client that reads it later
+    /// (at start, or as it reconnects) tries the replicas of now, not those of the start.
+    pub(crate) async fn keep_access_file(self: Arc<Self>, mut access: AccessFile, path: PathBuf) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let voters: Vec<String> = {
+                let m = metrics.borrow_and_update();
+                let membership = m.membership_config.membership();
+                (membership.voter_ids())
+                    .filter_map(|id| membership.get_node(&id).map(|n| n.addr.clone()))
+                    .collect()
+            };
+            // Empty until the cluster is formed (or this replica joined one).
+            if !voters.is_empty() && voters != access.replicas {
+                access.replicas = voters;
+                match access.write(&path) {
+                    Ok(()) => {
+                        tracing::info!(replicas = ?access.replicas, access_file = %path.display(), "the access file lists the replicas of now")
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, access_file = %path.display(), "cannot rewrite the access file with the replicas of now")
+                    }
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Every replica (voters and learners) and its address.

@@ -199,7 +199,7 @@ async fn api_snapshot(State(shared): State<Shared>) -> Response {
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             "this scheduler serves nothing now: a replica that does not lead (open the leader's \
-             dashboard: `weir replicas` says which one leads)\n",
+             dashboard: `weir replicas` says which one leads), or a scheduler that is stopping\n",
         )
             .into_response(),
     }

@@ -168,7 +168,7 @@ function showReplicas(snapshot) {
     cell(row, r.id);
     cell(row, r.address);
     cell(row, r.leader ? "leader" : r.voter ? "follower" : "learner (catching up)");
-    cell(row, r.term, "n");
+    cell(row, r.leader ? r.term : "", "n");
     cell(row, r.matched ?? "–", "n");
     cell(row, r.lag ?? "–", "n");
   }

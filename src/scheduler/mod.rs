@@ -363,11 +363,15 @@ pub async fn run_with(
     let started = Arc::new(started);
     let _ = replica.set(started.clone());
     tracing::info!(replica = started.id, peers = ?started.peers, "replica started");
-    tokio::spawn(
-        started
-            .clone()
-            .keep_access_file((*access).clone(), settings.access_file.clone()),
-    );
+    // Not in a simulation: its peers read the access it publishes in memory, and a real file
+    // written (and synced) inside a simulated host made a seed's trace differ from run to run.
+    if !started.inline {
+        tokio::spawn(
+            started
+                .clone()
+                .keep_access_file((*access).clone(), settings.access_file.clone()),
+        );
+    }
     leading::terms(&started, &mut leading, &set_front).await
 }
 

@@ -105,10 +105,16 @@ impl Net {
 
     /// Replicas 1, 2, 3 at the first three `addresses`.
     fn loopback_replicas_at(&mut self, addresses: &[String]) -> (PathBuf, String) {
+        self.loopback_replicas_with(addresses, &[])
+    }
+
+    /// Replicas 1, 2, 3 at the first three `addresses`, each with `args` too.
+    fn loopback_replicas_with(&mut self, addresses: &[String], args: &[&str]) -> (PathBuf, String) {
         let peers = peers(&addresses[..3]);
-        let access = self.replica(None, 1, &peers, &REPLICA_FLAGS);
+        let flags = [&REPLICA_FLAGS[..], args].concat();
+        let access = self.replica(None, 1, &peers, &flags);
         for id in [2, 3] {
-            self.replica(None, id, &peers, &REPLICA_FLAGS);
+            self.replica(None, id, &peers, &flags);
         }
         (access, peers)
     }
@@ -139,10 +145,33 @@ fn loopback(n: usize) -> Vec<String> {
 #[test]
 fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_result_once() {
     let mut net = Net::new();
-    let (access, _) = net.loopback_replicas();
+    // Every replica scales manager `m` (the waterfall made again in each term it leads).
+    let policy = [
+        "--policy",
+        "waterfall_v1",
+        "--policy-content",
+        "1, m",
+        "--scaling-interval",
+        "0.2",
+    ];
+    let (access, _) = net.loopback_replicas_with(&loopback(3), &policy);
     let leader = net.leader(&access, None);
     net.say(&format!("replica {leader} leads"));
-    net.workers_of(&access, &["w1", "w2"], 4);
+    net.workers_of(&access, &["w1"], 4);
+    // A manager of up to two workers of two slots: it follows the leader as its workers do.
+    let mut command = net.command(None, "worker-manager", "manager");
+    command.arg("--access-file").arg(&access).args([
+        "--id",
+        "m",
+        "--max-task-concurrency",
+        "4",
+        "--slots",
+        "2",
+        "--heartbeat-interval",
+        "0.2",
+    ]);
+    let child = command.spawn().expect("worker-manager starts");
+    net.keep("manager", child);
     // The waiting client: `weir submit --wait` of 2,000 short tasks.
     let script = task_script(&net.path("runs.txt"), 0.0);
     let mut waiting = Command::new(bin("weir"))
@@ -159,6 +188,10 @@ fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_res
     net.await_ends("runs.txt", 300, 120);
     net.kill_replica(leader);
     let killed = Instant::now();
+    let killed_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let next = net.leader(&access, Some(leader));
     let failover = killed.elapsed();
     net.say(&format!(
@@ -198,6 +231,17 @@ fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_res
     );
     let mut failures = Failures(Vec::new());
     check_runs_and_results(&mut failures, &net, &access, ("1", "runs.txt", 2000), false);
+    // The manager's workers served the new leader too (its policy made again for its term).
+    let runs = Runs::read(&net.path("runs.txt"));
+    let after: Vec<&Run> = (runs.runs.values())
+        .filter(|r| r.first > killed_ns && r.worker.starts_with("m-"))
+        .collect();
+    failures.check(!after.is_empty(), || {
+        format!(
+            "no run on the manager's workers after the failover: {}",
+            runs.summary()
+        )
+    });
     let jobs = net.json(&access, &["jobs"]);
     failures.check(jobs.as_array().is_some_and(|j| j.len() == 1), || {
         format!("one submission, one job: {jobs}")

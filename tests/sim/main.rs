@@ -110,7 +110,7 @@ fn seeds() {
 }
 
 /// The seeds that `replica_seeds` runs without `WEIR_SIM_REPLICA_SEEDS`/`WEIR_SIM_REPLICA_SEED`.
-const REPLICA_FIXED: [u64; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 95];
+const REPLICA_FIXED: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 
 /// The same runs with three scheduler replicas (hosts `scheduler1`–`scheduler3`, on Raft):
 /// besides every fault above, replicas lose power (the leader, or any), are cut off from the
@@ -119,9 +119,9 @@ const REPLICA_FIXED: [u64; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 95];
 /// held after the last restart are exactly those acknowledged. `WEIR_SIM_REPLICA_SEEDS=N`,
 /// `WEIR_SIM_REPLICA_SEED=K` (replayed twice: openraft's election timeouts are drawn from the
 /// seed, `weir::scheduler::seed_elections`). A leader that sends a round's outputs before a
-/// majority has its records (the hold in `actor/perform.rs` removed) fails 21 of seeds 0..100:
-/// seed 4 as an acknowledged submission gone after the last power loss, seed 95 as a task run
-/// twice at once.
+/// majority has its records (the hold in `actor/perform.rs` removed) fails 20 of seeds 0..100:
+/// seed 4 as a task run twice at once, seed 6 as an acknowledged submission gone after the
+/// last power loss.
 #[test]
 fn replica_seeds() {
     sweep(

@@ -363,8 +363,9 @@ pub async fn run_with(
     let started = Arc::new(started);
     let _ = replica.set(started.clone());
     tracing::info!(replica = started.id, peers = ?started.peers, "replica started");
-    // Not in a simulation: its peers read the access it publishes in memory, and a real file
-    // written (and synced) inside a simulated host made a seed's trace differ from run to run.
+    // Not in a simulation: its peers read the access it publishes in memory (and the task,
+    // which never writes there, made seeds 4 and 486 part from their first run: something in
+    // a replay depends on the tasks a simulated host runs, not found yet; RELIABILITY.md).
     if !started.inline {
         tokio::spawn(
             started

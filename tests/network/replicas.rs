@@ -35,7 +35,35 @@ fn peers(addresses: &[String]) -> String {
 /// follower stands for election after 1–2 s without a leader).
 const REPLICA_FLAGS: [&str; 2] = ["--heartbeat-timeout", "2"];
 
+/// Every replica scales manager `m` with the waterfall (made again in each term it leads).
+const MANAGER_POLICY: [&str; 6] = [
+    "--policy",
+    "waterfall_v1",
+    "--policy-content",
+    "1, m",
+    "--scaling-interval",
+    "0.2",
+];
+
 impl Net {
+    /// Manager `m` (up to two workers of two slots) from here: it follows the leader as its
+    /// workers do.
+    fn manager(&mut self, access: &Path) {
+        let mut command = self.command(None, "worker-manager", "manager");
+        command.arg("--access-file").arg(access).args([
+            "--id",
+            "m",
+            "--max-task-concurrency",
+            "4",
+            "--slots",
+            "2",
+            "--heartbeat-interval",
+            "0.2",
+        ]);
+        let child = command.spawn().expect("worker-manager starts");
+        self.keep("manager", child);
+    }
+
     /// Replica `id` of `peers`, in `netns`, with its access file in `r{id}/` (the first one
     /// started makes the certificate and tokens; the others get copies, as an operator copies
     /// them). Returns the access file it wrote.
@@ -146,32 +174,11 @@ fn loopback(n: usize) -> Vec<String> {
 fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_result_once() {
     let mut net = Net::new();
     // Every replica scales manager `m` (the waterfall made again in each term it leads).
-    let policy = [
-        "--policy",
-        "waterfall_v1",
-        "--policy-content",
-        "1, m",
-        "--scaling-interval",
-        "0.2",
-    ];
-    let (access, _) = net.loopback_replicas_with(&loopback(3), &policy);
+    let (access, _) = net.loopback_replicas_with(&loopback(3), &MANAGER_POLICY);
     let leader = net.leader(&access, None);
     net.say(&format!("replica {leader} leads"));
     net.workers_of(&access, &["w1"], 4);
-    // A manager of up to two workers of two slots: it follows the leader as its workers do.
-    let mut command = net.command(None, "worker-manager", "manager");
-    command.arg("--access-file").arg(&access).args([
-        "--id",
-        "m",
-        "--max-task-concurrency",
-        "4",
-        "--slots",
-        "2",
-        "--heartbeat-interval",
-        "0.2",
-    ]);
-    let child = command.spawn().expect("worker-manager starts");
-    net.keep("manager", child);
+    net.manager(&access);
     // The waiting client: `weir submit --wait` of 2,000 short tasks.
     let script = task_script(&net.path("runs.txt"), 0.0);
     let mut waiting = Command::new(bin("weir"))
@@ -188,11 +195,12 @@ fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_res
     net.await_ends("runs.txt", 300, 120);
     net.kill_replica(leader);
     let killed = Instant::now();
-    let killed_ns = std::time::SystemTime::now()
+    let next = net.leader(&access, Some(leader));
+    // From here on no run can have been handed out by the killed leader.
+    let led_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let next = net.leader(&access, Some(leader));
     let failover = killed.elapsed();
     net.say(&format!(
         "replica {next} leads {:.2} s after the leader was killed",
@@ -234,7 +242,7 @@ fn the_leader_killed_mid_job_another_leads_and_the_waiting_client_gets_every_res
     // The manager's workers served the new leader too (its policy made again for its term).
     let runs = Runs::read(&net.path("runs.txt"));
     let after: Vec<&Run> = (runs.runs.values())
-        .filter(|r| r.first > killed_ns && r.worker.starts_with("m-"))
+        .filter(|r| r.first > led_ns && r.worker.starts_with("m-"))
         .collect();
     failures.check(!after.is_empty(), || {
         format!(
@@ -446,14 +454,17 @@ fn the_leader_cut_off_from_the_replicas_but_not_the_workers_stops_serving_and_no
     let mut t = triangle();
     let peers = peers(&t.addresses);
     let mut access = PathBuf::new();
+    let flags = [&REPLICA_FLAGS[..], &MANAGER_POLICY[..]].concat();
     for id in 1..=3u64 {
         let space = &t.spaces[id as usize - 1];
-        access = t.net.replica(Some(space), id, &peers, &REPLICA_FLAGS);
+        access = t.net.replica(Some(space), id, &peers, &flags);
     }
     let net = &mut t.net;
     let leader = net.leader(&access, None);
     net.say(&format!("replica {leader} leads"));
-    net.workers_of(&access, &["w1", "w2"], 2);
+    // The three replicas in three namespaces, a worker and a manager's workers in a fourth.
+    net.workers_of(&access, &["w1"], 2);
+    net.manager(&access);
     // Tasks of 3 s: runs are under way when the leader is cut off.
     let job = net.submit(&access, 40, 3.0);
     net.await_starts(4, 60);
@@ -473,6 +484,11 @@ fn the_leader_cut_off_from_the_replicas_but_not_the_workers_stops_serving_and_no
     net.wait_job(&access, &job, Instant::now() + Duration::from_secs(240));
     let mut failures = Failures(Vec::new());
     check_runs_and_results(&mut failures, net, &access, (&job, "runs.txt", 40), false);
+    let runs = Runs::read(&net.path("runs.txt"));
+    failures.check(
+        runs.runs.values().any(|r| r.worker.starts_with("m-")),
+        || format!("no run on the manager's workers: {}", runs.summary()),
+    );
     failures.finish("the leader cut off");
 }
 

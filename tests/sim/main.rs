@@ -115,8 +115,8 @@ const REPLICA_FIXED: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 /// The same runs with three scheduler replicas (hosts `scheduler1`–`scheduler3`, on Raft):
 /// besides every fault above, replicas lose power (the leader, or any), are cut off from the
 /// others (the leader on most), and links between them flap; at the end all three lose power
-/// at once. All the invariants hold, and also: leaders take over in (term, replica) order, never back, and the jobs
-/// held after the last restart are exactly those acknowledged. `WEIR_SIM_REPLICA_SEEDS=N`,
+/// at once. All the invariants hold, and also: leaders take over in (term, replica) order,
+/// never back, and the jobs held after the last restart are exactly those acknowledged. `WEIR_SIM_REPLICA_SEEDS=N`,
 /// `WEIR_SIM_REPLICA_SEED=K` (replayed twice: openraft's election timeouts are drawn from the
 /// seed, `weir::scheduler::seed_elections`). A leader that sends a round's outputs before a
 /// majority has its records (the hold in `actor/perform.rs` removed) fails 20 of seeds 0..100:

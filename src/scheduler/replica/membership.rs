@@ -112,8 +112,10 @@ impl Replica {
     }
 
     /// Keep this replica's access file listing the voters as they are now (each replica writes
-    /// its own, when a change is committed): a worker, manager or client that reads it later
-    /// (at start, or as it reconnects) tries the replicas of now, not those of the start.
+    /// its own, as its effective membership changes: during a joint change, both sets): a
+    /// worker, manager or client that reads it later (at start, or as it reconnects) tries the
+    /// replicas of now, not those of the start. A write that fails is tried again at the next
+    /// change of Raft's metrics.
     pub(crate) async fn keep_access_file(self: Arc<Self>, mut access: AccessFile, path: PathBuf) {
         let mut metrics = self.raft.metrics();
         loop {
@@ -126,10 +128,12 @@ impl Replica {
             };
             // Empty until the cluster is formed (or this replica joined one).
             if !voters.is_empty() && voters != access.replicas {
-                access.replicas = voters;
-                match access.write(&path) {
+                let mut now = access.clone();
+                now.replicas = voters;
+                match now.write(&path) {
                     Ok(()) => {
-                        tracing::info!(replicas = ?access.replicas, access_file = %path.display(), "the access file lists the replicas of now")
+                        tracing::info!(replicas = ?now.replicas, access_file = %path.display(), "the access file lists the replicas of now");
+                        access = now;
                     }
                     Err(error) => {
                         tracing::warn!(%error, access_file = %path.display(), "cannot rewrite the access file with the replicas of now")

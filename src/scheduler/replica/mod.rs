@@ -217,11 +217,12 @@ pub struct ReplicaStores {
 pub struct ReplicaSeams {
     /// Where the log and snapshot are kept instead of files (`None`: the files).
     pub stores: Option<ReplicaStores>,
-    /// Raft, and a new leader's replay, run on the scheduler's own runtime (a simulated
-    /// host's, on simulated time), not on a thread of their own.
+    /// A simulated replica: Raft, and a new leader's replay, run on the scheduler's own
+    /// runtime (a simulated host's, on simulated time), not on a thread of their own; and its
+    /// access file is not rewritten on membership changes.
     pub inline: bool,
-    /// Told each time this replica starts to serve a term (a simulation judges "one leader
-    /// per term" with it).
+    /// Told each time this replica starts to serve a term (a simulation judges that leaders
+    /// take over in (term, replica) order with it).
     pub on_lead: Option<LeadHook>,
 }
 

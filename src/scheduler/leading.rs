@@ -38,6 +38,11 @@ pub(super) async fn terms(
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
+        // Confirmed in a later term than the records were read in (lost and won again while it
+        // waited): another leader may have committed more since; read them again.
+        if started.raft.metrics().borrow().current_term != term {
+            continue;
+        }
         // Replayed off the runtime's thread: Raft's heartbeats go on meanwhile (a replay longer
         // than the election timeout would otherwise cost this replica its lead).
         let config = leading.config.clone();

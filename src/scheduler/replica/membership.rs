@@ -115,9 +115,11 @@ impl Replica {
     /// its own, as its effective membership changes: during a joint change, both sets): a
     /// worker, manager or client that reads it later (at start, or as it reconnects) tries the
     /// replicas of now, not those of the start. A write that fails is tried again at the next
-    /// change of Raft's metrics.
+    /// change of Raft's server metrics (a vote, a role, a membership).
     pub(crate) async fn keep_access_file(self: Arc<Self>, mut access: AccessFile, path: PathBuf) {
-        let mut metrics = self.raft.metrics();
+        // The server metrics change with the vote, the role and the membership only (not with
+        // every commit, as the whole metrics do).
+        let mut metrics = self.raft.server_metrics();
         loop {
             let voters: Vec<String> = {
                 let m = metrics.borrow_and_update();

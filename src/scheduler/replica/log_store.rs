@@ -72,6 +72,42 @@ fn poisoned<T>(_: T) -> String {
     "the Raft log's lock is poisoned".to_string()
 }
 
+/// Run `work` (which writes to the log `log` finds in `file`, or to nothing) as that log's
+/// store wants: on a blocking thread for a real disk; in line for a simulated one, and then
+/// wait on the timer for as long as its calls took and settle them, as the journal does (see
+/// `JournalStore::took`), so that what waits on the write hears of it only then. `what` names
+/// the file in errors. The log store and the snapshot share it.
+pub(super) async fn on_disk<T, R, W>(
+    file: &Arc<Mutex<T>>,
+    log: fn(&mut T) -> &mut Log<R>,
+    what: &str,
+    work: impl FnOnce() -> Result<W, String> + Send + 'static,
+) -> Result<W, String>
+where
+    R: Framed,
+    W: Send + 'static,
+{
+    let poisoned = || format!("{what}'s lock is poisoned");
+    let blocks = file.lock().map(|mut f| log(&mut f).blocks());
+    if blocks.map_err(|_| poisoned())? {
+        return tokio::task::spawn_blocking(work)
+            .await
+            .unwrap_or_else(|e| Err(format!("{what}'s thread failed: {e}")));
+    }
+    let result = work();
+    let took = file
+        .lock()
+        .map(|mut f| log(&mut f).took())
+        .unwrap_or_default();
+    if !took.is_zero() {
+        tokio::time::sleep(took).await;
+    }
+    if let Ok(mut f) = file.lock() {
+        log(&mut f).settled();
+    }
+    result
+}
+
 impl LogStore {
     /// Open (or create) the log at `path`.
     pub(crate) fn open(path: &Path) -> Result<LogStore, JournalError> {
@@ -127,35 +163,9 @@ impl LogStore {
             state.apply(op);
             file.rewrite_if_worth_it(&state).map_err(|e| e.to_string())
         };
-        let blocks = self
-            .file
-            .lock()
-            .map_err(|e| io_error(poisoned(e)))?
-            .log
-            .blocks();
-        let result = match blocks {
-            true => tokio::task::spawn_blocking(work)
-                .await
-                .unwrap_or_else(|e| Err(format!("the Raft log's thread failed: {e}"))),
-            false => {
-                let result = work();
-                // A simulated disk: the sync is on it once the time it takes has passed (as
-                // the journal's, see `JournalStore::took`); openraft hears of it only then.
-                let took = self
-                    .file
-                    .lock()
-                    .map(|mut f| f.log.took())
-                    .unwrap_or_default();
-                if !took.is_zero() {
-                    tokio::time::sleep(took).await;
-                }
-                if let Ok(mut file) = self.file.lock() {
-                    file.log.settled();
-                }
-                result
-            }
-        };
-        result.map_err(io_error)
+        on_disk(&self.file, |f| &mut f.log, "the Raft log", work)
+            .await
+            .map_err(io_error)
     }
 }
 

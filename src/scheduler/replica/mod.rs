@@ -16,6 +16,7 @@
 //!
 //! See RELIABILITY.md ("Scheduler replicas") for the arithmetic that makes a failover safe.
 
+mod batch;
 mod log_store;
 mod membership;
 mod network;
@@ -29,32 +30,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
-use serde::{Deserialize, Serialize};
 
 use crate::core::scheduler::Config;
 use crate::net::AccessFile;
-use crate::scheduler::journal::{JournalStore, Record};
+use crate::scheduler::journal::JournalStore;
+pub(crate) use batch::{Batch, Batches};
 pub(crate) use network::serve;
 pub use runtime::seed_elections;
 pub(crate) use state_machine::decode;
 
 pub(crate) type NodeId = u64;
-
-/// One leader round's journal records (postcard of a `Vec<Record>`): a Raft log entry.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Batch(pub Vec<u8>);
-
-impl std::fmt::Debug for Batch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Batch({} bytes)", self.0.len())
-    }
-}
-
-impl std::fmt::Display for Batch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} bytes of records", self.0.len())
-    }
-}
 
 openraft::declare_raft_types!(
     /// weir's Raft: batches of journal records on `u64` replica ids.
@@ -67,56 +52,6 @@ openraft::declare_raft_types!(
         SnapshotData = Cursor<Vec<u8>>,
         AsyncRuntime = runtime::Runtime,
 );
-
-/// A round's records as they are appended, cut into entries of about [`BATCH_BYTES`].
-#[derive(Default)]
-pub(crate) struct Batches {
-    done: Vec<Batch>,
-    count: u64,
-    bytes: Vec<u8>,
-}
-
-/// An entry is closed once its records pass this size (a record is never split).
-const BATCH_BYTES: usize = 4 << 20;
-
-impl Batches {
-    pub(crate) fn push(&mut self, record: &Record) -> Result<(), String> {
-        self.bytes = postcard::to_extend(record, std::mem::take(&mut self.bytes))
-            .map_err(|e| format!("cannot encode a record: {e}"))?;
-        self.count += 1;
-        if self.bytes.len() >= BATCH_BYTES {
-            self.close();
-        }
-        Ok(())
-    }
-
-    fn close(&mut self) {
-        if self.count == 0 {
-            return;
-        }
-        // postcard's `Vec`: its length (a varint), then its elements.
-        let mut batch = Vec::with_capacity(10 + self.bytes.len());
-        let mut n = self.count;
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                batch.push(byte);
-                break;
-            }
-            batch.push(byte | 0x80);
-        }
-        batch.append(&mut self.bytes);
-        self.done.push(Batch(batch));
-        self.count = 0;
-    }
-
-    /// The entries of the round (none without records).
-    pub(crate) fn take(&mut self) -> Vec<Batch> {
-        self.close();
-        std::mem::take(&mut self.done)
-    }
-}
 
 /// `scheduler --replica ID --peers ...`.
 #[derive(Clone, Debug)]
@@ -488,24 +423,6 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_round_s_records_decode_as_one_vec_whatever_their_number() {
-        for n in [1usize, 5, 127, 128, 300] {
-            let mut batches = Batches::default();
-            for job in 0..n {
-                batches
-                    .push(&Record::Forget { job: job as u64 })
-                    .expect("encodes");
-            }
-            let taken = batches.take();
-            assert_eq!(taken.len(), 1);
-            let records = state_machine::decode(&taken).expect("decodes");
-            assert_eq!(records.len(), n);
-            assert!(matches!(records[n - 1], Record::Forget { job } if job == n as u64 - 1));
-        }
-        assert!(Batches::default().take().is_empty());
-    }
 
     #[test]
     fn peers_are_parsed_and_bad_ones_named() {

@@ -18,6 +18,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::log_store::on_disk;
 use super::{Batch, NodeId, TypeConfig};
 use crate::core::scheduler::{Config, Scheduler};
 use crate::scheduler::journal::{JournalError, JournalStore, Log, Record};
@@ -185,29 +186,9 @@ impl StateMachine {
             inner.snapshot = Some((meta, data));
             Ok(true)
         };
-        let blocks = self
-            .file
-            .lock()
-            .map_err(|_| sm_error("the state machine's lock is poisoned"))?
-            .blocks();
-        let kept = match blocks {
-            true => tokio::task::spawn_blocking(work)
-                .await
-                .unwrap_or_else(|e| Err(format!("the snapshot's thread failed: {e}"))),
-            false => {
-                let kept = work();
-                // A simulated disk: the rewrite takes its time (see `JournalStore::took`).
-                let took = self.file.lock().map(|mut f| f.took()).unwrap_or_default();
-                if !took.is_zero() {
-                    tokio::time::sleep(took).await;
-                }
-                if let Ok(mut file) = self.file.lock() {
-                    file.settled();
-                }
-                kept
-            }
-        };
-        kept.map_err(sm_error)
+        on_disk(&self.file, |f| f, "the snapshot", work)
+            .await
+            .map_err(sm_error)
     }
 }
 
@@ -229,16 +210,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             postcard::to_stdvec(&core.journal_image()).map_err(|e| e.to_string())
         };
         // Off the runtime's thread, but for a simulation's disk (which runs all in line).
-        let blocks = self
-            .file
-            .lock()
-            .map_err(|_| sm_error("the state machine's lock is poisoned"))?
-            .blocks();
-        let data = match blocks {
-            true => tokio::task::spawn_blocking(work).await.map_err(sm_error)?,
-            false => work(),
-        }
-        .map_err(sm_error)?;
+        let data = on_disk(&self.file, |f| f, "the snapshot", work)
+            .await
+            .map_err(sm_error)?;
         let snapshot_id = match applied {
             Some(id) => format!("{}-{}", id.leader_id.term, id.index),
             None => "empty".into(),

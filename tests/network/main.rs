@@ -1158,6 +1158,16 @@ fn a_second_manager_with_a_live_managers_id_is_refused_and_the_cap_holds() {
 /// registered workers), no worker that runs a task is stopped, no task runs twice at once, no
 /// finished run is thrown away, each task completes once; with the manager cut (its workers
 /// untouched) no task runs twice at all.
+/// The scheduler (each replica, in `replicas.rs`) scales manager `m` with the waterfall.
+const MANAGER_POLICY: [&str; 6] = [
+    "--policy",
+    "waterfall_v1",
+    "--policy-content",
+    "1, m",
+    "--scaling-interval",
+    "0.2",
+];
+
 fn manager_or_workers_cut(cut_manager: bool, seconds: u64, tasks: usize, task_seconds: f64) {
     let tag = if cut_manager { "mcut" } else { "wcut" };
     let a = namespace(&format!("{tag}-sched"));
@@ -1170,17 +1180,8 @@ fn manager_or_workers_cut(cut_manager: bool, seconds: u64, tasks: usize, task_se
     net.scheduler(
         Some(&a),
         &format!("quic://{scheduler}"),
-        &[
-            "--policy",
-            "waterfall_v1",
-            "--policy-content",
-            "1, m",
-            "--scaling-interval",
-            "0.2",
-            // Forgotten while cut off (the default is 60 s).
-            "--manager-forget-after",
-            "10",
-        ],
+        // Forgotten while cut off (the default is 60 s).
+        &[&MANAGER_POLICY[..], &["--manager-forget-after", "10"]].concat(),
     );
     let direct = net.access_via("direct", scheduler);
     let manager_access = net.access_via("manager", manager_relay.address);

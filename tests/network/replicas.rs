@@ -35,16 +35,6 @@ fn peers(addresses: &[String]) -> String {
 /// follower stands for election after 1–2 s without a leader).
 const REPLICA_FLAGS: [&str; 2] = ["--heartbeat-timeout", "2"];
 
-/// Every replica scales manager `m` with the waterfall (made again in each term it leads).
-const MANAGER_POLICY: [&str; 6] = [
-    "--policy",
-    "waterfall_v1",
-    "--policy-content",
-    "1, m",
-    "--scaling-interval",
-    "0.2",
-];
-
 impl Net {
     /// Manager `m` (up to two workers of two slots) from here: it follows the leader as its
     /// workers do.

@@ -203,30 +203,16 @@ pub(crate) fn apply(cluster: &mut Cluster, fault: &Fault) {
             worker,
             to_scheduler,
         } => {
-            for scheduler in &schedulers {
-                match to_scheduler {
-                    true => cluster
-                        .sim
-                        .partition_oneway(worker.as_str(), scheduler.as_str()),
-                    false => cluster
-                        .sim
-                        .partition_oneway(scheduler.as_str(), worker.as_str()),
-                }
+            for (from, to) in one_way(worker, *to_scheduler, &schedulers) {
+                cluster.sim.partition_oneway(from, to);
             }
         }
         Fault::RepairOneWay {
             worker,
             to_scheduler,
         } => {
-            for scheduler in &schedulers {
-                match to_scheduler {
-                    true => cluster
-                        .sim
-                        .repair_oneway(worker.as_str(), scheduler.as_str()),
-                    false => cluster
-                        .sim
-                        .repair_oneway(scheduler.as_str(), worker.as_str()),
-                }
+            for (from, to) in one_way(worker, *to_scheduler, &schedulers) {
+                cluster.sim.repair_oneway(from, to);
             }
         }
         Fault::CrashScheduler { torn } if cluster.replicas.is_empty() => {
@@ -279,6 +265,19 @@ pub(crate) fn apply(cluster: &mut Cluster, fault: &Fault) {
             }
         }
     }
+}
+
+/// The one-way links between `worker` and each scheduler host, from the sender: the worker's
+/// to them (`to_scheduler`), or theirs to it.
+fn one_way<'a>(
+    worker: &'a str,
+    to_scheduler: bool,
+    schedulers: &'a [String],
+) -> impl Iterator<Item = (&'a str, &'a str)> {
+    schedulers.iter().map(move |scheduler| match to_scheduler {
+        true => (worker, scheduler.as_str()),
+        false => (scheduler.as_str(), worker),
+    })
 }
 
 /// Replica `replica`'s machine loses power: its log and snapshot keep what was synced, and a

@@ -115,8 +115,6 @@ pub struct Scheduler {
     worker_waits: Vec<WorkerWait>,
     /// The scaling loop: the policy, its state, its last decisions and its timing.
     scaling: ScalingLoop,
-    /// Jobs forgotten since the journal was last compacted (what compacting would drop).
-    forgets_since_compaction: u64,
     /// The journal's size at the last sync.
     journal_bytes: u64,
     next_tick: u64,
@@ -139,7 +137,6 @@ impl Scheduler {
             env_waits: Vec::new(),
             worker_waits: Vec::new(),
             scaling: ScalingLoop::new(&config),
-            forgets_since_compaction: 0,
             journal_bytes: 0,
             next_tick: config.tick_ms,
             actions: VecDeque::new(),
@@ -240,7 +237,6 @@ impl Scheduler {
                 self.acknowledge_outcomes();
             }
             Input::Compacted => {
-                self.forgets_since_compaction = 0;
                 self.tasks.compacted();
             }
             Input::Replay(record) => self.replay(record),
@@ -386,7 +382,7 @@ impl Scheduler {
         // at least as many tasks were forgotten since the last compaction as are still held
         // (half of it, or more, is gone), and it is big enough for that to pay.
         if self.config.journal
-            && self.forgets_since_compaction > 0
+            && self.tasks.forgotten_tasks_since_compaction() > 0
             && self.journal_bytes >= self.config.compact_min_bytes
             && self.tasks.forgotten_tasks_since_compaction() >= self.tasks.held_tasks()
         {
@@ -424,9 +420,6 @@ impl Scheduler {
     fn journal(&mut self, record: Record) {
         if !self.config.journal {
             return;
-        }
-        if matches!(record, Record::Forget { .. }) {
-            self.forgets_since_compaction += 1;
         }
         self.actions.push_back(Action::Journal {
             record,

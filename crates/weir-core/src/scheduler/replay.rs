@@ -60,7 +60,7 @@ impl Scheduler {
             Record::EnvRemove { name } => {
                 self.tasks.remove_environment(&name);
             }
-            Record::Compacted => self.forgets_since_compaction = 0,
+            Record::Compacted => self.tasks.compacted(),
             Record::Started(tasks) => {
                 for (task, attempts) in tasks {
                     self.tasks.restore_started(task, attempts);
@@ -85,7 +85,6 @@ impl Scheduler {
                 });
             }
             Record::Forget { job } => {
-                self.forgets_since_compaction += 1;
                 if let Err(error) = self.tasks.forget(job) {
                     tracing::warn!(job, %error, "a journaled forget does not apply; ignored");
                 }
@@ -117,7 +116,7 @@ impl Scheduler {
         self.tasks.fence_unfinished(now);
         self.tasks.take_effects();
         self.actions.clear();
-        if self.config.journal && self.forgets_since_compaction > 0 {
+        if self.config.journal && self.tasks.forgotten_tasks_since_compaction() > 0 {
             self.actions
                 .push_back(super::Action::Compact(self.journal_image()));
         }
@@ -125,7 +124,7 @@ impl Scheduler {
         if status.jobs > 0 {
             tracing::info!(
                 jobs = status.jobs,
-                forgets = self.forgets_since_compaction,
+                forgotten_tasks = self.tasks.forgotten_tasks_since_compaction(),
                 "journal replayed"
             );
         }

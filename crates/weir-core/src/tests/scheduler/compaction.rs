@@ -100,6 +100,62 @@ fn a_journal_with_forgotten_jobs_is_compacted_at_start_whatever_its_size() {
     }
 }
 
+/// A compacted journal that still names a forgotten job (kept for its ids: a job before it is
+/// held) is not compacted again at the next start: its closing `Compacted` ends the count of
+/// what was forgotten (it would be rewritten at every start otherwise).
+#[test]
+fn a_compacted_journal_is_not_compacted_again_at_start() {
+    let mut core = Scheduler::new(config(true));
+    let mut records = Vec::new();
+    let actions = round(
+        &mut core,
+        0,
+        vec![
+            join(1, worker("w1", 4)),
+            from_client(1, submit(2)),
+            from_client(2, submit(2)),
+        ],
+    );
+    let results = runs(&actions).into_iter().map(|t| (t, ok())).collect();
+    records.extend(journaled(&actions));
+    let finished = round(&mut core, 1, vec![Input::Finished { worker: 1, results }]);
+    records.extend(journaled(&finished));
+    let forgot = round(
+        &mut core,
+        2,
+        vec![from_client(3, Request::Forget { job: 2 })],
+    );
+    records.extend(journaled(&forgot));
+    let start = |records: Vec<Record>| {
+        let mut restarted = Scheduler::new(config(true));
+        for record in records {
+            restarted.handle(10, Input::Replay(record));
+        }
+        restarted.handle(10, Input::Replayed);
+        restarted.take_actions()
+    };
+    let image = match &start(records)[..] {
+        [Action::Compact(image)] => journaled(
+            &image
+                .iter()
+                .map(|record| Action::Journal {
+                    record: postcard::to_stdvec(record)
+                        .map(|bytes| postcard::from_bytes(&bytes).expect("decodes"))
+                        .expect("encodes"),
+                    write_through: false,
+                })
+                .collect::<Vec<_>>(),
+        ),
+        other => panic!("compacted at start: {other:#?}"),
+    };
+    assert!(
+        image.iter().any(|r| matches!(r, Record::Forget { job: 2 })),
+        "the image keeps job 2's place: {image:#?}"
+    );
+    let again = start(image);
+    assert!(again.is_empty(), "compacted again: {again:#?}");
+}
+
 /// An `env register --wait` whose environment is removed meanwhile is answered at once (no
 /// worker would ever give a verdict on it), not left waiting.
 #[test]

@@ -122,6 +122,9 @@ pub(super) async fn serve(
         tracing::warn!(%peer, "{reason}");
         return refuse(&connection, &mut send, &reason).await;
     };
+    if matches!(hello.role, Role::Client | Role::Replica) {
+        crate::net::allow_requests(&connection);
+    }
     if hello.role == Role::Replica {
         return match replica {
             Some(replica) => {

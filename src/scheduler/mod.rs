@@ -186,7 +186,7 @@ pub async fn run_with(
     };
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
-    server.transport_config(net::transport(settings.heartbeat_timeout));
+    server.transport_config(net::server_transport(settings.heartbeat_timeout));
     let endpoint = (seams.udp.listen(settings.listen))
         .and_then(|socket| net::udp::endpoint(&*seams.udp, socket, Some(server)))
         .map_err(|e| NetError::Listen {

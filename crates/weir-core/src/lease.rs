@@ -38,9 +38,52 @@ pub fn fence(lease: Duration) -> Duration {
     lease + lease / CLOCK_RATE_SLACK_DIVISOR + KILL_MARGIN
 }
 
+/// How often a worker that holds no task beats (each beat a renewal), as the scheduler asks in
+/// [`weir_proto::ToWorker::Registered`]: `min(lease / 4, heartbeat_timeout / 2)` (10 s and 5 s
+/// → 2.5 s), against every second for a worker with tasks.
+///
+/// The arithmetic:
+/// - The lease is asked for at least four times within its length, as a busy worker does, so
+///   an answer or two may be late or lost before it runs out (an idle worker whose lease runs
+///   out registers again; it has nothing at stake, but the churn is not free).
+/// - The scheduler takes a worker silent for `heartbeat_timeout` for lost, so an idle worker
+///   beats at least twice within it: one beat may come up to half the timeout late. QUIC
+///   retransmits a lost beat within a few round trips, so only a link that is down for that
+///   long (or a delay that grows by that much) loses an idle worker; it reconnects and
+///   registers again.
+/// - Each beat is a renewal, its answer and an acknowledgement: three packets. At 2.5 s an idle
+///   worker costs the scheduler 1.2 packets a second instead of the ~5 of a beat a second
+///   with keep-alives every 0.5 s on both sides (BENCHMARKS.md, "What an idle peer costs").
+///
+/// With no lease (`lease = 0`), `heartbeat_timeout / 2`. Never below 10 ms.
+pub fn idle_beat(lease: Duration, heartbeat_timeout: Duration) -> Duration {
+    let half = heartbeat_timeout / 2;
+    let beat = if lease.is_zero() {
+        half
+    } else {
+        (lease / 4).min(half)
+    };
+    beat.max(Duration::from_millis(10))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_worker_asks_four_times_a_lease_and_beats_twice_a_heartbeat_timeout() {
+        let s = Duration::from_secs;
+        assert_eq!(idle_beat(s(10), s(5)), Duration::from_millis(2_500));
+        for (lease, timeout) in [(s(10), s(5)), (s(60), s(5)), (s(2), s(30)), (s(10), s(1))] {
+            let beat = idle_beat(lease, timeout);
+            assert!(beat * 4 <= lease, "{lease:?}/{timeout:?}: {beat:?}");
+            assert!(beat * 2 <= timeout, "{lease:?}/{timeout:?}: {beat:?}");
+        }
+        assert_eq!(
+            idle_beat(Duration::ZERO, s(5)),
+            Duration::from_millis(2_500)
+        );
+    }
 
     #[test]
     fn the_fence_outlasts_any_lease_granted_before_the_last_word_and_its_kill() {

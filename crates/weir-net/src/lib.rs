@@ -158,15 +158,49 @@ pub async fn close_stopping(endpoint: &Endpoint, connection: &Connection, reason
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
 
-/// Liveness: keep-alives every second; a peer silent for `idle_timeout` is gone.
+/// The scheduler's side of every connection: a peer silent for `idle_timeout` is gone.
+///
+/// A connection may open [`PEER_STREAMS`] streams until its hello says what it is: a client or
+/// a replica is then allowed [`CLIENT_STREAMS`] ([`allow_requests`]). quinn keeps a slot for
+/// every stream a peer may open, from the start, so this limit is much of what an idle
+/// worker's connection costs in memory (BENCHMARKS.md, "What an idle peer costs").
+pub fn server_transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
+    transport_with(idle_timeout, PEER_STREAMS)
+}
+
+/// The streams a connection may open before its hello (a worker or a manager uses one for its
+/// life).
+pub const PEER_STREAMS: u32 = 4;
+
+/// The streams a client (one per request) or a replica (one per Raft message) may have open at
+/// once.
+pub const CLIENT_STREAMS: u32 = 1024;
+
+/// Let a connection that said hello as a client or a replica open [`CLIENT_STREAMS`] streams.
+pub fn allow_requests(connection: &Connection) {
+    connection.set_max_concurrent_bi_streams(CLIENT_STREAMS.into());
+}
+
+/// A peer's side (worker, manager, client, replica): the scheduler silent for `idle_timeout` is
+/// gone. The scheduler opens no stream to a peer, so a peer keeps no slot for one.
 pub fn transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
+    transport_with(idle_timeout, 0)
+}
+
+/// Liveness on either side: a keep-alive goes only once the other side has been silent for 3/5
+/// of `idle_timeout` (quinn counts from the last packet received). QUIC takes the shorter of the
+/// two sides' idle timeouts, and the side with the shorter one pings first, within it. Peers
+/// that beat (a worker's or manager's heartbeat is answered every 1–2.5 s) never need one;
+/// a client waiting on a long answer does. A keep-alive every 0.5 s, as before, was a packet
+/// and an acknowledgement more per peer and second on each side.
+fn transport_with(idle_timeout: Duration, streams: u32) -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
-    transport.keep_alive_interval(Some(Duration::from_millis(500).min(idle_timeout / 3)));
+    transport.keep_alive_interval(Some(idle_timeout * 3 / 5));
     if let Ok(timeout) = quinn::IdleTimeout::try_from(idle_timeout) {
         transport.max_idle_timeout(Some(timeout));
     }
-    // Many concurrent client requests (one stream each).
-    transport.max_concurrent_bidi_streams(1024u32.into());
+    transport.max_concurrent_bidi_streams(streams.into());
+    transport.max_concurrent_uni_streams(0u32.into());
     Arc::new(transport)
 }
 
@@ -181,7 +215,7 @@ pub fn parse_address(address: &str) -> Result<SocketAddr, NetError> {
 }
 
 /// A worker's or manager's connection is gone when the scheduler has been silent this long
-/// (QUIC keep-alives every 0.5 s keep a live one busy).
+/// (it answers every heartbeat; a keep-alive goes after 3/5 of this without a word).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a connection attempt waits for the scheduler's handshake.

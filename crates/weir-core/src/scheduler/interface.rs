@@ -41,6 +41,15 @@ pub struct Config {
     pub compact_min_bytes: u64,
 }
 
+impl Config {
+    /// How often an idle worker is asked to beat ([`crate::lease::idle_beat`]), in ms.
+    pub fn idle_beat_ms(&self) -> u64 {
+        let ms = std::time::Duration::from_millis;
+        let beat = crate::lease::idle_beat(ms(self.lease_ms), ms(self.tasks.heartbeat_timeout_ms));
+        u64::try_from(beat.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
 /// A scaling policy: what `weir policy show` prints of it.
 #[derive(Clone, Debug, Default)]
 pub struct PolicyInfo {

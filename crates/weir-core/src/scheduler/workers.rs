@@ -65,6 +65,7 @@ impl Scheduler {
             ToWorker::Registered {
                 id: worker,
                 lease_ms: self.config.lease_ms,
+                idle_beat_ms: self.config.idle_beat_ms(),
             },
         );
         if !refused.is_empty() {

@@ -18,6 +18,10 @@ pub(super) struct Held {
 impl WorkerCore {
     /// Tasks handed over: held, and started in turn as slots free.
     pub(super) fn hand_over(&mut self, now: u64, assignments: Vec<Assignment>) {
+        // Busy from now: the next beat comes at the busy pace, not the idle one.
+        if self.holds_nothing() {
+            self.next_beat = self.next_beat.min(now.saturating_add(self.beat_every));
+        }
         for assignment in assignments {
             self.runs += 1;
             let task = assignment.task;

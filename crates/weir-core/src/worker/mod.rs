@@ -153,7 +153,10 @@ pub struct WorkerCore {
     superseded: Vec<(TaskId, u64)>,
     reports: report::Reports,
     next_beat: u64,
+    /// How often it beats while it holds a task, and while it holds none (as the scheduler
+    /// asked at registration: [`crate::lease::idle_beat`]).
     beat_every: u64,
+    idle_beat_every: u64,
     actions: VecDeque<Action>,
 }
 
@@ -172,6 +175,7 @@ impl WorkerCore {
             reports: report::Reports::default(),
             next_beat: u64::MAX,
             beat_every: u64::MAX,
+            idle_beat_every: u64::MAX,
             actions: VecDeque::new(),
         }
     }
@@ -304,7 +308,7 @@ impl WorkerCore {
         self.send(FromWorker::Register(info));
     }
 
-    fn registered(&mut self, now: u64, id: WorkerId, lease_ms: u64) {
+    fn registered(&mut self, now: u64, id: WorkerId, lease_ms: u64, idle_beat_ms: u64) {
         let Phase::Registering {
             asked,
             claimed_running,
@@ -331,6 +335,8 @@ impl WorkerCore {
             None => self.config.heartbeat_ms,
         };
         self.beat_every = every.max(10);
+        // Idle, as the scheduler asks (it judges silence), but never more often than busy.
+        self.idle_beat_every = idle_beat_ms.max(self.beat_every);
         self.next_beat = now;
         let unsent = self.reports.take_unsent();
         self.report(unsent);
@@ -351,7 +357,11 @@ impl WorkerCore {
 
     fn frame(&mut self, now: u64, frame: ToWorker) {
         match frame {
-            ToWorker::Registered { id, lease_ms } => self.registered(now, id, lease_ms),
+            ToWorker::Registered {
+                id,
+                lease_ms,
+                idle_beat_ms,
+            } => self.registered(now, id, lease_ms, idle_beat_ms),
             _ if !matches!(self.phase, Phase::On { .. }) => {
                 self.end(End::Protocol("expected Registered"));
             }
@@ -396,7 +406,12 @@ impl WorkerCore {
         let due = self.reports.due_now(now);
         self.report(due);
         if now >= self.next_beat {
-            self.next_beat = now.saturating_add(self.beat_every);
+            let every = if self.holds_nothing() {
+                self.idle_beat_every
+            } else {
+                self.beat_every
+            };
+            self.next_beat = now.saturating_add(every);
             // Starts not reported with outcomes yet go now.
             self.report(Vec::new());
             let beat = match &mut self.lease {
@@ -425,6 +440,11 @@ impl WorkerCore {
             self.superseded.clear();
             self.busy = 0;
         }
+    }
+
+    /// No task here: none running, none waiting for a slot.
+    fn holds_nothing(&self) -> bool {
+        self.held.is_empty() && self.busy == 0
     }
 
     fn expired(&self, now: u64) -> bool {

@@ -5,6 +5,8 @@ use super::*;
 use weir_proto::{Assignment, FromWorker, Outcome, ToWorker, WorkerRegistration};
 
 const LEASE: u64 = 10_000;
+/// What the scheduler asks of an idle worker with that lease and a 5 s heartbeat timeout.
+const IDLE_BEAT: u64 = 2_500;
 
 fn worker(slots: u32) -> WorkerCore {
     WorkerCore::new(Config {
@@ -37,6 +39,7 @@ fn registered(w: &mut WorkerCore, now: u64) -> Vec<Action> {
     let registered = ToWorker::Registered {
         id: 1,
         lease_ms: LEASE,
+        idle_beat_ms: IDLE_BEAT,
     };
     w.handle(now, Input::Frame(registered));
     out.extend(actions(w));
@@ -154,7 +157,11 @@ fn unacknowledged_outcomes_are_claimed_and_sent_again_in_the_next_session() {
     };
     assert_eq!(info.finished, [2]);
     assert!(info.running.is_empty());
-    let frame = ToWorker::Registered { id: 2, lease_ms: 0 };
+    let frame = ToWorker::Registered {
+        id: 2,
+        lease_ms: 0,
+        idle_beat_ms: 0,
+    };
     w.handle(10, Input::Frame(frame));
     assert_eq!(finished(&actions(&mut w)), [2]);
     w.handle(11, Input::Frame(ToWorker::Received { count: 1 }));
@@ -390,6 +397,7 @@ fn a_claimed_run_ended_past_the_lease_while_registering_makes_the_worker_registe
         Input::Frame(ToWorker::Registered {
             id: 2,
             lease_ms: LEASE,
+            idle_beat_ms: IDLE_BEAT,
         }),
     );
     let out = actions(&mut w);
@@ -451,4 +459,51 @@ fn a_lapse_the_guard_counted_at_a_late_renewal_voids_the_runs_handed_over_before
     // A count that is not ahead changes nothing.
     w.handle(10_200, Input::Lapsed { lapses: 0 });
     assert_eq!(w.lapses(), 1);
+}
+
+/// When each renewal went, driving the core by its own timeouts from `from` to `to`.
+fn renewals_between(w: &mut WorkerCore, from: u64, to: u64) -> Vec<u64> {
+    let mut sent = Vec::new();
+    let mut now = from;
+    while let Some(at) = w.poll_timeout().filter(|at| *at < to) {
+        now = at.max(now);
+        w.handle(now, Input::Timeout);
+        for action in actions(w) {
+            if let Action::Send(FromWorker::Renew { seq }) = action {
+                sent.push(now);
+                // Answered at once: the lease stays valid throughout.
+                w.handle(now, Input::Frame(ToWorker::Lease { seq }));
+                actions(w);
+            }
+        }
+    }
+    sent
+}
+
+/// An idle worker beats (and renews) as often as the scheduler asked at registration; once a
+/// task is handed over it beats at its own pace from then on, at most one of its beats later,
+/// and at the idle pace again once it holds nothing.
+#[test]
+fn an_idle_worker_beats_at_the_pace_the_scheduler_asked_and_a_busy_one_at_its_own() {
+    let mut w = worker(1);
+    registered(&mut w, 0);
+    assert_eq!(
+        renewals_between(&mut w, 0, 10_001),
+        [0, 2_500, 5_000, 7_500, 10_000]
+    );
+    w.handle(10_100, run(&[1]));
+    let out = actions(&mut w);
+    assert_eq!(started(&out), [(1, 1)]);
+    // Busy: the next beat within a second of the hand-over, then every second.
+    assert_eq!(
+        renewals_between(&mut w, 10_100, 13_500),
+        [11_100, 12_100, 13_100]
+    );
+    w.handle(13_500, ended(1, 1, 13_500));
+    actions(&mut w);
+    // Idle again: the beat already due goes, then the idle pace.
+    assert_eq!(
+        renewals_between(&mut w, 13_500, 20_000),
+        [14_100, 16_600, 19_100]
+    );
 }

@@ -95,6 +95,10 @@ pub enum ToWorker {
         /// stops its tasks and starts none (the scheduler gives them to others only after it).
         /// 0: none.
         lease_ms: u64,
+        /// How often to beat (each beat a renewal) while it holds no task; with tasks it beats
+        /// at its own `--heartbeat-interval`, or four times a lease if that is more often.
+        /// Chosen by the scheduler, which judges silence (`weir_core::lease::idle_beat`).
+        idle_beat_ms: u64,
     },
     Group {
         id: GroupId,

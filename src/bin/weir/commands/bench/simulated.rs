@@ -1,8 +1,10 @@
 //! `weir bench --simulated-workers N`: the scheduler's own cost as the cluster grows.
 //!
 //! This process opens N worker connections and M worker-manager connections to a real scheduler
-//! (real QUIC, hello, registration, heartbeats every second, one verdict report each, and
-//! outcomes answered at once for every task handed over), so what is measured is the scheduler,
+//! (real QUIC, hello, registration, heartbeats as real peers send them — a renewal of its lease
+//! as often as the scheduler asks of an idle worker, a manager's state every second — one
+//! verdict report each, and outcomes answered at once for every task handed over), so what is
+//! measured is the scheduler,
 //! not the work: the time to connect and register them all, the scheduler's resident memory
 //! per worker, its CPU per second with only heartbeats coming in, its CPU per dispatched task,
 //! and how long `weir status` takes.
@@ -29,7 +31,8 @@ const CONNECTING: usize = 128;
 /// Connections per client endpoint (UDP socket) of this process.
 const PER_ENDPOINT: usize = 1000;
 
-/// How often each simulated worker and manager heartbeats (the real ones' default).
+/// How often each simulated manager heartbeats (the real ones' default; a simulated worker
+/// beats as the scheduler asks of an idle one).
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// How long the idle CPU is measured.
@@ -43,7 +46,7 @@ pub(super) async fn simulated(
     report: &mut Report,
 ) -> Result<()> {
     report.row(format!(
-        "Simulated workers (1 slot each) under {managers} simulated managers, every one heartbeating every second (scheduler --threads {threads}):"
+        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers heartbeating every second (scheduler --threads {threads}):"
     ));
     report.row(String::new());
     report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());
@@ -73,9 +76,8 @@ pub(super) async fn simulated(
         let (stop, stopped) = watch::channel(false);
         let started = Instant::now();
         let fleet = Fleet::start(&access, n, managers, stopped).await?;
-        while client.status().await?.workers.len() < n as usize {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // Told once every one is registered (a status every few ms would measure itself).
+        client.wait_workers(n, None, |_| {}).await?;
         let connect = started.elapsed().as_secs_f64();
         let rss = memory(pid, "VmRSS:");
         // Heartbeats only.
@@ -240,21 +242,25 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
         finished: vec![],
     };
     let _ = outgoing.send(FromWorker::Register(info));
-    match link.next().await? {
-        ToWorker::Registered { .. } => {}
+    let beat = match link.next().await? {
+        ToWorker::Registered { idle_beat_ms, .. } => Duration::from_millis(idle_beat_ms.max(10)),
         other => bail!("expected Registered, got {other:?}"),
-    }
+    };
     let _ = outgoing.send(FromWorker::Verdicts(vec![(
         "simulated".into(),
         EnvVerdict::Match,
     )]));
     drop(permit);
     let _ = ready.send(());
-    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    let mut heartbeat = tokio::time::interval(beat);
+    let mut seq = 0;
     loop {
         tokio::select! {
             _ = stop.changed() => break,
-            _ = heartbeat.tick() => { let _ = outgoing.send(FromWorker::Heartbeat); }
+            _ = heartbeat.tick() => {
+                seq += 1;
+                let _ = outgoing.send(FromWorker::Renew { seq });
+            }
             message = link.next() => match message? {
                 ToWorker::Run(assignments) => {
                     let done = assignments

@@ -44,11 +44,40 @@ impl Entry {
 /// which environment names are registered at run time (evaluated by every worker).
 pub struct Context<'a> {
     pub now: u64,
-    pub workers: Vec<WorkerView>,
+    pub(crate) workers: Vec<WorkerView>,
     pub tiers: &'a [Tier],
     pub registered: BTreeSet<String>,
     /// The last decision applied for each manager (the scaling loop keeps them).
     pub decisions: &'a HashMap<String, Decision>,
+    /// The positions in `workers` of each manager's workers: grouped once, as a scan of every
+    /// worker for each manager is managers × workers (10 million string comparisons for each
+    /// snapshot and `weir status` with 1,000 managers and 10,000 workers).
+    by_manager: HashMap<String, Vec<usize>>,
+}
+
+impl<'a> Context<'a> {
+    pub fn new(
+        now: u64,
+        workers: Vec<WorkerView>,
+        tiers: &'a [Tier],
+        registered: BTreeSet<String>,
+        decisions: &'a HashMap<String, Decision>,
+    ) -> Context<'a> {
+        let mut by_manager: HashMap<String, Vec<usize>> = HashMap::default();
+        for (i, w) in workers.iter().enumerate() {
+            if let Some(manager) = &w.manager {
+                by_manager.entry(manager.clone()).or_default().push(i);
+            }
+        }
+        Context {
+            now,
+            workers,
+            tiers,
+            registered,
+            decisions,
+            by_manager,
+        }
+    }
 }
 
 impl Context<'_> {
@@ -56,10 +85,8 @@ impl Context<'_> {
         self.registered.contains(environment)
     }
 
-    fn workers_of<'w>(&'w self, manager: &'w str) -> impl Iterator<Item = &'w WorkerView> + 'w {
-        self.workers
-            .iter()
-            .filter(move |w| w.manager.as_deref() == Some(manager))
+    fn workers_of<'w>(&'w self, manager: &str) -> impl Iterator<Item = &'w WorkerView> + 'w {
+        (self.by_manager.get(manager).into_iter().flatten()).filter_map(|&i| self.workers.get(i))
     }
 
     fn listed(&self, state: &ManagerState) -> bool {

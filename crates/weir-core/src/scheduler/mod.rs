@@ -314,13 +314,13 @@ impl Scheduler {
 
     /// What the manager controller needs to know of the rest of the scheduler.
     fn context(&self, now: u64) -> Context<'_> {
-        Context {
+        Context::new(
             now,
-            workers: self.tasks.worker_views(now),
-            tiers: &self.scaling.tiers,
-            registered: self.tasks.registered_environments(),
-            decisions: &self.scaling.decisions,
-        }
+            self.tasks.worker_views(now),
+            &self.scaling.tiers,
+            self.tasks.registered_environments(),
+            &self.scaling.decisions,
+        )
     }
 
     fn timeout(&mut self, now: u64) {

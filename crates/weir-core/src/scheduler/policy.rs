@@ -191,13 +191,13 @@ impl Scheduler {
         if self.tasks.queued() == 0 || !asked && self.config.unschedulable_timeout_ms.is_none() {
             return;
         }
-        let context = crate::managers::Context {
+        let context = crate::managers::Context::new(
             now,
-            workers: self.tasks.worker_views(now),
-            tiers: &self.scaling.tiers,
-            registered: self.tasks.registered_environments(),
-            decisions: &self.scaling.decisions,
-        };
+            self.tasks.worker_views(now),
+            &self.scaling.tiers,
+            self.tasks.registered_environments(),
+            &self.scaling.decisions,
+        );
         let managers = &self.managers;
         let found = self
             .tasks

@@ -52,13 +52,7 @@ static NO_DECISIONS: std::sync::LazyLock<crate::hash::HashMap<String, Decision>>
     std::sync::LazyLock::new(Default::default);
 
 fn context(now: u64, workers: Vec<WorkerView>, tiers: &[Tier]) -> Context<'_> {
-    Context {
-        now,
-        workers,
-        tiers,
-        registered: BTreeSet::new(),
-        decisions: &NO_DECISIONS,
-    }
+    Context::new(now, workers, tiers, BTreeSet::new(), &NO_DECISIONS)
 }
 
 fn wanting(environment: &str) -> Vec<Demand> {
@@ -230,13 +224,7 @@ fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
     let mut registered = BTreeSet::new();
     registered.insert("big".to_string());
     let snapshot_verdict = |managers: &Managers, workers: Vec<WorkerView>| {
-        let context = Context {
-            now: 0,
-            workers,
-            tiers: &[],
-            registered: registered.clone(),
-            decisions: &NO_DECISIONS,
-        };
+        let context = Context::new(0, workers, &[], registered.clone(), &NO_DECISIONS);
         let snapshot = managers.snapshot(&context, 0, wanting("big"));
         snapshot.managers[0].environments.clone()
     };
@@ -284,13 +272,7 @@ fn a_worker_still_evaluating_a_wanted_environment_is_starting_not_idle() {
     answered.idle_ms = 9_000;
     let mut pending = view(1, "a", "m");
     pending.idle_ms = 9_000;
-    let context = Context {
-        now: 0,
-        workers: vec![pending, answered],
-        tiers: &[],
-        registered,
-        decisions: &NO_DECISIONS,
-    };
+    let context = Context::new(0, vec![pending, answered], &[], registered, &NO_DECISIONS);
     let snapshot = managers.snapshot(&context, 1_000, wanting("big"));
     let m = &snapshot.managers[0];
     let ids: Vec<u64> = m.workers.iter().map(|w| w.id).collect();

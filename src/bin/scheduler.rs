@@ -46,7 +46,9 @@ struct Args {
     #[command(flatten)]
     common: weir::telemetry::CommonArgs,
     /// A worker or manager silent this long (seconds) is lost and its running tasks are
-    /// requeued. Peers send QUIC keep-alives and heartbeats several times within it; a stop on
+    /// requeued. A worker holding no task is asked to beat every half of it (or every quarter
+    /// of --worker-lease if sooner; never more often than its own --heartbeat-interval), one
+    /// with tasks beats every second, a manager every 0.5 s; a stop on
     /// purpose (SIGTERM) is seen at once, as the peer closes its connection, and a worker its
     /// manager saw exit is lost at the manager's next heartbeat. Silence (kill -9 of a machine,
     /// SIGSTOP, a cut cable) is what this timeout is for.

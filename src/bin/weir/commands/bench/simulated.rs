@@ -31,8 +31,8 @@ const CONNECTING: usize = 128;
 /// Connections per client endpoint (UDP socket) of this process.
 const PER_ENDPOINT: usize = 1000;
 
-/// How often each simulated manager heartbeats (the real ones' default; a simulated worker
-/// beats as the scheduler asks of an idle one).
+/// How often each simulated manager heartbeats (a real one beats every 0.5 s by default; a
+/// simulated worker beats as the scheduler asks of an idle one).
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// How long the idle CPU is measured.

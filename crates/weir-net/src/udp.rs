@@ -22,13 +22,42 @@ pub trait Udp: Send + Sync + fmt::Debug {
     }
 }
 
+/// The socket buffers the scheduler asks for (8 MiB each way; Linux caps them at
+/// `net.core.rmem_max` and `wmem_max`, 4 MiB on this project's machine, and counts the
+/// kernel's overhead in them).
+const SERVER_SOCKET_BUFFER: usize = 8 << 20;
+
 /// The host's sockets, driven by the async runtime that runs the caller (tokio's).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostUdp;
 
 impl Udp for HostUdp {
     fn listen(&self, address: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>> {
-        runtime()?.wrap_udp_socket(std::net::UdpSocket::bind(address)?)
+        use socket2::{Domain, Protocol, Socket, Type};
+        let socket = Socket::new(
+            Domain::for_address(address),
+            Type::DGRAM,
+            Some(Protocol::UDP),
+        )?;
+        // Thousands of peers' datagrams arrive while the one runtime thread is busy (a burst of
+        // handshakes, a long round): the kernel's default queue (~200 KiB, about 150 full
+        // datagrams) overflows and drops them, and QUIC then waits out its loss timers. Ask
+        // for more; the kernel caps it at net.core.rmem_max / wmem_max.
+        for (what, result) in [
+            ("receive", socket.set_recv_buffer_size(SERVER_SOCKET_BUFFER)),
+            ("send", socket.set_send_buffer_size(SERVER_SOCKET_BUFFER)),
+        ] {
+            if let Err(error) = result {
+                tracing::debug!(%error, "unable to enlarge the socket's {what} buffer");
+            }
+        }
+        tracing::debug!(
+            receive = ?socket.recv_buffer_size(),
+            send = ?socket.send_buffer_size(),
+            "the scheduler's socket buffers"
+        );
+        socket.bind(&address.into())?;
+        runtime()?.wrap_udp_socket(socket.into())
     }
 
     fn connect_from(&self, address: SocketAddr) -> io::Result<Arc<dyn AsyncUdpSocket>> {

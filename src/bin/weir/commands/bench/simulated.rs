@@ -28,8 +28,9 @@ use crate::commands::local::launch;
 /// Connections opened at once while the simulated cluster comes up.
 const CONNECTING: usize = 128;
 
-/// Connections per client endpoint (UDP socket) of this process.
-const PER_ENDPOINT: usize = 1000;
+/// Connections per client endpoint (UDP socket) of this process: few enough that a socket's
+/// default receive queue (~200 KiB) holds what its peers are sent in a burst.
+const PER_ENDPOINT: usize = 100;
 
 /// How often each simulated manager heartbeats (a real one beats every 0.5 s by default; a
 /// simulated worker beats as the scheduler asks of an idle one).
@@ -77,7 +78,10 @@ pub(super) async fn simulated(
         let started = Instant::now();
         let fleet = Fleet::start(&access, n, managers, stopped).await?;
         // Told once every one is registered (a status every few ms would measure itself).
-        client.wait_workers(n, None, |_| {}).await?;
+        client
+            .wait_workers(n, None, |_| {})
+            .await
+            .context("waiting for the simulated workers to register")?;
         let connect = started.elapsed().as_secs_f64();
         let rss = memory(pid, "VmRSS:");
         // Heartbeats only.
@@ -176,7 +180,9 @@ impl Fleet {
             tokio::select! {
                 Some(()) = readied.recv() => up += 1,
                 Some(ended) = tasks.join_next() => {
-                    ended.context("a simulated peer panicked")??;
+                    ended
+                        .context("a simulated peer panicked")?
+                        .with_context(|| format!("a simulated peer, with {up} of {} up", workers + managers))?;
                     bail!("a simulated peer ended before the cluster was up");
                 }
             }

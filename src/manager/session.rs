@@ -57,7 +57,7 @@ pub async fn run_dynamic(
     .await?;
     let interval = pool.settings().heartbeat_interval;
     let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
-    let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
+    let _ = outgoing.send(FromManager::Heartbeat(Box::new(pool.state())));
     let mut ticker = tokio::time::interval(interval);
     let mut signals = Signals::term_and_int().map_err(NetError::from)?;
     // Nothing is started or stopped before the scheduler has said what it wants in this
@@ -77,7 +77,7 @@ pub async fn run_dynamic(
                     if let Err(error) = pool.apply(wanted, &stop, &registered).await {
                         break SessionEnd::Failed(error);
                     }
-                    let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
+                    let _ = outgoing.send(FromManager::Heartbeat(Box::new(pool.state())));
                 }
                 Err(end) => break SessionEnd::Link(end),
             },
@@ -90,7 +90,7 @@ pub async fn run_dynamic(
                     break SessionEnd::Failed(error);
                 }
                 // A writer that ended refuses this; `link.next()` says why it ended.
-                let _ = outgoing.send(FromManager::Heartbeat(pool.state()));
+                let _ = outgoing.send(FromManager::Heartbeat(Box::new(pool.state())));
             }
         }
     };

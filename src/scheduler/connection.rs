@@ -189,7 +189,7 @@ async fn worker_session(
 ) -> Result<(), NetError> {
     let (mut link, outbox) = Link::<FromWorker>::open::<ToWorker, _>(send, recv);
     let info = match tokio::time::timeout(HELLO_TIMEOUT, link.next()).await {
-        Ok(Ok(FromWorker::Register(info))) => info,
+        Ok(Ok(FromWorker::Register(info))) => *info,
         _ => {
             connection.close(1u32.into(), b"expected Register");
             return Ok(());
@@ -287,7 +287,7 @@ async fn manager_session(
     let (mut link, outbox) = Link::<FromManager>::open::<ToManager, _>(send, recv);
     // Its first heartbeat registers it, unless another live connection holds its id.
     let state = match tokio::time::timeout(HELLO_TIMEOUT, link.next()).await {
-        Ok(Ok(FromManager::Heartbeat(state))) => state,
+        Ok(Ok(FromManager::Heartbeat(state))) => *state,
         _ => {
             connection.close(1u32.into(), b"expected a heartbeat");
             return Ok(());
@@ -319,7 +319,7 @@ async fn manager_session(
                 if id.as_ref().is_some_and(|known| *known != state.id) {
                     break "a manager changed its id".to_string();
                 }
-                let _ = events.send(Event::Core(Input::ManagerHeartbeat { state }));
+                let _ = events.send(Event::Core(Input::ManagerHeartbeat { state: *state }));
             }
             Ok(FromManager::Goodbye) => {
                 if let Some(id) = id.take() {

@@ -185,7 +185,7 @@ impl Worker {
     async fn frame(&mut self, message: ToWorker, env_updates: &mpsc::UnboundedSender<EnvUpdate>) {
         match message {
             ToWorker::Group { id, job, spec } => {
-                self.groups.insert(id, Arc::new(Group { job, spec }));
+                self.groups.insert(id, Arc::new(Group { job, spec: *spec }));
             }
             ToWorker::Component { hash, bytes } => self.runner.add_component(hash, bytes).await,
             ToWorker::Forget { groups, components } => {

@@ -201,7 +201,7 @@ impl Scheduler {
                 frames.push(ToWorker::Group {
                     id: group.id,
                     job: group.job,
-                    spec: group.spec.clone(),
+                    spec: Box::new(group.spec.clone()),
                 });
             }
             assignments.push(Assignment {

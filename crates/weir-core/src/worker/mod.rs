@@ -305,7 +305,7 @@ impl WorkerCore {
             asked: now,
             claimed_running: !info.running.is_empty(),
         };
-        self.send(FromWorker::Register(info));
+        self.send(FromWorker::Register(Box::new(info)));
     }
 
     fn registered(&mut self, now: u64, id: WorkerId, lease_ms: u64, idle_beat_ms: u64) {

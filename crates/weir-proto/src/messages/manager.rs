@@ -98,7 +98,7 @@ impl UnitState {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromManager {
-    Heartbeat(ManagerState),
+    Heartbeat(Box<ManagerState>),
     /// The manager is stopping on purpose (its workers with it): forget it now.
     Goodbye,
 }

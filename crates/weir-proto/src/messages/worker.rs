@@ -62,7 +62,7 @@ pub struct EnvironmentDef {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromWorker {
-    Register(WorkerRegistration),
+    Register(Box<WorkerRegistration>),
     Heartbeat,
     /// Finished runs: (task, outcome).
     Finished(Vec<(TaskId, Outcome)>),
@@ -103,7 +103,7 @@ pub enum ToWorker {
     Group {
         id: GroupId,
         job: JobId,
-        spec: TaskSpec,
+        spec: Box<TaskSpec>,
     },
     /// Shared with every frame that sends it (the scheduler holds one copy of its bytes).
     Component {

@@ -175,9 +175,9 @@ impl Sim {
         let queue = &mut self.fleet.conns[c].to_sched;
         let at = queue.back().map_or(at, |(last, _)| at.max(*last));
         if duplicate {
-            queue.push_back((at, FromManager::Heartbeat(state.clone())));
+            queue.push_back((at, FromManager::Heartbeat(Box::new(state.clone()))));
         }
-        queue.push_back((at, FromManager::Heartbeat(state)));
+        queue.push_back((at, FromManager::Heartbeat(Box::new(state))));
     }
 
     /// A manager says goodbye on connection `c`; the scheduler closes it once it has read it
@@ -198,11 +198,11 @@ impl Sim {
         let input = match (frame, &conn.id) {
             (FromManager::Heartbeat(state), None) if !conn.refused => SInput::ManagerJoined {
                 connection: MANAGER_CONNECTION | c as u64,
-                state,
+                state: *state,
                 peer: format!("10.0.1.{c}:1"),
             },
             (FromManager::Heartbeat(state), Some(id)) if state.id == *id => {
-                SInput::ManagerHeartbeat { state }
+                SInput::ManagerHeartbeat { state: *state }
             }
             (FromManager::Goodbye, Some(id)) => SInput::ManagerGoodbye { id: id.clone() },
             _ => return,

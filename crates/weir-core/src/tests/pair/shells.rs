@@ -108,7 +108,7 @@ impl Sim {
         let input = match (frame, self.conns[c].id) {
             (FromWorker::Register(info), None) => SInput::WorkerJoined {
                 connection: c as u64,
-                info,
+                info: *info,
             },
             (FromWorker::Register(_), Some(_)) | (_, None) => return,
             (FromWorker::Heartbeat, Some(worker)) => SInput::Heartbeat {

@@ -247,7 +247,7 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
         ends_in_ms: None,
         finished: vec![],
     };
-    let _ = outgoing.send(FromWorker::Register(info));
+    let _ = outgoing.send(FromWorker::Register(Box::new(info)));
     let beat = match link.next().await? {
         ToWorker::Registered { idle_beat_ms, .. } => Duration::from_millis(idle_beat_ms.max(10)),
         other => bail!("expected Registered, got {other:?}"),
@@ -312,7 +312,7 @@ async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
     loop {
         tokio::select! {
             _ = stop.changed() => break,
-            _ = heartbeat.tick() => { let _ = outgoing.send(FromManager::Heartbeat(state.clone())); }
+            _ = heartbeat.tick() => { let _ = outgoing.send(FromManager::Heartbeat(Box::new(state.clone()))); }
             message = link.next() => { message?; }
         }
     }

@@ -50,8 +50,8 @@ pub(super) async fn simulated(
         "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers heartbeating every second (scheduler --threads {threads}):"
     ));
     report.row(String::new());
-    report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());
-    report.row("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into());
+    report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | idle datagrams/s per peer | idle bytes/s per peer | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());
+    report.row("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".into());
     for &n in workers {
         let managers = managers.min(n).max(1);
         let sub = dir.join(format!("simulated-{n}"));
@@ -87,9 +87,15 @@ pub(super) async fn simulated(
         // Heartbeats only.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let (cpu_before, _) = usage(pid);
+        let (datagrams_before, bytes_before) = fleet.traffic();
         tokio::time::sleep(IDLE).await;
         let (cpu_after, _) = usage(pid);
+        let (datagrams_after, bytes_after) = fleet.traffic();
         let idle_ms = (cpu_after - cpu_before) * 1e3 / IDLE.as_secs_f64();
+        // Per peer and second, both ways: what one idle peer costs on the wire.
+        let per_peer = |n_: u64| n_ as f64 / IDLE.as_secs_f64() / f64::from(n + managers);
+        let idle_datagrams = per_peer(datagrams_after.saturating_sub(datagrams_before));
+        let idle_bytes = per_peer(bytes_after.saturating_sub(bytes_before));
         let mut latencies = Vec::new();
         for _ in 0..5 {
             let asked = Instant::now();
@@ -114,7 +120,7 @@ pub(super) async fn simulated(
         // What the heartbeats alone would have cost meanwhile, taken out.
         let net = (cpu - idle_ms / 1e3 * elapsed).max(0.0);
         report.row(format!(
-            "| {n} | {managers} | {connect:.1} | {:.0} | {:.1} | {idle_ms:.0} | {tasks} | {:.1} | {:.1} | {:.0} | {:.1} |",
+            "| {n} | {managers} | {connect:.1} | {:.0} | {:.1} | {idle_ms:.0} | {idle_datagrams:.2} | {idle_bytes:.0} | {tasks} | {:.1} | {:.1} | {:.0} | {:.1} |",
             rss as f64 / f64::from(1 << 20),
             rss.saturating_sub(rss_before) as f64 / 1024.0 / f64::from(n + managers),
             cpu * 1e6 / f64::from(tasks),
@@ -133,6 +139,8 @@ pub(super) async fn simulated(
 /// The simulated workers and managers: tasks of this process, one per connection.
 struct Fleet {
     tasks: JoinSet<Result<()>>,
+    /// Every peer's connection, for what crossed the wire (quinn counts it per connection).
+    connections: Connections,
 }
 
 impl Fleet {
@@ -155,7 +163,9 @@ impl Fleet {
         let mut tasks = JoinSet::new();
         let (ready, mut readied) = tokio::sync::mpsc::unbounded_channel();
         let per_manager = workers.div_ceil(managers);
+        let connections = Connections::default();
         let peer = |n: u32| Peer {
+            connections: connections.clone(),
             endpoint: endpoints[n as usize % endpoints.len()].clone(),
             access: access.clone(),
             gate: gate.clone(),
@@ -187,7 +197,7 @@ impl Fleet {
                 }
             }
         }
-        Ok(Fleet { tasks })
+        Ok(Fleet { tasks, connections })
     }
 
     async fn stop(mut self) {
@@ -199,9 +209,30 @@ impl Fleet {
     }
 }
 
+/// The simulated peers' connections.
+type Connections = Arc<std::sync::Mutex<Vec<quinn::Connection>>>;
+
+impl Fleet {
+    /// UDP datagrams and bytes the peers sent and received so far, all together (QUIC's own
+    /// packets included: handshakes, acknowledgements, keep-alives).
+    fn traffic(&self) -> (u64, u64) {
+        let Ok(all) = self.connections.lock() else {
+            return (0, 0);
+        };
+        all.iter().fold((0, 0), |(datagrams, bytes), c| {
+            let stats = c.stats();
+            (
+                datagrams + stats.udp_tx.datagrams + stats.udp_rx.datagrams,
+                bytes + stats.udp_tx.bytes + stats.udp_rx.bytes,
+            )
+        })
+    }
+}
+
 /// What each simulated peer shares: its endpoint, the access file, the gate that limits
 /// connections opened at once, where it says it is up, and the stop.
 struct Peer {
+    connections: Connections,
     endpoint: quinn::Endpoint,
     access: Arc<AccessFile>,
     gate: Arc<Semaphore>,
@@ -223,6 +254,9 @@ impl Peer {
     )> {
         let permit = self.gate.clone().acquire_owned().await?;
         let (connection, send, recv) = connect(&self.endpoint, &self.access, role).await?;
+        if let Ok(mut all) = self.connections.lock() {
+            all.push(connection.clone());
+        }
         Ok((permit, connection, send, recv))
     }
 }

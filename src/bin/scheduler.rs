@@ -144,11 +144,10 @@ struct Args {
     max_walltime_requeues: u32,
     /// Threads that serve the connections and the actor. 1, the default, costs the least per
     /// task: every message goes through the one actor anyway, and a second thread adds a
-    /// cross-thread wake-up to most of them. With thousands of workers, QUIC (handshakes,
-    /// acknowledgements, a heartbeat a second from each) outgrows one core: 2 threads
-    /// registered 10,000 simulated workers in 15 s instead of 39 and answered `weir status` in
-    /// 58 ms instead of 578 (BENCHMARKS.md). The policy, journal syncs and the epoch ticker have
-    /// threads of their own either way.
+    /// cross-thread wake-up to most of them. Since idle peers cost less (BENCHMARKS.md, "What
+    /// an idle peer costs"), 2 threads no longer help even at 10,000 simulated workers: they
+    /// register in 6-9 s either way, and the idle CPU is higher on two. The policy, journal
+    /// syncs and the epoch ticker have threads of their own either way.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
     /// Load and check the policy, print its tiers, and exit.

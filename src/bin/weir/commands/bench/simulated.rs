@@ -32,9 +32,9 @@ const CONNECTING: usize = 128;
 /// default receive queue (~200 KiB) holds what its peers are sent in a burst.
 const PER_ENDPOINT: usize = 100;
 
-/// How often each simulated manager heartbeats (a real one beats every 0.5 s by default; a
-/// simulated worker beats as the scheduler asks of an idle one).
-const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How often each simulated manager heartbeats: a real one's default (`worker-manager
+/// --heartbeat-interval`). A simulated worker beats as the scheduler asks of an idle one.
+const HEARTBEAT: Duration = Duration::from_millis(500);
 
 /// How long the idle CPU is measured.
 const IDLE: Duration = Duration::from_secs(5);
@@ -47,7 +47,7 @@ pub(super) async fn simulated(
     report: &mut Report,
 ) -> Result<()> {
     report.row(format!(
-        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers heartbeating every second (scheduler --threads {threads}):"
+        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers heartbeating every 0.5 s (scheduler --threads {threads}):"
     ));
     report.row(String::new());
     report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | idle datagrams/s per peer | idle bytes/s per peer | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());

@@ -46,6 +46,11 @@ pub(super) struct Actor {
     pub journal: Option<journal::Journal>,
     /// With a journal, every reply of a round, held until its records are on disk.
     deferred: Vec<Held>,
+    /// With a journal, every frame to a worker of a round, held likewise: a task handed over
+    /// is in a synced `Started` record before the worker hears of it, so a scheduler that
+    /// lost power fences every task that may still run somewhere (found by tests/sim seed
+    /// 905: a dispatch whose record a power loss tore away ran again on another worker).
+    frames: Vec<(WorkerId, ToWorker)>,
     /// Whether this actor has a journal (fixed when it is made: the journal itself is out of
     /// `journal` while a blocking thread works on it, and gone if that thread panicked).
     journaled: bool,
@@ -93,6 +98,7 @@ impl Actor {
             journaled: journal.is_some(),
             journal,
             deferred: Vec::new(),
+            frames: Vec::new(),
             journal_error: None,
             policy_latency: metrics::policy_histogram(),
             replica: None,
@@ -166,6 +172,10 @@ impl Actor {
                 self.journal_error.get_or_insert(error.to_string());
             }
             let failed = self.journal_error.take();
+            let frames = std::mem::take(&mut self.frames);
+            if failed.is_none() {
+                self.send_frames(frames);
+            }
             for held in std::mem::take(&mut self.deferred) {
                 match &failed {
                     None => self.reply(held.client, held.response, held.last),
@@ -200,7 +210,10 @@ impl Actor {
                 return Some(stopping(&error));
             }
             // Acknowledging outcomes writes nothing and answers no one: one pass, as a rule.
+            // What it sent out is covered by the sync just made (nothing new was appended).
             if self.deferred.is_empty() && !dirty(self) {
+                let frames = std::mem::take(&mut self.frames);
+                self.send_frames(frames);
                 return None;
             }
         }
@@ -240,6 +253,17 @@ impl Actor {
             }
         }
         Ok(())
+    }
+
+    /// Frames to workers, in the order the core sent them (none once the journal failed).
+    fn send_frames(&mut self, frames: Vec<(WorkerId, ToWorker)>) {
+        for (worker, message) in frames {
+            if self.journal_error.is_none()
+                && let Some(link) = self.workers.get(&worker)
+            {
+                let _ = link.send(message);
+            }
+        }
     }
 
     /// Feed the core up to `most` events already waiting in the inbox.

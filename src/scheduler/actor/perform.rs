@@ -60,6 +60,10 @@ impl Actor {
                     let _ = reply.send(Err(reason));
                 }
             }
+            // With a journal, held until the round's sync (see `Actor::frames`).
+            Action::ToWorker { worker, message } if self.journaled && !confirmed => {
+                self.frames.push((worker, message));
+            }
             Action::ToWorker { worker, message } => {
                 // Nothing is sent that the journal could not take (the scheduler stops).
                 if self.journal_error.is_none()

@@ -315,9 +315,10 @@ impl Scheduler {
                 }
             }
         }
-        // What is handed to workers is written (not synced: a process killed at any point
-        // keeps it; a machine that loses power may lose the last ones) before it is sent, so a
-        // restarted scheduler fences exactly the tasks that may still run somewhere.
+        // What is handed to workers is written before it is sent (handed to the OS at once: a
+        // process killed at any point keeps it), and the shell sends it only once the round
+        // is synced (a machine that loses power keeps it too), so a restarted scheduler fences
+        // exactly the tasks that may still run somewhere.
         if self.config.journal && !dispatches.is_empty() {
             let started = dispatches
                 .iter()

@@ -28,6 +28,30 @@ impl Backend {
         }
     }
 
+    /// The workers in a stop that are this manager's processes: a process pool leaves out a
+    /// name whose process here is not the one the scheduler named (a twin's worker of the
+    /// name registered, this one may be busy). Units (command, Slurm) are stopped by name.
+    pub(super) fn stops_of_mine(
+        &self,
+        stop: Vec<String>,
+        instances: &[(String, u64)],
+    ) -> Vec<String> {
+        match self {
+            Backend::Process(pool) => stop
+                .into_iter()
+                .filter(|name| {
+                    let named = instances.iter().find(|(n, _)| n == name).map(|(_, i)| *i);
+                    let kept = named.is_none_or(|instance| pool.runs_instance(name, instance));
+                    if !kept {
+                        tracing::warn!(worker = %name, "not stopped: the scheduler named another process of this name (two managers of one id?)");
+                    }
+                    kept
+                })
+                .collect(),
+            Backend::Command(_) | Backend::Slurm(_) => stop,
+        }
+    }
+
     pub(super) async fn apply(
         &mut self,
         desired: u32,

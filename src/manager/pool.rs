@@ -208,6 +208,14 @@ impl Pool {
         self.exited.push_back((name.to_string(), instance));
     }
 
+    /// Whether its process named `name`, if it has one, is `instance` (none of the name: as
+    /// good as yes, there is nothing of it here to spare).
+    pub(super) fn runs_instance(&self, name: &str, instance: u64) -> bool {
+        (self.children.iter())
+            .filter(|(n, _, _)| n == name)
+            .all(|(_, i, _)| *i == instance)
+    }
+
     pub(super) fn state(&self) -> ManagerState {
         let exited = self.exited.iter().map(|(name, _)| name.clone()).collect();
         let mut state = self.settings.report(false, self.names(), exited);

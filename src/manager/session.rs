@@ -68,12 +68,13 @@ pub async fn run_dynamic(
     let end = loop {
         tokio::select! {
             message = link.next() => match message {
-                Ok(ToManager::Desired { desired: wanted, stop, registered: known, reason }) => {
+                Ok(ToManager::Desired { desired: wanted, stop, registered: known, reason, instances }) => {
                     if Some(wanted) != desired || !stop.is_empty() {
                         tracing::info!(desired = wanted, stop = stop.len(), %reason, "scaling");
                     }
                     desired = Some(wanted);
                     registered = known;
+                    let stop = pool.stops_of_mine(stop, &instances);
                     if let Err(error) = pool.apply(wanted, &stop, &registered).await {
                         break SessionEnd::Failed(error);
                     }

@@ -267,6 +267,7 @@ mod tests {
             stop: Vec::new(),
             registered: Vec::new(),
             reason: String::new(),
+            instances: Vec::new(),
         }
     }
 
@@ -328,6 +329,7 @@ mod tests {
             stop: vec!["x".repeat(weir_proto::MAX_FRAME)],
             registered: Vec::new(),
             reason: String::new(),
+            instances: Vec::new(),
         };
         outbox.send(huge).unwrap();
         assert!(matches!(

@@ -169,6 +169,11 @@ impl Scheduler {
                 .filter(|w| w.manager.as_deref() == Some(decision.manager_id.as_str()))
                 .map(|w| w.name.clone())
                 .collect();
+            let instances = views
+                .iter()
+                .filter(|w| stop.contains(&w.name))
+                .map(|w| (w.name.clone(), w.instance))
+                .collect();
             tracing::debug!(manager = %decision.manager_id, desired = decision.desired_workers, reason = %decision.reason, "scaling");
             self.actions.push_back(Action::ToManager {
                 manager: decision.manager_id.clone(),
@@ -177,6 +182,7 @@ impl Scheduler {
                     stop,
                     registered,
                     reason: decision.reason.clone(),
+                    instances,
                 },
             });
         }

@@ -113,5 +113,10 @@ pub enum ToManager {
         stop: Vec<String>,
         registered: Vec<String>,
         reason: String,
+        /// The process (`worker --instance`) of each worker in `stop` that registered: a
+        /// manager stops its process of that name only if it is that one. Another process of
+        /// the name (a twin manager started with this id names its workers as the first does)
+        /// may be busy, and the stop was not meant for it.
+        instances: Vec<(String, u64)>,
     },
 }

@@ -255,14 +255,20 @@ impl Actor {
         Ok(())
     }
 
-    /// Frames to workers, in the order the core sent them (none once the journal failed).
+    /// Frames to workers, in the order the core sent them.
     fn send_frames(&mut self, frames: Vec<(WorkerId, ToWorker)>) {
         for (worker, message) in frames {
-            if self.journal_error.is_none()
-                && let Some(link) = self.workers.get(&worker)
-            {
-                let _ = link.send(message);
-            }
+            self.send_frame(worker, message);
+        }
+    }
+
+    /// A frame to a worker. Nothing is sent that the journal could not take (the scheduler
+    /// stops).
+    pub(super) fn send_frame(&self, worker: WorkerId, message: ToWorker) {
+        if self.journal_error.is_none()
+            && let Some(link) = self.workers.get(&worker)
+        {
+            let _ = link.send(message);
         }
     }
 

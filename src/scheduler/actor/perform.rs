@@ -64,14 +64,7 @@ impl Actor {
             Action::ToWorker { worker, message } if self.journaled && !confirmed => {
                 self.frames.push((worker, message));
             }
-            Action::ToWorker { worker, message } => {
-                // Nothing is sent that the journal could not take (the scheduler stops).
-                if self.journal_error.is_none()
-                    && let Some(frames) = self.workers.get(&worker)
-                {
-                    let _ = frames.send(message);
-                }
-            }
+            Action::ToWorker { worker, message } => self.send_frame(worker, message),
             // Dropping the sender ends the connection's writer, which closes it.
             Action::CloseWorker { worker } => drop(self.workers.remove(&worker)),
             Action::ManagerRegistered { connection, id } => {

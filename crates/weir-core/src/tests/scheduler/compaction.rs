@@ -73,14 +73,7 @@ fn a_journal_with_forgotten_jobs_is_compacted_at_start_whatever_its_size() {
         vec![Input::Finished { worker: 1, results }],
     ));
     // A scheduler started from what the rounds so far journaled.
-    let start = |rounds: &[Vec<Action>]| {
-        let mut restarted = Scheduler::new(config(true));
-        for record in rounds.iter().flat_map(|actions| journaled(actions)) {
-            restarted.handle(10, Input::Replay(record));
-        }
-        restarted.handle(10, Input::Replayed);
-        restarted.take_actions()
-    };
+    let start = |rounds: &[Vec<Action>]| restarted(rounds.iter().flat_map(|a| journaled(a)));
     let kept = start(&rounds);
     assert!(kept.is_empty(), "nothing forgotten: {kept:#?}");
     rounds.push(round(
@@ -126,33 +119,15 @@ fn a_compacted_journal_is_not_compacted_again_at_start() {
         vec![from_client(3, Request::Forget { job: 2 })],
     );
     records.extend(journaled(&forgot));
-    let start = |records: Vec<Record>| {
-        let mut restarted = Scheduler::new(config(true));
-        for record in records {
-            restarted.handle(10, Input::Replay(record));
-        }
-        restarted.handle(10, Input::Replayed);
-        restarted.take_actions()
-    };
-    let image = match &start(records)[..] {
-        [Action::Compact(image)] => journaled(
-            &image
-                .iter()
-                .map(|record| Action::Journal {
-                    record: postcard::to_stdvec(record)
-                        .map(|bytes| postcard::from_bytes(&bytes).expect("decodes"))
-                        .expect("encodes"),
-                    write_through: false,
-                })
-                .collect::<Vec<_>>(),
-        ),
+    let image: Vec<Record> = match &restarted(records)[..] {
+        [Action::Compact(image)] => image.iter().map(copy).collect(),
         other => panic!("compacted at start: {other:#?}"),
     };
     assert!(
         image.iter().any(|r| matches!(r, Record::Forget { job: 2 })),
         "the image keeps job 2's place: {image:#?}"
     );
-    let again = start(image);
+    let again = restarted(image);
     assert!(again.is_empty(), "compacted again: {again:#?}");
 }
 

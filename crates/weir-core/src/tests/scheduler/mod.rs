@@ -184,10 +184,24 @@ fn journaled(actions: &[Action]) -> Vec<Record> {
     let mut records = Vec::new();
     for action in actions {
         if let Action::Journal { record, .. } = action {
-            // Records are not Clone: round-trip them as the journal does.
-            let bytes = postcard::to_stdvec(record).expect("encodes");
-            records.push(postcard::from_bytes(&bytes).expect("decodes"));
+            records.push(copy(record));
         }
     }
     records
+}
+
+/// Records are not Clone: round-trip one as the journal does.
+fn copy(record: &Record) -> Record {
+    let bytes = postcard::to_stdvec(record).expect("encodes");
+    postcard::from_bytes(&bytes).expect("decodes")
+}
+
+/// A scheduler started from `records` (replayed, then `Replayed`): what it does first.
+fn restarted(records: impl IntoIterator<Item = Record>) -> Vec<Action> {
+    let mut core = Scheduler::new(config(true));
+    for record in records {
+        core.handle(10, Input::Replay(record));
+    }
+    core.handle(10, Input::Replayed);
+    core.take_actions()
 }

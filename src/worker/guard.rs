@@ -4,8 +4,8 @@
 //! killed (SIGKILL) when the task's main process exits, when it times out or is canceled, and
 //! when the worker stops. A worker killed with SIGKILL runs no code of its own, so [`start`]
 //! forks a guard process first, before the worker has any thread: the guard keeps the list of
-//! live task groups (each group adds itself before its program starts, from the child side of
-//! the fork, so no task escapes the list) and kills every one of them when its end of a pipe
+//! live task groups (each group adds itself before its program starts, from the child between its
+//! clone and `execve` (`spawn.rs`), so no task escapes the list) and kills every one of them when its end of a pipe
 //! from the worker closes — the kernel closes it when the worker dies, however it dies.
 //!
 //! The guard also holds the scheduler's lease on the worker's tasks: the worker passes on each
@@ -264,6 +264,15 @@ fn guard(read: OwnedFd) -> ! {
     // SAFETY: leave without running the worker's destructors or atexit handlers (rustix has
     // no `_exit` outside its runtime module).
     unsafe { libc::_exit(0) }
+}
+
+/// List the calling process's group (it leads one) with the guard; false if the guard is gone.
+/// Async-signal-safe: for a child between its clone and `execve` (`spawn.rs`). Its pid comes
+/// from the system call, not a cache of the parent's.
+pub(super) fn list_this_process() -> bool {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) };
+    tell(ADD, i32::try_from(pid).unwrap_or(0))
 }
 
 /// Make `command` start its program as the leader of a new process group, listed with the

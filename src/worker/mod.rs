@@ -20,6 +20,7 @@ mod functions;
 pub mod guard;
 mod run;
 mod session;
+mod spawn;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

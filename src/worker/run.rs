@@ -1,7 +1,6 @@
 //! Running one task: a process or a sandboxed component.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,7 +16,8 @@ pub(super) use super::cancel::{Cancel, canceled};
 
 /// How a command ended.
 enum Ended {
-    Exited(std::io::Result<std::process::ExitStatus>),
+    /// Its exit code (`None`: a signal ended it), or why it could not be waited for.
+    Exited(std::io::Result<Option<i32>>),
     TimedOut(Duration),
     Canceled,
 }
@@ -178,21 +178,13 @@ impl Runner {
                 message: "empty argv".into(),
             };
         };
-        let mut command = tokio::process::Command::new(program);
-        super::guard::contain(&mut command);
-        let mut child = match command
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(if input.is_empty() {
-                Stdio::null()
-            } else {
-                Stdio::piped()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-        {
+        let command = super::spawn::Command {
+            program,
+            args,
+            env,
+            stdin: !input.is_empty(),
+        };
+        let mut child = match super::spawn::spawn(&command) {
             Ok(child) => child,
             Err(error) if super::guard::is_gone(&error) => {
                 // Its tasks would no longer die with it: stop like on SIGTERM (this run, ended
@@ -220,7 +212,7 @@ impl Runner {
         };
         // Every process of the task dies with it: when this is dropped (the task ended, timed
         // out, or was canceled and its future dropped).
-        let group = super::guard::ProcessGroup::new(child.id());
+        let group = super::guard::ProcessGroup::new(Some(child.id()));
         if let Some(mut stdin) = child.stdin.take() {
             tokio::spawn(async move {
                 let _ = stdin.write_all(&input).await;
@@ -270,7 +262,7 @@ impl Runner {
             }
         };
         Outcome::Exited {
-            code: status.code(),
+            code: status,
             stdout: stdout.await.unwrap_or_default(),
             stderr: stderr.await.unwrap_or_default(),
         }
@@ -361,15 +353,21 @@ async fn read_capped(stream: Option<impl AsyncRead + Unpin>, limit: usize) -> Ve
     let Some(mut stream) = stream else {
         return Vec::new();
     };
+    // Nothing is allocated for a command that writes nothing (most short ones).
     let mut kept = Vec::new();
-    let mut chunk = vec![0u8; 64 << 10];
+    let mut beyond = [0u8; 1024];
     loop {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return kept,
-            Ok(n) => {
-                let room = limit.saturating_sub(kept.len());
-                kept.extend_from_slice(&chunk[..n.min(room)]);
-            }
+        let room = limit.saturating_sub(kept.len());
+        let read = if room > 0 {
+            kept.reserve(room.min(16 << 10));
+            stream.read_buf(&mut kept).await
+        } else {
+            // Past the limit: read on to the end, so the command is not blocked on a full pipe.
+            stream.read(&mut beyond).await
+        };
+        if matches!(read, Ok(0) | Err(_)) {
+            kept.truncate(limit);
+            return kept;
         }
     }
 }

@@ -55,7 +55,8 @@ struct Run<'a> {
     scheduler: &'a [String],
 }
 
-async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()> {
+/// Runs one row and returns its tasks per second (0 for a skipped row).
+async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<f64> {
     let Run {
         label,
         worker_args,
@@ -67,7 +68,7 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
         scheduler,
     } = run;
     if tasks == 0 {
-        return Ok(());
+        return Ok(0.0);
     }
     let sub = dir.join(format!("{label}-{tasks}-{workers}x{slots}"));
     std::fs::create_dir_all(&sub)?;
@@ -103,6 +104,73 @@ async fn throughput(dir: &Path, report: &mut Report, run: Run<'_>) -> Result<()>
         "| {label} | {tasks} | {workers} x {slots} | {elapsed:.2} | {:.0} | {cpu_us:.2} | {:.0} |",
         f64::from(tasks) / elapsed,
         peak as f64 / (1u64 << 20) as f64
+    ));
+    Ok(f64::from(tasks) / elapsed)
+}
+
+/// The machine's own rate of short commands: `spawners` threads, each starting `true` and
+/// waiting for it (`posix_spawn` + `waitpid`, as std does for a command without a `pre_exec`
+/// hook), `count` in all; in commands per second.
+fn spawn_limit(spawners: u32, count: u32) -> Result<f64> {
+    let spawners = spawners.max(1);
+    let started = Instant::now();
+    let threads: Vec<_> = (0..spawners)
+        .map(|i| {
+            let share = count / spawners + u32::from(i < count % spawners);
+            std::thread::spawn(move || -> std::io::Result<()> {
+                for _ in 0..share {
+                    let status = std::process::Command::new("true")
+                        .stdin(std::process::Stdio::null())
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
+                        .status()?;
+                    if !status.success() {
+                        return Err(std::io::Error::other(format!("`true` ended with {status}")));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("a spawner thread panicked"))??;
+    }
+    Ok(f64::from(count) / started.elapsed().as_secs_f64())
+}
+
+/// `weir bench --commands-only`: `true` commands on 2 workers x 2 slots against what this
+/// machine spawns with 4 spawners doing nothing else, measured in the same run (before and
+/// after weir's, so a change in the machine's load shows), and their ratio.
+pub(super) async fn commands(args: &BenchArgs, dir: &Path, report: &mut Report) -> Result<()> {
+    Launcher::beside_current_exe(dir)?.command("scheduler")?;
+    let scheduler = vec!["--threads".to_string(), args.scheduler_threads.to_string()];
+    let (workers, slots) = (2, 2);
+    let tasks = args.command_tasks.max(1);
+    let before = spawn_limit(workers * slots, tasks)?;
+    report.row("| tasks | N | workers x slots | seconds | tasks/s | scheduler CPU µs/task | scheduler peak MiB |".into());
+    report.row("|---|---:|---|---:|---:|---:|---:|".into());
+    let run = Run {
+        label: "command `true`",
+        worker_args: &[],
+        tasks,
+        components: vec![],
+        spec: noop_spec(),
+        workers,
+        slots,
+        scheduler: &scheduler,
+    };
+    let weir = throughput(dir, report, run).await?;
+    let after = spawn_limit(workers * slots, tasks)?;
+    let limit = (before + after) / 2.0;
+    report.row(String::new());
+    report.row(format!(
+        "spawn limit: {} spawners x `true` (spawn + wait, nothing else): {before:.0}/s before, {after:.0}/s after weir's run"
+    , workers * slots));
+    report.row(format!(
+        "command `true` on {workers} x {slots}: {weir:.0}/s = {:.2} of the machine's spawn limit ({limit:.0}/s, the mean; goal >= 0.75)",
+        weir / limit
     ));
     Ok(())
 }

@@ -79,6 +79,10 @@ pub(crate) struct BenchArgs {
     /// Only the plugin costs: no cluster, throughput, memory, reaction or journal runs.
     #[arg(long)]
     plugins_only: bool,
+    /// Only `true` commands (`--command-tasks` of them) on 2 workers x 2 slots, against this
+    /// machine's own spawn limit measured in the same run with 4 spawners, and their ratio.
+    #[arg(long)]
+    commands_only: bool,
     /// Only the scheduler's cost as the cluster grows: for each N, this process opens N worker
     /// connections (1 slot each; hello, registration, heartbeats, a verdict, outcomes answered
     /// at once) under `--simulated-managers` manager connections, and measures connect time,
@@ -135,6 +139,14 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
             &mut report,
         )
         .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        result?;
+        return write_markdown(args, &report);
+    }
+    if args.commands_only {
+        let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let result = cluster::commands(args, &dir, &mut report).await;
         let _ = std::fs::remove_dir_all(&dir);
         result?;
         return write_markdown(args, &report);

@@ -218,9 +218,12 @@ impl Runner {
                 let _ = stdin.write_all(&input).await;
             });
         }
+        // Its output is read in this task, beside the wait (no task of its own per pipe).
         let limit = self.output_limit;
-        let stdout = tokio::spawn(read_capped(child.stdout.take(), limit));
-        let stderr = tokio::spawn(read_capped(child.stderr.take(), limit));
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let output = async { tokio::join!(read_capped(stdout, limit), read_capped(stderr, limit)) };
+        let mut output = std::pin::pin!(output);
+        let mut read = None;
         let ended = {
             let waited = async {
                 match timeout {
@@ -231,9 +234,13 @@ impl Runner {
                     None => Ended::Exited(child.wait().await),
                 }
             };
-            tokio::select! {
-                ended = waited => ended,
-                () = cancel.notified() => Ended::Canceled,
+            let mut waited = std::pin::pin!(waited);
+            loop {
+                tokio::select! {
+                    out = &mut output, if read.is_none() => read = Some(out),
+                    ended = &mut waited => break ended,
+                    () = cancel.notified() => break Ended::Canceled,
+                }
             }
         };
         // What the task left running goes with it: on a timeout or cancel everything, after a
@@ -261,10 +268,14 @@ impl Runner {
                 };
             }
         };
+        let (stdout, stderr) = match read {
+            Some(read) => read,
+            None => output.await,
+        };
         Outcome::Exited {
             code: status,
-            stdout: stdout.await.unwrap_or_default(),
-            stderr: stderr.await.unwrap_or_default(),
+            stdout,
+            stderr,
         }
     }
 

@@ -97,6 +97,12 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     weir::telemetry::init(args.common.log_format);
+    // A worker started with SIGCHLD ignored would have its task processes reaped by the
+    // kernel, their ids free for others before the worker waits on them: the default again.
+    // SAFETY: no thread exists yet, and SIG_DFL runs no code.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    }
     // Before any thread exists: the guard that kills task processes if this worker is killed.
     if !args.check
         && let Err(error) = weir::worker::guard::start()
@@ -107,6 +113,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    if !args.check && !args.no_execute {
+        weir::worker::check_command_support()?;
+    }
     let capabilities = parse_capabilities(&args.capabilities)
         .map_err(|e| anyhow::anyhow!("--capabilities: {e}"))?;
     let total_memory = match &args.total_memory {

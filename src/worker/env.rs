@@ -265,6 +265,16 @@ impl Environments {
     }
 }
 
+/// `f` of the environments if no evaluation holds them now, else `None`. For the worker's one
+/// runtime thread, which must not wait on a lock an evaluation (compiling a component, running
+/// conditions to their deadlines) holds for seconds on a blocking thread.
+pub(super) fn peek<T>(
+    environments: &std::sync::Mutex<Environments>,
+    f: impl FnOnce(&Environments) -> T,
+) -> Option<T> {
+    environments.try_lock().ok().map(|e| f(&e))
+}
+
 /// What one evaluation round has to report.
 #[derive(Debug, Default)]
 pub struct Evaluated {

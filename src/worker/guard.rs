@@ -275,6 +275,12 @@ pub(super) fn list_this_process() -> bool {
     tell(ADD, i32::try_from(pid).unwrap_or(0))
 }
 
+/// Take `pgid` off the guard's list: a group that never ran its program (its child failed
+/// before `execve`, or could not be waited for).
+pub(super) fn unlist(pgid: i32) {
+    let _ = tell(REMOVE, pgid);
+}
+
 /// Make `command` start its program as the leader of a new process group, listed with the
 /// guard before the program runs.
 pub fn contain(command: &mut tokio::process::Command) {

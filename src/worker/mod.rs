@@ -21,6 +21,7 @@ pub mod guard;
 mod run;
 mod session;
 mod spawn;
+pub use spawn::check_support as check_command_support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -219,7 +220,7 @@ impl Worker {
         }
         self.running.clear();
         let environments = self.environments.clone();
-        if environments.lock().is_ok_and(|e| !e.has_conditions()) {
+        if env::peek(&environments, |e| !e.has_conditions()) == Some(true) {
             return;
         }
         let _ = tokio::task::spawn_blocking(move || {

@@ -364,21 +364,19 @@ async fn read_capped(stream: Option<impl AsyncRead + Unpin>, limit: usize) -> Ve
     let Some(mut stream) = stream else {
         return Vec::new();
     };
-    // Nothing is allocated for a command that writes nothing (most short ones).
+    // Read through a buffer in the run's own future: nothing is allocated for a command that
+    // writes nothing (most short ones).
     let mut kept = Vec::new();
-    let mut beyond = [0u8; 1024];
+    let mut buffer = [0u8; 8 << 10];
     loop {
-        let room = limit.saturating_sub(kept.len());
-        let read = if room > 0 {
-            kept.reserve(room.min(16 << 10));
-            stream.read_buf(&mut kept).await
-        } else {
-            // Past the limit: read on to the end, so the command is not blocked on a full pipe.
-            stream.read(&mut beyond).await
-        };
-        if matches!(read, Ok(0) | Err(_)) {
-            kept.truncate(limit);
-            return kept;
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                // Past the limit it is read on to the end, so the command never blocks on a
+                // full pipe.
+                let room = limit.saturating_sub(kept.len());
+                kept.extend_from_slice(&buffer[..n.min(room)]);
+            }
         }
     }
 }

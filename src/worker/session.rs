@@ -83,11 +83,19 @@ impl Worker {
         }
         // What this worker already knows, for the scheduler that just registered it (before
         // the outcomes the core reports on registering).
-        let verdicts = self
-            .environments
-            .lock()
-            .map(|e| e.current())
-            .unwrap_or_default();
+        let verdicts = match env::peek(&self.environments, |e| e.current()) {
+            Some(verdicts) => verdicts,
+            // An evaluation of the last session's holds them (it may compile for seconds):
+            // waited for on a blocking thread, not on the worker's one runtime thread.
+            None => {
+                let environments = self.environments.clone();
+                tokio::task::spawn_blocking(move || {
+                    environments.lock().map(|e| e.current()).unwrap_or_default()
+                })
+                .await
+                .unwrap_or_default()
+            }
+        };
         if !verdicts.is_empty() {
             let _ = outgoing.send(FromWorker::Verdicts(verdicts));
         }
@@ -285,7 +293,7 @@ async fn evaluate_environments(
         // Nothing to evaluate (no condition here, none registered): nothing to wait for on a
         // blocking thread, whose timing a simulated cluster cannot replay.
         let nothing = update.as_ref().is_none_or(|(defs, _)| defs.is_empty())
-            && environments.lock().is_ok_and(|e| !e.has_conditions());
+            && env::peek(&environments, |e| !e.has_conditions()) == Some(true);
         let evaluated = if nothing {
             env::Evaluated::default()
         } else {

@@ -53,12 +53,18 @@ pub(super) struct Process {
     pub(super) stderr: Option<pipe::Receiver>,
 }
 
+/// The shell a file without `#!` is run with.
+const SH: &std::ffi::CStr = c"/bin/sh";
+
 /// What the child reads (made before the clone) and the one thing it writes.
 struct ChildData {
     /// Where to look for the program, in order: one path, or each `PATH` entry joined with it.
     paths: Vec<CString>,
     /// NULL-terminated.
     argv: Vec<*const c_char>,
+    /// `/bin/sh PATH args...`, NULL-terminated, for a file without `#!` (ENOEXEC), as `execvp`
+    /// runs it: the child writes the path it found into slot 1.
+    sh_argv: std::cell::UnsafeCell<Vec<*const c_char>>,
     /// NULL-terminated.
     envp: Vec<*const c_char>,
     stdio: [RawFd; 3],
@@ -81,14 +87,14 @@ fn c_string(bytes: &[u8]) -> io::Result<CString> {
 }
 
 /// Where `execvp` would look for `program`.
-fn candidates(program: &str, env: &[(String, String)]) -> io::Result<Vec<CString>> {
+fn candidates(program: &str, env: &[(&str, &str)]) -> io::Result<Vec<CString>> {
     if program.is_empty() {
         return Err(io::Error::from_raw_os_error(libc::ENOENT));
     }
     if program.contains('/') {
         return Ok(vec![c_string(program.as_bytes())?]);
     }
-    let path = match env.iter().rev().find(|(k, _)| k == "PATH") {
+    let path = match env.iter().find(|(k, _)| *k == "PATH") {
         Some((_, path)) => path.as_bytes().to_vec(),
         None => std::env::var_os("PATH")
             .map(|p| p.as_bytes().to_vec())
@@ -114,15 +120,28 @@ fn base_environment() -> &'static [CString] {
     })
 }
 
+/// The task's variables, the last value of each name (as std's `Command::envs` keeps it: a job's
+/// `WEIR_TASK_ID` loses to the worker's, set after it).
+fn last_of_each(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    let mut kept: Vec<(&str, &str)> = Vec::with_capacity(env.len());
+    for (k, v) in env.iter().rev() {
+        if !kept.iter().any(|(seen, _)| *seen == k.as_str()) {
+            kept.push((k, v));
+        }
+    }
+    kept.reverse();
+    kept
+}
+
 /// The task's variables as `KEY=value`.
-fn task_environment(env: &[(String, String)]) -> io::Result<Vec<CString>> {
+fn task_environment(env: &[(&str, &str)]) -> io::Result<Vec<CString>> {
     env.iter()
         .map(|(k, v)| c_string(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
         .collect()
 }
 
 /// `envp`: the worker's variables the task does not set, then the task's.
-fn envp(base: &[CString], task: &[CString], env: &[(String, String)]) -> Vec<*const c_char> {
+fn envp(base: &[CString], task: &[CString], env: &[(&str, &str)]) -> Vec<*const c_char> {
     let set = |var: &CString| {
         let bytes = var.as_bytes();
         env.iter().any(|(k, _)| {
@@ -153,25 +172,53 @@ fn sender(fd: OwnedFd) -> io::Result<pipe::Sender> {
     pipe::Sender::from_owned_fd_unchecked(fd)
 }
 
+/// Whether this system can wait on a task's process the way [`spawn`] does: pidfds
+/// (`pidfd_open`, Linux 5.3; `waitid(P_PIDFD)`, 5.4), also allowed by any seccomp profile the
+/// worker runs under. Checked when the worker starts, so no task's program runs only to be
+/// killed for want of them.
+pub fn check_support() -> io::Result<()> {
+    let unsupported = |what: &str, error: rustix::io::Errno| {
+        io::Error::other(format!(
+            "cannot run command tasks: {what} failed ({error}); Linux 5.4 or later is needed, \
+             with pidfd_open and waitid allowed"
+        ))
+    };
+    let own = rustix::process::pidfd_open(rustix::process::getpid(), PidfdFlags::empty())
+        .map_err(|e| unsupported("pidfd_open", e))?;
+    // Not a child of itself: ECHILD where P_PIDFD is known, EINVAL where it is not.
+    match rustix::process::waitid(
+        WaitId::PidFd(own.as_fd()),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+    ) {
+        Err(rustix::io::Errno::CHILD) | Ok(_) => Ok(()),
+        Err(error) => Err(unsupported("waitid(P_PIDFD)", error)),
+    }
+}
+
 /// Start `command` in a process group of its own, listed with the guard before its program
 /// runs. Fails with EPIPE if the guard is gone (`guard::is_gone`), with the `execve` error if
 /// the program cannot run (ENOENT if it is nowhere). Call it within a tokio runtime.
 pub(super) fn spawn(command: &Command) -> io::Result<Process> {
-    let paths = candidates(command.program, command.env)?;
+    let env = last_of_each(command.env);
+    let paths = candidates(command.program, &env)?;
     let args: Vec<CString> = std::iter::once(command.program)
         .chain(command.args.iter().map(String::as_str))
         .map(|a| c_string(a.as_bytes()))
         .collect::<io::Result<_>>()?;
-    let task_vars = task_environment(command.env)?;
-    let (stdin_read, stdin_write) = match command.stdin {
+    let task_vars = task_environment(&env)?;
+    // The parent's ends are made ready for tokio before the clone: nothing can fail between a
+    // program that runs and the `Process` that kills it when dropped, but the pidfd.
+    let (stdin_read, stdin) = match command.stdin {
         true => {
             let (read, write) = pipe_pair()?;
-            (Some(read), Some(write))
+            (Some(read), Some(sender(write)?))
         }
         false => (None, None),
     };
     let (stdout_read, stdout_write) = pipe_pair()?;
+    let stdout = receiver(stdout_read)?;
     let (stderr_read, stderr_write) = pipe_pair()?;
+    let stderr = receiver(stderr_read)?;
     let data = ChildData {
         paths,
         argv: args
@@ -179,7 +226,14 @@ pub(super) fn spawn(command: &Command) -> io::Result<Process> {
             .map(|a| a.as_ptr())
             .chain([std::ptr::null()])
             .collect(),
-        envp: envp(base_environment(), &task_vars, command.env),
+        envp: envp(base_environment(), &task_vars, &env),
+        sh_argv: std::cell::UnsafeCell::new(
+            [SH.as_ptr(), std::ptr::null()]
+                .into_iter()
+                .chain(args.iter().skip(1).map(|a| a.as_ptr()))
+                .chain([std::ptr::null()])
+                .collect(),
+        ),
         stdio: [
             match &stdin_read {
                 Some(read) => read.as_raw_fd(),
@@ -220,7 +274,10 @@ pub(super) fn spawn(command: &Command) -> io::Result<Process> {
     // The child's ends: it has its copies (or is gone).
     drop((stdin_read, stdout_write, stderr_write));
     let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::other("clone gave pid 0"))?;
+    // A child that will not run: off the guard's list before it is reaped (after, its id could
+    // be another group's, which the guard would kill at the lease's end).
     let reap = |pid: Pid| {
+        super::guard::unlist(pid.as_raw_nonzero().get());
         let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
     };
     let error = data.error.load(Ordering::SeqCst);
@@ -249,9 +306,9 @@ pub(super) fn spawn(command: &Command) -> io::Result<Process> {
     Ok(Process {
         pid,
         pidfd: Some(pidfd),
-        stdin: stdin_write.map(sender).transpose()?,
-        stdout: Some(receiver(stdout_read)?),
-        stderr: Some(receiver(stderr_read)?),
+        stdin,
+        stdout: Some(stdout),
+        stderr: Some(stderr),
     })
 }
 
@@ -312,6 +369,16 @@ extern "C" fn child(data: *mut c_void) -> c_int {
         for path in &data.paths {
             libc::execve(path.as_ptr(), data.argv.as_ptr(), data.envp.as_ptr());
             error = errno();
+            if error == libc::ENOEXEC {
+                // A script without `#!`: the shell runs it, as `execvp` does. The parent is
+                // suspended until this execs or exits, so nothing else reads the slot.
+                let sh_argv = &mut *data.sh_argv.get();
+                if let Some(slot) = sh_argv.get_mut(1) {
+                    *slot = path.as_ptr();
+                }
+                libc::execve(SH.as_ptr(), sh_argv.as_ptr(), data.envp.as_ptr());
+                error = errno();
+            }
             match error {
                 libc::EACCES => denied = true,
                 libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}

@@ -30,12 +30,16 @@ async fn output(process: &mut Process) -> (Vec<u8>, Vec<u8>) {
 async fn a_program_on_path_gets_its_args_env_and_stdin_and_its_output_and_code_come_back() {
     let args = strings(&[
         "-c",
-        "read line; echo \"$line $WEIR_SPAWN_TEST $0 $HOME $(env | grep -c ^HOME=)\"; echo oops >&2; exit 3",
+        "read line; echo \"$line $WEIR_SPAWN_TEST $0 ${PATH##*:} $(env | grep -c -e ^PATH= -e ^WEIR_SPAWN_TEST=)\"; echo oops >&2; exit 3",
     ]);
     // A variable of its own, and one the worker has too (the task's wins, once).
+    // PATH: the worker always has one.
+    let path = std::env::var("PATH").expect("a PATH") + ":/weir-extra";
     let env = vec![
+        ("WEIR_SPAWN_TEST".to_string(), "first".to_string()),
+        ("PATH".to_string(), path),
+        // Set twice: the last value, once, as std's `envs` gives it.
         ("WEIR_SPAWN_TEST".to_string(), "set".to_string()),
-        ("HOME".to_string(), "/weir-home".to_string()),
     ];
     let mut process = spawn(&Command {
         stdin: true,
@@ -47,7 +51,10 @@ async fn a_program_on_path_gets_its_args_env_and_stdin_and_its_output_and_code_c
     drop(stdin);
     let (out, err) = output(&mut process).await;
     assert_eq!(process.wait().await.expect("wait"), Some(3));
-    assert_eq!(out, b"hello set sh /weir-home 1\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "hello set sh /weir-extra 2\n"
+    );
     assert_eq!(err, b"oops\n");
 }
 
@@ -117,4 +124,46 @@ async fn a_signal_ends_it_without_a_code_and_a_dropped_process_is_killed_and_rea
     let mut process = spawn(&command("sleep", &args, &[])).expect("spawn sleep");
     process.kill().await.expect("kill");
     assert!(process.wait().await.is_err(), "reaped once, by kill");
+}
+
+#[tokio::test]
+async fn the_program_holds_only_its_stdio_and_reads_dev_null_without_input() {
+    // `ls` lists the descriptors it holds: what this test process itself inherited without
+    // close-on-exec (a test harness's jobserver), as std's spawn passes them on, and no more.
+    let script = "readlink /proc/self/fd/0; ls /proc/self/fd | wc -l";
+    let args = strings(&["-c", script]);
+    let mut process = spawn(&command("sh", &args, &[])).expect("spawn");
+    let (out, err) = output(&mut process).await;
+    assert_eq!(process.wait().await.expect("wait"), Some(0), "{err:?}");
+    let std = std::process::Command::new("sh")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("std's spawn");
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&std.stdout)
+    );
+    assert!(out.starts_with(b"/dev/null\n"));
+}
+
+#[tokio::test]
+async fn a_script_without_a_shebang_runs_with_the_shell_as_execvp_runs_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("plain");
+    std::fs::write(&script, "echo \"plain $1\"\n").expect("write");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let args = strings(&["arg"]);
+    let path = script.to_str().expect("utf-8 path");
+    let mut process = spawn(&command(path, &args, &[])).expect("spawn a shebang-less script");
+    let (out, _) = output(&mut process).await;
+    assert_eq!(process.wait().await.expect("wait"), Some(0));
+    assert_eq!(out, b"plain arg\n");
+}
+
+#[test]
+fn this_system_can_wait_on_task_processes() {
+    super::check_support().expect("pidfds");
 }

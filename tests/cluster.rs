@@ -250,6 +250,41 @@ fn timeouts_fail_the_task_and_cancel_frees_the_slots() {
 }
 
 #[test]
+fn a_task_whose_background_process_left_its_group_still_ends_with_its_output() {
+    let mut cluster = Cluster::start("10");
+    cluster.worker("w", &["--slots", "1"]);
+    // The background process moves to a session of its own (out of the task's group, so it
+    // outlives the task, as under Slurm's proctrack/pgid) and keeps the task's stdout open.
+    let pidfile = cluster.dir.path().join("escaped.pid");
+    // The task ends once it escaped (else its group's kill could come first).
+    let script = format!(
+        "setsid sh -c 'echo $$ > {0}; exec sleep 1000' & \
+         until [ -s {0} ]; do sleep 0.01; done; echo main-done",
+        pidfile.display()
+    );
+    let job = cluster.json(&["submit", "--", "sh", "-c", &script])["job"].to_string();
+    // It ends (it waited for that pipe forever before), with what the task wrote.
+    cluster.await_status(|s| s["tasks"]["succeeded"] == 1);
+    let results = cluster.json(&["results", &job]);
+    assert_eq!(results[0]["stdout"], "main-done\n", "{results}");
+    // Not the task's to clean up any more: the test's.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let pid = loop {
+        match std::fs::read_to_string(&pidfile) {
+            Ok(pid) if pid.ends_with('\n') => break pid,
+            _ => assert!(
+                std::time::Instant::now() < deadline,
+                "no pid from the escaped process"
+            ),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let _ = std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status();
+}
+
+#[test]
 fn clients_get_clear_errors_for_bad_requests() {
     let mut cluster = Cluster::start("10");
     cluster.worker("w", &["--slots", "1"]);

@@ -221,32 +221,54 @@ impl Runner {
         // Its output is read in this task, beside the wait (no task of its own per pipe).
         let limit = self.output_limit;
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let output = async { tokio::join!(read_capped(stdout, limit), read_capped(stderr, limit)) };
-        let mut output = std::pin::pin!(output);
-        let mut read = None;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
         let ended = {
-            let waited = async {
-                match timeout {
-                    Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
-                        Ok(status) => Ended::Exited(status),
-                        Err(_) => Ended::TimedOut(limit),
-                    },
-                    None => Ended::Exited(child.wait().await),
+            let output = async {
+                tokio::join!(
+                    read_capped(stdout, limit, &mut out),
+                    read_capped(stderr, limit, &mut err)
+                )
+            };
+            let mut output = std::pin::pin!(output);
+            let mut read = false;
+            let ended = {
+                let waited = async {
+                    match timeout {
+                        Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
+                            Ok(status) => Ended::Exited(status),
+                            Err(_) => Ended::TimedOut(limit),
+                        },
+                        None => Ended::Exited(child.wait().await),
+                    }
+                };
+                let mut waited = std::pin::pin!(waited);
+                loop {
+                    tokio::select! {
+                        _ = &mut output, if !read => read = true,
+                        ended = &mut waited => break ended,
+                        () = cancel.notified() => break Ended::Canceled,
+                    }
                 }
             };
-            let mut waited = std::pin::pin!(waited);
-            loop {
-                tokio::select! {
-                    out = &mut output, if read.is_none() => read = Some(out),
-                    ended = &mut waited => break ended,
-                    () = cancel.notified() => break Ended::Canceled,
+            // What the task left running goes with it: on a timeout or cancel everything, after
+            // a normal exit what it left in the background (so the pipes close and its output
+            // can be read to the end).
+            drop(group);
+            if matches!(ended, Ended::Exited(_)) && !read {
+                // A process that left the group (`setsid`) may still hold a pipe: what it wrote
+                // within the grace is kept, and the run ends.
+                if tokio::time::timeout(OUTPUT_GRACE, &mut output)
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        program,
+                        "a process the task started outside its group still holds its output; not waiting for it"
+                    );
                 }
             }
+            ended
         };
-        // What the task left running goes with it: on a timeout or cancel everything, after a
-        // normal exit what it left in the background (so the pipes close and its output can be
-        // read to the end).
-        drop(group);
         let status = match ended {
             Ended::Exited(status) => status,
             Ended::TimedOut(limit) => {
@@ -268,14 +290,10 @@ impl Runner {
                 };
             }
         };
-        let (stdout, stderr) = match read {
-            Some(read) => read,
-            None => output.await,
-        };
         Outcome::Exited {
             code: status,
-            stdout,
-            stderr,
+            stdout: out,
+            stderr: err,
         }
     }
 
@@ -359,18 +377,22 @@ impl Runner {
     }
 }
 
-/// Read everything, keep the first `limit` bytes.
-async fn read_capped(stream: Option<impl AsyncRead + Unpin>, limit: usize) -> Vec<u8> {
+/// How long a command's output is read on after it exited and its group was killed: only a
+/// process that left the group (`setsid`) can hold a pipe open that long.
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
+
+/// Read everything into `kept`, keep the first `limit` bytes (what was read stays there if
+/// this is dropped before the end).
+async fn read_capped(stream: Option<impl AsyncRead + Unpin>, limit: usize, kept: &mut Vec<u8>) {
     let Some(mut stream) = stream else {
-        return Vec::new();
+        return;
     };
     // Read through a buffer in the run's own future: nothing is allocated for a command that
     // writes nothing (most short ones).
-    let mut kept = Vec::new();
     let mut buffer = [0u8; 8 << 10];
     loop {
         match stream.read(&mut buffer).await {
-            Ok(0) | Err(_) => return kept,
+            Ok(0) | Err(_) => return,
             Ok(n) => {
                 // Past the limit it is read on to the end, so the command never blocks on a
                 // full pipe.

@@ -4,9 +4,10 @@
 //! killed (SIGKILL) when the task's main process exits, when it times out or is canceled, and
 //! when the worker stops. A worker killed with SIGKILL runs no code of its own, so [`start`]
 //! forks a guard process first, before the worker has any thread: the guard keeps the list of
-//! live task groups (each group adds itself before its program starts, from the child between its
-//! clone and `execve` (`spawn.rs`), so no task escapes the list) and kills every one of them when its end of a pipe
-//! from the worker closes — the kernel closes it when the worker dies, however it dies.
+//! live task groups (each group adds itself before its program starts, from the child between
+//! its clone and `execve` (`spawn.rs`), so no task escapes the list) and kills every one of them
+//! when its end of a pipe from the worker closes — the kernel closes it when the worker dies,
+//! however it dies.
 //!
 //! The guard also holds the scheduler's lease on the worker's tasks: the worker passes on each
 //! end the scheduler granted (`lease.rs`). When no grant comes in time (the worker is stopped
@@ -267,7 +268,7 @@ fn guard(read: OwnedFd) -> ! {
 }
 
 /// List the calling process's group (it leads one) with the guard; false if the guard is gone.
-/// Async-signal-safe: for a child between its clone and `execve` (`spawn.rs`). Its pid comes
+/// Async-signal-safe: for a child between its clone (or fork) and `execve`. Its pid comes
 /// from the system call, not a cache of the parent's.
 pub(super) fn list_this_process() -> bool {
     // SAFETY: getpid has no preconditions.
@@ -291,7 +292,7 @@ pub fn contain(command: &mut tokio::process::Command) {
             // A guard that is gone must fail the spawn, not kill this child with SIGPIPE; the
             // program itself then starts with SIGPIPE's default, as std gives it.
             libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-            let listed = tell(ADD, rustix::process::getpid().as_raw_nonzero().get());
+            let listed = list_this_process();
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
             match listed {
                 true => Ok(()),

@@ -121,34 +121,25 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
     ));
     report.row(String::new());
     if args.replicas {
-        let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let result = replicas::bench(args, &dir, &mut report).await;
-        let _ = std::fs::remove_dir_all(&dir);
-        result?;
+        let dir = Scratch::new()?;
+        replicas::bench(args, &dir.0, &mut report).await?;
         return write_markdown(args, &report);
     }
     if !args.simulated_workers.is_empty() {
-        let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let result = simulated::simulated(
+        let dir = Scratch::new()?;
+        simulated::simulated(
             &args.simulated_workers,
             args.simulated_managers,
             args.scheduler_threads,
-            &dir,
+            &dir.0,
             &mut report,
         )
-        .await;
-        let _ = std::fs::remove_dir_all(&dir);
-        result?;
+        .await?;
         return write_markdown(args, &report);
     }
     if args.commands_only {
-        let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let result = cluster::commands(args, &dir, &mut report).await;
-        let _ = std::fs::remove_dir_all(&dir);
-        result?;
+        let dir = Scratch::new()?;
+        cluster::commands(args, &dir.0, &mut report).await?;
         return write_markdown(args, &report);
     }
     plugins::costs(&mut report)?;
@@ -161,12 +152,28 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
     if args.plugins_only {
         return write_markdown(args, &report);
     }
-    let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let result = cluster::benches(args, &dir, &mut report).await;
-    let _ = std::fs::remove_dir_all(&dir);
-    result?;
+    let dir = Scratch::new()?;
+    cluster::benches(args, &dir.0, &mut report).await?;
     write_markdown(args, &report)
+}
+
+/// The bench's scratch directory (clusters' files, journals), removed when dropped: after a
+/// run, and after a failed one too.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn write_markdown(args: &BenchArgs, report: &Report) -> Result<()> {

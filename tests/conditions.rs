@@ -61,9 +61,11 @@ fn register(cluster: &Cluster, name: &str, component: &Path, config: &[&str]) ->
         args.extend(["--config", item]);
     }
     let registered = cluster.json(&args);
-    let list = registered.as_array().expect("a list of environments");
+    let list = registered
+        .as_array()
+        .unwrap_or_else(|| panic!("a list of environments: {registered}"));
     assert_eq!(list.len(), 1, "{registered}");
-    assert_eq!(list[0]["pending"].as_array().unwrap().len(), 0);
+    assert_eq!(list[0]["pending"], serde_json::json!([]), "{registered}");
     list[0].clone()
 }
 

@@ -63,7 +63,10 @@ impl Cluster {
         let bin = Path::new(env!("CARGO_BIN_EXE_scheduler")).parent().unwrap();
         let mut launcher = Launcher::new(bin, dir.path())
             .env("WEIR_CACHE_DIR", dir.path().join("cache"))
-            .env("RUST_LOG", "error");
+            .env(
+                "RUST_LOG",
+                std::env::var("WEIR_TEST_LOG").unwrap_or("error".into()),
+            );
         for (name, value) in env {
             launcher = launcher.env(name, value);
         }

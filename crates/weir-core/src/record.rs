@@ -12,6 +12,7 @@ use weir_proto::{
 pub enum Record {
     /// Components first time seen, then the groups of one job.
     Submit {
+        #[serde(with = "weir_proto::bytes::keyed")]
         components: Vec<(ComponentHash, Vec<u8>)>,
         groups: Vec<NewGroup>,
     },
@@ -19,6 +20,7 @@ pub enum Record {
     Final(Vec<(TaskId, TaskState, Outcome, u32)>),
     EnvRegister {
         def: EnvironmentDef,
+        #[serde(with = "weir_proto::bytes::one")]
         component: Vec<u8>,
     },
     EnvRemove {
@@ -44,6 +46,7 @@ pub enum Record {
     /// The scaling policy was replaced while running (`weir policy set`): a restart runs this one.
     PolicySet {
         name: String,
+        #[serde(with = "weir_proto::bytes::one")]
         component: Vec<u8>,
         content: String,
     },
@@ -56,6 +59,7 @@ pub enum Record {
     /// id of a job that survived, and a resend would make it twice.
     SubmitOnce {
         request: RequestId,
+        #[serde(with = "weir_proto::bytes::keyed")]
         components: Vec<(ComponentHash, Vec<u8>)>,
         groups: Vec<NewGroup>,
     },

@@ -4,6 +4,7 @@
 //! [`HelloReply`]; a wrong version, token or role is refused before anything else is read.
 //! Enums are append-only: new variants go at the end, so older peers still decode the old ones.
 
+pub mod bytes;
 pub mod frame;
 pub mod messages;
 

@@ -7,7 +7,7 @@ use crate::scheduler::journal::Record;
 
 /// One leader round's journal records (postcard of a `Vec<Record>`): a Raft log entry.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Batch(pub Vec<u8>);
+pub(crate) struct Batch(#[serde(with = "crate::proto::bytes::one")] pub Vec<u8>);
 
 impl std::fmt::Debug for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

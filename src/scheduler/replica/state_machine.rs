@@ -29,6 +29,7 @@ use crate::scheduler::record::Framed;
 pub(crate) struct SnapshotRecord {
     meta: SnapshotMeta<NodeId, BasicNode>,
     /// postcard of the image's `Vec<Record>` (a [`Batch`]'s bytes).
+    #[serde(with = "crate::proto::bytes::one")]
     data: Vec<u8>,
 }
 

@@ -12,6 +12,7 @@ pub enum Request {
     /// job, and answers a second submission with the same id with the first one's `Submitted`
     /// instead of making a second job (the groups of the resend are not looked at).
     Submit {
+        #[serde(with = "crate::bytes::list")]
         components: Vec<Vec<u8>>,
         groups: Vec<NewGroup>,
         request: Option<RequestId>,
@@ -51,6 +52,7 @@ pub enum Request {
     /// reported its verdict.
     EnvRegister {
         name: String,
+        #[serde(with = "crate::bytes::one")]
         component: Vec<u8>,
         config: Vec<(String, String)>,
         wait: bool,
@@ -74,6 +76,7 @@ pub enum Request {
     /// once on the last snapshot before it switches; on any error the old one stays.
     PolicySet {
         name: String,
+        #[serde(with = "crate::bytes::one")]
         component: Vec<u8>,
         content: String,
     },

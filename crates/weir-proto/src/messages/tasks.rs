@@ -20,6 +20,7 @@ pub enum TaskKind {
     /// for the runner protocol.
     Function {
         runner: Vec<String>,
+        #[serde(with = "crate::bytes::one")]
         function: Vec<u8>,
     },
 }
@@ -39,6 +40,7 @@ pub struct TaskSpec {
     /// How many times a task is run again after its worker was lost.
     pub retries: u32,
     /// Input of every task without its own (`inputs`).
+    #[serde(with = "crate::bytes::one")]
     pub input: Vec<u8>,
 }
 
@@ -47,6 +49,7 @@ pub struct TaskSpec {
 pub struct NewGroup {
     pub spec: TaskSpec,
     pub count: u32,
+    #[serde(with = "crate::bytes::list")]
     pub inputs: Vec<Vec<u8>>,
 }
 
@@ -74,17 +77,25 @@ pub enum Outcome {
     /// A command exited (`code` is `None` when a signal ended it).
     Exited {
         code: Option<i32>,
+        #[serde(with = "crate::bytes::one")]
         stdout: Vec<u8>,
+        #[serde(with = "crate::bytes::one")]
         stderr: Vec<u8>,
     },
     /// A wasm task returned.
-    Returned { output: Vec<u8> },
+    Returned {
+        #[serde(with = "crate::bytes::one")]
+        output: Vec<u8>,
+    },
     /// A function returned (`ok`) or raised: `value` is what the runner pickled (the return
     /// value, or the exception with its traceback); `stdout`/`stderr` are what the task printed.
     Function {
         ok: bool,
+        #[serde(with = "crate::bytes::one")]
         value: Vec<u8>,
+        #[serde(with = "crate::bytes::one")]
         stdout: Vec<u8>,
+        #[serde(with = "crate::bytes::one")]
         stderr: Vec<u8>,
     },
     /// It could not run or did not finish: spawn failure, timeout, trap, lost worker, cancel.

@@ -40,6 +40,7 @@ pub struct Assignment {
     /// Index within the job (`WEIR_TASK_INDEX`).
     pub index: u32,
     /// The task's own input, when it has one (otherwise the group's).
+    #[serde(with = "crate::bytes::maybe")]
     pub input: Option<Vec<u8>>,
 }
 
@@ -108,6 +109,7 @@ pub enum ToWorker {
     /// Shared with every frame that sends it (the scheduler holds one copy of its bytes).
     Component {
         hash: ComponentHash,
+        #[serde(with = "crate::bytes::one")]
         bytes: std::sync::Arc<[u8]>,
     },
     Run(Vec<Assignment>),
@@ -122,6 +124,7 @@ pub enum ToWorker {
     /// the condition components this worker has not been sent yet.
     Environments {
         defs: Vec<EnvironmentDef>,
+        #[serde(with = "crate::bytes::keyed")]
         components: Vec<(ComponentHash, std::sync::Arc<[u8]>)>,
     },
     /// The first `count` outcomes this worker reported since it registered are durable (in the

@@ -314,9 +314,9 @@ fn a_journal_sync_stalled_past_the_idle_timeout_drops_no_connection() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // The fault itself, not a wait for something: the disk stays stalled this long. Past both
-    // 5 s timeouts, and short of what the idle worker's lease outlasts: its last grant may be
-    // one idle beat (2.5 s) old when the stall starts, so it runs out 7.5 s in at the soonest
-    // (RELIABILITY.md, the journal-stall row).
+    // 5 s timeouts. The idle worker renews once a lease (9 s), so its lease may run out during
+    // the stall: that costs it nothing, it stays registered and starts the tasks once a
+    // renewal is answered (RELIABILITY.md, the journal-stall row).
     std::thread::sleep(std::time::Duration::from_secs(6));
     std::fs::remove_file(&stall).unwrap();
     let out = submit.wait_with_output().unwrap();

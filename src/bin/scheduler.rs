@@ -46,9 +46,9 @@ struct Args {
     #[command(flatten)]
     common: weir::telemetry::CommonArgs,
     /// A worker or manager silent this long (seconds) is lost and its running tasks are
-    /// requeued. A worker holding no task is asked to beat every half of it (or every quarter
-    /// of --worker-lease if sooner; never more often than its own --heartbeat-interval), one
-    /// with tasks beats every second, a manager every 0.5 s; a stop on
+    /// requeued. A worker with tasks beats every second, a manager every 0.5 s. A worker
+    /// holding no task beats once a lease (--worker-lease less 1 s, or three quarters of a
+    /// lease of 4 s or less) and is lost once silent for that plus this timeout; a stop on
     /// purpose (SIGTERM) is seen at once, as the peer closes its connection, and a worker its
     /// manager saw exit is lost at the manager's next heartbeat. Silence (kill -9 of a machine,
     /// SIGSTOP, a cut cable) is what this timeout is for.

@@ -20,6 +20,7 @@
 
 mod backend;
 pub mod command;
+pub mod pace;
 mod pool;
 mod session;
 pub mod slurm;

@@ -57,7 +57,14 @@ pub async fn run_dynamic(
     .await?;
     let interval = pool.settings().heartbeat_interval;
     let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
-    let _ = outgoing.send(FromManager::Heartbeat(Box::new(pool.state())));
+    let mut reports = super::pace::Reports::new(interval);
+    let report = |reports: &mut super::pace::Reports, state| {
+        // A writer that ended refuses this; `link.next()` says why it ended.
+        if let Some(state) = reports.due(tokio::time::Instant::now(), state) {
+            let _ = outgoing.send(FromManager::Heartbeat(Box::new(state)));
+        }
+    };
+    report(&mut reports, pool.state());
     let mut ticker = tokio::time::interval(interval);
     let mut signals = Signals::term_and_int().map_err(NetError::from)?;
     // Nothing is started or stopped before the scheduler has said what it wants in this
@@ -78,8 +85,9 @@ pub async fn run_dynamic(
                     if let Err(error) = pool.apply(wanted, &stop, &registered).await {
                         break SessionEnd::Failed(error);
                     }
-                    let _ = outgoing.send(FromManager::Heartbeat(Box::new(pool.state())));
+                    report(&mut reports, pool.state());
                 }
+                Ok(ToManager::Pace { beat_ms }) => reports.pace(Duration::from_millis(beat_ms)),
                 Err(end) => break SessionEnd::Link(end),
             },
             signal = signals.recv() => break SessionEnd::Stopped(signal),
@@ -90,8 +98,7 @@ pub async fn run_dynamic(
                 {
                     break SessionEnd::Failed(error);
                 }
-                // A writer that ended refuses this; `link.next()` says why it ended.
-                let _ = outgoing.send(FromManager::Heartbeat(Box::new(pool.state())));
+                report(&mut reports, pool.state());
             }
         }
     };

@@ -105,6 +105,10 @@ pub(super) fn core_config(settings: &Settings, scaling: Option<&Scaling>, journa
     Config {
         tasks: tasks::Config {
             heartbeat_timeout_ms: millis(settings.heartbeat_timeout),
+            idle_silence_ms: millis(crate::core::lease::idle_silence(
+                settings.worker_lease,
+                settings.heartbeat_timeout,
+            )),
             forget_after_ms: settings.forget_after.map(millis),
             fence_ms: millis(fence(settings.worker_lease)),
             prefetch: settings.prefetch,

@@ -186,7 +186,11 @@ pub async fn run_with(
     };
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
-    server.transport_config(net::server_transport(settings.heartbeat_timeout));
+    // Longer than the core lets an idle worker be silent (it beats once a lease), so QUIC's
+    // idle timer never fires first and no keep-alive goes on a healthy idle connection.
+    let idle = crate::core::lease::idle_silence(settings.worker_lease, settings.heartbeat_timeout)
+        + settings.heartbeat_timeout;
+    server.transport_config(net::server_transport(idle));
     let endpoint = (seams.udp.listen(settings.listen))
         .and_then(|socket| net::udp::endpoint(&*seams.udp, socket, Some(server)))
         .map_err(|e| NetError::Listen {

@@ -116,11 +116,25 @@ impl Worker {
                 return Err(NetError::from(error).into());
             }
         };
+        // A quarter second: a silence is seen at most that long after its limit (2 s with a
+        // 4 s lease), in time to register with a restarted scheduler before the lease ends.
+        let mut liveness = tokio::time::interval(Duration::from_millis(250));
+        liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heard = Heard::new(&connection);
         let end = match first {
             Some(end) => end,
             None => loop {
                 let due = self.core.poll_timeout().map(|ms| self.clock.at(ms));
                 tokio::select! {
+                    _ = liveness.tick() => {
+                        let lease = self.core.lease_length().map(Duration::from_millis);
+                        let allowance = Duration::from_millis(self.core.quiet_allowance());
+                        if let Some(silent) = heard.too_long(&connection, lease, allowance) {
+                            tracing::warn!(?silent, "the scheduler has been silent too long: connecting again");
+                            // The link ends with it, and the loop with the link.
+                            connection.close(0u32.into(), b"scheduler silent");
+                        }
+                    }
                     () = async { match due {
                         Some(due) => tokio::time::sleep_until(due).await,
                         None => std::future::pending().await,
@@ -328,5 +342,44 @@ async fn evaluate_environments(
             },
             _ = ticker.tick() => full = true,
         }
+    }
+}
+
+/// When the scheduler was last heard on the connection (any datagram, as QUIC counts them):
+/// the worker offers QUIC a long idle timeout ([`net::WORKER_IDLE_TIMEOUT`], so that an idle
+/// worker beating once a lease draws no keep-alive) and judges silence here instead. A worker
+/// with tasks, which hears back every second, reconnects once the scheduler has been silent
+/// for [`net::IDLE_TIMEOUT`] or half its lease if shorter (at least 4 round trips, on a slow
+/// link), in time to claim its tasks from a restarted scheduler before the lease runs out; an
+/// idle one allows its idle beat on top.
+struct Heard {
+    datagrams: u64,
+    at: tokio::time::Instant,
+}
+
+impl Heard {
+    fn new(connection: &quinn::Connection) -> Heard {
+        Heard {
+            datagrams: connection.stats().udp_rx.datagrams,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// How long the scheduler has been silent, if that is more than allowed.
+    fn too_long(
+        &mut self,
+        connection: &quinn::Connection,
+        lease: Option<Duration>,
+        allowance: Duration,
+    ) -> Option<Duration> {
+        let now = tokio::time::Instant::now();
+        let datagrams = connection.stats().udp_rx.datagrams;
+        if datagrams != self.datagrams {
+            *self = Heard { datagrams, at: now };
+        }
+        let silent = now.saturating_duration_since(self.at);
+        let busy = lease.map_or(net::IDLE_TIMEOUT, |lease| net::IDLE_TIMEOUT.min(lease / 2));
+        let limit = busy.max(connection.rtt() * 4) + allowance;
+        (silent > limit).then_some(silent)
     }
 }

@@ -3,8 +3,6 @@
 mod reach;
 mod split;
 
-use std::time::Duration;
-
 use quinn::{Connection, Endpoint};
 
 use weir_net::{self as net, AccessFile, Link, LinkEnd};
@@ -90,7 +88,7 @@ impl Client {
         access: &AccessFile,
     ) -> Result<Client, NetError> {
         let (endpoint, connection, mut send, _recv) =
-            net::connect_with(udp, access, Role::Client, Duration::from_secs(30)).await?;
+            net::connect_with(udp, access, Role::Client, net::IDLE_TIMEOUT).await?;
         let _ = send.finish();
         Ok(Client {
             _endpoint: endpoint,

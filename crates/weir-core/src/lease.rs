@@ -39,31 +39,47 @@ pub fn fence(lease: Duration) -> Duration {
 }
 
 /// How often a worker that holds no task beats (each beat a renewal), as the scheduler asks in
-/// [`weir_proto::ToWorker::Registered`]: `min(lease / 4, heartbeat_timeout / 2)` (10 s and 5 s
-/// → 2.5 s), against every second for a worker with tasks.
+/// [`weir_proto::ToWorker::Registered`]: once a lease, leaving the answer [`ANSWER_ALLOWANCE`]
+/// (1 s) before the lease runs out, or a quarter of the lease for a lease of 4 s or less:
+/// `max(lease − 1 s, lease × 3/4)`, 9 s for the default 10 s. A worker with tasks beats every
+/// second (or a quarter of its lease), as before.
 ///
 /// The arithmetic:
-/// - The lease is asked for at least four times within its length, as a busy worker does, so
-///   an answer or two may be late or lost before it runs out (an idle worker whose lease runs
-///   out registers again; it has nothing at stake, but the churn is not free).
-/// - The scheduler takes a worker silent for `heartbeat_timeout` for lost, so an idle worker
-///   beats at least twice within it: one beat may come up to half the timeout late. QUIC
-///   retransmits a lost beat within a few round trips, so only a link that is down for that
-///   long (or a delay that grows by that much) loses an idle worker; it reconnects and
-///   registers again.
-/// - Each beat is a renewal, its answer and an acknowledgement: three packets. At 2.5 s an idle
-///   worker costs the scheduler 1.2 packets a second instead of the ~5 of a beat a second
-///   with keep-alives every 0.5 s on both sides (BENCHMARKS.md, "What an idle peer costs").
+/// - A renewal sent at `t` is answered with a lease to `t + lease`; the next goes at
+///   `t + beat`, so its answer has `lease − beat` (1 s, or a quarter of a short lease) to come
+///   before the first lease runs out. An answer later than that (a link down or slower than
+///   that) lets the lease run out: an idle worker holds nothing, so nothing is given up, and it
+///   registers again. A worker handed tasks beats at its busy pace from then on, so what it
+///   runs is renewed four times a lease, as before.
+/// - The scheduler takes an idle worker (one it has handed nothing) for lost only when it has
+///   been silent for [`idle_silence`]: `beat + heartbeat_timeout`, so its beat may come as
+///   late as a busy worker's may. A worker it hands tasks to is judged by `heartbeat_timeout`
+///   again, counted from the hand-over at the earliest.
+/// - The pace enters no safety bound: the fence ([`fence`]) counts from what the scheduler last
+///   heard, however long ago that is.
+/// - Each beat is a renewal, its answer and an acknowledgement: three packets. At 9 s an idle
+///   worker costs the scheduler a third of a packet a second, against 1.2 at the 2.5 s of
+///   before (BENCHMARKS.md, "What an idle peer costs").
 ///
 /// With no lease (`lease = 0`), `heartbeat_timeout / 2`. Never below 10 ms.
 pub fn idle_beat(lease: Duration, heartbeat_timeout: Duration) -> Duration {
-    let half = heartbeat_timeout / 2;
     let beat = if lease.is_zero() {
-        half
+        heartbeat_timeout / 2
     } else {
-        (lease / 4).min(half)
+        lease
+            .saturating_sub(ANSWER_ALLOWANCE)
+            .max(lease.mul_f64(0.75))
     };
     beat.max(Duration::from_millis(10))
+}
+
+/// What an idle worker's lease leaves its renewal's answer to come in (see [`idle_beat`]).
+pub const ANSWER_ALLOWANCE: Duration = Duration::from_secs(1);
+
+/// How long the scheduler lets an idle worker be silent before taking it for lost:
+/// `idle_beat + heartbeat_timeout` ([`idle_beat`] has the arithmetic).
+pub fn idle_silence(lease: Duration, heartbeat_timeout: Duration) -> Duration {
+    idle_beat(lease, heartbeat_timeout) + heartbeat_timeout
 }
 
 #[cfg(test)]
@@ -71,18 +87,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_idle_worker_asks_four_times_a_lease_and_beats_twice_a_heartbeat_timeout() {
+    fn an_idle_worker_asks_once_a_lease_leaving_its_answer_a_second() {
         let s = Duration::from_secs;
-        assert_eq!(idle_beat(s(10), s(5)), Duration::from_millis(2_500));
+        let ms = Duration::from_millis;
+        assert_eq!(idle_beat(s(10), s(5)), s(9));
+        assert_eq!(idle_silence(s(10), s(5)), s(14));
+        // A short lease is asked for four times a lease, as by a busy worker.
+        assert_eq!(idle_beat(s(1), s(5)), ms(750));
+        assert_eq!(idle_beat(s(4), s(5)), s(3));
         for (lease, timeout) in [(s(10), s(5)), (s(60), s(5)), (s(2), s(30)), (s(10), s(1))] {
             let beat = idle_beat(lease, timeout);
-            assert!(beat * 4 <= lease, "{lease:?}/{timeout:?}: {beat:?}");
-            assert!(beat * 2 <= timeout, "{lease:?}/{timeout:?}: {beat:?}");
+            // Renewed before it runs out, with at least a second or a quarter of the lease
+            // for the answer.
+            assert!(beat < lease, "{lease:?}/{timeout:?}: {beat:?}");
+            assert!(
+                lease - beat >= ANSWER_ALLOWANCE.min(lease / 4),
+                "{lease:?}/{timeout:?}: {beat:?}"
+            );
+            // Its silence may run a whole heartbeat timeout past a beat.
+            assert_eq!(idle_silence(lease, timeout), beat + timeout);
         }
-        assert_eq!(
-            idle_beat(Duration::ZERO, s(5)),
-            Duration::from_millis(2_500)
-        );
+        assert_eq!(idle_beat(Duration::ZERO, s(5)), ms(2_500));
     }
 
     #[test]

@@ -158,7 +158,9 @@ pub async fn close_stopping(endpoint: &Endpoint, connection: &Connection, reason
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
 
-/// The scheduler's side of every connection: a peer silent for `idle_timeout` is gone.
+/// The scheduler's side of every connection: a peer silent for `idle_timeout` is gone (QUIC
+/// takes the shorter of both sides': a manager offers [`IDLE_TIMEOUT`], a client
+/// [`CLIENT_IDLE_TIMEOUT`], a worker [`WORKER_IDLE_TIMEOUT`]).
 ///
 /// A connection may open [`PEER_STREAMS`] streams until its hello says what it is: a client or
 /// a replica is then allowed [`CLIENT_STREAMS`] ([`allow_requests`]). quinn keeps a slot for
@@ -214,9 +216,23 @@ pub fn parse_address(address: &str) -> Result<SocketAddr, NetError> {
         .ok_or_else(|| NetError::Address(address.to_string()))
 }
 
-/// A worker's or manager's connection is gone when the scheduler has been silent this long
-/// (it answers every heartbeat; a keep-alive goes after 3/5 of this without a word).
+/// A manager's connection is gone when the scheduler has been silent this long (it answers
+/// every heartbeat; a keep-alive goes after 3/5 of this without a word).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a client offers as its connection's idle timeout: a ceiling, as before the scheduler's
+/// (its idle workers' silence allowance plus its heartbeat timeout, 19 s by default) is shorter
+/// and QUIC takes the shorter of both. It also bounds the handshake, so it must not tie with
+/// [`CONNECT_TIMEOUT`]: 8 s made a simulated replica run's trace depend on which of two timers
+/// fired first (`tests/sim` replica seed 4).
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a worker offers as its connection's idle timeout: a ceiling only. QUIC takes the
+/// shorter of the two sides', and the scheduler's is its idle workers' silence allowance plus
+/// its heartbeat timeout (19 s by default), so an idle worker that beats once a lease (9 s)
+/// draws no keep-alive. The worker judges the scheduler's silence itself, allowing an idle
+/// one its idle beat on top of [`IDLE_TIMEOUT`] (`Heard` in the worker's session).
+pub const WORKER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long a connection attempt waits for the scheduler's handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

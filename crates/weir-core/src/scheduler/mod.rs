@@ -205,6 +205,7 @@ impl Scheduler {
             }
             Input::ManagerGone { id } => {
                 tracing::warn!(manager = %id, "worker manager disconnected");
+                self.scaling.sent.remove(&id);
                 if self.managers.disconnect(&id) {
                     self.actions.push_back(Action::CloseManager { manager: id });
                 }
@@ -218,6 +219,7 @@ impl Scheduler {
                 }
                 self.managers.remove(&id);
                 self.scaling.decisions.remove(&id);
+                self.scaling.sent.remove(&id);
             }
             Input::Decided { result } => self.decided(now, result),
             Input::PolicySwapped {
@@ -234,6 +236,7 @@ impl Scheduler {
             }
             Input::Synced { journal_bytes } => {
                 self.journal_bytes = journal_bytes;
+                self.tasks.synced(now);
                 self.acknowledge_outcomes();
             }
             Input::Compacted => {

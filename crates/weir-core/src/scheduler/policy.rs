@@ -41,6 +41,14 @@ impl Scheduler {
             connection,
             id: state.id.clone(),
         });
+        // Reports at least twice within the timeout that takes it offline, and on change.
+        self.scaling.sent.remove(&state.id);
+        self.actions.push_back(Action::ToManager {
+            manager: state.id.clone(),
+            message: ToManager::Pace {
+                beat_ms: (self.config.manager_timeout_ms / 2).max(10),
+            },
+        });
         self.manager_heartbeat(now, state);
     }
 
@@ -174,16 +182,32 @@ impl Scheduler {
                 .filter(|w| stop.contains(&w.name))
                 .map(|w| (w.name.clone(), w.instance))
                 .collect();
+            let message = ToManager::Desired {
+                desired: decision.desired_workers,
+                stop,
+                registered,
+                reason: decision.reason.clone(),
+                instances,
+            };
+            let same = self
+                .scaling
+                .sent
+                .get(&decision.manager_id)
+                .is_some_and(|(sent, at)| {
+                    *sent == message
+                        && now.saturating_sub(*at) < super::scaling_loop::RESEND_SAME_MS
+                });
+            let stops = matches!(&message, ToManager::Desired { stop, .. } if !stop.is_empty());
+            if same && !stops {
+                continue;
+            }
             tracing::debug!(manager = %decision.manager_id, desired = decision.desired_workers, reason = %decision.reason, "scaling");
+            self.scaling
+                .sent
+                .insert(decision.manager_id.clone(), (message.clone(), now));
             self.actions.push_back(Action::ToManager {
                 manager: decision.manager_id.clone(),
-                message: ToManager::Desired {
-                    desired: decision.desired_workers,
-                    stop,
-                    registered,
-                    reason: decision.reason.clone(),
-                    instances,
-                },
+                message,
             });
         }
         self.scaling.record(decisions);

@@ -7,6 +7,10 @@ use crate::hash::HashMap;
 use super::{Config, PolicyInfo};
 use crate::scaling::{Decision, PolicyFailure, Snapshot, Tier};
 
+/// A manager is sent an unchanged decision again after this long (it was sent on a reliable
+/// stream; this is insurance, not the rule).
+pub(super) const RESEND_SAME_MS: u64 = 30_000;
+
 pub(super) struct ScalingLoop {
     /// How often the policy decides; `None`: no policy, no scaling.
     pub(super) interval: Option<u64>,
@@ -26,6 +30,10 @@ pub(super) struct ScalingLoop {
     pub(super) errors: u64,
     /// The last decision applied for each manager, by manager id.
     pub(super) decisions: HashMap<String, Decision>,
+    /// What each connected manager was last sent, and when: the same again is not sent (its
+    /// stream is reliable) unless it names workers to stop (a stop that failed is tried again)
+    /// or [`RESEND_SAME_MS`] have passed. Forgotten when a manager (re)joins.
+    pub(super) sent: HashMap<String, (weir_proto::ToManager, u64)>,
     /// When it is next handed a snapshot (ms).
     pub(super) next: u64,
     /// When it was last handed one, and the fewest tasks queued since: new demand that nothing
@@ -46,6 +54,7 @@ impl ScalingLoop {
             error: None,
             errors: 0,
             decisions: HashMap::default(),
+            sent: HashMap::default(),
             next: config.scaling_ms.unwrap_or(u64::MAX),
             last_call: None,
         }

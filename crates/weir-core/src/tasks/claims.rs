@@ -77,7 +77,9 @@ impl Tasks {
                 w.take(&class);
                 w.running.insert(task);
                 w.hold(task, now, false);
-                w.idle_since = None;
+                if w.idle_since.take().is_some() {
+                    w.busy_since = now;
+                }
             }
         }
         refused

@@ -74,8 +74,12 @@ pub const MAX_WALLTIME_REQUEUES: u32 = 3;
 
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// A worker silent for longer than this is lost.
+    /// A worker silent for longer than this is lost (counted from when it was last handed
+    /// tasks, if that is later: it was idle before, and idle workers beat less often).
     pub heartbeat_timeout_ms: u64,
+    /// A worker that holds no task (handed nothing, or all it was handed finished) is lost
+    /// once silent for this long: it beats less often ([`crate::lease::idle_silence`]).
+    pub idle_silence_ms: u64,
     /// Forget a job this long after its last task finished (`None`: keep it until
     /// [`Tasks::forget`]).
     pub forget_after_ms: Option<u64>,
@@ -102,6 +106,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             heartbeat_timeout_ms: 10_000,
+            idle_silence_ms: 10_000,
             forget_after_ms: None,
             fence_ms: 0,
             undrain_ms: 20_000,
@@ -289,6 +294,10 @@ fn forgotten_outcome() -> Outcome {
 #[derive(Default)]
 pub struct Tasks {
     config: Config,
+    /// Workers handed tasks while they held none, in this round: the frames go once the round's
+    /// journal sync is done, so their silence as busy workers counts from then
+    /// ([`Tasks::synced`]); an idle worker may have been silent for a while already.
+    becoming_busy: HashSet<WorkerId>,
     /// Ids are dense and never reused; forgotten jobs' tasks are dropped from the front.
     tasks: Dense<Task>,
     groups: HashMap<GroupId, Arc<Group>>,
@@ -350,6 +359,17 @@ impl Tasks {
         Tasks {
             config,
             ..Tasks::default()
+        }
+    }
+
+    /// The round's journal sync is done and its frames go: the workers handed tasks while idle
+    /// in it are judged as busy from now (see [`Config::heartbeat_timeout_ms`]). A sync that
+    /// stalls for seconds (a slow disk) does not count against them.
+    pub fn synced(&mut self, now: u64) {
+        for id in std::mem::take(&mut self.becoming_busy) {
+            if let Some(w) = self.workers.get_mut(&id) {
+                w.busy_since = w.busy_since.max(now);
+            }
         }
     }
 

@@ -94,7 +94,10 @@ impl Tasks {
                     if level > 0 {
                         worker.waiting.insert(id);
                     }
-                    worker.idle_since = None;
+                    if worker.idle_since.take().is_some() {
+                        worker.busy_since = now;
+                        self.becoming_busy.insert(*worker_id);
+                    }
                     self.queued_by_class[key.1] -= 1;
                     let job = &mut self.jobs[self.groups[&task.group].job].counts;
                     job.queued -= 1;
@@ -234,16 +237,24 @@ impl Tasks {
                 }
             }
         }
-        let timeout = self.config.heartbeat_timeout_ms;
-        let silent: Vec<WorkerId> = self
+        let busy = self.config.heartbeat_timeout_ms;
+        let idle = self.config.idle_silence_ms.max(busy);
+        // An idle worker beats less often; one handed tasks since is judged as busy from the
+        // hand-over on (`lease::idle_silence`). Its fence still counts from `last_seen`.
+        let silent: Vec<(WorkerId, u64)> = self
             .workers
             .iter()
-            .filter(|(_, w)| now.saturating_sub(w.last_seen) > timeout)
-            .map(|(id, _)| *id)
+            .filter_map(|(id, w)| {
+                let (from, limit) = match w.running.is_empty() {
+                    true => (w.last_seen, idle),
+                    false => (w.last_seen.max(w.busy_since), busy),
+                };
+                (now.saturating_sub(from) > limit).then_some((*id, limit))
+            })
             .collect();
         self.release_fenced(now);
-        for worker in silent {
-            let reason = format!("no heartbeat for {timeout} ms");
+        for (worker, limit) in silent {
+            let reason = format!("no heartbeat for {limit} ms");
             self.worker_lost(now, worker, &reason, Loss::Silent);
             self.effects.push(Effect::Disconnect { worker, reason });
         }

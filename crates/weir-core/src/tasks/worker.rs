@@ -44,6 +44,9 @@ pub(super) struct BookedWorker {
     pub(super) last_seen: u64,
     /// Since when it has run nothing (`None` while busy).
     pub(super) idle_since: Option<u64>,
+    /// When it was last handed tasks while it held none: its silence as a busy worker is
+    /// counted from here at the earliest (it beat at the idle pace before).
+    pub(super) busy_since: u64,
     /// Being stopped by its manager, since then (ms): takes no new task. Taken back into
     /// service if its manager has not stopped it after [`Config::undrain_ms`] (it cannot: a
     /// unit of several workers whose others are busy).

@@ -92,6 +92,7 @@ impl Tasks {
             loads: BTreeMap::new(),
             last_seen: now,
             idle_since: Some(now),
+            busy_since: now,
             draining: None,
             ends_at,
         };

@@ -18,16 +18,32 @@ pub(super) struct Held {
 impl WorkerCore {
     /// Tasks handed over: held, and started in turn as slots free.
     pub(super) fn hand_over(&mut self, now: u64, assignments: Vec<Assignment>) {
-        // Busy from now: the next beat comes at the busy pace, not the idle one.
+        // Busy from now: the next beat comes at the busy pace, not the idle one, and at once if
+        // the lease (renewed once an idle beat) ends within two busy beats or has run out: what
+        // starts here then has a lease of its own.
         if self.holds_nothing() {
-            self.next_beat = self.next_beat.min(now.saturating_add(self.beat_every));
+            let left = self
+                .lease
+                .as_ref()
+                .map_or(u64::MAX, |l| l.until().saturating_sub(now));
+            let next = match left < self.beat_every.saturating_mul(2) {
+                true => now,
+                false => now.saturating_add(self.beat_every),
+            };
+            self.next_beat = self.next_beat.min(next);
         }
+        // Handed over while an idle worker's lease has run out: they start once a renewal is
+        // answered, which counts the lapse, so they belong to the lease that comes.
+        let lapses = match self.expired(now) {
+            true => self.lapses + 1,
+            false => self.lapses,
+        };
         for assignment in assignments {
             self.runs += 1;
             let task = assignment.task;
             let held = Held {
                 run: self.runs,
-                lapses: self.lapses,
+                lapses,
                 waiting: Some(assignment),
             };
             // Handed over again while an earlier run still ends: that run's end is

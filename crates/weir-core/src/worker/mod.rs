@@ -212,7 +212,11 @@ impl WorkerCore {
         if !matches!(self.phase, Phase::On { .. }) {
             return None;
         }
-        let lease = self.lease.as_ref().map_or(u64::MAX, Lease::until);
+        // Its end matters only to runs: an idle worker's lapse costs nothing (see `timeout`).
+        let lease = match self.busy > 0 {
+            true => self.lease.as_ref().map_or(u64::MAX, Lease::until),
+            false => u64::MAX,
+        };
         let at = [
             lease,
             self.next_beat,
@@ -223,6 +227,20 @@ impl WorkerCore {
         .min()
         .unwrap_or(u64::MAX);
         (at != u64::MAX).then_some(at)
+    }
+
+    /// How much longer than a busy worker this one may hear nothing from the scheduler, in ms:
+    /// one that holds no task beats (and so hears back) only every idle beat.
+    pub fn quiet_allowance(&self) -> u64 {
+        match self.holds_nothing() {
+            true if self.idle_beat_every != u64::MAX => self.idle_beat_every,
+            _ => 0,
+        }
+    }
+
+    /// The lease's length in ms (`None`: the scheduler grants none).
+    pub fn lease_length(&self) -> Option<u64> {
+        self.lease.as_ref().map(Lease::length)
     }
 
     /// The worker id of the current session, once registered.
@@ -370,16 +388,29 @@ impl WorkerCore {
             ToWorker::Revoke { tasks, count } => self.revoke(&tasks, count),
             ToWorker::Received { count } => self.reports.received(count),
             ToWorker::Lease { seq } => {
-                if self.expired(now) {
+                let lapsed = self.expired(now);
+                if lapsed && self.busy > 0 {
                     // It ran out before this answer came: the guard killed what ran, and the
                     // scheduler still counts those tasks here. Give them up and register again.
                     self.give_up();
                     return self.end(End::LeaseExpired);
                 }
+                // Nothing ran when it ran out (an idle worker's renewal answered late): the
+                // lapse cost nothing, and tasks handed over since start under this grant.
+                // The lapse is counted as the guard counts it when told of this renewal (it ran
+                // out before), so the two counts stay in step; a grant that ends before now (an
+                // answer to a renewal sent over a lease ago) renews nothing and is not told.
                 if let Some(lease) = &mut self.lease
                     && let Some(until) = lease.answered(seq)
+                    && until > now
                 {
+                    if lapsed {
+                        self.lapses += 1;
+                    }
                     self.actions.push_back(Action::LeaseUntil(until));
+                    if lapsed {
+                        self.pump(now);
+                    }
                 }
             }
             ToWorker::Leave { .. } => self.end(End::Dismissed),
@@ -394,9 +425,11 @@ impl WorkerCore {
         if !matches!(self.phase, Phase::On { .. }) {
             return;
         }
-        if self.expired(now) {
+        if self.expired(now) && self.busy > 0 {
             // The scheduler runs these tasks elsewhere once its fence is over: stop them now,
-            // and register again with what finished in time.
+            // and register again with what finished in time. With nothing running (an idle
+            // worker whose renewal is late), nothing is at stake: what waits starts once a
+            // renewal is answered (see `ToWorker::Lease`).
             self.give_up();
             return self.end(End::LeaseExpired);
         }

@@ -5,8 +5,8 @@ use super::*;
 use weir_proto::{Assignment, FromWorker, Outcome, ToWorker, WorkerRegistration};
 
 const LEASE: u64 = 10_000;
-/// What the scheduler asks of an idle worker with that lease and a 5 s heartbeat timeout.
-const IDLE_BEAT: u64 = 2_500;
+/// What the scheduler asks of an idle worker with that lease (`lease::idle_beat`).
+const IDLE_BEAT: u64 = 9_000;
 
 fn worker(slots: u32) -> WorkerCore {
     WorkerCore::new(Config {
@@ -487,10 +487,7 @@ fn renewals_between(w: &mut WorkerCore, from: u64, to: u64) -> Vec<u64> {
 fn an_idle_worker_beats_at_the_pace_the_scheduler_asked_and_a_busy_one_at_its_own() {
     let mut w = worker(1);
     registered(&mut w, 0);
-    assert_eq!(
-        renewals_between(&mut w, 0, 10_001),
-        [0, 2_500, 5_000, 7_500, 10_000]
-    );
+    assert_eq!(renewals_between(&mut w, 0, 10_001), [0, 9_000]);
     w.handle(10_100, run(&[1]));
     let out = actions(&mut w);
     assert_eq!(started(&out), [(1, 1)]);
@@ -502,8 +499,75 @@ fn an_idle_worker_beats_at_the_pace_the_scheduler_asked_and_a_busy_one_at_its_ow
     w.handle(13_500, ended(1, 1, 13_500));
     actions(&mut w);
     // Idle again: the beat already due goes, then the idle pace.
-    assert_eq!(
-        renewals_between(&mut w, 13_500, 20_000),
-        [14_100, 16_600, 19_100]
+    assert_eq!(renewals_between(&mut w, 13_500, 25_000), [14_100, 23_100]);
+}
+
+/// An idle worker's renewal answered after its lease ran out (the scheduler stalled, or the
+/// link was slow): nothing ran, so nothing is given up and it stays registered; a task handed
+/// over meanwhile starts once a renewal is answered, its outcome counts, and the lapse is
+/// counted once, as the guard counts it. A task handed over while the lease has little left
+/// draws a renewal at once.
+#[test]
+fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once_renewed() {
+    let mut w = worker(1);
+    registered(&mut w, 0);
+    // The registration's lease runs to 10 000; the renewal asked at 9 000 is not answered yet.
+    assert_eq!(renewals_between(&mut w, 0, 8_999), [0]);
+    w.handle(9_000, Input::Timeout);
+    let asked = actions(&mut w).iter().find_map(|a| match a {
+        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
+        _ => None,
+    });
+    let seq = asked.unwrap_or_else(|| panic!("a renewal at 9 000"));
+    // Past the lease: idle, so no timer for it, and no end.
+    assert_eq!(w.poll_timeout(), Some(18_000), "the next idle beat");
+    w.handle(10_500, Input::Timeout);
+    let out = actions(&mut w);
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, Action::End(_) | Action::GiveUp { .. })),
+        "{out:?}"
     );
+    assert!(!w.lease_valid(10_500));
+    // A task handed over now waits, and asks for a renewal at once.
+    w.handle(10_600, run(&[7]));
+    let out = actions(&mut w);
+    assert!(started(&out).is_empty(), "{out:?}");
+    assert_eq!(w.poll_timeout(), Some(10_600));
+    w.handle(10_600, Input::Timeout);
+    let again = actions(&mut w).iter().find_map(|a| match a {
+        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
+        _ => None,
+    });
+    let again = again.unwrap_or_else(|| panic!("a renewal at once"));
+    // The late answer to the first renews nothing that is not over already (9 000 + 10 000
+    // is still ahead: it renews), counted as one lapse, and the task starts.
+    w.handle(10_700, Input::Frame(ToWorker::Lease { seq }));
+    let out = actions(&mut w);
+    assert!(
+        matches!(out[..], [Action::LeaseUntil(19_000), ..]),
+        "{out:?}"
+    );
+    assert_eq!(started(&out), [(7, 1)]);
+    assert_eq!(w.lapses(), 1);
+    // The guard counted the same lapse: nothing changes.
+    w.handle(10_701, Input::Lapsed { lapses: 1 });
+    w.handle(10_702, Input::Frame(ToWorker::Lease { seq: again }));
+    actions(&mut w);
+    w.handle(11_000, ended(7, 1, 11_000));
+    let mut out = actions(&mut w);
+    w.handle(11_300, Input::Timeout);
+    out.extend(actions(&mut w));
+    assert!(!out.iter().any(|a| matches!(a, Action::End(_))), "{out:?}");
+    assert_eq!(finished(&out), [7], "its outcome counts: {out:?}");
+    w.sanity_check(11_300);
+
+    // Handed over with under two busy beats of lease left: a renewal goes at once.
+    let mut w = worker(1);
+    registered(&mut w, 0);
+    renewals_between(&mut w, 0, 8_999);
+    w.handle(8_500, run(&[1]));
+    let out = actions(&mut w);
+    assert_eq!(started(&out), [(1, 1)]);
+    assert_eq!(w.poll_timeout(), Some(8_500));
 }

@@ -119,4 +119,8 @@ pub enum ToManager {
         /// may be busy, and the stop was not meant for it.
         instances: Vec<(String, u64)>,
     },
+    /// Sent once a manager is let in: it reports at least every `beat_ms` (half the
+    /// scheduler's heartbeat timeout), and at once whenever what it reports changes. Before
+    /// this comes, it reports at every tick of its `--heartbeat-interval`.
+    Pace { beat_ms: u64 },
 }

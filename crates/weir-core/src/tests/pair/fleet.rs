@@ -221,7 +221,10 @@ impl Sim {
             stop,
             registered,
             ..
-        } = frame;
+        } = frame
+        else {
+            return; // the pace: these managers report on their own clock
+        };
         let Some(core) = self.fleet.managers[m].core.as_mut() else {
             return;
         };
@@ -258,9 +261,10 @@ impl Sim {
                 self.break_mconn(c, Some(notice), None);
             }
             SAction::ToManager { manager, message } => {
-                let ToManager::Desired { desired, .. } = &message;
-                self.fleet.desired.insert(manager.clone(), *desired);
-                self.fleet.stats.decisions += 1;
+                if let ToManager::Desired { desired, .. } = &message {
+                    self.fleet.desired.insert(manager.clone(), *desired);
+                    self.fleet.stats.decisions += 1;
+                }
                 if let Some(&c) = self.fleet.registered.get(&manager)
                     && !self.fleet.conns[c].broken
                 {

@@ -164,6 +164,14 @@ impl Sim {
         let config = scheduler::Config {
             tasks: tasks::Config {
                 heartbeat_timeout_ms: 5_000,
+                idle_silence_ms: u64::try_from(
+                    crate::lease::idle_silence(
+                        std::time::Duration::from_millis(LEASE_MS),
+                        std::time::Duration::from_secs(5),
+                    )
+                    .as_millis(),
+                )
+                .unwrap_or(u64::MAX),
                 fence_ms: u64::try_from(
                     crate::lease::fence(std::time::Duration::from_millis(LEASE_MS)).as_millis(),
                 )

@@ -231,6 +231,7 @@ fn config(broad: bool) -> Config {
     Config {
         tasks: tasks::Config {
             heartbeat_timeout_ms: if broad { 3_000 } else { never },
+            idle_silence_ms: if broad { 3_000 } else { never },
             forget_after_ms: broad.then_some(1_000),
             fence_ms: if broad { 2_000 } else { 0 },
             prefetch: u32::from(broad),

@@ -76,7 +76,10 @@ impl Sim {
                     stop,
                     registered,
                     ..
-                } = message;
+                } = message
+                else {
+                    return Ok(()); // the pace: this model reports after every decision
+                };
                 let pool = self.pool(&manager);
                 prop_assert!(pool.connected, "a decision for {manager}, not connected");
                 let stopped = pool.converge(desired, &stop, &registered);

@@ -246,7 +246,7 @@ fn a_lease_is_renewed_only_in_answer_to_a_request_and_only_while_the_worker_is_l
         Action::ToWorker {
             message: ToWorker::Registered {
                 lease_ms: 10_000,
-                idle_beat_ms: 2_500,
+                idle_beat_ms: 9_000,
                 ..
             },
             ..

@@ -321,6 +321,73 @@ fn a_drained_worker_is_named_in_every_decision_until_it_is_gone() {
     assert_eq!(stop_named(&next), vec!["m1-7-1".to_string()]);
 }
 
+/// A manager is told its pace when it joins (half the timeout that takes it offline), and
+/// a decision is sent only when it differs from the last one sent on its connection (or names
+/// workers to stop, or is 30 s old); one that rejoins is sent the decision again.
+#[test]
+fn a_manager_is_told_its_pace_and_sent_a_decision_only_when_it_changes() {
+    let mut core = Scheduler::new(config(false));
+    let joined = round(&mut core, 0, vec![manager_joins(manager("m1"))]);
+    assert!(
+        joined.iter().any(|a| matches!(
+            a,
+            Action::ToManager { manager, message: ToManager::Pace { beat_ms: 5_000 } } if manager == "m1"
+        )),
+        "{joined:#?}"
+    );
+    let sent = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::ToManager {
+                        message: ToManager::Desired { .. },
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    // The policy's next call (whenever the core asks for it), answered with `desired`; the
+    // manager reports meanwhile, so it stays online.
+    let step = |core: &mut Scheduler, now: &mut u64, desired: u32| {
+        let state = manager("m1");
+        round(core, *now, vec![Input::ManagerHeartbeat { state }]);
+        loop {
+            *now = core.poll_timeout().max(*now);
+            core.handle(*now, Input::Timeout);
+            if asks_policy(&core.take_actions()) {
+                break;
+            }
+        }
+        *now += 1;
+        sent(&decide(core, *now, desired))
+    };
+    let mut now = 1_000;
+    assert_eq!(step(&mut core, &mut now, 2), 1, "the first");
+    assert_eq!(step(&mut core, &mut now, 2), 0, "the same again");
+    assert_eq!(step(&mut core, &mut now, 3), 1, "a change");
+    let changed = now;
+    while now < changed + 29_000 {
+        assert_eq!(step(&mut core, &mut now, 3), 0, "at {now}");
+    }
+    let resent = loop {
+        if step(&mut core, &mut now, 3) == 1 {
+            break now;
+        }
+        assert!(now < changed + 32_000, "never sent again");
+    };
+    assert!(
+        (changed + 30_000..changed + 31_500).contains(&resent),
+        "sent again 30 s after it was sent: {resent} after {changed}"
+    );
+    // Reconnected: sent again, whatever was sent before.
+    round(&mut core, now, vec![Input::ManagerGone { id: "m1".into() }]);
+    round(&mut core, now, vec![manager_joins(manager("m1"))]);
+    assert_eq!(step(&mut core, &mut now, 3), 1, "after a rejoin");
+}
+
 #[test]
 fn the_idle_workers_of_a_manager_gone_for_a_minute_are_told_to_leave() {
     let mut core = with_unit_worker();

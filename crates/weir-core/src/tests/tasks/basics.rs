@@ -71,6 +71,7 @@ fn higher_priority_runs_first() {
 fn a_lost_worker_requeues_its_tasks_until_retries_run_out() {
     let mut core = Tasks::new(Config {
         heartbeat_timeout_ms: 100,
+        idle_silence_ms: 100,
         ..Config::default()
     });
     core.submit(vec![NewGroup {
@@ -276,6 +277,7 @@ fn a_component_no_held_task_uses_is_released() {
 fn a_job_finished_and_forgotten_in_one_tick_replays_as_forgotten() {
     let mut core = Tasks::new(Config {
         heartbeat_timeout_ms: 100,
+        idle_silence_ms: 100,
         forget_after_ms: Some(0),
         fence_ms: 0,
         undrain_ms: 20_000,

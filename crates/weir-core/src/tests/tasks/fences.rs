@@ -6,6 +6,7 @@ use super::*;
 fn fenced_core() -> Tasks {
     let mut core = Tasks::new(Config {
         heartbeat_timeout_ms: 100,
+        idle_silence_ms: 100,
         fence_ms: 1_000,
         ..Config::default()
     });
@@ -190,5 +191,59 @@ fn condition_bytes_go_with_their_last_definition() {
         Some([2; 32])
     );
     assert!(core.components().get(&[2; 32]).is_none(), "removed: gone");
+    core.sanity_check().unwrap();
+}
+
+/// Idle workers beat once a lease (`lease::idle_beat`): one that holds nothing is lost only
+/// past `idle_silence_ms`; one handed tasks is judged by the heartbeat timeout again, counted
+/// from the hand-over (it beat at the idle pace before), and its fence still counts from when
+/// it was last heard.
+#[test]
+fn an_idle_worker_may_be_silent_longer_and_a_busy_one_is_judged_from_its_hand_over() {
+    let config = Config {
+        heartbeat_timeout_ms: 100,
+        idle_silence_ms: 1_000,
+        fence_ms: 300,
+        ..Config::default()
+    };
+    let mut core = Tasks::new(config.clone());
+    let a = core.worker_joined(0, worker(1, &[])).expect("joins").0;
+    let lost = |effects: &[Effect], w: u64| {
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Disconnect { worker, .. } if *worker == w))
+    };
+    // Idle and silent past the heartbeat timeout, within its allowance: kept.
+    for now in [101, 500, 1_000] {
+        core.tick(now);
+        assert!(!lost(&core.take_effects(), a), "at {now}");
+    }
+    // Handed a task at 900 (silent since 0): judged from 900, not from 0.
+    let mut core = Tasks::new(config.clone());
+    let a = core.worker_joined(0, worker(1, &[])).expect("joins").0;
+    core.submit(vec![group(1, &[])]).unwrap();
+    core.schedule(900);
+    assert_eq!(dispatched(&core.take_effects())[&a], vec![1]);
+    core.tick(1_000);
+    assert!(!lost(&core.take_effects(), a));
+    // Silent 100 ms past the hand-over: lost, with the busy timeout as the reason.
+    core.tick(1_001);
+    let effects = core.take_effects();
+    assert!(effects.contains(&Effect::Disconnect {
+        worker: a,
+        reason: "no heartbeat for 100 ms".into()
+    }));
+    // Its fence counts from 0, when it was last heard: the task is free at once.
+    let b = core.worker_joined(1_001, worker(1, &[])).expect("joins").0;
+    core.schedule(1_001);
+    assert_eq!(dispatched(&core.take_effects())[&b], vec![1]);
+    core.sanity_check().unwrap();
+    // Past the idle allowance, an idle worker is lost.
+    core.finished(1_002, b, 1, ok());
+    core.take_effects();
+    core.tick(2_002);
+    assert!(!lost(&core.take_effects(), b));
+    core.tick(2_003);
+    assert!(lost(&core.take_effects(), b));
     core.sanity_check().unwrap();
 }

@@ -67,7 +67,7 @@ proptest! {
         // A lost worker goes on running what it held until its lease runs out, LEASE after the
         // last thing the core heard from it; the fence is longer (as `core::lease::fence` is).
         const LEASE: u64 = 150;
-        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, forget_after_ms: Some(1500), fence_ms: LEASE + 50, undrain_ms: 20_000, prefetch, max_walltime_requeues: 3 });
+        let mut core = Tasks::new(Config { heartbeat_timeout_ms: 1000, idle_silence_ms: 1000, forget_after_ms: Some(1500), fence_ms: LEASE + 50, undrain_ms: 20_000, prefetch, max_walltime_requeues: 3 });
         // When the core last heard from each worker.
         let mut heard: HashMap<u64, u64> = HashMap::new();
         // Revokes asked and not answered: worker -> (tasks, count).

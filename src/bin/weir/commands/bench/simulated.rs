@@ -156,7 +156,7 @@ impl Fleet {
             .div_ceil(PER_ENDPOINT)
             .max(1);
         let endpoints: Vec<quinn::Endpoint> = (0..endpoints)
-            .map(|_| net::client_endpoint(access, Duration::from_secs(60)))
+            .map(|_| net::client_endpoint(access, net::WORKER_IDLE_TIMEOUT))
             .collect::<Result<_, _>>()?;
         let gate = Arc::new(Semaphore::new(CONNECTING));
         let access = Arc::new(access.clone());
@@ -342,12 +342,22 @@ async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
     };
     drop(permit);
     let _ = ready.send(());
+    // As a real manager reports: on change (never, here) and at the scheduler's pace.
+    let mut reports = weir::manager::pace::Reports::new(HEARTBEAT);
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     loop {
         tokio::select! {
             _ = stop.changed() => break,
-            _ = heartbeat.tick() => { let _ = outgoing.send(FromManager::Heartbeat(Box::new(state.clone()))); }
-            message = link.next() => { message?; }
+            _ = heartbeat.tick() => {
+                if let Some(state) = reports.due(tokio::time::Instant::now(), state.clone()) {
+                    let _ = outgoing.send(FromManager::Heartbeat(Box::new(state)));
+                }
+            }
+            message = link.next() => {
+                if let ToManager::Pace { beat_ms } = message? {
+                    reports.pace(Duration::from_millis(beat_ms));
+                }
+            }
         }
     }
     connection.close(0u32.into(), b"bench over");

@@ -1,0 +1,125 @@
+//! When a manager reports its state to the scheduler: at once when what it reports changes,
+//! and otherwise at least every `beat`, the pace the scheduler asks for when it lets the manager
+//! in ([`ToManager::Pace`](crate::proto::ToManager::Pace): half its heartbeat timeout, 2.5 s by
+//! default). Until then, at every tick of the manager's `--heartbeat-interval`, as before.
+//!
+//! Before, a manager reported every 0.5 s and after every decision (one a second), each
+//! report acknowledged: about six datagrams a second per idle manager, a third of an idle
+//! 10,000-worker cluster's traffic with 1,000 managers (BENCHMARKS.md, "What an idle peer
+//! costs"). Ages (a unit's age, time left, time since it ended) change at every tick and are
+//! not a change: the scheduler ages what it last heard by the time since.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::proto::ManagerState;
+
+/// What was last reported, and when.
+#[derive(Debug)]
+pub struct Reports {
+    last: Option<ManagerState>,
+    sent_at: Option<Instant>,
+    every: Duration,
+    floor: Duration,
+}
+
+impl Reports {
+    /// Reporting at every `tick` (the manager's `--heartbeat-interval`) until told a pace.
+    pub fn new(tick: Duration) -> Reports {
+        Reports {
+            last: None,
+            sent_at: None,
+            every: tick,
+            floor: tick,
+        }
+    }
+
+    /// The scheduler's pace: report at least this often (never more often than the tick).
+    pub fn pace(&mut self, beat: Duration) {
+        self.every = beat.max(self.floor);
+    }
+
+    /// `state` if it is to be sent at `now`: it changed since the last report (ages aside), or
+    /// the last report is a pace old.
+    pub fn due(&mut self, now: Instant, state: ManagerState) -> Option<ManagerState> {
+        let key = unaged(&state);
+        let changed = self.last.as_ref() != Some(&key);
+        let old = self
+            .sent_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.every);
+        if !changed && !old {
+            return None;
+        }
+        self.last = Some(key);
+        self.sent_at = Some(now);
+        Some(state)
+    }
+}
+
+/// `state` without what changes by itself with time.
+fn unaged(state: &ManagerState) -> ManagerState {
+    let mut key = state.clone();
+    for unit in &mut key.units {
+        unit.age_ms = 0;
+        unit.time_left_ms = unit.time_left_ms.map(|_| 0);
+        unit.ended_ms = unit.ended_ms.map(|_| 0);
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{UnitReport, UnitState};
+
+    fn state(workers: &[&str], age_ms: u64) -> ManagerState {
+        ManagerState {
+            id: "m".into(),
+            worker_type: "default".into(),
+            max_task_concurrency: 4,
+            worker_slots: 1,
+            capabilities: vec![],
+            workers: workers.iter().map(|w| w.to_string()).collect(),
+            environments: vec![],
+            fixed: None,
+            exited: vec![],
+            backend: "process".into(),
+            units: vec![UnitReport {
+                id: "u1".into(),
+                state: UnitState::Running,
+                reason: None,
+                age_ms,
+                workers: vec![],
+                time_left_ms: Some(60_000 - age_ms),
+                ended_ms: None,
+            }],
+            usable_ms: None,
+            instances: vec![],
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_manager_reports_changes_at_once_and_otherwise_at_its_pace() {
+        let tick = Duration::from_millis(500);
+        let mut reports = Reports::new(tick);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(reports.due(at(0), state(&["a"], 0)).is_some(), "the first");
+        // No pace yet: every tick, as before.
+        assert!(reports.due(at(500), state(&["a"], 500)).is_some());
+        reports.pace(Duration::from_millis(2_500));
+        // Only ages moved: not sent until the pace is up.
+        for ms in [1_000, 2_000, 2_999] {
+            assert!(reports.due(at(ms), state(&["a"], ms)).is_none(), "at {ms}");
+        }
+        assert!(reports.due(at(3_000), state(&["a"], 3_000)).is_some());
+        // A change goes at once.
+        assert!(reports.due(at(3_100), state(&["a", "b"], 3_100)).is_some());
+        assert!(reports.due(at(3_200), state(&["a", "b"], 3_200)).is_none());
+        // A pace below the tick is the tick.
+        reports.pace(Duration::from_millis(10));
+        assert!(reports.due(at(3_599), state(&["a", "b"], 3_599)).is_none());
+        assert!(reports.due(at(3_600), state(&["a", "b"], 3_600)).is_some());
+    }
+}

@@ -107,10 +107,15 @@ impl Tasks {
     /// tasks is still held by a worker (canceled, not yet confirmed).
     pub(super) fn drop_forgotten(&mut self) {
         while let Some(job) = self.jobs.front() {
+            // Forgotten first: the scan of its tasks is for forgotten jobs only (it runs on
+            // every tick and every report; the oldest job's 20,000 tasks were scanned each time).
+            if !job.forgotten {
+                return;
+            }
             let held = job
                 .task_ids()
                 .any(|id| self.tasks.get(id).is_some_and(|t| t.worker.is_some()));
-            if !job.forgotten || held {
+            if held {
                 return;
             }
             let Some(job) = self.jobs.pop_front() else {

@@ -46,7 +46,8 @@ struct Args {
     #[command(flatten)]
     common: weir::telemetry::CommonArgs,
     /// A worker or manager silent this long (seconds) is lost and its running tasks are
-    /// requeued. A worker with tasks beats every second, a manager every 0.5 s. A worker
+    /// requeued. A worker with tasks beats every second; a manager reports on change and at
+    /// least every half of this timeout. A worker
     /// holding no task beats once a lease (--worker-lease less 1 s, or three quarters of a
     /// lease of 4 s or less) and is lost once silent for that plus this timeout; a stop on
     /// purpose (SIGTERM) is seen at once, as the peer closes its connection, and a worker its

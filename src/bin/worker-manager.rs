@@ -138,7 +138,9 @@ struct Args {
     /// The worker executable (default: `worker` beside this one).
     #[arg(long, value_name = "PATH")]
     worker_command: Option<PathBuf>,
-    /// Seconds between heartbeats.
+    /// Seconds between the manager's checks of its workers (replacing any that died). It
+    /// reports to the scheduler at a check when what it reports changed, and otherwise at
+    /// least as often as the scheduler asks (half its --heartbeat-timeout).
     #[arg(long, default_value = "0.5", value_parser = positive_seconds, value_name = "SECONDS")]
     heartbeat_interval: Duration,
     /// Keep trying to reach the scheduler this many seconds after losing it (it may be

@@ -41,8 +41,8 @@ struct Args {
     #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
     instance: Option<u64>,
     /// Seconds between heartbeats while the worker holds a task (each renews its lease, at least
-    /// four times a lease). Holding none, it beats as often as the scheduler asks (half its
-    /// --heartbeat-timeout, or a quarter of the lease if sooner), never more often than this.
+    /// four times a lease). Holding none, it beats as often as the scheduler asks (once a lease:
+    /// --worker-lease less 1 s), never more often than this.
     #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
     heartbeat_interval: Duration,
     /// Bytes of stdout and of stderr kept per command task.

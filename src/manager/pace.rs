@@ -45,9 +45,12 @@ impl Reports {
     pub fn due(&mut self, now: Instant, state: ManagerState) -> Option<ManagerState> {
         let key = unaged(&state);
         let changed = self.last.as_ref() != Some(&key);
+        // Due once the next tick would come later than the pace (ticks are `floor` apart, and
+        // a tick may come a little late): the gap between reports never exceeds the pace.
+        let due_after = self.every.saturating_sub(self.floor);
         let old = self
             .sent_at
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.every);
+            .is_none_or(|at| now.saturating_duration_since(at) >= due_after);
         if !changed && !old {
             return None;
         }
@@ -109,17 +112,18 @@ mod tests {
         // No pace yet: every tick, as before.
         assert!(reports.due(at(500), state(&["a"], 500)).is_some());
         reports.pace(Duration::from_millis(2_500));
-        // Only ages moved: not sent until the pace is up.
-        for ms in [1_000, 2_000, 2_999] {
+        // Only ages moved: not sent until the next tick would be past the pace (2 000 ms after
+        // the last report, with ticks 500 ms apart: never more than 2 500 ms between reports).
+        for ms in [1_000, 2_000, 2_499] {
             assert!(reports.due(at(ms), state(&["a"], ms)).is_none(), "at {ms}");
         }
-        assert!(reports.due(at(3_000), state(&["a"], 3_000)).is_some());
+        assert!(reports.due(at(2_500), state(&["a"], 2_500)).is_some());
         // A change goes at once.
-        assert!(reports.due(at(3_100), state(&["a", "b"], 3_100)).is_some());
-        assert!(reports.due(at(3_200), state(&["a", "b"], 3_200)).is_none());
-        // A pace below the tick is the tick.
+        assert!(reports.due(at(2_600), state(&["a", "b"], 2_600)).is_some());
+        assert!(reports.due(at(2_700), state(&["a", "b"], 2_700)).is_none());
+        // A pace below the tick is the tick: every tick reports.
         reports.pace(Duration::from_millis(10));
-        assert!(reports.due(at(3_599), state(&["a", "b"], 3_599)).is_none());
-        assert!(reports.due(at(3_600), state(&["a", "b"], 3_600)).is_some());
+        assert!(reports.due(at(2_800), state(&["a", "b"], 2_800)).is_some());
+        assert!(reports.due(at(3_300), state(&["a", "b"], 3_300)).is_some());
     }
 }

@@ -88,7 +88,7 @@ impl Client {
         access: &AccessFile,
     ) -> Result<Client, NetError> {
         let (endpoint, connection, mut send, _recv) =
-            net::connect_with(udp, access, Role::Client, net::IDLE_TIMEOUT).await?;
+            net::connect_with(udp, access, Role::Client, net::CLIENT_IDLE_TIMEOUT).await?;
         let _ = send.finish();
         Ok(Client {
             _endpoint: endpoint,

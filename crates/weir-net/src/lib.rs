@@ -192,9 +192,10 @@ pub fn transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
 /// Liveness on either side: a keep-alive goes only once the other side has been silent for 3/5
 /// of `idle_timeout` (quinn counts from the last packet received). QUIC takes the shorter of the
 /// two sides' idle timeouts, and the side with the shorter one pings first, within it. Peers
-/// that beat (a worker every 1–2.5 s, a manager every 0.5 s, each beat acknowledged) never
-/// need one; a client waiting on a long answer does. A keep-alive every 0.5 s, as before, was a packet
-/// and an acknowledgement more per peer and second on each side.
+/// that beat (a busy worker every second, an idle one once a lease within the scheduler's longer
+/// timeout, a manager at least every half heartbeat timeout; each beat acknowledged) never need
+/// one; a client waiting on a long answer does. A keep-alive every 0.5 s, as before, was a
+/// packet and an acknowledgement more per peer and second on each side.
 fn transport_with(idle_timeout: Duration, streams: u32) -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(idle_timeout * 3 / 5));

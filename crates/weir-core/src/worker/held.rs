@@ -140,7 +140,8 @@ impl WorkerCore {
             }
             return;
         };
-        let valid = self.in_lease(held.lapses, &outcome, at);
+        // A task canceled before it started never ran: its outcome holds whatever the lease.
+        let valid = held.waiting.is_some() || self.in_lease(held.lapses, &outcome, at);
         if let Some(held) = self.held.remove(&task) {
             self.forget(task, &held);
         }

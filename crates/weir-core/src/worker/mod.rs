@@ -238,6 +238,11 @@ impl WorkerCore {
         }
     }
 
+    /// How often it beats while it holds tasks, in ms (it hears back as often).
+    pub fn busy_beat(&self) -> u64 {
+        self.beat_every
+    }
+
     /// The lease's length in ms (`None`: the scheduler grants none).
     pub fn lease_length(&self) -> Option<u64> {
         self.lease.as_ref().map(Lease::length)
@@ -406,6 +411,11 @@ impl WorkerCore {
                 {
                     if lapsed {
                         self.lapses += 1;
+                        // What waits has not run: it starts under this grant, and belongs to it
+                        // (also what waited from before the lapse).
+                        for held in self.held.values_mut().filter(|h| h.waiting.is_some()) {
+                            held.lapses = self.lapses;
+                        }
                     }
                     self.actions.push_back(Action::LeaseUntil(until));
                     if lapsed {

@@ -571,3 +571,58 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
     assert_eq!(started(&out), [(1, 1)]);
     assert_eq!(w.poll_timeout(), Some(8_500));
 }
+
+/// A task that waited from before a lapse (its slot's run ended as the lease ran out, and
+/// the end was taken in late) starts under the renewal after the lapse and its outcome counts;
+/// a task canceled while it waits in a lapse reports `canceled` and ends nothing.
+#[test]
+fn what_waits_across_an_idle_lapse_runs_under_the_next_grant_and_can_be_canceled() {
+    let mut w = worker(1);
+    registered(&mut w, 0);
+    w.handle(0, Input::Timeout);
+    actions(&mut w);
+    w.handle(100, run(&[1, 2]));
+    assert_eq!(started(&actions(&mut w)), [(1, 1)]);
+    // Task 1 ended at 9 999, under the lease (to 10 000), taken in at 10 500.
+    w.handle(10_500, ended(1, 1, 9_999));
+    let mut all = actions(&mut w);
+    assert!(
+        started(&all).is_empty(),
+        "nothing starts past the lease: {all:?}"
+    );
+    // The next beat renews; the answer counts the lapse and task 2 starts under it.
+    w.handle(10_500, Input::Timeout);
+    let out = actions(&mut w);
+    let seq = out.iter().find_map(|a| match a {
+        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
+        _ => None,
+    });
+    all.extend(out);
+    let answer = ToWorker::Lease {
+        seq: seq.unwrap_or_default(),
+    };
+    w.handle(10_600, Input::Frame(answer));
+    let out = actions(&mut w);
+    assert_eq!(started(&out), [(2, 2)]);
+    all.extend(out);
+    w.handle(11_000, ended(2, 2, 11_000));
+    all.extend(actions(&mut w));
+    w.handle(11_500, Input::Timeout);
+    all.extend(actions(&mut w));
+    assert!(!all.iter().any(|a| matches!(a, Action::End(_))), "{all:?}");
+    assert_eq!(finished(&all), [1, 2], "both outcomes count");
+    w.sanity_check(11_500);
+
+    // Canceled while it waits in a lapse: reported canceled, the session goes on.
+    let mut w = worker(1);
+    registered(&mut w, 0);
+    w.handle(10_100, run(&[5]));
+    actions(&mut w);
+    w.handle(10_200, Input::Frame(ToWorker::Cancel(vec![5])));
+    let mut out = actions(&mut w);
+    w.handle(10_500, Input::Timeout);
+    out.extend(actions(&mut w));
+    assert!(!out.iter().any(|a| matches!(a, Action::End(_))), "{out:?}");
+    assert_eq!(finished(&out), [5]);
+    w.sanity_check(10_500);
+}

@@ -351,8 +351,8 @@ async fn evaluate_environments(
 /// worker beating once a lease draws no keep-alive) and judges silence here instead. A worker
 /// with tasks, which hears back every second, reconnects once the scheduler has been silent
 /// for [`net::IDLE_TIMEOUT`] or half its lease if shorter (at least two of its beats, and 4
-/// round trips on a slow link), in time to claim its tasks from a restarted scheduler before the lease runs out; an
-/// idle one allows its idle beat on top.
+/// round trips on a slow link), in time to claim its tasks from a restarted scheduler before
+/// the lease runs out; an idle one allows its idle beat on top.
 struct Heard {
     datagrams: u64,
     at: tokio::time::Instant,

@@ -32,18 +32,14 @@ impl WorkerCore {
             };
             self.next_beat = self.next_beat.min(next);
         }
-        // Handed over while an idle worker's lease has run out: they start once a renewal is
-        // answered, which counts the lapse, so they belong to the lease that comes.
-        let lapses = match self.expired(now) {
-            true => self.lapses + 1,
-            false => self.lapses,
-        };
+        // Handed over while an idle worker's lease has run out, they wait: the renewal that
+        // ends the lapse stamps every waiting task with its count (`ToWorker::Lease`).
         for assignment in assignments {
             self.runs += 1;
             let task = assignment.task;
             let held = Held {
                 run: self.runs,
-                lapses,
+                lapses: self.lapses,
                 waiting: Some(assignment),
             };
             // Handed over again while an earlier run still ends: that run's end is

@@ -33,7 +33,7 @@ pub(crate) fn output(input: &[u8]) -> Vec<u8> {
     mix(&input).to_le_bytes().to_vec()
 }
 
-fn duration(input: &[u8]) -> Duration {
+pub(crate) fn duration(input: &[u8]) -> Duration {
     let ms = input
         .get(..8)
         .and_then(|b| <[u8; 8]>::try_from(b).ok())

@@ -92,6 +92,11 @@ pub(crate) struct BenchArgs {
     /// Manager connections the simulated workers are spread over (at most one per worker).
     #[arg(long, default_value_t = 1000, value_name = "M")]
     simulated_managers: u32,
+    /// How long the simulated-worker run measures the idle scheduler. An idle worker renews
+    /// once a lease (9 s by default), so longer windows average out its beats; the scheduler's
+    /// pid is printed on stderr when the window opens, for a profiler to attach.
+    #[arg(long, default_value_t = 5, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    idle_secs: u64,
     /// The scheduler's `--threads` in the throughput and simulated-worker runs.
     #[arg(long, default_value_t = 1, value_name = "N")]
     scheduler_threads: u16,
@@ -131,6 +136,7 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
             &args.simulated_workers,
             args.simulated_managers,
             args.scheduler_threads,
+            Duration::from_secs(args.idle_secs),
             &dir.0,
             &mut report,
         )

@@ -36,18 +36,16 @@ const PER_ENDPOINT: usize = 100;
 /// --heartbeat-interval`). A simulated worker beats as the scheduler asks of an idle one.
 const HEARTBEAT: Duration = Duration::from_millis(500);
 
-/// How long the idle CPU is measured.
-const IDLE: Duration = Duration::from_secs(5);
-
 pub(super) async fn simulated(
     workers: &[u32],
     managers: u32,
     threads: u16,
+    idle: Duration,
     dir: &std::path::Path,
     report: &mut Report,
 ) -> Result<()> {
     report.row(format!(
-        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers heartbeating every 0.5 s (scheduler --threads {threads}):"
+        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers reporting at the scheduler's pace (scheduler --threads {threads}; idle measured over {} s):", idle.as_secs()
     ));
     report.row(String::new());
     report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | idle datagrams/s per peer | idle bytes/s per peer | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());
@@ -88,12 +86,16 @@ pub(super) async fn simulated(
         tokio::time::sleep(Duration::from_secs(1)).await;
         let (cpu_before, _) = usage(pid);
         let (datagrams_before, bytes_before) = fleet.traffic();
-        tokio::time::sleep(IDLE).await;
+        eprintln!(
+            "idle window: scheduler pid {pid}, {} s from now",
+            idle.as_secs()
+        );
+        tokio::time::sleep(idle).await;
         let (cpu_after, _) = usage(pid);
         let (datagrams_after, bytes_after) = fleet.traffic();
-        let idle_ms = (cpu_after - cpu_before) * 1e3 / IDLE.as_secs_f64();
+        let idle_ms = (cpu_after - cpu_before) * 1e3 / idle.as_secs_f64();
         // Per peer and second, both ways: what one idle peer costs on the wire.
-        let per_peer = |n_: u64| n_ as f64 / IDLE.as_secs_f64() / f64::from(n + managers);
+        let per_peer = |n_: u64| n_ as f64 / idle.as_secs_f64() / f64::from(n + managers);
         let idle_datagrams = per_peer(datagrams_after.saturating_sub(datagrams_before));
         let idle_bytes = per_peer(bytes_after.saturating_sub(bytes_before));
         let mut latencies = Vec::new();

@@ -265,7 +265,7 @@ pub(crate) fn run(seed: u64, replicas: u64) -> Result<Report, String> {
         }
         if now > deadline + AGAIN {
             let why = format!(
-                "the client could not read every result again within {AGAIN:?} of the scheduler's last restart"
+                "the client could not read every result again after the scheduler's last restart, within {AGAIN:?} of the jobs' deadline"
             );
             return Err(fail(why, steps, now, &timeline));
         }

@@ -15,8 +15,19 @@ use super::NetError;
 pub const SERVER_NAME: &str = "weir-scheduler";
 const ALPN: &[u8] = b"weir/1";
 
+/// ring's provider with AES-128-GCM/SHA-256 preferred: every packet is sealed and opened with
+/// it, and the handshake's key schedule runs on SHA-256 instead of SHA-384 (SHA-512's blocks
+/// were a tenth of the scheduler's CPU while 10,000 workers connected; BENCHMARKS.md, #35).
+/// The others stay offered, so a peer built before this change still connects.
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    use rustls::crypto::ring::cipher_suite;
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites = vec![
+        cipher_suite::TLS13_AES_128_GCM_SHA256,
+        cipher_suite::TLS13_AES_256_GCM_SHA384,
+        cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+    ];
+    Arc::new(provider)
 }
 
 /// A new self-signed certificate and its key, both PEM.

@@ -32,20 +32,20 @@ pub(super) fn gone(
     state: &ManagerState,
     workers: &[WorkerView],
 ) -> Vec<(WorkerId, Gone)> {
-    let before: HashSet<&String> = previous
-        .map(|p| p.workers.iter().collect())
+    let before: HashSet<&str> = previous
+        .map(|p| p.workers.iter().map(String::as_str).collect())
         .unwrap_or_default();
     // What this connection said of each name's processes (forgotten on a new connection).
     let reported: Vec<&(String, u64)> = (state.instances.iter())
         .chain(previous.into_iter().flat_map(|p| p.instances.iter()))
         .collect();
-    let alive: HashSet<&String> = state.workers.iter().collect();
-    let exited: HashSet<&String> = state.exited.iter().collect();
+    let alive: HashSet<&str> = state.workers.iter().map(String::as_str).collect();
+    let exited: HashSet<&str> = state.exited.iter().map(String::as_str).collect();
     workers
         .iter()
-        .filter(|w| w.manager.as_deref() == Some(state.id.as_str()))
-        .filter(|w| !alive.contains(&w.name))
-        .filter(|w| w.draining || before.contains(&w.name) || exited.contains(&w.name))
+        .filter(|w| w.manager == Some(state.id.as_str()))
+        .filter(|w| !alive.contains(w.name))
+        .filter(|w| w.draining || before.contains(w.name) || exited.contains(w.name))
         .filter_map(|w| {
             let of_name: Vec<u64> = (reported.iter())
                 .filter(|(name, _)| *name == w.name)
@@ -57,7 +57,7 @@ pub(super) fn gone(
                 (false, true) => Gone::Unproven,
                 (false, false) => {
                     // Said once: the report keeps naming it among its last exited.
-                    let new = previous.is_none_or(|p| !p.exited.contains(&w.name));
+                    let new = previous.is_none_or(|p| !p.exited.iter().any(|n| n == w.name));
                     if new {
                         tracing::warn!(manager = %state.id, worker = %w.name, instance = w.instance, "its manager reports another process of this name gone (two managers of one id?): not this one");
                     }

@@ -21,7 +21,7 @@ impl Managers {
                 let since = context.now.saturating_sub(entry.last_seen);
                 let registered: Vec<String> = context
                     .workers_of(&entry.state.id)
-                    .map(|w| w.name.clone())
+                    .map(|w| w.name.to_string())
                     .collect();
                 ManagerUnits {
                     status,

@@ -87,21 +87,25 @@ impl Scheduler {
         if self.managers.orphaned().is_empty() {
             return;
         }
-        let views = self.tasks.worker_views(now);
+        let orphaned = self.managers.orphaned();
+        let stranded: Vec<(weir_proto::WorkerId, String, String, u32)> = (self.tasks)
+            .worker_views(now)
+            .into_iter()
+            .filter_map(|w| {
+                let manager = w.manager.filter(|m| orphaned.contains(*m))?;
+                Some((w.id, w.name.to_string(), manager.to_string(), w.busy))
+            })
+            .collect();
         let mut still = std::collections::BTreeSet::new();
-        for w in &views {
-            let orphaned = self.managers.orphaned();
-            let Some(manager) = w.manager.as_ref().filter(|m| orphaned.contains(*m)) else {
-                continue;
-            };
-            still.insert(manager.clone());
-            let link = self.links.get_mut(&w.id);
-            if w.busy == 0 && link.is_some_and(|l| !std::mem::replace(&mut l.dismissed, true)) {
-                tracing::warn!(worker = %w.name, %manager, "its manager is gone: telling it to leave");
-                self.tasks.drain(now, &[w.id]);
+        for (id, name, manager, busy) in stranded {
+            let link = self.links.get_mut(&id);
+            if busy == 0 && link.is_some_and(|l| !std::mem::replace(&mut l.dismissed, true)) {
+                tracing::warn!(worker = %name, %manager, "its manager is gone: telling it to leave");
+                self.tasks.drain(now, &[id]);
                 let reason = format!("its manager {manager} has been gone for a minute");
-                self.send_worker(w.id, ToWorker::Leave { reason });
+                self.send_worker(id, ToWorker::Leave { reason });
             }
+            still.insert(manager);
         }
         self.managers.keep_orphans(&still);
     }
@@ -166,21 +170,21 @@ impl Scheduler {
             // missed it (it restarted meanwhile, or its engine's stop failed) stops them now.
             for w in &views {
                 if w.draining
-                    && w.manager.as_deref() == Some(decision.manager_id.as_str())
-                    && !stop.contains(&w.name)
+                    && w.manager == Some(decision.manager_id.as_str())
+                    && !stop.iter().any(|n| n == w.name)
                 {
-                    stop.push(w.name.clone());
+                    stop.push(w.name.to_string());
                 }
             }
             let registered: Vec<String> = views
                 .iter()
-                .filter(|w| w.manager.as_deref() == Some(decision.manager_id.as_str()))
-                .map(|w| w.name.clone())
+                .filter(|w| w.manager == Some(decision.manager_id.as_str()))
+                .map(|w| w.name.to_string())
                 .collect();
             let instances = views
                 .iter()
-                .filter(|w| stop.contains(&w.name))
-                .map(|w| (w.name.clone(), w.instance))
+                .filter(|w| stop.iter().any(|n| n == w.name))
+                .map(|w| (w.name.to_string(), w.instance))
                 .collect();
             let message = ToManager::Desired {
                 desired: decision.desired_workers,
@@ -221,19 +225,20 @@ impl Scheduler {
         if self.tasks.queued() == 0 || !asked && self.config.unschedulable_timeout_ms.is_none() {
             return;
         }
-        let context = crate::managers::Context::new(
-            now,
-            self.tasks.worker_views(now),
-            &self.scaling.tiers,
-            self.tasks.registered_environments(),
-            &self.scaling.decisions,
-        );
+        let stuck = {
+            let context = self.context(now);
+            let managers = &self.managers;
+            self.tasks
+                .unservable(now, |capabilities, environments, timeout_ms| {
+                    managers.could_serve(&context, capabilities, environments, timeout_ms)
+                })
+        };
+        let found = self.tasks.mark_unschedulable(now, &stuck);
+        if found.is_empty() {
+            return;
+        }
+        let context = self.context(now);
         let managers = &self.managers;
-        let found = self
-            .tasks
-            .unschedulable(now, |capabilities, environments, timeout_ms| {
-                managers.could_serve(&context, capabilities, environments, timeout_ms)
-            });
         // Only definite answers are told: someone has been heard from (an empty cluster is
         // one that is starting), and no manager would serve them once back online.
         let anyone = !context.workers.is_empty() || managers.known() > 0;

@@ -22,45 +22,62 @@ pub struct Unschedulable {
 }
 
 impl Tasks {
-    /// The classes of queued tasks nothing can run at `now` (see the module's rule).
+    /// The classes of queued tasks nothing can run at `now` (see the module's rule), each
+    /// with since when: [`Tasks::unservable`] then [`Tasks::mark_unschedulable`].
     pub fn unschedulable(
         &mut self,
         now: u64,
         managers_could_serve: impl Fn(&[(String, u64)], &[String], u64) -> bool,
     ) -> Vec<Unschedulable> {
-        let waiting: HashSet<usize> = self
-            .queued_by_class
-            .iter()
-            .enumerate()
+        let stuck = self.unservable(now, managers_could_serve);
+        self.mark_unschedulable(now, &stuck)
+    }
+
+    /// The classes with queued tasks that no live worker could ever run and no manager could
+    /// serve (`managers_could_serve`), in class order. Only reads: the caller may ask the
+    /// managers about views borrowed from this book.
+    pub fn unservable(
+        &self,
+        now: u64,
+        managers_could_serve: impl Fn(&[(String, u64)], &[String], u64) -> bool,
+    ) -> Vec<usize> {
+        (self.queued_by_class.iter().enumerate())
             .filter(|(_, queued)| **queued > 0)
             .map(|(class, _)| class)
-            .collect();
+            .filter(|&class_id| {
+                let class = &self.classes[class_id];
+                let workers_could = (self.workers.values()).any(|w| {
+                    could_ever_run(w, class, &self.environments) && w.outlives(class, now)
+                });
+                !workers_could
+                    && !managers_could_serve(
+                        &class.capabilities,
+                        &class.environments,
+                        class.timeout_ms,
+                    )
+            })
+            .collect()
+    }
+
+    /// Record `stuck` (from [`Tasks::unservable`]) as the unschedulable classes at `now`: each
+    /// keeps the time it was first found so, every other class forgets it (it could run, or has
+    /// nothing queued).
+    pub fn mark_unschedulable(&mut self, now: u64, stuck: &[usize]) -> Vec<Unschedulable> {
         self.unschedulable_since
-            .retain(|class, _| waiting.contains(class));
-        let mut found = Vec::new();
-        for class_id in waiting {
-            let class = &self.classes[class_id];
-            let workers_could = self
-                .workers
-                .values()
-                .any(|w| could_ever_run(w, class, &self.environments) && w.outlives(class, now));
-            let managers_could =
-                managers_could_serve(&class.capabilities, &class.environments, class.timeout_ms);
-            if workers_could || managers_could {
-                self.unschedulable_since.remove(&class_id);
-                continue;
-            }
-            let since = *self.unschedulable_since.entry(class_id).or_insert(now);
-            found.push(Unschedulable {
-                class: class_id,
-                since,
-                capabilities: class.capabilities.clone(),
-                environments: class.environments.clone(),
-                timeout_ms: class.timeout_ms,
-            });
-        }
-        found.sort_by_key(|u| u.class);
-        found
+            .retain(|class, _| stuck.contains(class));
+        stuck
+            .iter()
+            .map(|&class_id| {
+                let class = &self.classes[class_id];
+                Unschedulable {
+                    class: class_id,
+                    since: *self.unschedulable_since.entry(class_id).or_insert(now),
+                    capabilities: class.capabilities.clone(),
+                    environments: class.environments.clone(),
+                    timeout_ms: class.timeout_ms,
+                }
+            })
+            .collect()
     }
 
     /// `--unschedulable-timeout`: fail the queued tasks nothing has been able to run for

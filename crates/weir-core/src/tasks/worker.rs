@@ -124,21 +124,17 @@ impl BookedWorker {
         }
     }
 
-    pub(super) fn view(&self, id: WorkerId, now: u64) -> WorkerView {
+    pub(super) fn view(&self, id: WorkerId, now: u64) -> WorkerView<'_> {
         WorkerView {
             id,
-            name: self.info.name.clone(),
+            name: &self.info.name,
             instance: self.info.instance,
-            manager: self.info.manager.clone(),
+            manager: self.info.manager.as_deref(),
             slots: self.info.slots,
             busy: self.held().min(self.info.slots),
             idle_ms: self.idle_since.map_or(0, |since| now.saturating_sub(since)),
             draining: self.draining.is_some(),
-            verdicts: self
-                .verdicts
-                .iter()
-                .map(|(n, v)| (n.clone(), v.clone()))
-                .collect(),
+            verdicts: &self.verdicts,
         }
     }
 
@@ -155,18 +151,20 @@ pub(super) fn amount(list: &[(String, u64)], name: &str) -> u64 {
     list.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v)
 }
 
-/// A read-only copy of a live [`BookedWorker`], for the managers' store and the scaling
-/// snapshot (what the policy sees of it is `scaling::Worker`, made from this).
-#[derive(Clone, Debug)]
-pub struct WorkerView {
+/// A read-only look at a live [`BookedWorker`], for the managers' store and the scaling
+/// snapshot (what the policy sees of it is `scaling::Worker`, made from this). It borrows: the
+/// scaling loop looks at every worker once a second, and copying 10,000 names and verdict maps
+/// each time was a tenth of an idle scheduler's CPU (BENCHMARKS.md, #35).
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerView<'a> {
     pub id: WorkerId,
-    pub name: String,
+    pub name: &'a str,
     /// Its process ([`weir_proto::WorkerRegistration::instance`]).
     pub instance: u64,
-    pub manager: Option<String>,
+    pub manager: Option<&'a str>,
     pub slots: u32,
     pub busy: u32,
     pub idle_ms: u64,
     pub draining: bool,
-    pub verdicts: Vec<(String, EnvVerdict)>,
+    pub verdicts: &'a BTreeMap<String, EnvVerdict>,
 }

@@ -291,7 +291,7 @@ impl Tasks {
     }
 
     /// Every live worker as the scaling loop sees it.
-    pub(crate) fn worker_views(&self, now: u64) -> Vec<WorkerView> {
+    pub(crate) fn worker_views(&self, now: u64) -> Vec<WorkerView<'_>> {
         self.workers
             .iter()
             .map(|(&id, w)| w.view(id, now))
@@ -304,14 +304,14 @@ impl Tasks {
         &self,
         now: u64,
         worker: WorkerId,
-    ) -> Option<(String, Vec<WorkerView>)> {
+    ) -> Option<(String, Vec<WorkerView<'_>>)> {
         let manager = self.workers.get(&worker)?.info.manager.clone()?;
         let views = self.views_of_manager(now, &manager);
         Some((manager, views))
     }
 
     /// The views of the live workers `manager` started (its own only: O(its workers)).
-    pub(crate) fn views_of_manager(&self, now: u64, manager: &str) -> Vec<WorkerView> {
+    pub(crate) fn views_of_manager(&self, now: u64, manager: &str) -> Vec<WorkerView<'_>> {
         self.by_manager
             .get(manager)
             .into_iter()

@@ -2,7 +2,7 @@
 //! heartbeat reveals gone, when a manager is offline and forgotten, what the snapshot holds
 //! (fixed pools left out, verdicts learned and forgotten), and the allocation view of units.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::managers::{Context, Gone, Managers};
 use crate::scaling::{Decision, Demand, Tier, Verdict};
@@ -33,17 +33,20 @@ fn naming(mut state: ManagerState, instances: &[(&str, u64)]) -> ManagerState {
     state
 }
 
-fn view(id: u64, name: &str, manager: &str) -> WorkerView {
+/// No verdict yet.
+static NO_VERDICTS: BTreeMap<String, EnvVerdict> = BTreeMap::new();
+
+fn view<'a>(id: u64, name: &'a str, manager: &'a str) -> WorkerView<'a> {
     WorkerView {
         id,
-        name: name.into(),
+        name,
         instance: id,
-        manager: Some(manager.into()),
+        manager: Some(manager),
         slots: 2,
         busy: 0,
         idle_ms: 0,
         draining: false,
-        verdicts: vec![],
+        verdicts: &NO_VERDICTS,
     }
 }
 
@@ -51,7 +54,7 @@ fn view(id: u64, name: &str, manager: &str) -> WorkerView {
 static NO_DECISIONS: std::sync::LazyLock<crate::hash::HashMap<String, Decision>> =
     std::sync::LazyLock::new(Default::default);
 
-fn context(now: u64, workers: Vec<WorkerView>, tiers: &[Tier]) -> Context<'_> {
+fn context<'a>(now: u64, workers: Vec<WorkerView<'a>>, tiers: &'a [Tier]) -> Context<'a> {
     Context::new(now, workers, tiers, BTreeSet::new(), &NO_DECISIONS)
 }
 
@@ -234,8 +237,9 @@ fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
         snapshot_verdict(&managers, vec![]),
         vec![("big".to_string(), Verdict::Unknown)]
     );
+    let no_match = BTreeMap::from([("big".to_string(), EnvVerdict::NoMatch)]);
     let mut asked = view(1, "a", "m");
-    asked.verdicts = vec![("big".into(), EnvVerdict::NoMatch)];
+    asked.verdicts = &no_match;
     managers.heartbeat(10, state("m", &["a"]), std::slice::from_ref(&asked));
     // The worker is gone; what it answered stays.
     managers.heartbeat(20, state("m", &[]), &[asked]);
@@ -267,8 +271,9 @@ fn a_worker_still_evaluating_a_wanted_environment_is_starting_not_idle() {
     let mut registered = BTreeSet::new();
     registered.insert("big".to_string());
     managers.heartbeat(0, state("m", &["a", "b"]), &[]);
+    let matched = BTreeMap::from([("big".to_string(), EnvVerdict::Match)]);
     let mut answered = view(2, "b", "m");
-    answered.verdicts = vec![("big".into(), EnvVerdict::Match)];
+    answered.verdicts = &matched;
     answered.idle_ms = 9_000;
     let mut pending = view(1, "a", "m");
     pending.idle_ms = 9_000;

@@ -165,8 +165,12 @@ impl Sim {
         if self.fleet.managers[m].twin {
             let views = self.sched.tasks().views_of_manager(self.now, &state.id);
             let crossed = views.iter().any(|w| {
-                let exited = state.exited.contains(&w.name);
-                exited && !state.instances.contains(&(w.name.clone(), w.instance))
+                let exited = state.exited.iter().any(|n| n == w.name);
+                exited
+                    && !state
+                        .instances
+                        .iter()
+                        .any(|(n, i)| n == w.name && *i == w.instance)
             });
             self.fleet.stats.crossed += u64::from(crossed);
         }

@@ -97,6 +97,11 @@ pub(crate) struct BenchArgs {
     /// pid is printed on stderr when the window opens, for a profiler to attach.
     #[arg(long, default_value_t = 5, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     idle_secs: u64,
+    /// The scheduler's `--heartbeat-timeout` in the simulated-worker run. Unset, the
+    /// scheduler's own default: its managers then report every half of it and an idle worker
+    /// is taken for lost after one lease's beat plus it, as in a real cluster on defaults.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    simulated_heartbeat_timeout: Option<u64>,
     /// The scheduler's `--threads` in the throughput and simulated-worker runs.
     #[arg(long, default_value_t = 1, value_name = "N")]
     scheduler_threads: u16,
@@ -137,6 +142,7 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
             args.simulated_managers,
             args.scheduler_threads,
             Duration::from_secs(args.idle_secs),
+            args.simulated_heartbeat_timeout,
             &dir.0,
             &mut report,
         )

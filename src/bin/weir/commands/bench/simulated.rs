@@ -9,6 +9,7 @@
 //! per worker, its CPU per second with only heartbeats coming in, its CPU per dispatched task,
 //! and how long `weir status` takes.
 
+use std::ffi::OsStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,9 @@ use weir::proto::{
 use super::cluster::{memory, usage};
 use super::{Report, noop_spec, submit};
 use crate::commands::local::launch;
+
+/// How long the simulated workers may take to register before the run is given up.
+const REGISTER_LIMIT: Duration = Duration::from_secs(600);
 
 /// Connections opened at once while the simulated cluster comes up.
 const CONNECTING: usize = 128;
@@ -41,11 +45,16 @@ pub(super) async fn simulated(
     managers: u32,
     threads: u16,
     idle: Duration,
+    heartbeat_timeout: Option<u64>,
     dir: &std::path::Path,
     report: &mut Report,
 ) -> Result<()> {
+    let timeout = match heartbeat_timeout {
+        Some(seconds) => format!("--heartbeat-timeout {seconds}"),
+        None => "its default --heartbeat-timeout".to_string(),
+    };
     report.row(format!(
-        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers reporting at the scheduler's pace (scheduler --threads {threads}; idle measured over {} s):", idle.as_secs()
+        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers reporting at the scheduler's pace (scheduler --threads {threads}, {timeout}; idle measured over {} s):", idle.as_secs()
     ));
     report.row(String::new());
     report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | idle datagrams/s per peer | idle bytes/s per peer | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());
@@ -56,18 +65,17 @@ pub(super) async fn simulated(
         std::fs::create_dir_all(&sub)?;
         let connections = (n + managers + 64).to_string();
         let threads = threads.to_string();
-        let cluster = launch(
-            &sub,
-            &[
-                "--threads".as_ref(),
-                threads.as_ref(),
-                "--max-connections".as_ref(),
-                connections.as_ref(),
-                // Registration of thousands at once takes longer than the default silence.
-                "--heartbeat-timeout".as_ref(),
-                "60".as_ref(),
-            ],
-        )?;
+        let timeout = heartbeat_timeout.map(|seconds| seconds.to_string());
+        let mut flags: Vec<&OsStr> = vec![
+            "--threads".as_ref(),
+            threads.as_ref(),
+            "--max-connections".as_ref(),
+            connections.as_ref(),
+        ];
+        if let Some(timeout) = &timeout {
+            flags.extend([OsStr::new("--heartbeat-timeout"), OsStr::new(timeout)]);
+        }
+        let cluster = launch(&sub, &flags)?;
         let access = AccessFile::read(&cluster.access_file())?;
         let client = cluster.client().await?;
         let pid = cluster.scheduler.id();
@@ -76,10 +84,23 @@ pub(super) async fn simulated(
         let started = Instant::now();
         let fleet = Fleet::start(&access, n, managers, stopped).await?;
         // Told once every one is registered (a status every few ms would measure itself).
-        client
-            .wait_workers(n, None, |_| {})
-            .await
-            .context("waiting for the simulated workers to register")?;
+        // A simulated worker the scheduler takes for lost does not come back: wait a bounded
+        // time, and say how far it got.
+        let mut ready = 0;
+        let registered = tokio::time::timeout(
+            REGISTER_LIMIT,
+            client.wait_workers(n, None, |count| ready = count),
+        )
+        .await;
+        match registered {
+            Ok(result) => {
+                result.context("waiting for the simulated workers to register")?;
+            }
+            Err(_) => bail!(
+                "simulated {n}: {ready} of {n} workers registered after {} s (the scheduler's log above says which were lost)",
+                REGISTER_LIMIT.as_secs()
+            ),
+        }
         let connect = started.elapsed().as_secs_f64();
         let rss = memory(pid, "VmRSS:");
         // Heartbeats only.

@@ -321,7 +321,7 @@ impl Managers {
                 let answering = |w: &WorkerView| {
                     wanted.iter().any(|name| {
                         (entry.declares(name) || context.is_registered(name))
-                            && !w.verdicts.iter().any(|(n, _)| n == name)
+                            && !w.verdicts.contains_key(*name)
                     })
                 };
                 let evaluating = mine.iter().filter(|w| !w.draining && answering(w)).count();

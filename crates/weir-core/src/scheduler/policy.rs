@@ -223,6 +223,9 @@ impl Scheduler {
     pub(super) fn unschedulable(&mut self, now: u64) {
         let asked = !self.waiters.is_empty() || !self.watchers.is_empty();
         if self.tasks.queued() == 0 || !asked && self.config.unschedulable_timeout_ms.is_none() {
+            // Not looked at: what was kept of stuck classes is forgotten, so a class found
+            // stuck again later counts from then (classes are reused by later jobs).
+            self.tasks.mark_unschedulable(now, &[]);
             return;
         }
         let stuck = {

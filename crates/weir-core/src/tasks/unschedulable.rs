@@ -10,7 +10,8 @@
 use super::*;
 
 /// A class of queued tasks nothing can run, and since when (`now` of the first call that found
-/// it so, reset when something could run it again).
+/// it so; reset when something could run it again, and when the scheduler stops looking:
+/// nothing queued, or nobody waiting and no `--unschedulable-timeout`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unschedulable {
     pub class: usize,

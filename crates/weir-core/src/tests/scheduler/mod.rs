@@ -205,3 +205,40 @@ fn restarted(records: impl IntoIterator<Item = Record>) -> Vec<Action> {
     core.handle(10, Input::Replayed);
     core.take_actions()
 }
+
+/// Queued tasks nothing could run were canceled, and tasks of the same class were submitted
+/// long after: they get the whole `--unschedulable-timeout` from when they were found stuck,
+/// not from when the first ones were (the class is reused; what was kept of it is not).
+#[test]
+fn a_class_stuck_again_long_after_gets_its_whole_unschedulable_timeout() {
+    let mut config = config(false);
+    config.unschedulable_timeout_ms = Some(1_000);
+    let mut core = Scheduler::new(config);
+    let needing_a_gpu = || {
+        let mut request = submit(1);
+        if let Request::Submit { groups, .. } = &mut request {
+            groups[0].spec.capabilities = vec![("gpu".into(), 1)];
+        }
+        request
+    };
+    let failed = |core: &Scheduler| core.tasks().status().tasks.failed;
+    round(&mut core, 0, vec![from_client(1, needing_a_gpu())]);
+    // Found stuck (no worker, no manager), then canceled before its timeout.
+    round(&mut core, 600, vec![Input::Timeout]);
+    round(
+        &mut core,
+        700,
+        vec![from_client(1, Request::CancelTasks { tasks: vec![1] })],
+    );
+    round(&mut core, 1_200, vec![Input::Timeout]);
+    // The same class again, 10 s on: not failed at once.
+    round(&mut core, 10_000, vec![from_client(1, needing_a_gpu())]);
+    for now in [10_500, 11_000] {
+        round(&mut core, now, vec![Input::Timeout]);
+        assert_eq!(failed(&core), 0, "failed at {now}, within its own timeout");
+    }
+    for now in [11_500, 12_000] {
+        round(&mut core, now, vec![Input::Timeout]);
+    }
+    assert_eq!(failed(&core), 1, "failed once stuck for its own timeout");
+}

@@ -127,6 +127,15 @@ struct Args {
     /// to come back.
     #[arg(long, default_value = "10", value_parser = positive_seconds, value_name = "SECONDS")]
     worker_lease: Duration,
+    /// How many beats a second, in all, the scheduler asks of workers that hold no task. A
+    /// small cluster's idle workers beat once a lease (9 s at the default lease) and hold it;
+    /// past N × that many workers they are asked to beat less often, up to once a minute, so an
+    /// idle cluster costs the scheduler no more as it grows (at 500: 20 s at 10,000 workers).
+    /// An idle worker whose lease ran out between beats starts a task one round trip after its
+    /// hand-over (it asks for a lease first), and a dead idle worker no manager reports is taken
+    /// for lost after its pace plus --heartbeat-timeout. 0: once a lease, whatever the size.
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    idle_beats: u32,
     /// Tasks each worker may hold beyond its slots, waiting there for a free slot: it starts
     /// the next at once when one ends, and reports and receives tasks in batches instead of one
     /// round trip each (the throughput of short tasks on workers of few slots). Only tasks of a
@@ -253,6 +262,10 @@ fn run(args: Args) -> Result<()> {
         forget_after: args.forget_after,
         unschedulable_timeout: args.unschedulable_timeout,
         worker_lease: args.worker_lease,
+        idle_pace_per_worker: match args.idle_beats {
+            0 => Duration::ZERO,
+            n => Duration::from_secs(1) / n,
+        },
         prefetch: args.prefetch,
         max_walltime_requeues: args.max_walltime_requeues,
     };

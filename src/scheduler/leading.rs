@@ -118,6 +118,8 @@ pub(super) fn core_config(settings: &Settings, scaling: Option<&Scaling>, journa
         manager_timeout_ms: millis(settings.heartbeat_timeout),
         manager_forget_ms: millis(settings.manager_forget_after),
         lease_ms: millis(settings.worker_lease),
+        idle_pace_per_worker_us: u64::try_from(settings.idle_pace_per_worker.as_micros())
+            .unwrap_or(u64::MAX),
         // At least twice a second, whatever the heartbeat timeout: fenced tasks are released,
         // forgotten jobs dropped and unschedulable ones failed on this tick.
         tick_ms: millis(settings.heartbeat_timeout / 4).clamp(50, 500),

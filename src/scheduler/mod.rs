@@ -79,6 +79,10 @@ pub struct Settings {
     /// scheduler answered: a worker whose renewals go unanswered this long stops its tasks, and
     /// the scheduler runs them elsewhere only after that (see [`fence`]).
     pub worker_lease: Duration,
+    /// What each live worker adds to the pace asked of idle workers (1 s over
+    /// `--idle-beats`; zero: once a lease, whatever the cluster's size), up to a minute
+    /// ([`crate::core::lease::idle_pace`]).
+    pub idle_pace_per_worker: Duration,
     /// Tasks a worker may hold beyond its slots, waiting there for a free one (0: none).
     pub prefetch: u32,
     /// Times a task cut short by its worker's allocation end is requeued before it fails.
@@ -186,10 +190,14 @@ pub async fn run_with(
     };
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
-    // Longer than the core lets an idle worker be silent (it beats once a lease), so QUIC's
-    // idle timer never fires first and no keep-alive goes on a healthy idle connection.
-    let idle = crate::core::lease::idle_silence(settings.worker_lease, settings.heartbeat_timeout)
-        + settings.heartbeat_timeout;
+    // Longer than the core lets an idle worker be silent (it beats at the pace it is told, up
+    // to `longest_idle_pace`), so QUIC's idle timer never fires first and no keep-alive goes
+    // on a healthy idle connection.
+    let idle = crate::core::lease::longest_idle_pace(
+        settings.worker_lease,
+        settings.heartbeat_timeout,
+        settings.idle_pace_per_worker,
+    ) + settings.heartbeat_timeout * 2;
     server.transport_config(net::server_transport(idle));
     let endpoint = (seams.udp.listen(settings.listen))
         .and_then(|socket| net::udp::endpoint(&*seams.udp, socket, Some(server)))

@@ -32,6 +32,7 @@ fn settings(dir: &Path) -> Settings {
         forget_after: None,
         unschedulable_timeout: None,
         worker_lease: Duration::from_secs(10),
+        idle_pace_per_worker: Duration::from_millis(2),
         prefetch: 0,
         max_walltime_requeues: 3,
     }

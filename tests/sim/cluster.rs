@@ -448,6 +448,10 @@ fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
         // The default: longer than the heartbeat timeout, so a lost worker's tasks wait for
         // the fence (a partition of more than 5 s makes the scheduler judge it lost first).
         worker_lease: Duration::from_secs(10),
+        // Far slower than the default's 2 ms a worker: a few workers are asked to beat every
+        // 10-25 s while idle, longer than their lease, so idle workers' leases run out between
+        // beats and their hand-overs wait for a renewal (`lease::idle_pace`).
+        idle_pace_per_worker: Duration::from_secs(5),
         prefetch: 0,
         max_walltime_requeues: 3,
     }

@@ -82,6 +82,59 @@ pub fn idle_silence(lease: Duration, heartbeat_timeout: Duration) -> Duration {
     idle_beat(lease, heartbeat_timeout) + heartbeat_timeout
 }
 
+/// The longest pace a large cluster asks of its idle workers ([`idle_pace`]).
+pub const MAX_IDLE_PACE: Duration = Duration::from_secs(60);
+
+/// How often the scheduler asks a worker that holds no task to beat, with `workers` registered
+/// and `per_worker` of pace for each (`1 s / N` for `scheduler --idle-beats N`, a budget of N
+/// idle beats a second in all): [`idle_beat`] while the cluster is small enough for that, then
+/// slower as it grows, so that the idle workers' beats together stay within the budget:
+/// `workers × per_worker`, up to [`MAX_IDLE_PACE`] (never below [`idle_beat`]). Told at
+/// registration and again with every answer to a renewal ([`weir_proto::ToWorker::Lease`]), so
+/// the pace follows the cluster.
+///
+/// The arithmetic, beyond [`idle_beat`]'s:
+/// - A pace longer than [`idle_beat`] lets an idle worker's lease run out between its beats.
+///   It runs nothing then, so nothing is at stake; a task handed to it waits, draws a renewal
+///   at once and starts when that is answered: one round trip later than it would have with
+///   the lease held. The fence ([`fence`]) still counts from what the scheduler last heard.
+/// - The scheduler takes an idle worker for lost once it has been silent for the longer of the
+///   last two paces it told it plus `heartbeat_timeout` (the worker may not have had the later
+///   answer when it set its next beat), so a dead idle worker is seen within
+///   `pace + heartbeat_timeout`: 65 s at most on the default 5 s timeout, and the 14 s of
+///   [`idle_silence`] while the cluster is small.
+/// - At the default budget of 500 a second, the pace stays 9 s up to 4,500 idle workers and is
+///   20 s at 10,000 (a third of a datagram a second per idle worker falls to a sixth: each beat
+///   is a renewal, its answer and an acknowledgement).
+///
+/// `per_worker` zero: no budget, always [`idle_beat`].
+pub fn idle_pace(
+    lease: Duration,
+    heartbeat_timeout: Duration,
+    workers: u64,
+    per_worker: Duration,
+) -> Duration {
+    let spread = u32::try_from(workers)
+        .ok()
+        .and_then(|workers| per_worker.checked_mul(workers))
+        .unwrap_or(Duration::MAX);
+    let beat = idle_beat(lease, heartbeat_timeout);
+    match per_worker.is_zero() {
+        true => beat,
+        false => spread.min(MAX_IDLE_PACE).max(beat),
+    }
+}
+
+/// The longest an idle worker may be told to go between beats with `per_worker`
+/// ([`idle_pace`]): what the scheduler's QUIC idle timeout must outlast.
+pub fn longest_idle_pace(
+    lease: Duration,
+    heartbeat_timeout: Duration,
+    per_worker: Duration,
+) -> Duration {
+    idle_pace(lease, heartbeat_timeout, u64::MAX, per_worker)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +161,41 @@ mod tests {
             assert_eq!(idle_silence(lease, timeout), beat + timeout);
         }
         assert_eq!(idle_beat(Duration::ZERO, s(5)), ms(2_500));
+    }
+
+    #[test]
+    fn idle_workers_beat_within_the_budget_as_the_cluster_grows() {
+        let s = Duration::from_secs;
+        let per_second = |n: u32| s(1) / n;
+        let pace = |workers| idle_pace(s(10), s(5), workers, per_second(500));
+        // Small: the lease's pace, the lease held between beats.
+        assert_eq!(pace(1), s(9));
+        assert_eq!(pace(4_500), s(9));
+        // Large: all idle beats together stay within 500 a second.
+        assert_eq!(pace(10_000), s(20));
+        assert_eq!(pace(25_000), s(50));
+        // Very large: at most a minute (then over budget).
+        assert_eq!(pace(50_000), s(60));
+        assert_eq!(pace(u64::MAX), s(60));
+        assert_eq!(longest_idle_pace(s(10), s(5), per_second(500)), s(60));
+        // No budget: the lease's pace whatever the size.
+        assert_eq!(idle_pace(s(10), s(5), 50_000, Duration::ZERO), s(9));
+        assert_eq!(longest_idle_pace(s(10), s(5), Duration::ZERO), s(9));
+        // A lease longer than the cap: its own pace is never shortened.
+        assert_eq!(idle_pace(s(120), s(5), 50_000, per_second(500)), s(119));
+        for workers in [0, 1, 100, 4_501, 9_999, 30_000, 1 << 40] {
+            for per_second in [1, 10, 500, 100_000] {
+                let pace = idle_pace(s(10), s(5), workers, s(1) / per_second);
+                assert!(pace >= idle_beat(s(10), s(5)) && pace <= MAX_IDLE_PACE);
+                // Within budget unless capped: workers / pace <= per_second.
+                if pace < MAX_IDLE_PACE {
+                    assert!(
+                        u128::from(workers) * 1_000 <= pace.as_millis() * u128::from(per_second),
+                        "{workers} workers at {pace:?} over {per_second}/s"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ fn config() -> Config {
         manager_timeout_ms: 5_000,
         manager_forget_ms: 60_000,
         lease_ms: 10_000,
+        idle_pace_per_worker_us: 2_000,
         tick_ms: 500,
         scaling_ms: None,
         scale_down_delay_ms: 30_000,

@@ -22,6 +22,9 @@ pub struct Config {
     pub manager_forget_ms: u64,
     /// The lease granted to workers (sent when they register).
     pub lease_ms: u64,
+    /// What each live worker adds to the pace of idle workers, in µs (1 s over the idle beats a
+    /// second the scheduler aims for: [`crate::lease::idle_pace`]; 0: always once a lease).
+    pub idle_pace_per_worker_us: u64,
     /// Fences released, forgotten jobs dropped and unschedulable tasks failed this often.
     pub tick_ms: u64,
     /// The policy decides this often; `None`: no policy, no scaling.
@@ -42,11 +45,17 @@ pub struct Config {
 }
 
 impl Config {
-    /// How often an idle worker is asked to beat ([`crate::lease::idle_beat`]), in ms.
-    pub fn idle_beat_ms(&self) -> u64 {
+    /// How often an idle worker is asked to beat with `workers` live
+    /// ([`crate::lease::idle_pace`]), in ms.
+    pub fn idle_pace_ms(&self, workers: usize) -> u64 {
         let ms = std::time::Duration::from_millis;
-        let beat = crate::lease::idle_beat(ms(self.lease_ms), ms(self.tasks.heartbeat_timeout_ms));
-        u64::try_from(beat.as_millis()).unwrap_or(u64::MAX)
+        let pace = crate::lease::idle_pace(
+            ms(self.lease_ms),
+            ms(self.tasks.heartbeat_timeout_ms),
+            u64::try_from(workers).unwrap_or(u64::MAX),
+            std::time::Duration::from_micros(self.idle_pace_per_worker_us),
+        );
+        u64::try_from(pace.as_millis()).unwrap_or(u64::MAX)
     }
 }
 

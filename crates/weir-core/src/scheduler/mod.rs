@@ -155,7 +155,8 @@ impl Scheduler {
                 if let Some(seq) = renew
                     && self.tasks.has_worker(worker)
                 {
-                    self.send_worker(worker, ToWorker::Lease { seq });
+                    let idle_beat_ms = self.idle_pace(worker);
+                    self.send_worker(worker, ToWorker::Lease { seq, idle_beat_ms });
                 }
             }
             Input::Finished { worker, results } => self.finished(now, worker, results),

@@ -60,18 +60,27 @@ impl Scheduler {
         self.actions
             .push_back(Action::Registered { connection, worker });
         self.links.insert(worker, Link::default());
+        let idle_beat_ms = self.idle_pace(worker);
         self.send_worker(
             worker,
             ToWorker::Registered {
                 id: worker,
                 lease_ms: self.config.lease_ms,
-                idle_beat_ms: self.config.idle_beat_ms(),
+                idle_beat_ms,
             },
         );
         if !refused.is_empty() {
             self.send_worker(worker, ToWorker::Cancel(refused));
         }
         self.send_environments(worker);
+    }
+
+    /// The pace `worker` is told to beat at while idle, as the cluster's size asks now
+    /// ([`crate::lease::idle_pace`]); the task book judges its silence by it.
+    pub(super) fn idle_pace(&mut self, worker: WorkerId) -> u64 {
+        let pace = self.config.idle_pace_ms(self.tasks.worker_count());
+        self.tasks.told_idle_pace(worker, pace);
+        pace
     }
 
     pub(super) fn finished(&mut self, now: u64, worker: WorkerId, results: Vec<(TaskId, Outcome)>) {

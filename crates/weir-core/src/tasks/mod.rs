@@ -78,7 +78,8 @@ pub struct Config {
     /// tasks, if that is later: it was idle before, and idle workers beat less often).
     pub heartbeat_timeout_ms: u64,
     /// A worker that holds no task (handed nothing, or all it was handed finished) is lost
-    /// once silent for this long: it beats less often ([`crate::lease::idle_silence`]).
+    /// once silent for this long: it beats less often ([`crate::lease::idle_silence`]). Longer
+    /// for a worker told a slower pace ([`Tasks::told_idle_pace`]).
     pub idle_silence_ms: u64,
     /// Forget a job this long after its last task finished (`None`: keep it until
     /// [`Tasks::forget`]).

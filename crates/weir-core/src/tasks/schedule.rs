@@ -239,14 +239,19 @@ impl Tasks {
         }
         let busy = self.config.heartbeat_timeout_ms;
         let idle = self.config.idle_silence_ms.max(busy);
-        // An idle worker beats less often; one handed tasks since is judged as busy from the
-        // hand-over on (`lease::idle_silence`). Its fence still counts from `last_seen`.
+        // An idle worker beats less often (at the pace it was told, `lease::idle_pace`); one
+        // handed tasks since is judged as busy from the hand-over on (`lease::idle_silence`).
+        // Its fence still counts from `last_seen`.
         let silent: Vec<(WorkerId, u64)> = self
             .workers
             .iter()
             .filter_map(|(id, w)| {
                 let (from, limit) = match w.running.is_empty() {
-                    true => (w.last_seen, idle),
+                    true => {
+                        let [before, last] = w.idle_paces;
+                        let told = before.max(last).saturating_add(busy);
+                        (w.last_seen, idle.max(told))
+                    }
                     false => (w.last_seen.max(w.busy_since), busy),
                 };
                 (now.saturating_sub(from) > limit).then_some((*id, limit))

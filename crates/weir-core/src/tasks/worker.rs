@@ -47,6 +47,9 @@ pub(super) struct BookedWorker {
     /// When it was last handed tasks while it held none: its silence as a busy worker is
     /// counted from here at the earliest (it beat at the idle pace before).
     pub(super) busy_since: u64,
+    /// The paces it was told to beat at while idle, in ms: the one before and the last
+    /// ([`Tasks::told_idle_pace`]).
+    pub(super) idle_paces: [u64; 2],
     /// Being stopped by its manager, since then (ms): takes no new task. Taken back into
     /// service if its manager has not stopped it after [`Config::undrain_ms`] (it cannot: a
     /// unit of several workers whose others are busy).

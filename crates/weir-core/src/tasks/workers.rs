@@ -93,6 +93,7 @@ impl Tasks {
             last_seen: now,
             idle_since: Some(now),
             busy_since: now,
+            idle_paces: [0, 0],
             draining: None,
             ends_at,
         };
@@ -132,6 +133,21 @@ impl Tasks {
         if let Some(w) = self.workers.get_mut(&worker) {
             w.last_seen = now;
         }
+    }
+
+    /// `worker` was told to beat every `pace_ms` while it holds nothing
+    /// ([`crate::lease::idle_pace`]): while idle it is lost only once silent for the longer of
+    /// this and the pace it was told before (it may have set its next beat before this came),
+    /// plus the heartbeat timeout, and never sooner than [`Config::idle_silence_ms`].
+    pub(crate) fn told_idle_pace(&mut self, worker: WorkerId, pace_ms: u64) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.idle_paces = [w.idle_paces[1], pace_ms];
+        }
+    }
+
+    /// How many workers are live.
+    pub(crate) fn worker_count(&self) -> usize {
+        self.workers.len()
     }
 
     /// The worker is gone: requeue or fail its running tasks, when they may run again as

@@ -19,15 +19,21 @@ impl WorkerCore {
     /// Tasks handed over: held, and started in turn as slots free.
     pub(super) fn hand_over(&mut self, now: u64, assignments: Vec<Assignment>) {
         // Busy from now: the next beat comes at the busy pace, not the idle one, and at once if
-        // the lease (renewed once an idle beat) ends within two busy beats or has run out: what
-        // starts here then has a lease of its own.
+        // the lease (renewed once an idle beat, or run out between beats of a slower pace)
+        // ends within two busy beats: what starts here then waits for the answer to that
+        // renewal (or any that leaves two busy beats), and has a lease of its own (started on
+        // the end of the old one, it would be killed if the answer came a moment too late, and
+        // the worker would register again).
         if self.holds_nothing() {
             let left = self
                 .lease
                 .as_ref()
                 .map_or(u64::MAX, |l| l.until().saturating_sub(now));
             let next = match left < self.beat_every.saturating_mul(2) {
-                true => now,
+                true => {
+                    self.starts_await = Some(now);
+                    now
+                }
                 false => now.saturating_add(self.beat_every),
             };
             self.next_beat = self.next_beat.min(next);
@@ -98,7 +104,7 @@ impl WorkerCore {
     /// reported with the next outcomes, or claimed by the next registration).
     pub(super) fn pump(&mut self, now: u64) {
         // Between sessions too: the lease is what allows a start, not the connection.
-        if self.expired(now) {
+        if self.expired(now) || self.starts_await.is_some() {
             return;
         }
         while self.busy < self.config.info.slots {

@@ -154,9 +154,12 @@ pub struct WorkerCore {
     reports: report::Reports,
     next_beat: u64,
     /// How often it beats while it holds a task, and while it holds none (as the scheduler
-    /// asked at registration: [`crate::lease::idle_beat`]).
+    /// asked at registration and in its last answer: [`crate::lease::idle_pace`]).
     beat_every: u64,
     idle_beat_every: u64,
+    /// Starts wait for the answer to a renewal sent at or after this (ms): tasks were handed
+    /// over while the lease was about to run out (see `hand_over`).
+    starts_await: Option<u64>,
     actions: VecDeque<Action>,
 }
 
@@ -176,6 +179,7 @@ impl WorkerCore {
             next_beat: u64::MAX,
             beat_every: u64::MAX,
             idle_beat_every: u64::MAX,
+            starts_await: None,
             actions: VecDeque::new(),
         }
     }
@@ -298,7 +302,7 @@ impl WorkerCore {
         for task in &self.queue {
             assert!(self.held.get(task).is_some_and(|h| h.waiting.is_some()));
         }
-        if waiting > 0 && !self.expired(now) {
+        if waiting > 0 && !self.expired(now) && self.starts_await.is_none() {
             assert_eq!(
                 self.busy, self.config.info.slots,
                 "a task waits while a slot is free"
@@ -360,6 +364,8 @@ impl WorkerCore {
         self.beat_every = every.max(10);
         // Idle, as the scheduler asks (it judges silence), but never more often than busy.
         self.idle_beat_every = idle_beat_ms.max(self.beat_every);
+        // The registration's grant is a fresh one.
+        self.starts_await = None;
         self.next_beat = now;
         let unsent = self.reports.take_unsent();
         self.report(unsent);
@@ -392,7 +398,9 @@ impl WorkerCore {
             ToWorker::Cancel(tasks) => self.cancel(now, tasks),
             ToWorker::Revoke { tasks, count } => self.revoke(&tasks, count),
             ToWorker::Received { count } => self.reports.received(count),
-            ToWorker::Lease { seq } => {
+            ToWorker::Lease { seq, idle_beat_ms } => {
+                // The pace the cluster's size asks now (it slows as the cluster grows).
+                self.idle_beat_every = idle_beat_ms.max(self.beat_every);
                 let lapsed = self.expired(now);
                 if lapsed && self.busy > 0 {
                     // It ran out before this answer came: the guard killed what ran, and the
@@ -418,7 +426,17 @@ impl WorkerCore {
                         }
                     }
                     self.actions.push_back(Action::LeaseUntil(until));
-                    if lapsed {
+                    // What the starts wait for: a grant for a renewal sent since the hand-over,
+                    // or one that leaves two busy beats (as a lease renewed in time does).
+                    let length = self.lease.as_ref().map_or(0, Lease::length);
+                    let fresh = self.starts_await.is_some_and(|from| {
+                        until.saturating_sub(length) >= from
+                            || until.saturating_sub(now) >= self.beat_every.saturating_mul(2)
+                    });
+                    if fresh {
+                        self.starts_await = None;
+                    }
+                    if lapsed || fresh {
                         self.pump(now);
                     }
                 }

@@ -98,7 +98,8 @@ pub enum ToWorker {
         lease_ms: u64,
         /// How often to beat (each beat a renewal) while it holds no task; with tasks it beats
         /// at its own `--heartbeat-interval`, or four times a lease if that is more often.
-        /// Chosen by the scheduler, which judges silence (`weir_core::lease::idle_beat`).
+        /// Chosen by the scheduler, which judges silence (`weir_core::lease::idle_pace`), and
+        /// told again with every [`ToWorker::Lease`].
         idle_beat_ms: u64,
     },
     Group {
@@ -151,6 +152,10 @@ pub enum ToWorker {
     /// is merely not closed yet proves nothing.
     Lease {
         seq: u64,
+        /// How often to beat while it holds no task from now on (as in
+        /// [`ToWorker::Registered`]): the scheduler slows idle workers down as the cluster
+        /// grows (`weir_core::lease::idle_pace`).
+        idle_beat_ms: u64,
     },
 }
 

@@ -186,7 +186,11 @@ impl Sim {
         let Some(core) = self.workers[w].core.as_mut() else {
             return;
         };
+        let lapses = core.lapses();
         core.handle(now, input);
+        // A lease that ran out and was renewed after (an idle worker's, between beats slower
+        // than its lease, or a renewal answered late).
+        self.lapses += core.lapses().saturating_sub(lapses);
         while let Some(action) = self.workers[w].core.as_mut().and_then(|c| c.poll_action()) {
             self.worker_action(w, action);
         }

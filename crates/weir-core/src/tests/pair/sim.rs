@@ -146,6 +146,8 @@ pub(super) struct Sim {
     /// sessions a worker's core ended because its lease ran out.
     pub killed: u64,
     pub lease_ends: u64,
+    /// Leases that ran out and were renewed after, the worker registered throughout.
+    pub lapses: u64,
     /// Every run takes 10 to 20 s (so a test can cut a worker off while it runs).
     pub long_tasks: bool,
     trace: VecDeque<String>,
@@ -182,6 +184,10 @@ impl Sim {
             manager_timeout_ms: 10_000,
             manager_forget_ms: 60_000,
             lease_ms: LEASE_MS,
+            // Some seeds slow idle workers past their lease as the cluster grows (1-4 workers
+            // of their own and the managers'), so idle leases run out between beats and
+            // hand-overs wait for a renewal (`lease::idle_pace`).
+            idle_pace_per_worker_us: [0, 700_000, 3_000_000][(seed / 3 % 3) as usize],
             tick_ms: 100,
             scaling_ms: Some(1_000),
             scale_down_delay_ms: 0,
@@ -214,6 +220,7 @@ impl Sim {
             steps_after_heal: 0,
             killed: 0,
             lease_ends: 0,
+            lapses: 0,
             long_tasks: false,
             trace: VecDeque::new(),
             digest: 0,

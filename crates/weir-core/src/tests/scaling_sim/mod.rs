@@ -240,6 +240,7 @@ fn config(broad: bool) -> Config {
         manager_timeout_ms: if broad { 3_000 } else { never },
         manager_forget_ms: if broad { 8_000 } else { never },
         lease_ms: 3_000,
+        idle_pace_per_worker_us: 2_000,
         tick_ms: 500,
         scaling_ms: Some(1_000),
         scale_down_delay_ms: 0,

@@ -257,7 +257,7 @@ fn a_lease_is_renewed_only_in_answer_to_a_request_and_only_while_the_worker_is_l
             .iter()
             .filter_map(|a| match a {
                 Action::ToWorker {
-                    message: ToWorker::Lease { seq },
+                    message: ToWorker::Lease { seq, .. },
                     ..
                 } => Some(*seq),
                 _ => None,
@@ -289,4 +289,73 @@ fn a_lease_is_renewed_only_in_answer_to_a_request_and_only_while_the_worker_is_l
         }],
     );
     assert!(leases(&round(&mut core, 400, vec![renew(3)])).is_empty());
+}
+
+/// Idle workers are asked to beat less often as the cluster grows (`lease::idle_pace`): at
+/// registration, and again in every answer to a renewal, so a worker that joined a small
+/// cluster slows down with it; and a worker told a pace past its lease is not taken for lost
+/// while it keeps to it.
+#[test]
+fn idle_workers_are_told_a_slower_pace_as_the_cluster_grows_and_judged_by_it() {
+    let mut config = config(false);
+    // 5 s a worker: 9 s (the lease's pace) for one, 10 s for two, 15 s for three.
+    config.idle_pace_per_worker_us = 5_000_000;
+    config.tasks.heartbeat_timeout_ms = 5_000;
+    config.tasks.idle_silence_ms = 14_000;
+    let mut core = Scheduler::new(config);
+    let paces = |actions: &[Action]| -> Vec<(u64, u64)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ToWorker {
+                    worker,
+                    message: ToWorker::Registered { idle_beat_ms, .. },
+                }
+                | Action::ToWorker {
+                    worker,
+                    message: ToWorker::Lease { idle_beat_ms, .. },
+                } => Some((*worker, *idle_beat_ms)),
+                _ => None,
+            })
+            .collect()
+    };
+    let renew = |worker, seq| Input::Heartbeat {
+        worker,
+        renew: Some(seq),
+    };
+    assert_eq!(
+        paces(&round(&mut core, 0, vec![join(1, worker("a", 1))])),
+        [(1, 9_000)]
+    );
+    assert_eq!(
+        paces(&round(&mut core, 10, vec![join(2, worker("b", 1))])),
+        [(2, 10_000)]
+    );
+    assert_eq!(
+        paces(&round(&mut core, 20, vec![join(3, worker("c", 1))])),
+        [(3, 15_000)]
+    );
+    // The first worker learns the new pace with its next answer.
+    assert_eq!(
+        paces(&round(&mut core, 100, vec![renew(1, 1)])),
+        [(1, 15_000)]
+    );
+    // Silent 19.9 s, within the 15 s it was told plus the 5 s heartbeat timeout: kept; the
+    // others, silent since they joined, likewise within theirs.
+    let gone = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::CloseWorker { worker } => Some(*worker),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(gone(&round(&mut core, 14_000, vec![Input::Timeout])).is_empty());
+    assert_eq!(gone(&round(&mut core, 15_100, vec![Input::Timeout])), [2]);
+    assert!(gone(&round(&mut core, 20_000, vec![Input::Timeout])).is_empty());
+    assert_eq!(
+        gone(&round(&mut core, 20_500, vec![Input::Timeout])),
+        [1, 3]
+    );
 }

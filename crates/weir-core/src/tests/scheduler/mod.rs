@@ -26,6 +26,7 @@ fn config(journal: bool) -> Config {
         manager_timeout_ms: 10_000,
         manager_forget_ms: 60_000,
         lease_ms: 10_000,
+        idle_pace_per_worker_us: 2_000,
         tick_ms: 500,
         scaling_ms: Some(1_000),
         scale_down_delay_ms: 0,

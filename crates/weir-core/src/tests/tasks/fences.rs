@@ -247,3 +247,37 @@ fn an_idle_worker_may_be_silent_longer_and_a_busy_one_is_judged_from_its_hand_ov
     assert!(lost(&core.take_effects(), b));
     core.sanity_check().unwrap();
 }
+
+/// An idle worker told a slower pace (`lease::idle_pace`, as the cluster grows) is judged by
+/// the longer of the last two paces it was told plus the heartbeat timeout (it may have set
+/// its next beat before the later answer came), never sooner than `idle_silence_ms`.
+#[test]
+fn an_idle_worker_told_a_slower_pace_is_judged_by_the_longer_of_its_last_two() {
+    let mut core = Tasks::new(Config {
+        heartbeat_timeout_ms: 100,
+        idle_silence_ms: 1_000,
+        fence_ms: 300,
+        ..Config::default()
+    });
+    let a = core.worker_joined(0, worker(1, &[])).expect("joins").0;
+    let lost = |core: &mut Tasks, now: u64| {
+        core.tick(now);
+        core.take_effects()
+            .iter()
+            .any(|e| matches!(e, Effect::Disconnect { worker, .. } if *worker == a))
+    };
+    // Told 3 s at registration: silent 3.1 s is allowed, not more.
+    core.told_idle_pace(a, 3_000);
+    assert!(!lost(&mut core, 3_100));
+    core.heartbeat(3_100, a);
+    // Told 500 ms in the answer: the 3 s told before still counts (the next beat may have
+    // been set by it).
+    core.told_idle_pace(a, 500);
+    assert!(!lost(&mut core, 6_200));
+    core.heartbeat(6_200, a);
+    // Told 500 ms twice: the floor, idle_silence_ms (1 s), counts.
+    core.told_idle_pace(a, 500);
+    assert!(!lost(&mut core, 7_200));
+    assert!(lost(&mut core, 7_201));
+    core.sanity_check().unwrap();
+}

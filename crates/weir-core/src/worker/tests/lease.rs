@@ -17,7 +17,13 @@ fn the_lease_runs_from_the_request_and_past_it_everything_is_given_up() {
         _ => None,
     });
     let seq = seq.unwrap_or_default();
-    w.handle(6_100, Input::Frame(ToWorker::Lease { seq }));
+    w.handle(
+        6_100,
+        Input::Frame(ToWorker::Lease {
+            seq,
+            idle_beat_ms: IDLE_BEAT,
+        }),
+    );
     let out = actions(&mut w);
     assert!(matches!(out[..], [Action::LeaseUntil(until)] if until == 1_100 + LEASE));
     assert!(w.lease_valid(11_099));
@@ -190,6 +196,7 @@ fn a_lapse_the_guard_counted_at_a_late_renewal_voids_the_runs_handed_over_before
         10_099,
         Input::Frame(ToWorker::Lease {
             seq: seq.unwrap_or_default(),
+            idle_beat_ms: IDLE_BEAT,
         }),
     );
     actions(&mut w);

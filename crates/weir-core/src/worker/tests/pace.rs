@@ -13,7 +13,13 @@ fn renewals_between(w: &mut WorkerCore, from: u64, to: u64) -> Vec<u64> {
             if let Action::Send(FromWorker::Renew { seq }) = action {
                 sent.push(now);
                 // Answered at once: the lease stays valid throughout.
-                w.handle(now, Input::Frame(ToWorker::Lease { seq }));
+                w.handle(
+                    now,
+                    Input::Frame(ToWorker::Lease {
+                        seq,
+                        idle_beat_ms: IDLE_BEAT,
+                    }),
+                );
                 actions(w);
             }
         }
@@ -83,7 +89,13 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
     let again = again.unwrap_or_else(|| panic!("a renewal at once"));
     // The late answer to the first renews nothing that is not over already (9 000 + 10 000
     // is still ahead: it renews), counted as one lapse, and the task starts.
-    w.handle(10_700, Input::Frame(ToWorker::Lease { seq }));
+    w.handle(
+        10_700,
+        Input::Frame(ToWorker::Lease {
+            seq,
+            idle_beat_ms: IDLE_BEAT,
+        }),
+    );
     let out = actions(&mut w);
     assert!(
         matches!(out[..], [Action::LeaseUntil(19_000), ..]),
@@ -93,7 +105,13 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
     assert_eq!(w.lapses(), 1);
     // The guard counted the same lapse: nothing changes.
     w.handle(10_701, Input::Lapsed { lapses: 1 });
-    w.handle(10_702, Input::Frame(ToWorker::Lease { seq: again }));
+    w.handle(
+        10_702,
+        Input::Frame(ToWorker::Lease {
+            seq: again,
+            idle_beat_ms: IDLE_BEAT,
+        }),
+    );
     actions(&mut w);
     w.handle(11_000, ended(7, 1, 11_000));
     let mut out = actions(&mut w);
@@ -103,14 +121,107 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
     assert_eq!(finished(&out), [7], "its outcome counts: {out:?}");
     w.sanity_check(11_300);
 
-    // Handed over with under two busy beats of lease left: a renewal goes at once.
+    // Handed over with under two busy beats of lease left: a renewal goes at once, and the
+    // task waits for its answer (started on the old lease's last moments, it would be killed
+    // if the answer came a moment too late).
     let mut w = worker(1);
     registered(&mut w, 0);
     renewals_between(&mut w, 0, 8_999);
     w.handle(8_500, run(&[1]));
     let out = actions(&mut w);
-    assert_eq!(started(&out), [(1, 1)]);
+    assert!(started(&out).is_empty(), "{out:?}");
+    w.sanity_check(8_500);
     assert_eq!(w.poll_timeout(), Some(8_500));
+    w.handle(8_500, Input::Timeout);
+    let seq = actions(&mut w).iter().find_map(|a| match a {
+        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
+        _ => None,
+    });
+    let seq = seq.unwrap_or_else(|| panic!("a renewal at once"));
+    w.handle(
+        8_540,
+        Input::Frame(ToWorker::Lease {
+            seq,
+            idle_beat_ms: IDLE_BEAT,
+        }),
+    );
+    let out = actions(&mut w);
+    assert!(
+        matches!(out[..], [Action::LeaseUntil(18_500), ..]),
+        "{out:?}"
+    );
+    assert_eq!(started(&out), [(1, 1)]);
+}
+
+/// The scheduler slows idle workers as the cluster grows (`lease::idle_pace`): each answer
+/// sets the pace of the idle beats that follow; one longer than the lease lets it run out
+/// between beats, which costs nothing, and a task handed over then starts once the renewal it
+/// draws is answered.
+#[test]
+fn an_idle_worker_beats_at_the_pace_of_the_last_answer_past_its_lease() {
+    let mut w = worker(1);
+    registered(&mut w, 0);
+    let renew = |w: &mut WorkerCore, now: u64| {
+        w.handle(now, Input::Timeout);
+        actions(w).iter().find_map(|a| match a {
+            Action::Send(FromWorker::Renew { seq }) => Some(*seq),
+            _ => None,
+        })
+    };
+    let seq = renew(&mut w, 0).unwrap_or_else(|| panic!("a renewal at registration"));
+    // The answer asks for a beat every 30 s: from the beat already set (9 000) on.
+    w.handle(
+        5,
+        Input::Frame(ToWorker::Lease {
+            seq,
+            idle_beat_ms: 30_000,
+        }),
+    );
+    actions(&mut w);
+    assert_eq!(w.quiet_allowance(), 30_000);
+    assert_eq!(w.poll_timeout(), Some(9_000));
+    let seq = renew(&mut w, 9_000).unwrap_or_else(|| panic!("a renewal at 9 000"));
+    w.handle(
+        9_010,
+        Input::Frame(ToWorker::Lease {
+            seq,
+            idle_beat_ms: 30_000,
+        }),
+    );
+    actions(&mut w);
+    assert_eq!(w.poll_timeout(), Some(39_000));
+    // The lease ran out at 19 000 with nothing running: no end, no give-up.
+    w.handle(25_000, Input::Timeout);
+    let out = actions(&mut w);
+    assert!(out.is_empty(), "{out:?}");
+    assert!(!w.lease_valid(25_000));
+    // A task handed over waits for the renewal it draws at once.
+    w.handle(25_000, run(&[3]));
+    assert!(started(&actions(&mut w)).is_empty());
+    let seq = renew(&mut w, 25_000).unwrap_or_else(|| panic!("a renewal at once"));
+    w.handle(
+        25_010,
+        Input::Frame(ToWorker::Lease {
+            seq,
+            idle_beat_ms: 30_000,
+        }),
+    );
+    assert_eq!(started(&actions(&mut w)), [(3, 1)]);
+    assert!(w.lease_valid(25_010));
+    // Busy: renewals every busy beat; idle again once it ended, at the pace last told (now 9 s).
+    w.handle(25_500, ended(3, 1, 25_500));
+    actions(&mut w);
+    let seq = renew(&mut w, 26_000).unwrap_or_else(|| panic!("a busy renewal"));
+    w.handle(
+        26_010,
+        Input::Frame(ToWorker::Lease {
+            seq,
+            idle_beat_ms: IDLE_BEAT,
+        }),
+    );
+    actions(&mut w);
+    assert_eq!(w.quiet_allowance(), IDLE_BEAT);
+    w.sanity_check(26_010);
 }
 
 /// A task that waited from before a lapse (its slot's run ended as the lease ran out, and
@@ -141,6 +252,7 @@ fn what_waits_across_an_idle_lapse_runs_under_the_next_grant_and_can_be_canceled
     all.extend(out);
     let answer = ToWorker::Lease {
         seq: seq.unwrap_or_default(),
+        idle_beat_ms: IDLE_BEAT,
     };
     w.handle(10_600, Input::Frame(answer));
     let out = actions(&mut w);

@@ -312,7 +312,7 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
         finished: vec![],
     };
     let _ = outgoing.send(FromWorker::Register(Box::new(info)));
-    let beat = match link.next().await? {
+    let mut beat = match link.next().await? {
         ToWorker::Registered { idle_beat_ms, .. } => Duration::from_millis(idle_beat_ms.max(10)),
         other => bail!("expected Registered, got {other:?}"),
     };
@@ -340,6 +340,12 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
                     let _ = outgoing.send(FromWorker::Finished(done));
                 }
                 ToWorker::Revoke { .. } => { let _ = outgoing.send(FromWorker::Revoked(Vec::new())); }
+                // The pace follows the cluster's size (`lease::idle_pace`): the next beat goes
+                // at the new one.
+                ToWorker::Lease { idle_beat_ms, .. } if idle_beat_ms.max(10) != beat.as_millis() as u64 => {
+                    beat = Duration::from_millis(idle_beat_ms.max(10));
+                    heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + beat, beat);
+                }
                 _ => {}
             },
         }

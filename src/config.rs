@@ -57,6 +57,8 @@ pub enum ValueError {
     Seconds(String),
     #[error("`{0}`: must be more than zero seconds")]
     ZeroSeconds(String),
+    #[error("`{0}` is not zero or a positive number a second (e.g. 500, 0.5)")]
+    Rate(String),
 }
 
 /// Letters, digits, `_` and `-`, at least one: environment and capability names.
@@ -323,6 +325,19 @@ pub fn seconds(text: &str) -> Result<std::time::Duration, ValueError> {
             Ok(std::time::Duration::from_secs_f64(value))
         }
         _ => Err(ValueError::Seconds(text.to_string())),
+    }
+}
+
+/// `scheduler --idle-beats N` (beats a second in all, fractions allowed) as what each worker
+/// adds to the idle pace: `1 s / N`, zero for 0 (no budget).
+pub fn idle_beats(text: &str) -> Result<std::time::Duration, ValueError> {
+    let rate = || ValueError::Rate(text.to_string());
+    match text.trim().parse::<f64>() {
+        Ok(0.0) => Ok(std::time::Duration::ZERO),
+        Ok(value) if value > 0.0 && value.is_finite() => {
+            std::time::Duration::try_from_secs_f64(1.0 / value).map_err(|_| rate())
+        }
+        _ => Err(rate()),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use weir::config::{Engine, PolicySpec, positive_seconds, seconds};
+use weir::config::{Engine, PolicySpec, idle_beats, positive_seconds, seconds};
 use weir::core::scheduler::PolicyInfo;
 use weir::plugin::{Limits, PluginHost};
 use weir::scheduler::Settings;
@@ -133,9 +133,10 @@ struct Args {
     /// idle cluster costs the scheduler no more as it grows (at 500: 20 s at 10,000 workers).
     /// An idle worker whose lease ran out between beats starts a task one round trip after its
     /// hand-over (it asks for a lease first), and a dead idle worker no manager reports is taken
-    /// for lost after its pace plus --heartbeat-timeout. 0: once a lease, whatever the size.
-    #[arg(long, default_value_t = 500, value_name = "N")]
-    idle_beats: u32,
+    /// for lost after its pace plus --heartbeat-timeout. Fractions allowed (0.1: 10 s more a
+    /// worker); 0: once a lease, whatever the size.
+    #[arg(long, default_value = "500", value_parser = idle_beats, value_name = "N")]
+    idle_beats: Duration,
     /// Tasks each worker may hold beyond its slots, waiting there for a free slot: it starts
     /// the next at once when one ends, and reports and receives tasks in batches instead of one
     /// round trip each (the throughput of short tasks on workers of few slots). Only tasks of a
@@ -262,10 +263,7 @@ fn run(args: Args) -> Result<()> {
         forget_after: args.forget_after,
         unschedulable_timeout: args.unschedulable_timeout,
         worker_lease: args.worker_lease,
-        idle_pace_per_worker: match args.idle_beats {
-            0 => Duration::ZERO,
-            n => Duration::from_secs(1) / n,
-        },
+        idle_pace_per_worker: args.idle_beats,
         prefetch: args.prefetch,
         max_walltime_requeues: args.max_walltime_requeues,
     };

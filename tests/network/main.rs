@@ -570,6 +570,51 @@ fn latency_then_partition_never_runs_a_task_twice_at_once() {
     failures.finish("latency then partition");
 }
 
+/// As above, but the far workers are idle first, asked to beat every 20 s (`--idle-beats 0.1`:
+/// 10 s a worker) against their 10 s lease, so their leases run out between beats: for 25 s the
+/// relay delays each direction by 1.5 s ± 1.5 s, then four tasks of 50 s are handed to them,
+/// then the relay drops everything. Their runs must stop before the near worker reruns them.
+/// far-1 renews at registration and 10 s later (told 10 s while alone, then 20 s), so at the
+/// hand-over (25 s) its lease has run out: its tasks wait for the renewal they draw under the
+/// latency and start once it is answered (far-2's lease may hold then, or not).
+#[test]
+#[ignore = "needs root and network namespaces; CI runs it (--include-ignored)"]
+fn idle_workers_slowed_past_their_lease_then_latency_then_partition_never_run_a_task_twice() {
+    let Relayed {
+        _a,
+        b,
+        _to_a,
+        _to_b,
+        relay,
+        direct,
+        far,
+        mut net,
+    } = relayed_with("idl", &["--idle-beats", "0.1"]);
+    net.worker(Some(&b), &far, "far-1", &["--slots", "2"]);
+    net.worker(Some(&b), &far, "far-2", &["--slots", "2"]);
+    net.await_workers(&direct, 2, 30);
+    relay.set_both(Shape::delay(
+        Duration::from_millis(1500),
+        Duration::from_millis(1500),
+    ));
+    net.say("relay: 1.5 s ± 1.5 s each way; the far workers idle, beating every 20 s");
+    std::thread::sleep(Duration::from_secs(25));
+    let job = net.submit(&direct, 4, 50.0);
+    net.await_starts(4, 60);
+    net.say("4 tasks run on the far workers");
+    net.worker(None, &direct, "near", &["--slots", "4"]);
+    net.await_workers(&direct, 3, 30);
+    relay.set_both(Shape::cut());
+    net.say("relay: drops everything from now on");
+
+    let deadline = Instant::now() + Duration::from_secs(85);
+    let done = net.wait_job(&direct, &job, deadline);
+    net.say(&format!("job done: {}", done["counts"]));
+    let mut failures = Failures::default();
+    check_runs_and_results(&mut failures, &net, &direct, (&job, "runs.txt", 4), false);
+    failures.finish("idle past the lease, then latency, then partition");
+}
+
 /// Failures collected over a test, reported together at its end (one broken promise should not
 /// hide the others).
 #[derive(Default)]
@@ -676,6 +721,11 @@ struct Relayed {
 }
 
 fn relayed(tag: &str) -> Relayed {
+    relayed_with(tag, &[])
+}
+
+/// As [`relayed`], the scheduler started with `args` too.
+fn relayed_with(tag: &str, args: &[&str]) -> Relayed {
     let a = namespace(&format!("{tag}-sched"));
     let b = namespace(&format!("{tag}-far"));
     let to_a = Link::to_root(&a);
@@ -688,7 +738,7 @@ fn relayed(tag: &str) -> Relayed {
         relay::seed(),
     );
     let mut net = Net::new();
-    net.scheduler(Some(&a), &format!("quic://{scheduler}"), &[]);
+    net.scheduler(Some(&a), &format!("quic://{scheduler}"), args);
     let direct = net.access_via("direct", scheduler);
     let far = net.access_via("far", relay.address);
     Relayed {

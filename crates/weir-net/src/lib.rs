@@ -192,10 +192,10 @@ pub fn transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
 /// Liveness on either side: a keep-alive goes only once the other side has been silent for 3/5
 /// of `idle_timeout` (quinn counts from the last packet received). QUIC takes the shorter of the
 /// two sides' idle timeouts, and the side with the shorter one pings first, within it. Peers
-/// that beat (a busy worker every second, an idle one once a lease within the scheduler's longer
-/// timeout, a manager at least every half heartbeat timeout; each beat acknowledged) never need
-/// one; a client waiting on a long answer does. A keep-alive every 0.5 s, as before, was a
-/// packet and an acknowledgement more per peer and second on each side.
+/// that beat (a busy worker every second, an idle one at the pace it was told, within the
+/// scheduler's longer timeout; a manager at least every half heartbeat timeout; each beat
+/// acknowledged) never need one; a client waiting on a long answer does. A keep-alive every
+/// 0.5 s, as before, was a packet and an acknowledgement more per peer and second on each side.
 fn transport_with(idle_timeout: Duration, streams: u32) -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(idle_timeout * 3 / 5));
@@ -221,17 +221,17 @@ pub fn parse_address(address: &str) -> Result<SocketAddr, NetError> {
 /// every heartbeat; a keep-alive goes after 3/5 of this without a word).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What a client offers as its connection's idle timeout: a ceiling, as before the scheduler's
-/// (its idle workers' silence allowance plus its heartbeat timeout, 19 s by default) is shorter
-/// and QUIC takes the shorter of both. It also bounds the handshake, so it must not tie with
+/// What a client offers as its connection's idle timeout: QUIC takes the shorter of both sides',
+/// and the scheduler's (the longest pace it may ask of idle workers plus two heartbeat
+/// timeouts, 70 s by default) is longer. It also bounds the handshake, so it must not tie with
 /// [`CONNECT_TIMEOUT`]: 8 s made a simulated replica run's trace depend on which of two timers
 /// fired first (`tests/sim` replica seed 4).
 pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a worker offers as its connection's idle timeout: a ceiling only. QUIC takes the
-/// shorter of the two sides', and the scheduler's is its idle workers' silence allowance plus
-/// its heartbeat timeout (19 s by default), so an idle worker that beats once a lease (9 s)
-/// draws no keep-alive. The worker judges the scheduler's silence itself, allowing an idle
+/// shorter of the two sides', and the scheduler's outlasts the slowest pace it may ask of idle
+/// workers (`weir_core::lease::idle_pace`, up to 60 s) plus two heartbeat timeouts (70 s by
+/// default), so an idle worker that beats at its pace draws no keep-alive. The worker judges the scheduler's silence itself, allowing an idle
 /// one its idle beat on top of [`IDLE_TIMEOUT`] (`Heard` in the worker's session).
 pub const WORKER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 

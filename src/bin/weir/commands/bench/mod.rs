@@ -102,6 +102,10 @@ pub(crate) struct BenchArgs {
     /// is taken for lost after one lease's beat plus it, as in a real cluster on defaults.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     simulated_heartbeat_timeout: Option<u64>,
+    /// The scheduler's `--idle-beats` in the simulated-worker run (unset: its default, 500; 0:
+    /// idle workers beat once a lease whatever the cluster's size, as before it had the flag).
+    #[arg(long, value_name = "N", value_parser = idle_beats_text)]
+    simulated_idle_beats: Option<String>,
     /// The scheduler's `--threads` in the throughput and simulated-worker runs.
     #[arg(long, default_value_t = 1, value_name = "N")]
     scheduler_threads: u16,
@@ -142,7 +146,7 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
             args.simulated_managers,
             args.scheduler_threads,
             Duration::from_secs(args.idle_secs),
-            args.simulated_heartbeat_timeout,
+            &simulated_settings(args),
             &dir.0,
             &mut report,
         )
@@ -186,6 +190,20 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// `--simulated-idle-beats` as given, once the scheduler would take it.
+fn idle_beats_text(text: &str) -> Result<String, weir::config::ValueError> {
+    weir::config::idle_beats(text).map(|_| text.to_string())
+}
+
+/// The scheduler flags the simulated-worker run sets beyond its own (`--threads`, the
+/// connection limit).
+fn simulated_settings(args: &BenchArgs) -> Vec<(&'static str, String)> {
+    let heartbeat = (args.simulated_heartbeat_timeout)
+        .map(|seconds| ("--heartbeat-timeout", seconds.to_string()));
+    let idle = (args.simulated_idle_beats.clone()).map(|n| ("--idle-beats", n));
+    heartbeat.into_iter().chain(idle).collect()
 }
 
 fn write_markdown(args: &BenchArgs, report: &Report) -> Result<()> {

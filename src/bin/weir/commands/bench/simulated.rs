@@ -45,16 +45,20 @@ pub(super) async fn simulated(
     managers: u32,
     threads: u16,
     idle: Duration,
-    heartbeat_timeout: Option<u64>,
+    settings: &[(&str, String)],
     dir: &std::path::Path,
     report: &mut Report,
 ) -> Result<()> {
-    let setting = match heartbeat_timeout {
-        Some(seconds) => format!("--heartbeat-timeout {seconds}"),
-        None => "its default --heartbeat-timeout".to_string(),
+    let setting = match settings.is_empty() {
+        true => "otherwise its defaults".to_string(),
+        false => settings
+            .iter()
+            .map(|(flag, value)| format!("{flag} {value}"))
+            .collect::<Vec<_>>()
+            .join(", "),
     };
     report.row(format!(
-        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated managers reporting at the scheduler's pace (scheduler --threads {threads}, {setting}; idle measured over {} s):", idle.as_secs()
+        "Simulated workers (1 slot each, renewing their lease as often as the scheduler asks of idle workers) under {managers} simulated fixed pools reporting at the scheduler's pace (scheduler --threads {threads}, {setting}; idle measured over {} s):", idle.as_secs()
     ));
     report.row(String::new());
     report.row("| workers | managers | connect + register s | scheduler RSS MiB | KiB per peer | idle CPU ms/s | idle datagrams/s per peer | idle bytes/s per peer | tasks | CPU µs/task | less idle µs/task | tasks/s | `weir status` ms |".into());
@@ -65,15 +69,14 @@ pub(super) async fn simulated(
         std::fs::create_dir_all(&sub)?;
         let connections = (n + managers + 64).to_string();
         let threads = threads.to_string();
-        let seconds = heartbeat_timeout.map(|seconds| seconds.to_string());
         let mut flags: Vec<&OsStr> = vec![
             "--threads".as_ref(),
             threads.as_ref(),
             "--max-connections".as_ref(),
             connections.as_ref(),
         ];
-        if let Some(seconds) = &seconds {
-            flags.extend([OsStr::new("--heartbeat-timeout"), OsStr::new(seconds)]);
+        for (flag, value) in settings {
+            flags.extend([OsStr::new(flag), OsStr::new(value)]);
         }
         let cluster = launch(&sub, &flags)?;
         let access = AccessFile::read(&cluster.access_file())?;
@@ -354,22 +357,26 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
     Ok(())
 }
 
-/// A worker manager that lists its simulated workers and ignores what it is told.
+/// A worker manager that lists its simulated workers and ignores what it is told: a fixed pool,
+/// so the policy does not ask it to stop idle workers (a dynamic manager that ignored the stops
+/// would have its workers drained and taken back into service over and over, which is not what
+/// an idle cluster costs).
 async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
     let (permit, connection, send, recv) = peer.connect(Role::Manager).await?;
     let Peer {
         ready, mut stop, ..
     } = peer;
     let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
+    let max = workers.len() as u32;
     let state = ManagerState {
         id,
         worker_type: "default".into(),
-        max_task_concurrency: workers.len() as u32,
+        max_task_concurrency: max,
         worker_slots: 1,
         capabilities: vec![],
         workers,
         environments: vec![],
-        fixed: None,
+        fixed: Some(max),
         exited: vec![],
         backend: String::new(),
         units: vec![],

@@ -57,7 +57,7 @@ pub enum ValueError {
     Seconds(String),
     #[error("`{0}`: must be more than zero seconds")]
     ZeroSeconds(String),
-    #[error("`{0}` is not zero or a positive number a second (e.g. 500, 0.5)")]
+    #[error("`{0}` is not zero or a positive number a second up to 1000000 (e.g. 500, 0.5)")]
     Rate(String),
 }
 
@@ -334,7 +334,9 @@ pub fn idle_beats(text: &str) -> Result<std::time::Duration, ValueError> {
     let rate = || ValueError::Rate(text.to_string());
     match text.trim().parse::<f64>() {
         Ok(0.0) => Ok(std::time::Duration::ZERO),
-        Ok(value) if value > 0.0 && value.is_finite() => {
+        // Above a million a second the pace a worker adds is under a microsecond, which the
+        // core (microseconds) would read as no budget at all.
+        Ok(value) if value > 0.0 && value <= 1e6 => {
             std::time::Duration::try_from_secs_f64(1.0 / value).map_err(|_| rate())
         }
         _ => Err(rate()),

@@ -135,8 +135,8 @@ struct Args {
     /// hand-over (it asks for a lease first), and a dead idle worker no manager reports is taken
     /// for lost after its pace plus --heartbeat-timeout. Fractions allowed (0.1: 10 s more a
     /// worker); 0: once a lease, whatever the size.
-    #[arg(long, default_value = "500", value_parser = idle_beats, value_name = "N")]
-    idle_beats: Duration,
+    #[arg(long = "idle-beats", default_value = "500", value_parser = idle_beats, value_name = "N")]
+    idle_pace_per_worker: Duration,
     /// Tasks each worker may hold beyond its slots, waiting there for a free slot: it starts
     /// the next at once when one ends, and reports and receives tasks in batches instead of one
     /// round trip each (the throughput of short tasks on workers of few slots). Only tasks of a
@@ -263,7 +263,7 @@ fn run(args: Args) -> Result<()> {
         forget_after: args.forget_after,
         unschedulable_timeout: args.unschedulable_timeout,
         worker_lease: args.worker_lease,
-        idle_pace_per_worker: args.idle_beats,
+        idle_pace_per_worker: args.idle_pace_per_worker,
         prefetch: args.prefetch,
         max_walltime_requeues: args.max_walltime_requeues,
     };

@@ -191,14 +191,16 @@ pub async fn run_with(
     let (cert_pem, key_pem) = certificate(&settings)?;
     let mut server = net::tls::server_config(&cert_pem, &key_pem)?;
     // Longer than the core lets an idle worker be silent (it beats at the pace it is told, up
-    // to `longest_idle_pace`), so QUIC's idle timer never fires first and no keep-alive goes
-    // on a healthy idle connection.
-    let idle = crate::core::lease::longest_idle_pace(
+    // to `longest_idle_pace`, and is lost a heartbeat timeout after), so QUIC's idle timer
+    // never fires first, and no keep-alive goes on a healthy idle connection (one goes only
+    // once a peer has been silent past that).
+    let slowest = crate::core::lease::longest_idle_pace(
         settings.worker_lease,
         settings.heartbeat_timeout,
         settings.idle_pace_per_worker,
-    ) + settings.heartbeat_timeout * 2;
-    server.transport_config(net::server_transport(idle));
+    ) + settings.heartbeat_timeout;
+    let idle = slowest + settings.heartbeat_timeout;
+    server.transport_config(net::server_transport(idle, slowest));
     let endpoint = (seams.udp.listen(settings.listen))
         .and_then(|socket| net::udp::endpoint(&*seams.udp, socket, Some(server)))
         .map_err(|e| NetError::Listen {

@@ -348,7 +348,7 @@ async fn evaluate_environments(
 
 /// When the scheduler was last heard on the connection (any datagram, as QUIC counts them):
 /// the worker offers QUIC a long idle timeout ([`net::WORKER_IDLE_TIMEOUT`], so that an idle
-/// worker beating once a lease draws no keep-alive) and judges silence here instead. A worker
+/// worker beating at the pace it was told draws no keep-alive) and judges silence here instead. A worker
 /// with tasks, which hears back every second, reconnects once the scheduler has been silent
 /// for [`net::IDLE_TIMEOUT`] or half its lease if shorter (at least two of its beats, and 4
 /// round trips on a slow link), in time to claim its tasks from a restarted scheduler before

@@ -571,12 +571,13 @@ fn latency_then_partition_never_runs_a_task_twice_at_once() {
 }
 
 /// As above, but the far workers are idle first, asked to beat every 20 s (`--idle-beats 0.1`:
-/// 10 s a worker) against their 10 s lease, so their leases run out between beats: for 25 s the
-/// relay delays each direction by 1.5 s ± 1.5 s, then four tasks of 50 s are handed to them,
-/// then the relay drops everything. Their runs must stop before the near worker reruns them.
-/// far-1 renews at registration and 10 s later (told 10 s while alone, then 20 s), so at the
-/// hand-over (25 s) its lease has run out: its tasks wait for the renewal they draw under the
-/// latency and start once it is answered (far-2's lease may hold then, or not).
+/// 10 s a worker) against their 10 s lease, so their leases run out between beats: for 34 s the
+/// relay delays each direction by 1.5 s ± 1.5 s, then four tasks of 50 s are handed to them (two
+/// each), then the relay drops everything. Their runs must stop before the near worker reruns
+/// them. The worker that registered second was told 20 s at once: it renews at registration
+/// and every 20 s, so its lease has run out from 30 s to 40 s, when the hand-over arrives
+/// (35–38.5 s): its tasks wait for the renewal they draw under the latency, and start once it is
+/// answered. (The first, told 10 s while alone, may hold its lease then, or not.)
 #[test]
 #[ignore = "needs root and network namespaces; CI runs it (--include-ignored)"]
 fn idle_workers_slowed_past_their_lease_then_latency_then_partition_never_run_a_task_twice() {
@@ -598,7 +599,7 @@ fn idle_workers_slowed_past_their_lease_then_latency_then_partition_never_run_a_
         Duration::from_millis(1500),
     ));
     net.say("relay: 1.5 s ± 1.5 s each way; the far workers idle, beating every 20 s");
-    std::thread::sleep(Duration::from_secs(25));
+    std::thread::sleep(Duration::from_secs(34));
     let job = net.submit(&direct, 4, 50.0);
     net.await_starts(4, 60);
     net.say("4 tasks run on the far workers");

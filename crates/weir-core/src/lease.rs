@@ -104,8 +104,8 @@ pub const MAX_IDLE_PACE: Duration = Duration::from_secs(60);
 ///   `pace + heartbeat_timeout`: 65 s at most on the default 5 s timeout, and the 14 s of
 ///   [`idle_silence`] while the cluster is small.
 /// - At the default budget of 500 a second, the pace stays 9 s up to 4,500 idle workers and is
-///   20 s at 10,000 (a third of a datagram a second per idle worker falls to a sixth: each beat
-///   is a renewal, its answer and an acknowledgement).
+///   20 s at 10,000 (an idle worker's 0.33 datagrams a second fall to 0.15: each beat is a
+///   renewal, its answer and an acknowledgement).
 ///
 /// `per_worker` zero: no budget, always [`idle_beat`].
 pub fn idle_pace(

@@ -166,8 +166,16 @@ pub async fn close_stopping(endpoint: &Endpoint, connection: &Connection, reason
 /// a replica is then allowed [`CLIENT_STREAMS`] ([`allow_requests`]). quinn keeps a slot for
 /// every stream a peer may open, from the start, so this limit is much of what an idle
 /// worker's connection costs in memory (BENCHMARKS.md, "What an idle peer costs").
-pub fn server_transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
-    transport_with(idle_timeout, PEER_STREAMS)
+///
+/// `keep_alive`: how long a peer may be silent before the scheduler pings it. A keep-alive is
+/// counted from the last packet received only, so it must outlast the slowest healthy beat (an
+/// idle worker's pace plus the heartbeat timeout): at 3/5 of a 70 s timeout, an idle worker told
+/// to beat every 60 s drew a ping and its acknowledgement with every beat.
+pub fn server_transport(
+    idle_timeout: Duration,
+    keep_alive: Duration,
+) -> Arc<quinn::TransportConfig> {
+    transport_with(idle_timeout, keep_alive.min(idle_timeout), PEER_STREAMS)
 }
 
 /// The streams a connection may open before its hello (a worker or a manager uses one for its
@@ -186,19 +194,24 @@ pub fn allow_requests(connection: &Connection) {
 /// A peer's side (worker, manager, client, replica): the scheduler silent for `idle_timeout` is
 /// gone. The scheduler opens no stream to a peer, so a peer keeps no slot for one.
 pub fn transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
-    transport_with(idle_timeout, 0)
+    transport_with(idle_timeout, idle_timeout * 3 / 5, 0)
 }
 
-/// Liveness on either side: a keep-alive goes only once the other side has been silent for 3/5
-/// of `idle_timeout` (quinn counts from the last packet received). QUIC takes the shorter of the
+/// Liveness on either side: a keep-alive goes only once the other side has been silent for
+/// `keep_alive` (quinn counts from the last packet received): 3/5 of `idle_timeout` on a peer's
+/// side, the slowest healthy beat on the scheduler's ([`server_transport`]). QUIC takes the shorter of the
 /// two sides' idle timeouts, and the side with the shorter one pings first, within it. Peers
 /// that beat (a busy worker every second, an idle one at the pace it was told, within the
 /// scheduler's longer timeout; a manager at least every half heartbeat timeout; each beat
 /// acknowledged) never need one; a client waiting on a long answer does. A keep-alive every
 /// 0.5 s, as before, was a packet and an acknowledgement more per peer and second on each side.
-fn transport_with(idle_timeout: Duration, streams: u32) -> Arc<quinn::TransportConfig> {
+fn transport_with(
+    idle_timeout: Duration,
+    keep_alive: Duration,
+    streams: u32,
+) -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
-    transport.keep_alive_interval(Some(idle_timeout * 3 / 5));
+    transport.keep_alive_interval(Some(keep_alive));
     if let Ok(timeout) = quinn::IdleTimeout::try_from(idle_timeout) {
         transport.max_idle_timeout(Some(timeout));
     }
@@ -231,8 +244,9 @@ pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a worker offers as its connection's idle timeout: a ceiling only. QUIC takes the
 /// shorter of the two sides', and the scheduler's outlasts the slowest pace it may ask of idle
 /// workers (`weir_core::lease::idle_pace`, up to 60 s) plus two heartbeat timeouts (70 s by
-/// default), so an idle worker that beats at its pace draws no keep-alive. The worker judges the scheduler's silence itself, allowing an idle
-/// one its idle beat on top of [`IDLE_TIMEOUT`] (`Heard` in the worker's session).
+/// default), so an idle worker that beats at its pace draws no keep-alive. The worker judges
+/// the scheduler's silence itself, allowing an idle one its idle beat on top of
+/// [`IDLE_TIMEOUT`] (`Heard` in the worker's session).
 pub const WORKER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long a connection attempt waits for the scheduler's handshake.

@@ -155,7 +155,7 @@ impl Scheduler {
                 if let Some(seq) = renew
                     && self.tasks.has_worker(worker)
                 {
-                    let idle_beat_ms = self.idle_pace(worker);
+                    let idle_beat_ms = self.tell_idle_pace(worker);
                     self.send_worker(worker, ToWorker::Lease { seq, idle_beat_ms });
                 }
             }

@@ -60,7 +60,7 @@ impl Scheduler {
         self.actions
             .push_back(Action::Registered { connection, worker });
         self.links.insert(worker, Link::default());
-        let idle_beat_ms = self.idle_pace(worker);
+        let idle_beat_ms = self.tell_idle_pace(worker);
         self.send_worker(
             worker,
             ToWorker::Registered {
@@ -76,8 +76,8 @@ impl Scheduler {
     }
 
     /// The pace `worker` is told to beat at while idle, as the cluster's size asks now
-    /// ([`crate::lease::idle_pace`]); the task book judges its silence by it.
-    pub(super) fn idle_pace(&mut self, worker: WorkerId) -> u64 {
+    /// ([`crate::lease::idle_pace`]), noted in the task book, which judges its silence by it.
+    pub(super) fn tell_idle_pace(&mut self, worker: WorkerId) -> u64 {
         let pace = self.config.idle_pace_ms(self.tasks.worker_count());
         self.tasks.told_idle_pace(worker, pace);
         pace

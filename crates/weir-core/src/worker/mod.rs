@@ -399,8 +399,13 @@ impl WorkerCore {
             ToWorker::Revoke { tasks, count } => self.revoke(&tasks, count),
             ToWorker::Received { count } => self.reports.received(count),
             ToWorker::Lease { seq, idle_beat_ms } => {
-                // The pace the cluster's size asks now (it slows as the cluster grows).
+                // The pace the cluster's size asks now (it slows as the cluster grows). A
+                // shorter one counts from now for the beat already set: the scheduler's answers
+                // and this worker's allowance for its silence (`quiet_allowance`) follow it.
                 self.idle_beat_every = idle_beat_ms.max(self.beat_every);
+                if self.holds_nothing() {
+                    self.next_beat = self.next_beat.min(now.saturating_add(self.idle_beat_every));
+                }
                 let lapsed = self.expired(now);
                 if lapsed && self.busy > 0 {
                     // It ran out before this answer came: the guard killed what ran, and the

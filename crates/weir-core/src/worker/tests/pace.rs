@@ -154,9 +154,9 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
 }
 
 /// The scheduler slows idle workers as the cluster grows (`lease::idle_pace`): each answer
-/// sets the pace of the idle beats that follow; one longer than the lease lets it run out
-/// between beats, which costs nothing, and a task handed over then starts once the renewal it
-/// draws is answered.
+/// sets the pace of the idle beats that follow (a shorter one from the answer on, for the beat
+/// already set); one longer than the lease lets it run out between beats, which costs nothing,
+/// and a task handed over then starts once the renewal it draws is answered.
 #[test]
 fn an_idle_worker_beats_at_the_pace_of_the_last_answer_past_its_lease() {
     let mut w = worker(1);
@@ -221,6 +221,9 @@ fn an_idle_worker_beats_at_the_pace_of_the_last_answer_past_its_lease() {
     );
     actions(&mut w);
     assert_eq!(w.quiet_allowance(), IDLE_BEAT);
+    // The beat set at 26 000 with the 30 s pace comes at the shorter one from the answer on:
+    // the worker's own allowance for the scheduler's silence is the shorter one already.
+    assert_eq!(w.poll_timeout(), Some(35_010));
     w.sanity_check(26_010);
 }
 

@@ -326,11 +326,13 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
     drop(permit);
     let _ = ready.send(());
     let mut heartbeat = tokio::time::interval(beat);
+    let mut last_beat = tokio::time::Instant::now();
     let mut seq = 0;
     loop {
         tokio::select! {
             _ = stop.changed() => break,
-            _ = heartbeat.tick() => {
+            at = heartbeat.tick() => {
+                last_beat = at;
                 seq += 1;
                 let _ = outgoing.send(FromWorker::Renew { seq });
             }
@@ -344,10 +346,11 @@ async fn worker(peer: Peer, name: String, manager: String) -> Result<()> {
                 }
                 ToWorker::Revoke { .. } => { let _ = outgoing.send(FromWorker::Revoked(Vec::new())); }
                 // The pace follows the cluster's size (`lease::idle_pace`): the next beat goes
-                // at the new one.
+                // at the new one after the last (as a real worker's: a longer pace told while a
+                // loaded scheduler is slow to answer must not stretch the silence further).
                 ToWorker::Lease { idle_beat_ms, .. } if idle_beat_ms.max(10) != beat.as_millis() as u64 => {
                     beat = Duration::from_millis(idle_beat_ms.max(10));
-                    heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + beat, beat);
+                    heartbeat = tokio::time::interval_at(last_beat + beat, beat);
                 }
                 _ => {}
             },

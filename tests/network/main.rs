@@ -553,21 +553,31 @@ fn latency_then_partition_never_runs_a_task_twice_at_once() {
     net.worker(None, &direct, "near", &["--slots", "4"]);
     net.await_workers(&direct, 3, 30);
 
+    slow(&relay, &net, "");
+    std::thread::sleep(Duration::from_secs(20));
+    cut_then_check(&relay, &net, &direct, &job, "latency then partition");
+}
+
+/// The relay delays each direction by 1.5 s ± 1.5 s from now on (`why` said after).
+fn slow(relay: &Relay, net: &Net, why: &str) {
     relay.set_both(Shape::delay(
         Duration::from_millis(1500),
         Duration::from_millis(1500),
     ));
-    net.say("relay: 1.5 s ± 1.5 s each way");
-    std::thread::sleep(Duration::from_secs(20));
+    net.say(&format!("relay: 1.5 s ± 1.5 s each way{why}"));
+}
+
+/// The relay drops everything from now on; the 4 tasks of `job` (logging to runs.txt) must all
+/// succeed within 85 s, no two runs of one overlapping.
+fn cut_then_check(relay: &Relay, net: &Net, direct: &Path, job: &str, test: &str) {
     relay.set_both(Shape::cut());
     net.say("relay: drops everything from now on");
-
     let deadline = Instant::now() + Duration::from_secs(85);
-    let done = net.wait_job(&direct, &job, deadline);
+    let done = net.wait_job(direct, job, deadline);
     net.say(&format!("job done: {}", done["counts"]));
     let mut failures = Failures::default();
-    check_runs_and_results(&mut failures, &net, &direct, (&job, "runs.txt", 4), false);
-    failures.finish("latency then partition");
+    check_runs_and_results(&mut failures, net, direct, (job, "runs.txt", 4), false);
+    failures.finish(test);
 }
 
 /// As above, but the far workers are idle first, asked to beat every 20 s (`--idle-beats 0.1`:
@@ -594,26 +604,15 @@ fn idle_workers_slowed_past_their_lease_then_latency_then_partition_never_run_a_
     net.worker(Some(&b), &far, "far-1", &["--slots", "2"]);
     net.worker(Some(&b), &far, "far-2", &["--slots", "2"]);
     net.await_workers(&direct, 2, 30);
-    relay.set_both(Shape::delay(
-        Duration::from_millis(1500),
-        Duration::from_millis(1500),
-    ));
-    net.say("relay: 1.5 s ± 1.5 s each way; the far workers idle, beating every 20 s");
+    slow(&relay, &net, "; the far workers idle, beating every 20 s");
     std::thread::sleep(Duration::from_secs(34));
     let job = net.submit(&direct, 4, 50.0);
     net.await_starts(4, 60);
     net.say("4 tasks run on the far workers");
     net.worker(None, &direct, "near", &["--slots", "4"]);
     net.await_workers(&direct, 3, 30);
-    relay.set_both(Shape::cut());
-    net.say("relay: drops everything from now on");
-
-    let deadline = Instant::now() + Duration::from_secs(85);
-    let done = net.wait_job(&direct, &job, deadline);
-    net.say(&format!("job done: {}", done["counts"]));
-    let mut failures = Failures::default();
-    check_runs_and_results(&mut failures, &net, &direct, (&job, "runs.txt", 4), false);
-    failures.finish("idle past the lease, then latency, then partition");
+    let test = "idle past the lease, then latency, then partition";
+    cut_then_check(&relay, &net, &direct, &job, test);
 }
 
 /// Failures collected over a test, reported together at its end (one broken promise should not

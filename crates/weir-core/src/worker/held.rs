@@ -1,6 +1,7 @@
 //! The tasks a worker holds: handed over, waiting for a slot in the order they came (and given
-//! back on a revoke until they start), running; their ends judged against the lease; all of them
-//! given up when it runs out.
+//! back on a revoke until they start), running; their starts held for a renewal's answer when
+//! the lease is too short; their ends judged against the lease; all of them given up when it
+//! runs out.
 
 use super::{Action, End, Phase, WorkerCore, canceled};
 use weir_proto::{Assignment, FromWorker, Outcome, TaskId};
@@ -25,11 +26,8 @@ impl WorkerCore {
         // the end of the old one, it would be killed if the answer came a moment too late, and
         // the worker would register again).
         if self.holds_nothing() {
-            let left = self
-                .lease
-                .as_ref()
-                .map_or(u64::MAX, |l| l.until().saturating_sub(now));
-            let next = match left < self.beat_every.saturating_mul(2) {
+            let short = (self.lease.as_ref()).is_some_and(|l| self.too_short(l.until(), now));
+            let next = match short {
                 true => {
                     self.starts_await = Some(now);
                     now
@@ -39,7 +37,7 @@ impl WorkerCore {
             self.next_beat = self.next_beat.min(next);
         }
         // Handed over while an idle worker's lease has run out, they wait: the renewal that
-        // ends the lapse stamps every waiting task with its count (`ToWorker::Lease`).
+        // ends the lapse stamps every waiting task with its count (`lease_answered`).
         for assignment in assignments {
             self.runs += 1;
             let task = assignment.task;
@@ -58,6 +56,63 @@ impl WorkerCore {
             self.queue.push_back(task);
         }
         self.pump(now);
+    }
+
+    /// The scheduler answered renewal `seq`, asking for idle beats every `idle_beat_ms` from now
+    /// on: the lease runs on (or, run out with tasks running, everything is given up), and
+    /// starts that waited for it go.
+    pub(super) fn lease_answered(&mut self, now: u64, seq: u64, idle_beat_ms: u64) {
+        // The pace the cluster's size asks now (it slows as the cluster grows). A shorter one
+        // counts from now for the beat already set: the scheduler's answers and this worker's
+        // allowance for its silence (`quiet_allowance`) follow it.
+        self.idle_beat_every = idle_beat_ms.max(self.beat_every);
+        if self.holds_nothing() {
+            self.next_beat = self.next_beat.min(now.saturating_add(self.idle_beat_every));
+        }
+        let lapsed = self.expired(now);
+        if lapsed && self.busy > 0 {
+            // It ran out before this answer came: the guard killed what ran, and the
+            // scheduler still counts those tasks here. Give them up and register again.
+            self.give_up();
+            return self.end(End::LeaseExpired);
+        }
+        // Nothing ran when it ran out (an idle worker's renewal answered late): the lapse cost
+        // nothing, and tasks handed over since start under this grant. The lapse is counted as
+        // the guard counts it when told of this renewal (it ran out before), so the two counts
+        // stay in step; a grant that ends before now (an answer to a renewal sent over a lease
+        // ago) renews nothing and is not told.
+        if let Some(lease) = &mut self.lease
+            && let Some(until) = lease.answered(seq)
+            && until > now
+        {
+            let sent = until.saturating_sub(lease.length());
+            if lapsed {
+                self.lapses += 1;
+                // What waits has not run: it starts under this grant, and belongs to it
+                // (also what waited from before the lapse).
+                for held in self.held.values_mut().filter(|h| h.waiting.is_some()) {
+                    held.lapses = self.lapses;
+                }
+            }
+            self.actions.push_back(Action::LeaseUntil(until));
+            // What the starts wait for: a grant for a renewal sent since the hand-over, or
+            // one that is not too short (as a lease renewed in time is not).
+            let fresh = self
+                .starts_await
+                .is_some_and(|from| sent >= from || !self.too_short(until, now));
+            if fresh {
+                self.starts_await = None;
+            }
+            if lapsed || fresh {
+                self.pump(now);
+            }
+        }
+    }
+
+    /// Whether a lease to `until` is too short to start on at `now`: under two busy beats left,
+    /// the renewal it needs may come a moment too late (see `hand_over`).
+    fn too_short(&self, until: u64, now: u64) -> bool {
+        until.saturating_sub(now) < self.beat_every.saturating_mul(2)
     }
 
     /// Canceled by the scheduler (or a client).

@@ -398,54 +398,7 @@ impl WorkerCore {
             ToWorker::Cancel(tasks) => self.cancel(now, tasks),
             ToWorker::Revoke { tasks, count } => self.revoke(&tasks, count),
             ToWorker::Received { count } => self.reports.received(count),
-            ToWorker::Lease { seq, idle_beat_ms } => {
-                // The pace the cluster's size asks now (it slows as the cluster grows). A
-                // shorter one counts from now for the beat already set: the scheduler's answers
-                // and this worker's allowance for its silence (`quiet_allowance`) follow it.
-                self.idle_beat_every = idle_beat_ms.max(self.beat_every);
-                if self.holds_nothing() {
-                    self.next_beat = self.next_beat.min(now.saturating_add(self.idle_beat_every));
-                }
-                let lapsed = self.expired(now);
-                if lapsed && self.busy > 0 {
-                    // It ran out before this answer came: the guard killed what ran, and the
-                    // scheduler still counts those tasks here. Give them up and register again.
-                    self.give_up();
-                    return self.end(End::LeaseExpired);
-                }
-                // Nothing ran when it ran out (an idle worker's renewal answered late): the
-                // lapse cost nothing, and tasks handed over since start under this grant.
-                // The lapse is counted as the guard counts it when told of this renewal (it ran
-                // out before), so the two counts stay in step; a grant that ends before now (an
-                // answer to a renewal sent over a lease ago) renews nothing and is not told.
-                if let Some(lease) = &mut self.lease
-                    && let Some(until) = lease.answered(seq)
-                    && until > now
-                {
-                    if lapsed {
-                        self.lapses += 1;
-                        // What waits has not run: it starts under this grant, and belongs to it
-                        // (also what waited from before the lapse).
-                        for held in self.held.values_mut().filter(|h| h.waiting.is_some()) {
-                            held.lapses = self.lapses;
-                        }
-                    }
-                    self.actions.push_back(Action::LeaseUntil(until));
-                    // What the starts wait for: a grant for a renewal sent since the hand-over,
-                    // or one that leaves two busy beats (as a lease renewed in time does).
-                    let length = self.lease.as_ref().map_or(0, Lease::length);
-                    let fresh = self.starts_await.is_some_and(|from| {
-                        until.saturating_sub(length) >= from
-                            || until.saturating_sub(now) >= self.beat_every.saturating_mul(2)
-                    });
-                    if fresh {
-                        self.starts_await = None;
-                    }
-                    if lapsed || fresh {
-                        self.pump(now);
-                    }
-                }
-            }
+            ToWorker::Lease { seq, idle_beat_ms } => self.lease_answered(now, seq, idle_beat_ms),
             ToWorker::Leave { .. } => self.end(End::Dismissed),
             ToWorker::Group { .. }
             | ToWorker::Component { .. }

@@ -12,18 +12,9 @@ fn the_lease_runs_from_the_request_and_past_it_everything_is_given_up() {
     actions(&mut w);
     // A renewal asked at 1 100, answered 5 s later: it runs from the asking.
     w.handle(1_100, Input::Timeout);
-    let seq = actions(&mut w).iter().find_map(|a| match a {
-        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
-        _ => None,
-    });
+    let seq = renewal(&actions(&mut w));
     let seq = seq.unwrap_or_default();
-    w.handle(
-        6_100,
-        Input::Frame(ToWorker::Lease {
-            seq,
-            idle_beat_ms: IDLE_BEAT,
-        }),
-    );
+    w.handle(6_100, answer(seq));
     let out = actions(&mut w);
     assert!(matches!(out[..], [Action::LeaseUntil(until)] if until == 1_100 + LEASE));
     assert!(w.lease_valid(11_099));
@@ -187,18 +178,9 @@ fn a_lapse_the_guard_counted_at_a_late_renewal_voids_the_runs_handed_over_before
     w.handle(200, run(&[1]));
     assert_eq!(started(&actions(&mut w)), [(1, 1)]);
     w.handle(1_100, Input::Timeout);
-    let seq = actions(&mut w).iter().find_map(|a| match a {
-        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
-        _ => None,
-    });
+    let seq = renewal(&actions(&mut w));
     // Answered just before the end (10 100): the core renews, the guard is told just after.
-    w.handle(
-        10_099,
-        Input::Frame(ToWorker::Lease {
-            seq: seq.unwrap_or_default(),
-            idle_beat_ms: IDLE_BEAT,
-        }),
-    );
+    w.handle(10_099, answer(seq.unwrap_or_default()));
     actions(&mut w);
     assert_eq!(w.lapses(), 0);
     w.handle(10_101, Input::Lapsed { lapses: 1 });

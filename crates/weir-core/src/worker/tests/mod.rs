@@ -46,6 +46,24 @@ fn registered(w: &mut WorkerCore, now: u64) -> Vec<Action> {
     out
 }
 
+/// The renewal among `actions`, if one was sent: its sequence number.
+fn renewal(actions: &[Action]) -> Option<u64> {
+    actions.iter().find_map(|a| match a {
+        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
+        _ => None,
+    })
+}
+
+/// The scheduler's answer to renewal `seq`, asking idle beats at the small cluster's pace.
+fn answer(seq: u64) -> Input {
+    answer_with(seq, IDLE_BEAT)
+}
+
+/// The scheduler's answer to renewal `seq`, asking idle beats every `idle_beat_ms`.
+fn answer_with(seq: u64, idle_beat_ms: u64) -> Input {
+    Input::Frame(ToWorker::Lease { seq, idle_beat_ms })
+}
+
 fn run(tasks: &[u64]) -> Input {
     let assignments = tasks
         .iter()

@@ -13,13 +13,7 @@ fn renewals_between(w: &mut WorkerCore, from: u64, to: u64) -> Vec<u64> {
             if let Action::Send(FromWorker::Renew { seq }) = action {
                 sent.push(now);
                 // Answered at once: the lease stays valid throughout.
-                w.handle(
-                    now,
-                    Input::Frame(ToWorker::Lease {
-                        seq,
-                        idle_beat_ms: IDLE_BEAT,
-                    }),
-                );
+                w.handle(now, answer(seq));
                 actions(w);
             }
         }
@@ -61,10 +55,7 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
     // The registration's lease runs to 10 000; the renewal asked at 9 000 is not answered yet.
     assert_eq!(renewals_between(&mut w, 0, 8_999), [0]);
     w.handle(9_000, Input::Timeout);
-    let asked = actions(&mut w).iter().find_map(|a| match a {
-        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
-        _ => None,
-    });
+    let asked = renewal(&actions(&mut w));
     let seq = asked.unwrap_or_else(|| panic!("a renewal at 9 000"));
     // Past the lease: idle, so no timer for it, and no end.
     assert_eq!(w.poll_timeout(), Some(18_000), "the next idle beat");
@@ -82,20 +73,11 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
     assert!(started(&out).is_empty(), "{out:?}");
     assert_eq!(w.poll_timeout(), Some(10_600));
     w.handle(10_600, Input::Timeout);
-    let again = actions(&mut w).iter().find_map(|a| match a {
-        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
-        _ => None,
-    });
+    let again = renewal(&actions(&mut w));
     let again = again.unwrap_or_else(|| panic!("a renewal at once"));
     // The late answer to the first renews nothing that is not over already (9 000 + 10 000
     // is still ahead: it renews), counted as one lapse, and the task starts.
-    w.handle(
-        10_700,
-        Input::Frame(ToWorker::Lease {
-            seq,
-            idle_beat_ms: IDLE_BEAT,
-        }),
-    );
+    w.handle(10_700, answer(seq));
     let out = actions(&mut w);
     assert!(
         matches!(out[..], [Action::LeaseUntil(19_000), ..]),
@@ -105,13 +87,7 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
     assert_eq!(w.lapses(), 1);
     // The guard counted the same lapse: nothing changes.
     w.handle(10_701, Input::Lapsed { lapses: 1 });
-    w.handle(
-        10_702,
-        Input::Frame(ToWorker::Lease {
-            seq: again,
-            idle_beat_ms: IDLE_BEAT,
-        }),
-    );
+    w.handle(10_702, answer(again));
     actions(&mut w);
     w.handle(11_000, ended(7, 1, 11_000));
     let mut out = actions(&mut w);
@@ -133,18 +109,9 @@ fn an_idle_worker_whose_lease_ran_out_stays_registered_and_starts_its_tasks_once
     w.sanity_check(8_500);
     assert_eq!(w.poll_timeout(), Some(8_500));
     w.handle(8_500, Input::Timeout);
-    let seq = actions(&mut w).iter().find_map(|a| match a {
-        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
-        _ => None,
-    });
+    let seq = renewal(&actions(&mut w));
     let seq = seq.unwrap_or_else(|| panic!("a renewal at once"));
-    w.handle(
-        8_540,
-        Input::Frame(ToWorker::Lease {
-            seq,
-            idle_beat_ms: IDLE_BEAT,
-        }),
-    );
+    w.handle(8_540, answer(seq));
     let out = actions(&mut w);
     assert!(
         matches!(out[..], [Action::LeaseUntil(18_500), ..]),
@@ -163,31 +130,16 @@ fn an_idle_worker_beats_at_the_pace_of_the_last_answer_past_its_lease() {
     registered(&mut w, 0);
     let renew = |w: &mut WorkerCore, now: u64| {
         w.handle(now, Input::Timeout);
-        actions(w).iter().find_map(|a| match a {
-            Action::Send(FromWorker::Renew { seq }) => Some(*seq),
-            _ => None,
-        })
+        renewal(&actions(w))
     };
     let seq = renew(&mut w, 0).unwrap_or_else(|| panic!("a renewal at registration"));
     // The answer asks for a beat every 30 s: from the beat already set (9 000) on.
-    w.handle(
-        5,
-        Input::Frame(ToWorker::Lease {
-            seq,
-            idle_beat_ms: 30_000,
-        }),
-    );
+    w.handle(5, answer_with(seq, 30_000));
     actions(&mut w);
     assert_eq!(w.quiet_allowance(), 30_000);
     assert_eq!(w.poll_timeout(), Some(9_000));
     let seq = renew(&mut w, 9_000).unwrap_or_else(|| panic!("a renewal at 9 000"));
-    w.handle(
-        9_010,
-        Input::Frame(ToWorker::Lease {
-            seq,
-            idle_beat_ms: 30_000,
-        }),
-    );
+    w.handle(9_010, answer_with(seq, 30_000));
     actions(&mut w);
     assert_eq!(w.poll_timeout(), Some(39_000));
     // The lease ran out at 19 000 with nothing running: no end, no give-up.
@@ -199,26 +151,14 @@ fn an_idle_worker_beats_at_the_pace_of_the_last_answer_past_its_lease() {
     w.handle(25_000, run(&[3]));
     assert!(started(&actions(&mut w)).is_empty());
     let seq = renew(&mut w, 25_000).unwrap_or_else(|| panic!("a renewal at once"));
-    w.handle(
-        25_010,
-        Input::Frame(ToWorker::Lease {
-            seq,
-            idle_beat_ms: 30_000,
-        }),
-    );
+    w.handle(25_010, answer_with(seq, 30_000));
     assert_eq!(started(&actions(&mut w)), [(3, 1)]);
     assert!(w.lease_valid(25_010));
     // Busy: renewals every busy beat; idle again once it ended, at the pace last told (now 9 s).
     w.handle(25_500, ended(3, 1, 25_500));
     actions(&mut w);
     let seq = renew(&mut w, 26_000).unwrap_or_else(|| panic!("a busy renewal"));
-    w.handle(
-        26_010,
-        Input::Frame(ToWorker::Lease {
-            seq,
-            idle_beat_ms: IDLE_BEAT,
-        }),
-    );
+    w.handle(26_010, answer(seq));
     actions(&mut w);
     assert_eq!(w.quiet_allowance(), IDLE_BEAT);
     // The beat set at 26 000 with the 30 s pace comes at the shorter one from the answer on:
@@ -248,16 +188,9 @@ fn what_waits_across_an_idle_lapse_runs_under_the_next_grant_and_can_be_canceled
     // The next beat renews; the answer counts the lapse and task 2 starts under it.
     w.handle(10_500, Input::Timeout);
     let out = actions(&mut w);
-    let seq = out.iter().find_map(|a| match a {
-        Action::Send(FromWorker::Renew { seq }) => Some(*seq),
-        _ => None,
-    });
+    let seq = renewal(&out);
     all.extend(out);
-    let answer = ToWorker::Lease {
-        seq: seq.unwrap_or_default(),
-        idle_beat_ms: IDLE_BEAT,
-    };
-    w.handle(10_600, Input::Frame(answer));
+    w.handle(10_600, answer(seq.unwrap_or_default()));
     let out = actions(&mut w);
     assert_eq!(started(&out), [(2, 2)]);
     all.extend(out);

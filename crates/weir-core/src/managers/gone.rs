@@ -2,8 +2,6 @@
 //! it: two processes may hold one name (a twin manager, started with an id in use, names its
 //! workers as the first does), so a report is believed at once only of the process it names.
 
-use crate::hash::HashSet;
-
 use crate::tasks::WorkerView;
 use weir_proto::{ManagerState, WorkerId};
 
@@ -32,32 +30,37 @@ pub(super) fn gone(
     state: &ManagerState,
     workers: &[WorkerView],
 ) -> Vec<(WorkerId, Gone)> {
-    let before: HashSet<&str> = previous
-        .map(|p| p.workers.iter().map(String::as_str).collect())
-        .unwrap_or_default();
-    // What this connection said of each name's processes (forgotten on a new connection).
-    let reported: Vec<&(String, u64)> = (state.instances.iter())
-        .chain(previous.into_iter().flat_map(|p| p.instances.iter()))
-        .collect();
-    let alive: HashSet<&str> = state.workers.iter().map(String::as_str).collect();
-    let exited: HashSet<&str> = state.exited.iter().map(String::as_str).collect();
-    workers
-        .iter()
+    // A report comes every few seconds from every manager, and almost always lists every worker
+    // of its manager alive: that case costs one sorted list of the names (a manager may list
+    // thousands: bisection, not a scan per worker), no hashing and nothing else allocated.
+    let mut alive: Vec<&str> = state.workers.iter().map(String::as_str).collect();
+    alive.sort_unstable();
+    let mut missing = (workers.iter())
         .filter(|w| w.manager == Some(state.id.as_str()))
-        .filter(|w| !alive.contains(w.name))
-        .filter(|w| w.draining || before.contains(w.name) || exited.contains(w.name))
+        .filter(|w| alive.binary_search(&w.name).is_err())
+        .peekable();
+    if missing.peek().is_none() {
+        return Vec::new();
+    }
+    let listed = |names: &[String], name: &str| names.iter().any(|n| n == name);
+    let before: &[String] = previous.map_or(&[], |p| &p.workers);
+    missing
+        .filter(|w| w.draining || listed(before, w.name) || listed(&state.exited, w.name))
         .filter_map(|w| {
-            let of_name: Vec<u64> = (reported.iter())
-                .filter(|(name, _)| *name == w.name)
+            // What this connection said of the name's processes (forgotten on a new one).
+            let mut of_name = (state.instances.iter())
+                .chain(previous.into_iter().flat_map(|p| p.instances.iter()))
+                .filter(|(name, _)| name == w.name)
                 .map(|(_, instance)| *instance)
-                .collect();
-            let gone = match (of_name.contains(&w.instance), of_name.is_empty()) {
+                .peekable();
+            let named = of_name.peek().is_some();
+            let gone = match (of_name.any(|i| i == w.instance), named) {
                 (true, _) if w.draining => Gone::Stopped,
                 (true, _) => Gone::Exited,
-                (false, true) => Gone::Unproven,
-                (false, false) => {
+                (false, false) => Gone::Unproven,
+                (false, true) => {
                     // Said once: the report keeps naming it among its last exited.
-                    let new = previous.is_none_or(|p| !p.exited.iter().any(|n| n == w.name));
+                    let new = previous.is_none_or(|p| !listed(&p.exited, w.name));
                     if new {
                         tracing::warn!(manager = %state.id, worker = %w.name, instance = w.instance, "its manager reports another process of this name gone (two managers of one id?): not this one");
                     }

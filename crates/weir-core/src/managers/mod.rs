@@ -136,28 +136,29 @@ impl Managers {
     ) -> Vec<(WorkerId, Gone)> {
         // Back after being forgotten: its workers are its own again.
         self.orphaned.remove(&state.id);
-        let gone = gone::gone(
-            self.entries.get(&state.id).map(|p| &p.state),
-            &state,
-            workers,
-        );
-        let mut learned = match self.entries.remove(&state.id) {
-            Some(previous) => {
-                let mut learned = previous.learned;
-                // A definition that changed is asked again.
-                learned.retain(|name, _| {
-                    previous.state.environments.iter().find(|d| d.name == *name)
-                        == state.environments.iter().find(|d| d.name == *name)
-                });
-                learned
-            }
-            None => BTreeMap::new(),
-        };
         let mine: Vec<&WorkerView> = workers
             .iter()
             .filter(|w| w.manager == Some(state.id.as_str()))
             .collect();
-        learned.extend(answered(&mine));
+        // Known: updated in place (a report comes every few seconds from every manager, and
+        // rarely says anything new).
+        if let Some(entry) = self.entries.get_mut(&state.id) {
+            let gone = gone::gone(Some(&entry.state), &state, workers);
+            if entry.state.environments != state.environments {
+                // A definition that changed is asked again.
+                let (before, now) = (&entry.state.environments, &state.environments);
+                entry.learned.retain(|name, _| {
+                    before.iter().find(|d| d.name == *name) == now.iter().find(|d| d.name == *name)
+                });
+            }
+            learn_from(&mut entry.learned, &mine);
+            entry.state = state;
+            entry.last_seen = now;
+            return gone;
+        }
+        let gone = gone::gone(None, &state, workers);
+        let mut learned = BTreeMap::new();
+        learn_from(&mut learned, &mine);
         self.entries.insert(
             state.id.clone(),
             Entry {
@@ -207,7 +208,7 @@ impl Managers {
             .iter()
             .filter(|w| w.manager == Some(manager))
             .collect();
-        entry.learned.extend(answered(&mine));
+        learn_from(&mut entry.learned, &mine);
     }
 
     /// A run-time environment was registered again or removed: what managers learned of it is
@@ -402,18 +403,45 @@ impl Managers {
     }
 }
 
-/// What `workers` answered, per environment: `match` if any matches, else `no-match`.
-fn answered(workers: &[&WorkerView]) -> BTreeMap<String, Verdict> {
-    let mut out: BTreeMap<String, Verdict> = BTreeMap::new();
-    for worker in workers {
-        for (name, verdict) in worker.verdicts {
-            let entry = out.entry(name.clone()).or_insert(Verdict::NoMatch);
-            if *verdict == EnvVerdict::Match {
-                *entry = Verdict::Match;
+/// What `workers` answered on `environment`: `match` if any matches, else `no-match` if any
+/// answered.
+fn answered(workers: &[&WorkerView], environment: &str) -> Option<Verdict> {
+    let mut verdicts = workers.iter().filter_map(|w| w.verdicts.get(environment));
+    let first = verdicts.next()?;
+    let matches = *first == EnvVerdict::Match || verdicts.any(|v| *v == EnvVerdict::Match);
+    Some(if matches {
+        Verdict::Match
+    } else {
+        Verdict::NoMatch
+    })
+}
+
+/// Remember what `workers` answer now on each environment (as [`answered`]) over what was
+/// learned before; a name's key is cloned only the first time it is learned.
+fn learn_from(learned: &mut BTreeMap<String, Verdict>, workers: &[&WorkerView]) {
+    let mut now: Vec<(&str, Verdict)> = Vec::new();
+    for (name, verdict) in workers.iter().flat_map(|w| w.verdicts.iter()) {
+        let verdict = match verdict {
+            EnvVerdict::Match => Verdict::Match,
+            _ => Verdict::NoMatch,
+        };
+        match now.iter_mut().find(|(n, _)| *n == name.as_str()) {
+            Some((_, seen)) => {
+                if verdict == Verdict::Match {
+                    *seen = Verdict::Match;
+                }
+            }
+            None => now.push((name, verdict)),
+        }
+    }
+    for (name, verdict) in now {
+        match learned.get_mut(name) {
+            Some(known) => *known = verdict,
+            None => {
+                learned.insert(name.to_string(), verdict);
             }
         }
     }
-    out
 }
 
 /// A manager's verdict on `environment`: for a walltime name (`walltime_environment`), whether
@@ -430,8 +458,8 @@ fn verdict(
     if let Some(walltime_ms) = walltime_of(environment) {
         return walltime_verdict(entry.state.usable_ms, walltime_ms);
     }
-    if let Some(verdict) = answered(workers).get(environment) {
-        return *verdict;
+    if let Some(verdict) = answered(workers, environment) {
+        return verdict;
     }
     if let Some(verdict) = entry.learned.get(environment) {
         return *verdict;

@@ -328,12 +328,12 @@ impl Tasks {
 
     /// The views of the live workers `manager` started (its own only: O(its workers)).
     pub(crate) fn views_of_manager(&self, now: u64, manager: &str) -> Vec<WorkerView<'_>> {
-        self.by_manager
-            .get(manager)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.workers.get(id).map(|w| w.view(*id, now)))
-            .collect()
+        let Some(ids) = self.by_manager.get(manager) else {
+            return Vec::new();
+        };
+        let mut views = Vec::with_capacity(ids.len());
+        views.extend((ids.iter()).filter_map(|id| self.workers.get(id).map(|w| w.view(*id, now))));
+        views
     }
 
     /// Stop giving these workers tasks (their manager is about to stop them). Only idle

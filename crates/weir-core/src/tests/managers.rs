@@ -254,6 +254,73 @@ fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
     );
 }
 
+/// Workers of one manager that disagree: the manager matches if any of them does, whichever
+/// answered first, now and after they are gone; a later answer replaces what was learned.
+#[test]
+fn a_manager_matches_where_any_of_its_workers_does_and_remembers_it() {
+    let mut registered = BTreeSet::new();
+    registered.insert("big".to_string());
+    let snapshot_verdict = |managers: &Managers, workers: Vec<WorkerView>| {
+        let context = Context::new(0, workers, &[], registered.clone(), &NO_DECISIONS);
+        let snapshot = managers.snapshot(&context, 0, wanting("big"));
+        snapshot.managers[0].environments.clone()
+    };
+    let no_match = BTreeMap::from([("big".to_string(), EnvVerdict::NoMatch)]);
+    let matched = BTreeMap::from([("big".to_string(), EnvVerdict::Match)]);
+    let failed = BTreeMap::from([("big".to_string(), EnvVerdict::Error("trap".into()))]);
+    for order in [[&no_match, &matched], [&matched, &no_match]] {
+        let mut managers = Managers::new(5_000);
+        let (mut a, mut b) = (view(1, "a", "m"), view(2, "b", "m"));
+        (a.verdicts, b.verdicts) = (order[0], order[1]);
+        let both = [a, b];
+        managers.heartbeat(0, state("m", &["a", "b"]), &both);
+        let now = snapshot_verdict(&managers, both.to_vec());
+        assert_eq!(now, vec![("big".to_string(), Verdict::Match)]);
+        // Both gone: what they answered stays.
+        let gone = managers.heartbeat(10, state("m", &[]), &both);
+        assert_eq!(gone.len(), 2);
+        let after = snapshot_verdict(&managers, vec![]);
+        assert_eq!(after, vec![("big".to_string(), Verdict::Match)]);
+        // A new worker whose condition fails replaces it: an error is no match.
+        let mut c = view(3, "c", "m");
+        c.verdicts = &failed;
+        managers.heartbeat(20, state("m", &["c"]), &[c]);
+        let later = snapshot_verdict(&managers, vec![]);
+        assert_eq!(later, vec![("big".to_string(), Verdict::NoMatch)]);
+    }
+}
+
+/// A manager that changes its own definition of a name is asked again; one that repeats it
+/// keeps what its workers answered.
+#[test]
+fn a_manager_whose_definition_changes_is_asked_again() {
+    let declaring = |config: &str, workers: &[&str]| {
+        let mut report = state("m", workers);
+        report.environments = vec![weir_proto::EnvironmentDef {
+            name: "big".into(),
+            component: [7; 32],
+            config: vec![("bytes".into(), config.into())],
+        }];
+        report
+    };
+    let snapshot_verdict = |managers: &Managers| {
+        let context = context(0, vec![], &[]);
+        let snapshot = managers.snapshot(&context, 0, wanting("big"));
+        snapshot.managers[0].environments.clone()
+    };
+    let no_match = BTreeMap::from([("big".to_string(), EnvVerdict::NoMatch)]);
+    let mut asked = view(1, "a", "m");
+    asked.verdicts = &no_match;
+    let mut managers = Managers::new(5_000);
+    managers.heartbeat(0, declaring("1", &["a"]), &[asked]);
+    managers.heartbeat(10, declaring("1", &[]), &[asked]);
+    let kept = snapshot_verdict(&managers);
+    assert_eq!(kept, vec![("big".to_string(), Verdict::NoMatch)]);
+    managers.heartbeat(20, declaring("2", &[]), &[]);
+    let asked_again = snapshot_verdict(&managers);
+    assert_eq!(asked_again, vec![("big".to_string(), Verdict::Unknown)]);
+}
+
 #[test]
 fn a_name_nobody_there_evaluates_never_matches() {
     let mut managers = Managers::new(5_000);

@@ -127,14 +127,18 @@ struct Args {
     /// to come back.
     #[arg(long, default_value = "10", value_parser = positive_seconds, value_name = "SECONDS")]
     worker_lease: Duration,
-    /// How many beats a second, in all, the scheduler asks of workers that hold no task. A
-    /// small cluster's idle workers beat once a lease (9 s at the default lease) and hold it;
-    /// past N × that many workers they are asked to beat less often, up to once a minute, so an
-    /// idle cluster costs the scheduler no more as it grows (at 500: 20 s at 10,000 workers).
-    /// An idle worker whose lease ran out between beats starts a task one round trip after its
-    /// hand-over (it asks for a lease first), and a dead idle worker no manager reports is taken
-    /// for lost after its pace plus --heartbeat-timeout. Fractions allowed (0.1: 10 s more a
-    /// worker); 0: once a lease, whatever the size.
+    /// How many beats a second, in all, the scheduler asks of its idle peers: workers that hold
+    /// no task and managers with nothing new to report. In a small cluster idle workers beat
+    /// once a lease (9 s at the default lease) and hold it, and managers report every half
+    /// --heartbeat-timeout; past N × that many peers (workers and managers) both are asked to
+    /// beat less often, workers up to once a minute and managers every 30 s, so an idle
+    /// cluster costs the scheduler no more as it grows (at 500: every 22 s with 10,000 workers
+    /// under 1,000 managers). An idle worker whose lease ran out between beats starts a task
+    /// one round trip after its hand-over (it asks for a lease first); a dead idle worker no
+    /// manager reports is taken for lost after its pace plus --heartbeat-timeout, a silent
+    /// manager for offline after its pace plus half of it (a manager judges the scheduler's
+    /// silence alike). Fractions allowed (0.1: 10 s more a peer); 0: no budget, whatever the
+    /// size.
     #[arg(long = "idle-beats", default_value = "500", value_parser = idle_beats, value_name = "N")]
     idle_pace_per_worker: Duration,
     /// Tasks each worker may hold beyond its slots, waiting there for a free slot: it starts

@@ -181,7 +181,7 @@ fn run(args: Args) -> Result<()> {
         heartbeat_interval: args.heartbeat_interval,
         output_limit: args.output_limit,
         max_tasks_per_runner: args.max_tasks_per_runner,
-        idle_timeout: weir::net::WORKER_IDLE_TIMEOUT,
+        idle_timeout: weir::net::PEER_IDLE_TIMEOUT,
         local_environments,
         env_allow: args.env_allow,
         env_recheck: args.env_recheck,

@@ -1,7 +1,10 @@
 //! When a manager reports its state to the scheduler: at once when what it reports changes,
 //! and otherwise at least every `beat`, the pace the scheduler asks for when it lets the manager
-//! in ([`ToManager::Pace`](crate::proto::ToManager::Pace): half its heartbeat timeout, 2.5 s by
-//! default). Until then, at every tick of the manager's `--heartbeat-interval`, as before.
+//! in and again when the cluster's size moves it ([`ToManager::Pace`](crate::proto::ToManager::Pace):
+//! half its heartbeat timeout, 2.5 s by default, while the cluster is small; 22 s with 10,000
+//! workers under 1,000 managers; `weir_core::lease::manager_pace`). Until then, at every tick
+//! of the manager's `--heartbeat-interval`, as before. The pace also says how long the
+//! scheduler may be silent before the manager takes it for gone ([`Reports::silence_limit`]).
 //!
 //! Before, a manager reported every 0.5 s and after every decision (one a second), each
 //! report acknowledged: about six datagrams a second per idle manager, a third of an idle
@@ -38,6 +41,15 @@ impl Reports {
     /// The scheduler's pace: report at least this often (never more often than the tick).
     pub fn pace(&mut self, beat: Duration) {
         self.every = beat.max(self.floor);
+    }
+
+    /// How long the scheduler may be silent before this manager takes it for gone and connects
+    /// again: its pace and half of [`net::IDLE_TIMEOUT`](crate::net::IDLE_TIMEOUT) of slack,
+    /// never under it (`weir_core::lease::manager_silence`, the rule the scheduler judges the
+    /// manager by). Each report is acknowledged at once, so a live scheduler is heard at least
+    /// every pace; before a pace is told, the timeout itself.
+    pub fn silence_limit(&self) -> Duration {
+        crate::core::lease::manager_silence(crate::net::IDLE_TIMEOUT, self.every)
     }
 
     /// `state` if it is to be sent at `now`: it changed since the last report (ages aside), or
@@ -121,6 +133,12 @@ mod tests {
         // A change goes at once.
         assert!(reports.due(at(2_600), state(&["a", "b"], 2_600)).is_some());
         assert!(reports.due(at(2_700), state(&["a", "b"], 2_700)).is_none());
+        // The scheduler's silence is judged by the pace: the timeout while it is short, the
+        // pace and half the timeout once it is long.
+        assert_eq!(reports.silence_limit(), Duration::from_secs(5));
+        reports.pace(Duration::from_secs(22));
+        assert_eq!(reports.silence_limit(), Duration::from_millis(24_500));
+        reports.pace(Duration::from_millis(2_500));
         // A pace below the tick is the tick: every tick reports.
         reports.pace(Duration::from_millis(10));
         assert!(reports.due(at(2_800), state(&["a", "b"], 2_800)).is_some());

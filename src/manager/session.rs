@@ -48,13 +48,16 @@ pub async fn run_dynamic(
     access: &AccessFile,
     pool: &mut Backend,
 ) -> Result<SessionEnd<ManagerError>, ManagerError> {
+    // A long idle timeout: between reports at a slow pace nothing is said, and the scheduler's
+    // silence is judged here, by the pace ([`super::pace::Reports::silence_limit`]).
     let (endpoint, connection, send, recv) = net::connect_with(
         &*pool.settings().seams.udp,
         access,
         Role::Manager,
-        Duration::from_secs(5),
+        net::PEER_IDLE_TIMEOUT,
     )
     .await?;
+    let mut heard = net::Heard::new(&connection);
     let interval = pool.settings().heartbeat_interval;
     let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
     let mut reports = super::pace::Reports::new(interval);
@@ -99,6 +102,12 @@ pub async fn run_dynamic(
                     break SessionEnd::Failed(error);
                 }
                 report(&mut reports, pool.state());
+                let silent = heard.silent_for(&connection);
+                if silent > reports.silence_limit() {
+                    tracing::warn!(?silent, "the scheduler has been silent too long: connecting again");
+                    // The link ends with it, and the loop with the link.
+                    connection.close(0u32.into(), b"scheduler silent");
+                }
             }
         }
     };

@@ -120,7 +120,7 @@ impl Worker {
         // 4 s lease), in time to register with a restarted scheduler before the lease ends.
         let mut liveness = tokio::time::interval(Duration::from_millis(250));
         liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut heard = Heard::new(&connection);
+        let mut heard = net::Heard::new(&connection);
         let end = match first {
             Some(end) => end,
             None => loop {
@@ -130,7 +130,7 @@ impl Worker {
                         let lease = self.core.lease_length().map(Duration::from_millis);
                         let beat = Duration::from_millis(self.core.busy_beat());
                         let allowance = Duration::from_millis(self.core.quiet_allowance());
-                        if let Some(silent) = heard.too_long(&connection, lease, beat, allowance) {
+                        if let Some(silent) = too_long(&mut heard, &connection, lease, beat, allowance) {
                             tracing::warn!(?silent, "the scheduler has been silent too long: connecting again");
                             // The link ends with it, and the loop with the link.
                             connection.close(0u32.into(), b"scheduler silent");
@@ -346,51 +346,31 @@ async fn evaluate_environments(
     }
 }
 
-/// When the scheduler was last heard on the connection (any datagram, as QUIC counts them):
-/// the worker offers QUIC a long idle timeout ([`net::WORKER_IDLE_TIMEOUT`], so that an idle
-/// worker beating at the pace it was told draws no keep-alive) and judges silence here instead. A worker
-/// with tasks, which hears back every second, reconnects once the scheduler has been silent
-/// for [`net::IDLE_TIMEOUT`] or half its lease if shorter (at least two of its beats, and 4
-/// round trips on a slow link), in time to claim its tasks from a restarted scheduler before
-/// the lease runs out; an idle one allows its idle beat on top.
-struct Heard {
-    datagrams: u64,
-    at: tokio::time::Instant,
-}
-
-impl Heard {
-    fn new(connection: &quinn::Connection) -> Heard {
-        Heard {
-            datagrams: connection.stats().udp_rx.datagrams,
-            at: tokio::time::Instant::now(),
-        }
-    }
-
-    /// How long the scheduler has been silent, if that is more than allowed.
-    fn too_long(
-        &mut self,
-        connection: &quinn::Connection,
-        lease: Option<Duration>,
-        beat: Duration,
-        allowance: Duration,
-    ) -> Option<Duration> {
-        let now = tokio::time::Instant::now();
-        let datagrams = connection.stats().udp_rx.datagrams;
-        if datagrams != self.datagrams {
-            *self = Heard { datagrams, at: now };
-        }
-        let silent = now.saturating_duration_since(self.at);
-        // Never below 2 s (a stopgap): a worker that gives up on a scheduler before its
-        // restart is done reads the old address and spends the 5 s connect timeout on it, and
-        // its tasks are fenced meanwhile (`tests/durability.rs`, lease 3 s). The real fix is to
-        // watch the access file while connecting, or to be told the heartbeat timeout.
-        let busy = lease.map_or(net::IDLE_TIMEOUT, |lease| {
-            net::IDLE_TIMEOUT.min(lease / 2).max(Duration::from_secs(2))
-        });
-        // Two beats at least: a worker that beats every 10 s (`--heartbeat-interval`) hears
-        // back that seldom (a busy beat is at most a quarter of the lease, so this stays
-        // within half of it).
-        let limit = busy.max(beat * 2).max(connection.rtt() * 4) + allowance;
-        (silent > limit).then_some(silent)
-    }
+/// Whether the scheduler has been silent too long ([`net::Heard`]): the worker offers QUIC a
+/// long idle timeout ([`net::PEER_IDLE_TIMEOUT`], so that an idle worker beating at the pace it
+/// was told draws no keep-alive) and judges silence here instead. A worker with tasks, which
+/// hears back every second, reconnects once the scheduler has been silent for
+/// [`net::IDLE_TIMEOUT`] or half its lease if shorter (at least two of its beats, and 4 round
+/// trips on a slow link), in time to claim its tasks from a restarted scheduler before the
+/// lease runs out; an idle one allows its idle beat on top. Returns how long, if too long.
+fn too_long(
+    heard: &mut net::Heard,
+    connection: &quinn::Connection,
+    lease: Option<Duration>,
+    beat: Duration,
+    allowance: Duration,
+) -> Option<Duration> {
+    let silent = heard.silent_for(connection);
+    // Never below 2 s (a stopgap): a worker that gives up on a scheduler before its restart is
+    // done reads the old address and spends the 5 s connect timeout on it, and its tasks are
+    // fenced meanwhile (`tests/durability.rs`, lease 3 s). The real fix is to watch the access
+    // file while connecting, or to be told the heartbeat timeout.
+    let busy = lease.map_or(net::IDLE_TIMEOUT, |lease| {
+        net::IDLE_TIMEOUT.min(lease / 2).max(Duration::from_secs(2))
+    });
+    // Two beats at least: a worker that beats every 10 s (`--heartbeat-interval`) hears back
+    // that seldom (a busy beat is at most a quarter of the lease, so this stays within half of
+    // it).
+    let limit = busy.max(beat * 2).max(connection.rtt() * 4) + allowance;
+    (silent > limit).then_some(silent)
 }

@@ -208,7 +208,7 @@ pub(crate) fn settings(name: &str, slots: u32, instance: u64) -> Settings {
         heartbeat_interval: Duration::from_secs(1),
         output_limit: 1 << 20,
         max_tasks_per_runner: 0,
-        idle_timeout: weir::net::WORKER_IDLE_TIMEOUT,
+        idle_timeout: weir::net::PEER_IDLE_TIMEOUT,
         local_environments: Vec::new(),
         env_allow: Vec::new(),
         env_recheck: Duration::from_secs(3600),

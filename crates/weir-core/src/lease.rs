@@ -85,11 +85,12 @@ pub fn idle_silence(lease: Duration, heartbeat_timeout: Duration) -> Duration {
 /// The longest pace a large cluster asks of its idle workers ([`idle_pace`]).
 pub const MAX_IDLE_PACE: Duration = Duration::from_secs(60);
 
-/// How often the scheduler asks a worker that holds no task to beat, with `workers` registered
-/// and `per_worker` of pace for each (`1 s / N` for `scheduler --idle-beats N`, a budget of N
-/// idle beats a second in all): [`idle_beat`] while the cluster is small enough for that, then
-/// slower as it grows, so that the idle workers' beats together stay within the budget:
-/// `workers × per_worker`, up to [`MAX_IDLE_PACE`] (never below [`idle_beat`]). Told at
+/// How often the scheduler asks a worker that holds no task to beat, with `peers` registered
+/// (workers and managers: the budget is theirs together, [`manager_pace`]) and `per_worker` of
+/// pace for each (`1 s / N` for `scheduler --idle-beats N`, a budget of N idle beats a second
+/// in all): [`idle_beat`] while the cluster is small enough for that, then slower as it grows,
+/// so that the idle peers' beats together stay within the budget: `peers × per_worker`, up to
+/// [`MAX_IDLE_PACE`] (never below [`idle_beat`]). Told at
 /// registration and again with every answer to a renewal ([`weir_proto::ToWorker::Lease`]), so
 /// the pace follows the cluster.
 ///
@@ -103,26 +104,66 @@ pub const MAX_IDLE_PACE: Duration = Duration::from_secs(60);
 ///   answer when it set its next beat), so a dead idle worker is seen within
 ///   `pace + heartbeat_timeout`: 65 s at most on the default 5 s timeout, and the 14 s of
 ///   [`idle_silence`] while the cluster is small.
-/// - At the default budget of 500 a second, the pace stays 9 s up to 4,500 idle workers and is
-///   20 s at 10,000 (an idle worker's 0.33 datagrams a second fall to 0.15: each beat is a
-///   renewal, its answer and an acknowledgement).
+/// - At the default budget of 500 a second, the pace stays 9 s up to 4,500 peers and is 22 s
+///   with 10,000 workers under 1,000 managers (an idle worker's 0.33 datagrams a second fall to
+///   0.14: each beat is a renewal, its answer and an acknowledgement).
 ///
 /// `per_worker` zero: no budget, always [`idle_beat`].
 pub fn idle_pace(
     lease: Duration,
     heartbeat_timeout: Duration,
-    workers: u64,
+    peers: u64,
     per_worker: Duration,
 ) -> Duration {
-    let spread = u32::try_from(workers)
-        .ok()
-        .and_then(|workers| per_worker.checked_mul(workers))
-        .unwrap_or(Duration::MAX);
     let beat = idle_beat(lease, heartbeat_timeout);
     match per_worker.is_zero() {
         true => beat,
-        false => spread.min(MAX_IDLE_PACE).max(beat),
+        false => spread(peers, per_worker).min(MAX_IDLE_PACE).max(beat),
     }
+}
+
+/// The longest pace a large cluster asks of its managers ([`manager_pace`]): a manager silent
+/// for its pace and a little more is offline, and one offline for `--manager-forget-after`
+/// (60 s by default) beyond that is forgotten, its workers told to leave.
+pub const MAX_MANAGER_PACE: Duration = Duration::from_secs(30);
+
+/// How often the scheduler asks a manager with nothing new to say to report, with `peers`
+/// (workers and managers) registered and `per_peer` of pace for each, as [`idle_pace`] does for
+/// idle workers: half `heartbeat_timeout` while the cluster is small enough for that (2.5 s on
+/// the default 5 s), then `peers × per_peer`, up to [`MAX_MANAGER_PACE`]. A manager reports at
+/// once whenever what it reports changes, whatever its pace.
+///
+/// The arithmetic: a manager is offline once silent for [`manager_silence`] of the longer of the
+/// last two paces it was told (half the timeout of slack for the network beyond a pace; at the
+/// small cluster's pace that is the timeout itself, as before paces grew), and the manager
+/// judges the scheduler's silence by the same rule (a report is acknowledged at once, so it
+/// hears something at least every pace). At the default budget of 500 a second, with 10,000
+/// workers under 1,000 managers, the pace is 22 s: 1,000 managers' reports and their
+/// acknowledgements fall from 800 datagrams a second to 91, and a dead manager (or scheduler)
+/// is seen within 24.5 s instead of 5 s.
+///
+/// `per_peer` zero: no budget, always half the timeout.
+pub fn manager_pace(heartbeat_timeout: Duration, peers: u64, per_peer: Duration) -> Duration {
+    let floor = heartbeat_timeout / 2;
+    match per_peer.is_zero() {
+        true => floor,
+        false => spread(peers, per_peer).min(MAX_MANAGER_PACE).max(floor),
+    }
+}
+
+/// How long a manager told `pace` ([`manager_pace`]) may be silent before the scheduler takes
+/// it for offline (and it, with its own `heartbeat_timeout`, the scheduler for gone):
+/// `pace + heartbeat_timeout / 2`, never under `heartbeat_timeout`.
+pub fn manager_silence(heartbeat_timeout: Duration, pace: Duration) -> Duration {
+    (pace + heartbeat_timeout / 2).max(heartbeat_timeout)
+}
+
+/// `peers × per_peer`, saturating.
+fn spread(peers: u64, per_peer: Duration) -> Duration {
+    u32::try_from(peers)
+        .ok()
+        .and_then(|peers| per_peer.checked_mul(peers))
+        .unwrap_or(Duration::MAX)
 }
 
 /// The longest an idle worker may be told to go between beats with `per_worker`
@@ -161,6 +202,44 @@ mod tests {
             assert_eq!(idle_silence(lease, timeout), beat + timeout);
         }
         assert_eq!(idle_beat(Duration::ZERO, s(5)), ms(2_500));
+    }
+
+    #[test]
+    fn managers_report_within_the_budget_and_are_judged_by_their_pace() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let per_second = |n: u32| s(1) / n;
+        let pace = |peers| manager_pace(s(5), peers, per_second(500));
+        // Small: half the heartbeat timeout, offline after the timeout itself (as before paces).
+        assert_eq!(pace(1), ms(2_500));
+        assert_eq!(pace(1_250), ms(2_500));
+        assert_eq!(manager_silence(s(5), pace(1_250)), s(5));
+        // 10,000 workers under 1,000 managers: 22 s, offline after 24.5 s.
+        assert_eq!(pace(11_000), s(22));
+        assert_eq!(manager_silence(s(5), pace(11_000)), ms(24_500));
+        // Capped at 30 s; no budget: half the timeout whatever the size.
+        assert_eq!(pace(u64::MAX), MAX_MANAGER_PACE);
+        assert_eq!(manager_pace(s(5), 50_000, Duration::ZERO), ms(2_500));
+        // A timeout longer than twice the cap: its own half is never shortened.
+        assert_eq!(manager_pace(s(120), 50_000, per_second(500)), s(60));
+        for timeout in [s(1), s(5), s(60)] {
+            for peers in [0, 1, 1_251, 11_000, 1 << 40] {
+                for per_second in [1, 500, 100_000] {
+                    let pace = manager_pace(timeout, peers, s(1) / per_second);
+                    assert!(pace >= timeout / 2 && pace <= MAX_MANAGER_PACE.max(timeout / 2));
+                    // A manager reporting at its pace is never taken for offline: a pace and
+                    // half a timeout of slack at least, and never less than the timeout.
+                    let silence = manager_silence(timeout, pace);
+                    assert!(silence >= pace + timeout / 2 && silence >= timeout);
+                    // Within budget unless capped or at the floor.
+                    if pace < MAX_MANAGER_PACE && pace > timeout / 2 {
+                        assert!(
+                            u128::from(peers) * 1_000 <= pace.as_millis() * u128::from(per_second)
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

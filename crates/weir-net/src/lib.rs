@@ -18,7 +18,7 @@ use quinn::{Connection, Endpoint};
 pub use access::AccessFile;
 pub use connect::{client_endpoint, client_endpoint_with, connect, connect_on, connect_with};
 pub use link::{Link, LinkEnd, Outbox, frames};
-pub use session::{SessionEnd, Signal, Signals, reconnecting};
+pub use session::{Heard, SessionEnd, Signal, Signals, reconnecting};
 use weir_proto::FrameError;
 
 #[derive(Debug, thiserror::Error)]
@@ -159,8 +159,8 @@ pub async fn close_stopping(endpoint: &Endpoint, connection: &Connection, reason
 }
 
 /// The scheduler's side of every connection: a peer silent for `idle_timeout` is gone (QUIC
-/// takes the shorter of both sides': a manager offers [`IDLE_TIMEOUT`], a client
-/// [`CLIENT_IDLE_TIMEOUT`], a worker [`WORKER_IDLE_TIMEOUT`]).
+/// takes the shorter of both sides': a client offers [`CLIENT_IDLE_TIMEOUT`], a worker and a
+/// manager [`PEER_IDLE_TIMEOUT`]).
 ///
 /// A connection may open [`PEER_STREAMS`] streams until its hello says what it is: a client or
 /// a replica is then allowed [`CLIENT_STREAMS`] ([`allow_requests`]). quinn keeps a slot for
@@ -202,8 +202,8 @@ pub fn transport(idle_timeout: Duration) -> Arc<quinn::TransportConfig> {
 /// side, the slowest healthy beat on the scheduler's ([`server_transport`]). QUIC takes the shorter of the
 /// two sides' idle timeouts, and the side with the shorter one pings first, within it. Peers
 /// that beat (a busy worker every second, an idle one at the pace it was told, within the
-/// scheduler's longer timeout; a manager at least every half heartbeat timeout; each beat
-/// acknowledged) never need one; a client waiting on a long answer does. A keep-alive every
+/// scheduler's longer timeout; a manager at the pace it was told; each beat acknowledged)
+/// never need one; a client waiting on a long answer does. A keep-alive every
 /// 0.5 s, as before, was a packet and an acknowledgement more per peer and second on each side.
 fn transport_with(
     idle_timeout: Duration,
@@ -230,8 +230,9 @@ pub fn parse_address(address: &str) -> Result<SocketAddr, NetError> {
         .ok_or_else(|| NetError::Address(address.to_string()))
 }
 
-/// A manager's connection is gone when the scheduler has been silent this long (it answers
-/// every heartbeat; a keep-alive goes after 3/5 of this without a word).
+/// The scheduler silent this long is gone, as a busy worker judges it; a manager allows its
+/// pace on top (`weir_core::lease::manager_silence`: half of this beyond it, never under it),
+/// an idle worker its idle beat. Both judge it themselves ([`Heard`]).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a client offers as its connection's idle timeout: QUIC takes the shorter of both sides',
@@ -241,13 +242,12 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// fired first (`tests/sim` replica seed 4).
 pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What a worker offers as its connection's idle timeout: a ceiling only. QUIC takes the
-/// shorter of the two sides', and the scheduler's outlasts the slowest pace it may ask of idle
-/// workers (`weir_core::lease::idle_pace`, up to 60 s) plus two heartbeat timeouts (70 s by
-/// default), so an idle worker that beats at its pace draws no keep-alive. The worker judges
-/// the scheduler's silence itself, allowing an idle one its idle beat on top of
-/// [`IDLE_TIMEOUT`] (`Heard` in the worker's session).
-pub const WORKER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// What a worker or a manager offers as its connection's idle timeout: a ceiling only. QUIC
+/// takes the shorter of the two sides', and the scheduler's outlasts the slowest pace it may
+/// ask of idle workers (`weir_core::lease::idle_pace`, up to 60 s; a manager's is at most 30 s)
+/// plus two heartbeat timeouts (70 s by default), so a peer that beats at its pace draws no
+/// keep-alive. The peer judges the scheduler's silence itself ([`Heard`]).
+pub const PEER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long a connection attempt waits for the scheduler's handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

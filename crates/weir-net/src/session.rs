@@ -158,3 +158,34 @@ where
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
+
+/// When the scheduler was last heard on a connection: any datagram, as QUIC counts them (the
+/// acknowledgement of a beat is enough). A peer that beats at a slow pace offers QUIC a long
+/// idle timeout ([`crate::PEER_IDLE_TIMEOUT`], so that its silence between beats draws no
+/// keep-alive) and judges the scheduler's silence with this instead, by its own rule: a worker
+/// by its lease and beat, a manager by its pace (`weir_core::lease::manager_silence`).
+pub struct Heard {
+    datagrams: u64,
+    at: Instant,
+}
+
+impl Heard {
+    /// Heard now (the connection is new).
+    pub fn new(connection: &quinn::Connection) -> Heard {
+        Heard {
+            datagrams: connection.stats().udp_rx.datagrams,
+            at: Instant::now(),
+        }
+    }
+
+    /// How long the scheduler has been silent (nothing received since the last call that saw
+    /// something new).
+    pub fn silent_for(&mut self, connection: &quinn::Connection) -> Duration {
+        let now = Instant::now();
+        let datagrams = connection.stats().udp_rx.datagrams;
+        if datagrams != self.datagrams {
+            *self = Heard { datagrams, at: now };
+        }
+        now.saturating_duration_since(self.at)
+    }
+}

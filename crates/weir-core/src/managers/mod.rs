@@ -29,6 +29,9 @@ struct Entry {
     /// whose workers do not match is not sent another worker to ask again. Forgotten when the
     /// definition changes (the manager's own, or a run-time registration).
     learned: BTreeMap<String, Verdict>,
+    /// The last two paces it was told to report at, in ms, latest first (0: none yet). It is
+    /// judged by the longer: it may have set its next report by the earlier.
+    paces: [u64; 2],
 }
 
 impl Entry {
@@ -165,6 +168,7 @@ impl Managers {
                 state,
                 last_seen: now,
                 learned,
+                paces: [0; 2],
             },
         );
         gone
@@ -183,6 +187,8 @@ impl Managers {
         if let Some(entry) = self.entries.get_mut(id) {
             entry.state.workers.clear();
             entry.state.instances.clear();
+            // Told its pace again on this connection; judged by the longest told until then.
+            entry.paces = [0, entry.paces[0].max(entry.paces[1])];
         }
         Ok(())
     }
@@ -222,10 +228,13 @@ impl Managers {
     /// Managers silent for longer than `after` (killed, their machine gone) leave the status;
     /// one that comes back registers again.
     pub(crate) fn drop_offline(&mut self, now: u64, after: u64) -> Vec<String> {
-        let gone: Vec<String> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| now.saturating_sub(e.last_seen) > after)
+        // Offline for `after`: silent that long beyond its allowance (beyond the timeout, as
+        // before paces, while it is told to report every half of it).
+        let gone: Vec<String> = (self.entries.iter())
+            .filter(|(_, e)| {
+                let offline_after = self.allowance(e).saturating_sub(self.timeout_ms);
+                now.saturating_sub(e.last_seen) > after.saturating_add(offline_after)
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in &gone {
@@ -285,7 +294,37 @@ impl Managers {
     }
 
     fn online(&self, entry: &Entry, now: u64) -> bool {
-        now.saturating_sub(entry.last_seen) <= self.timeout_ms
+        now.saturating_sub(entry.last_seen) <= self.allowance(entry)
+    }
+
+    /// How long `entry` may be silent and still be online: [`crate::lease::manager_silence`] of
+    /// the longer of the last two paces it was told (the timeout itself before any).
+    fn allowance(&self, entry: &Entry) -> u64 {
+        let ms = std::time::Duration::from_millis;
+        let pace = ms(entry.paces[0].max(entry.paces[1]));
+        let silence = crate::lease::manager_silence(ms(self.timeout_ms), pace);
+        u64::try_from(silence.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The pace `id` is to report at now is `pace` (ms): whether to tell it (the first time, or
+    /// it moved by more than an eighth from the last told: a growing cluster's pace moves with
+    /// every registration, and telling 1,000 managers each time would cost what pacing saves).
+    pub(crate) fn tell_pace(&mut self, id: &str, pace: u64) -> bool {
+        let Some(entry) = self.entries.get_mut(id) else {
+            return false;
+        };
+        let told = entry.paces[0];
+        if told != 0 && pace.abs_diff(told) <= told / 8 {
+            return false;
+        }
+        let earlier = if told == 0 { entry.paces[1] } else { told };
+        entry.paces = [pace, earlier];
+        true
+    }
+
+    /// Known managers (each reports at a pace the cluster's size sets, as idle workers beat).
+    pub(crate) fn count(&self) -> usize {
+        self.entries.len()
     }
 
     /// The snapshot the policy decides on. Fixed pools are left out: nothing scales them.

@@ -22,8 +22,10 @@ pub struct Config {
     pub manager_forget_ms: u64,
     /// The lease granted to workers (sent when they register).
     pub lease_ms: u64,
-    /// What each live worker adds to the pace of idle workers, in µs (1 s over the idle beats a
-    /// second the scheduler aims for: [`crate::lease::idle_pace`]; 0: always once a lease).
+    /// What each known peer (worker or manager) adds to the pace of idle workers and of
+    /// managers with nothing new, in µs (1 s over the idle beats a second the scheduler aims
+    /// for: [`crate::lease::idle_pace`], [`crate::lease::manager_pace`]; 0: idle workers beat
+    /// once a lease, managers every half heartbeat timeout).
     pub idle_pace_per_worker_us: u64,
     /// Fences released, forgotten jobs dropped and unschedulable tasks failed this often.
     pub tick_ms: u64,
@@ -45,17 +47,28 @@ pub struct Config {
 }
 
 impl Config {
-    /// How often an idle worker is asked to beat with `workers` live
+    /// How often an idle worker is asked to beat with `peers` (workers and managers) known
     /// ([`crate::lease::idle_pace`]), in ms.
-    pub fn idle_pace_ms(&self, workers: usize) -> u64 {
+    pub fn idle_pace_ms(&self, peers: usize) -> u64 {
         let ms = std::time::Duration::from_millis;
         let pace = crate::lease::idle_pace(
             ms(self.lease_ms),
             ms(self.tasks.heartbeat_timeout_ms),
-            u64::try_from(workers).unwrap_or(u64::MAX),
+            u64::try_from(peers).unwrap_or(u64::MAX),
             std::time::Duration::from_micros(self.idle_pace_per_worker_us),
         );
         u64::try_from(pace.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// How often a manager with nothing new is asked to report with `peers` (workers and
+    /// managers) known ([`crate::lease::manager_pace`]), in ms.
+    pub fn manager_pace_ms(&self, peers: usize) -> u64 {
+        let pace = crate::lease::manager_pace(
+            std::time::Duration::from_millis(self.manager_timeout_ms),
+            u64::try_from(peers).unwrap_or(u64::MAX),
+            std::time::Duration::from_micros(self.idle_pace_per_worker_us),
+        );
+        u64::try_from(pace.as_millis()).unwrap_or(u64::MAX).max(10)
     }
 }
 

@@ -41,14 +41,8 @@ impl Scheduler {
             connection,
             id: state.id.clone(),
         });
-        // Reports at least twice within the timeout that takes it offline, and on change.
         self.scaling.sent.remove(&state.id);
-        self.actions.push_back(Action::ToManager {
-            manager: state.id.clone(),
-            message: ToManager::Pace {
-                beat_ms: (self.config.manager_timeout_ms / 2).max(10),
-            },
-        });
+        // Told its pace (as the heartbeat below registers it).
         self.manager_heartbeat(now, state);
     }
 
@@ -77,6 +71,16 @@ impl Scheduler {
                 ),
             };
             self.worker_gone(now, worker, &reason, loss, gone != Gone::Stopped);
+        }
+        // Reports on change, and otherwise at a pace the cluster's size sets
+        // ([`crate::lease::manager_pace`]): told when it joins and when the pace moves.
+        let pace = self.config.manager_pace_ms(self.idle_peers());
+        if self.managers.tell_pace(&id, pace) {
+            let message = ToManager::Pace { beat_ms: pace };
+            self.actions.push_back(Action::ToManager {
+                manager: id,
+                message,
+            });
         }
     }
 

@@ -78,9 +78,15 @@ impl Scheduler {
     /// The pace `worker` is told to beat at while idle, as the cluster's size asks now
     /// ([`crate::lease::idle_pace`]), noted in the task book, which judges its silence by it.
     pub(super) fn tell_idle_pace(&mut self, worker: WorkerId) -> u64 {
-        let pace = self.config.idle_pace_ms(self.tasks.worker_count());
+        let pace = self.config.idle_pace_ms(self.idle_peers());
         self.tasks.told_idle_pace(worker, pace);
         pace
+    }
+
+    /// The peers whose idle beats share the `--idle-beats` budget: live workers and known
+    /// managers.
+    pub(super) fn idle_peers(&self) -> usize {
+        self.tasks.worker_count() + self.managers.count()
     }
 
     pub(super) fn finished(&mut self, now: u64, worker: WorkerId, results: Vec<(TaskId, Outcome)>) {

@@ -119,8 +119,11 @@ pub enum ToManager {
         /// may be busy, and the stop was not meant for it.
         instances: Vec<(String, u64)>,
     },
-    /// Sent once a manager is let in: it reports at least every `beat_ms` (half the
-    /// scheduler's heartbeat timeout), and at once whenever what it reports changes. Before
-    /// this comes, it reports at every tick of its `--heartbeat-interval`.
+    /// Sent when a manager is let in, and again when the cluster's size moves it by more than
+    /// an eighth: it reports at least every `beat_ms` (half the scheduler's heartbeat timeout
+    /// in a small cluster, slower as it grows: `weir_core::lease::manager_pace`), and at once
+    /// whenever what it reports changes; it takes the scheduler for gone once silent for that
+    /// pace and half its own timeout. Before this comes, it reports at every tick of its
+    /// `--heartbeat-interval`.
     Pace { beat_ms: u64 },
 }

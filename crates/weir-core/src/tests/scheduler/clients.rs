@@ -359,3 +359,75 @@ fn idle_workers_are_told_a_slower_pace_as_the_cluster_grows_and_judged_by_it() {
         [1, 3]
     );
 }
+
+/// Managers with nothing new report at a pace the cluster's size sets, as idle workers beat:
+/// told when they join and again when the pace moves by more than an eighth, and judged offline
+/// (and forgotten) by the longer of the last two paces told.
+#[test]
+fn managers_are_told_a_slower_pace_as_the_cluster_grows_and_judged_by_it() {
+    let mut config = config(false);
+    // 5 s a peer: 5 s for one manager, 10 s for two; offline after the pace and 2.5 s.
+    config.idle_pace_per_worker_us = 5_000_000;
+    config.manager_timeout_ms = 5_000;
+    config.manager_forget_ms = 60_000;
+    config.tick_ms = 1;
+    let mut core = Scheduler::new(config);
+    let paces = |actions: &[Action]| -> Vec<(String, u64)> {
+        (actions.iter())
+            .filter_map(|a| match a {
+                Action::ToManager {
+                    manager,
+                    message: ToManager::Pace { beat_ms },
+                } => Some((manager.clone(), *beat_ms)),
+                _ => None,
+            })
+            .collect()
+    };
+    let second = || Input::ManagerJoined {
+        connection: 1_001,
+        state: manager("m2"),
+        peer: "127.0.0.1:2".into(),
+    };
+    let report = |id: &str| Input::ManagerHeartbeat { state: manager(id) };
+    let joined = round(&mut core, 0, vec![manager_joins(manager("m1"))]);
+    assert_eq!(paces(&joined), [("m1".to_string(), 5_000)]);
+    assert_eq!(
+        paces(&round(&mut core, 10, vec![second()])),
+        [("m2".to_string(), 10_000)]
+    );
+    // The first learns the new pace with its next report, and is not told it again.
+    assert_eq!(
+        paces(&round(&mut core, 100, vec![report("m1")])),
+        [("m1".to_string(), 10_000)]
+    );
+    assert!(paces(&round(&mut core, 200, vec![report("m1")])).is_empty());
+    let online = |core: &Scheduler, now: u64| -> Vec<(String, bool)> {
+        let status = core.status(now);
+        (status.managers.iter())
+            .map(|m| (m.id.clone(), m.online))
+            .collect()
+    };
+    let (yes, no) = (true, false);
+    // 12.5 s of silence allowed (the 10 s pace and half the timeout): m2 since it joined at
+    // 10, m1 since its last report at 200.
+    assert_eq!(
+        online(&core, 12_510),
+        [("m1".into(), yes), ("m2".into(), yes)]
+    );
+    assert_eq!(
+        online(&core, 12_511),
+        [("m1".into(), yes), ("m2".into(), no)]
+    );
+    assert_eq!(
+        online(&core, 12_701),
+        [("m1".into(), no), ("m2".into(), no)]
+    );
+    // Forgotten once silent for a minute and what the pace adds to the timeout (7.5 s), not
+    // a minute after last heard.
+    round(&mut core, 67_500, vec![Input::Timeout]);
+    assert_eq!(online(&core, 67_500).len(), 2);
+    round(&mut core, 67_600, vec![Input::Timeout]);
+    assert_eq!(online(&core, 67_600), [("m1".into(), no)]);
+    round(&mut core, 67_701, vec![Input::Timeout]);
+    assert!(online(&core, 67_701).is_empty());
+}

@@ -184,7 +184,7 @@ impl Fleet {
             .div_ceil(PER_ENDPOINT)
             .max(1);
         let endpoints: Vec<quinn::Endpoint> = (0..endpoints)
-            .map(|_| net::client_endpoint(access, net::WORKER_IDLE_TIMEOUT))
+            .map(|_| net::client_endpoint(access, net::PEER_IDLE_TIMEOUT))
             .collect::<Result<_, _>>()?;
         let gate = Arc::new(Semaphore::new(CONNECTING));
         let access = Arc::new(access.clone());

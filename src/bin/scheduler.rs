@@ -47,7 +47,8 @@ struct Args {
     common: weir::telemetry::CommonArgs,
     /// A worker or manager silent this long (seconds) is lost and its running tasks are
     /// requeued. A worker with tasks beats every second; a manager reports on change and at
-    /// least every half of this timeout. A worker
+    /// least every half of this timeout in a small cluster (slower in a large one, see
+    /// --idle-beats; it is offline after its pace plus half of this). A worker
     /// holding no task beats once a lease (--worker-lease less 1 s, or three quarters of a
     /// lease of 4 s or less) and is lost once silent for that plus this timeout; a stop on
     /// purpose (SIGTERM) is seen at once, as the peer closes its connection, and a worker its

@@ -140,7 +140,9 @@ struct Args {
     worker_command: Option<PathBuf>,
     /// Seconds between the manager's checks of its workers (replacing any that died). It
     /// reports to the scheduler at a check when what it reports changed, and otherwise at
-    /// least as often as the scheduler asks (half its --heartbeat-timeout).
+    /// least as often as the scheduler asks (half its --heartbeat-timeout in a small cluster,
+    /// up to 30 s in a large one), and takes the scheduler for gone once it has heard nothing
+    /// for that pace plus 2.5 s (at least 5 s).
     #[arg(long, default_value = "0.5", value_parser = positive_seconds, value_name = "SECONDS")]
     heartbeat_interval: Duration,
     /// Keep trying to reach the scheduler this many seconds after losing it (it may be

@@ -116,6 +116,9 @@ pub struct Managers {
     /// cluster engine they started): those are told to leave once idle. One that reports
     /// again is no orphan.
     orphaned: BTreeSet<String>,
+    /// Connections closed because their manager fell silent past its allowance, not yet
+    /// reported gone by the shell (closed once, not at every tick until then).
+    closing: BTreeSet<String>,
     /// A manager silent this long is offline (and not scaled).
     timeout_ms: u64,
 }
@@ -196,7 +199,23 @@ impl Managers {
     /// Its connection ended; whether it had one. It stays known (offline once silent for
     /// `timeout_ms`) until it comes back or is forgotten.
     pub(crate) fn disconnect(&mut self, id: &str) -> bool {
+        self.closing.remove(id);
         self.connections.remove(id).is_some()
+    }
+
+    /// Connected managers silent past their allowance (a machine gone, a cut link, SIGSTOP),
+    /// each returned once, to have its connection closed. A manager offers QUIC a long idle
+    /// timeout, so QUIC alone would close it only after the scheduler's (70 s by default), and
+    /// until then its id is refused to its restart, which would be forgotten meanwhile
+    /// (`--manager-forget-after`) and its workers told to leave.
+    pub(crate) fn silent_connections(&mut self, now: u64) -> Vec<String> {
+        let silent: Vec<String> = (self.connections.keys())
+            .filter(|id| !self.closing.contains(*id))
+            .filter(|id| (self.entries.get(*id)).is_some_and(|e| !self.online(e, now)))
+            .cloned()
+            .collect();
+        self.closing.extend(silent.iter().cloned());
+        silent
     }
 
     /// Whether it has an open connection (decisions are sent only to those).
@@ -269,12 +288,16 @@ impl Managers {
             .find(|id| self.entries.contains_key(*id))
         {
             Some(id) => Err(format!("manager {id} is known and orphaned")),
-            None => Ok(()),
+            None => match (self.closing.iter()).find(|id| !self.connections.contains_key(*id)) {
+                Some(id) => Err(format!("manager {id} is closing with no connection")),
+                None => Ok(()),
+            },
         }
     }
 
     /// The manager said goodbye: it is gone, with its workers (and its connection).
     pub fn remove(&mut self, id: &str) -> bool {
+        self.closing.remove(id);
         self.connections.remove(id);
         self.entries.remove(id).is_some()
     }

@@ -373,6 +373,13 @@ impl Scheduler {
 
     fn tick(&mut self, now: u64) {
         self.tasks.tick(now);
+        // A manager silent past its allowance has its connection closed, so that its restart
+        // (or a twin) is let in: QUIC's idle timeout is far longer (its pace may be slow).
+        for id in self.managers.silent_connections(now) {
+            tracing::warn!(manager = %id, "worker manager silent past its pace: closing its connection");
+            self.scaling.sent.remove(&id);
+            self.actions.push_back(Action::CloseManager { manager: id });
+        }
         // A manager gone without a goodbye leaves the status after a while; the workers it
         // started elsewhere are told to leave once idle.
         for id in self

@@ -431,3 +431,60 @@ fn managers_are_told_a_slower_pace_as_the_cluster_grows_and_judged_by_it() {
     round(&mut core, 67_701, vec![Input::Timeout]);
     assert!(online(&core, 67_701).is_empty());
 }
+
+/// A manager silent past its allowance has its connection closed by the core (once), so its
+/// restart is let in at once: QUIC's idle timeout, which a manager no longer shortens, would
+/// have kept its id taken for 70 s, past `--manager-forget-after`.
+#[test]
+fn a_manager_silent_past_its_pace_has_its_connection_closed_and_its_restart_let_in() {
+    let mut config = config(false);
+    config.manager_timeout_ms = 5_000;
+    config.tick_ms = 1;
+    let mut core = Scheduler::new(config);
+    let closed = |actions: &[Action]| -> Vec<String> {
+        (actions.iter())
+            .filter_map(|a| match a {
+                Action::CloseManager { manager } => Some(manager.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let restart = || Input::ManagerJoined {
+        connection: 1_001,
+        state: manager("m"),
+        peer: "127.0.0.1:2".into(),
+    };
+    let registered = |actions: &[Action]| {
+        (actions.iter()).any(|a| {
+            matches!(
+                a,
+                Action::ManagerRegistered {
+                    connection: 1_001,
+                    ..
+                }
+            )
+        })
+    };
+    round(&mut core, 0, vec![manager_joins(manager("m"))]);
+    // Within the 5 s allowance of a small cluster: kept; its restart is refused (a twin).
+    assert!(closed(&round(&mut core, 5_000, vec![Input::Timeout])).is_empty());
+    assert!(!registered(&round(&mut core, 5_000, vec![restart()])));
+    // Past it: closed once, not at every tick until the shell says the connection is gone.
+    assert_eq!(
+        closed(&round(&mut core, 5_001, vec![Input::Timeout])),
+        ["m"]
+    );
+    assert!(closed(&round(&mut core, 5_002, vec![Input::Timeout])).is_empty());
+    round(
+        &mut core,
+        5_010,
+        vec![Input::ManagerGone { id: "m".into() }],
+    );
+    assert!(registered(&round(&mut core, 5_020, vec![restart()])));
+    // Its new connection is judged afresh.
+    assert!(closed(&round(&mut core, 9_000, vec![Input::Timeout])).is_empty());
+    assert_eq!(
+        closed(&round(&mut core, 10_021, vec![Input::Timeout])),
+        ["m"]
+    );
+}

@@ -221,16 +221,18 @@ fn fixed_pools_are_not_for_the_policy() {
     assert_eq!(ids, ["m"]);
 }
 
+/// What the policy's snapshot says of the first manager on `big`, registered at run time (so
+/// every worker evaluates it), with `workers` live.
+fn snapshot_verdict(managers: &Managers, workers: Vec<WorkerView>) -> Vec<(String, Verdict)> {
+    let registered = BTreeSet::from(["big".to_string()]);
+    let context = Context::new(0, workers, &[], registered, &NO_DECISIONS);
+    let snapshot = managers.snapshot(&context, 0, wanting("big"));
+    snapshot.managers[0].environments.clone()
+}
+
 #[test]
 fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
     let mut managers = Managers::new(5_000);
-    let mut registered = BTreeSet::new();
-    registered.insert("big".to_string());
-    let snapshot_verdict = |managers: &Managers, workers: Vec<WorkerView>| {
-        let context = Context::new(0, workers, &[], registered.clone(), &NO_DECISIONS);
-        let snapshot = managers.snapshot(&context, 0, wanting("big"));
-        snapshot.managers[0].environments.clone()
-    };
     managers.heartbeat(0, state("m", &["a"]), &[]);
     // Registered at run time: its workers will evaluate it, so the policy may start one.
     assert_eq!(
@@ -258,13 +260,6 @@ fn what_its_workers_answered_is_remembered_until_the_definition_changes() {
 /// answered first, now and after they are gone; a later answer replaces what was learned.
 #[test]
 fn a_manager_matches_where_any_of_its_workers_does_and_remembers_it() {
-    let mut registered = BTreeSet::new();
-    registered.insert("big".to_string());
-    let snapshot_verdict = |managers: &Managers, workers: Vec<WorkerView>| {
-        let context = Context::new(0, workers, &[], registered.clone(), &NO_DECISIONS);
-        let snapshot = managers.snapshot(&context, 0, wanting("big"));
-        snapshot.managers[0].environments.clone()
-    };
     let no_match = BTreeMap::from([("big".to_string(), EnvVerdict::NoMatch)]);
     let matched = BTreeMap::from([("big".to_string(), EnvVerdict::Match)]);
     let failed = BTreeMap::from([("big".to_string(), EnvVerdict::Error("trap".into()))]);

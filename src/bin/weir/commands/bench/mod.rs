@@ -99,12 +99,14 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 5, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     idle_secs: u64,
     /// The scheduler's `--heartbeat-timeout` in the simulated-worker run. Unset, the
-    /// scheduler's own default: its managers then report every half of it and an idle worker
-    /// is taken for lost after one lease's beat plus it, as in a real cluster on defaults.
+    /// scheduler's own default, as in a real cluster on defaults: its managers then report at
+    /// least every half of it (slower at the pace a large cluster sets) and an idle worker is
+    /// taken for lost after its pace plus it.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     simulated_heartbeat_timeout: Option<u64>,
     /// The scheduler's `--idle-beats` in the simulated-worker run (unset: its default, 500; 0:
-    /// idle workers beat once a lease whatever the cluster's size, as before it had the flag).
+    /// idle workers beat once a lease and managers report every half heartbeat timeout,
+    /// whatever the cluster's size, as before it had the flag).
     #[arg(long, value_name = "N", value_parser = idle_beats_text)]
     simulated_idle_beats: Option<String>,
     /// The scheduler's `--threads` in the throughput and simulated-worker runs.

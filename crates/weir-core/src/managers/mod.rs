@@ -29,8 +29,11 @@ struct Entry {
     /// whose workers do not match is not sent another worker to ask again. Forgotten when the
     /// definition changes (the manager's own, or a run-time registration).
     learned: BTreeMap<String, Verdict>,
+    /// When it was last told a pace.
+    told_at: u64,
     /// The last two paces it was told to report at, in ms, latest first (0: none yet). It is
-    /// judged by the longer: it may have set its next report by the earlier.
+    /// judged by the longer (it may have set its next report by the earlier) until a report
+    /// shows it follows the latest.
     paces: [u64; 2],
 }
 
@@ -160,6 +163,12 @@ impl Managers {
             learn_from(&mut entry.learned, &mine);
             entry.state = state;
             entry.last_seen = now;
+            // A report heard an earlier pace after the latest was told was sent by the latest
+            // (by the earlier it would have come sooner): judged by it alone from now on, so a
+            // cluster that shrank sees a dead manager at its new, shorter pace.
+            if now.saturating_sub(entry.told_at) > entry.paces[1] {
+                entry.paces[1] = 0;
+            }
             return gone;
         }
         let gone = gone::gone(None, &state, workers);
@@ -171,6 +180,7 @@ impl Managers {
                 state,
                 last_seen: now,
                 learned,
+                told_at: now,
                 paces: [0; 2],
             },
         );
@@ -332,7 +342,7 @@ impl Managers {
     /// The pace `id` is to report at now is `pace` (ms): whether to tell it (the first time, or
     /// it moved by more than an eighth from the last told: a growing cluster's pace moves with
     /// every registration, and telling 1,000 managers each time would cost what pacing saves).
-    pub(crate) fn tell_pace(&mut self, id: &str, pace: u64) -> bool {
+    pub(crate) fn tell_pace(&mut self, id: &str, pace: u64, now: u64) -> bool {
         let Some(entry) = self.entries.get_mut(id) else {
             return false;
         };
@@ -342,6 +352,7 @@ impl Managers {
         }
         let earlier = if told == 0 { entry.paces[1] } else { told };
         entry.paces = [pace, earlier];
+        entry.told_at = now;
         true
     }
 

@@ -75,7 +75,7 @@ impl Scheduler {
         // Reports on change, and otherwise at a pace the cluster's size sets
         // ([`crate::lease::manager_pace`]): told when it joins and when the pace moves.
         let pace = self.config.manager_pace_ms(self.idle_peers());
-        if self.managers.tell_pace(&id, pace) {
+        if self.managers.tell_pace(&id, pace, now) {
             let message = ToManager::Pace { beat_ms: pace };
             self.actions.push_back(Action::ToManager {
                 manager: id,

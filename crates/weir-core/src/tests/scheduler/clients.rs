@@ -488,3 +488,36 @@ fn a_manager_silent_past_its_pace_has_its_connection_closed_and_its_restart_let_
         ["m"]
     );
 }
+
+/// A cluster that shrinks asks its managers for a faster pace, and once a manager's report
+/// shows it follows it (heard later than the earlier pace allowed), it is judged by it alone:
+/// a dead manager is seen at the new pace, not the old.
+#[test]
+fn a_manager_told_a_faster_pace_is_judged_by_it_once_it_follows_it() {
+    let mut config = config(false);
+    // 5 s a peer: 10 s with two managers, 5 s with one; offline after the pace and 2.5 s.
+    config.idle_pace_per_worker_us = 5_000_000;
+    config.manager_timeout_ms = 5_000;
+    let mut core = Scheduler::new(config);
+    let report = |id: &str| Input::ManagerHeartbeat { state: manager(id) };
+    let second = Input::ManagerJoined {
+        connection: 1_001,
+        state: manager("m2"),
+        peer: "127.0.0.1:2".into(),
+    };
+    round(&mut core, 0, vec![manager_joins(manager("m1")), second]);
+    round(&mut core, 100, vec![report("m1")]);
+    // m2 leaves: m1's next report is told 5 s, and it is judged by the longer 10 s meanwhile.
+    round(
+        &mut core,
+        200,
+        vec![Input::ManagerGoodbye { id: "m2".into() }],
+    );
+    round(&mut core, 1_000, vec![report("m1")]);
+    let online = |core: &Scheduler, now: u64| core.status(now).managers[0].online;
+    assert!(online(&core, 1_000 + 12_500));
+    // A report 10 s after it was told follows the new pace: 7.5 s allowed from then on.
+    round(&mut core, 11_001, vec![report("m1")]);
+    assert!(online(&core, 11_001 + 7_500));
+    assert!(!online(&core, 11_001 + 7_501));
+}

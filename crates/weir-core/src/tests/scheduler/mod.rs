@@ -15,6 +15,7 @@ mod clients;
 mod compaction;
 mod connections;
 mod journaling;
+mod paces;
 mod policy;
 mod resend;
 mod twins;
@@ -84,10 +85,15 @@ fn worker(name: &str, slots: u32) -> WorkerRegistration {
 
 /// A manager's connection registers with its first heartbeat.
 fn manager_joins(state: ManagerState) -> Input {
+    manager_joins_on(1_000, state)
+}
+
+/// [`manager_joins`] on another connection (a second manager, or a restart).
+fn manager_joins_on(connection: u64, state: ManagerState) -> Input {
     Input::ManagerJoined {
-        connection: 1_000,
+        connection,
         state,
-        peer: "127.0.0.1:1".into(),
+        peer: format!("127.0.0.1:{connection}"),
     }
 }
 

@@ -26,11 +26,16 @@ pub(super) struct ConnectionLimits {
 }
 
 /// A taken connection slot, given back on drop.
-pub(super) struct Slot<'a>(&'a std::sync::atomic::AtomicUsize);
+pub(super) struct Slot {
+    limits: Arc<ConnectionLimits>,
+    role: Role,
+}
 
-impl Drop for Slot<'_> {
+impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.limits
+            .counter(self.role)
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -43,27 +48,77 @@ impl ConnectionLimits {
         }
     }
 
-    fn take(&self, role: Role) -> Option<Slot<'_>> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let counter = match role {
+    fn counter(&self, role: Role) -> &std::sync::atomic::AtomicUsize {
+        match role {
             Role::Client => &self.clients,
             Role::Worker | Role::Manager | Role::Replica => &self.workers,
-        };
-        counter
+        }
+    }
+
+    fn take(self: &Arc<Self>, role: Role) -> Option<Slot> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.counter(role)
             .fetch_update(SeqCst, SeqCst, |n| (n < self.max).then_some(n + 1))
             .ok()
-            .map(|_| Slot(counter))
+            .map(|_| Slot {
+                limits: self.clone(),
+                role,
+            })
     }
 }
 
+/// A worker's or manager's connection, past its hello: what its session needs.
+pub(super) struct Admitted {
+    connection: Connection,
+    send: SendStream,
+    recv: RecvStream,
+    events: mpsc::UnboundedSender<Event>,
+    role: Role,
+    /// Held until the session ends.
+    _slot: Slot,
+}
+
+/// Serve one connection. The hello (and a client's or replica's whole session) runs boxed, so
+/// this task, which lives as long as its worker or manager, is no larger than their session:
+/// a task is as large as its largest state, and the scheduler holds one per worker (#35).
 pub(super) async fn serve(
-    incoming: quinn::Incoming,
+    incoming: Box<quinn::Incoming>,
     limits: Arc<ConnectionLimits>,
     access: Arc<AccessFile>,
     front: Front,
     replica: Option<Arc<Replica>>,
     host: Arc<PluginHost>,
 ) -> Result<(), NetError> {
+    let admitted = Box::pin(admit(*incoming, limits, access, front, replica, host)).await?;
+    let Some(Admitted {
+        connection,
+        send,
+        recv,
+        events,
+        role,
+        _slot,
+    }) = admitted
+    else {
+        return Ok(());
+    };
+    if role == Role::Manager {
+        let peer = connection.remote_address();
+        manager_session(connection, peer, send, recv, events).await
+    } else {
+        worker_session(connection, send, recv, events).await
+    }
+}
+
+/// The hello: checked, answered, and a worker or manager admitted to its session (`None`: the
+/// peer was refused or sent elsewhere, or it was a client or replica, served to its end here).
+async fn admit(
+    incoming: quinn::Incoming,
+    limits: Arc<ConnectionLimits>,
+    access: Arc<AccessFile>,
+    front: Front,
+    replica: Option<Arc<Replica>>,
+    host: Arc<PluginHost>,
+) -> Result<Option<Admitted>, NetError> {
     let connection = incoming.await?;
     let peer = connection.remote_address();
     let (mut send, mut recv) =
@@ -71,7 +126,7 @@ pub(super) async fn serve(
             Ok(streams) => streams?,
             Err(_) => {
                 connection.close(1u32.into(), b"no hello");
-                return Ok(());
+                return Ok(None);
             }
         };
     // Before it is authenticated a peer may send a few bytes, not a 48 MiB frame.
@@ -129,7 +184,9 @@ pub(super) async fn serve(
         return match replica {
             Some(replica) => {
                 frame::write(&mut send, &HelloReply::Welcome).await?;
-                super::replica::serve(connection, replica.raft.clone()).await
+                super::replica::serve(connection, replica.raft.clone())
+                    .await
+                    .map(|()| None)
             }
             None => refuse(&connection, &mut send, "this scheduler has no replicas").await,
         };
@@ -142,23 +199,25 @@ pub(super) async fn serve(
         let _ = send.finish();
         let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
         connection.close(0u32.into(), b"not the leader");
-        return Ok(());
+        return Ok(None);
     };
+    frame::write(&mut send, &HelloReply::Welcome).await?;
     match hello.role {
-        Role::Replica => Ok(()),
-        Role::Manager => {
-            frame::write(&mut send, &HelloReply::Welcome).await?;
-            manager_session(connection, peer, send, recv, events).await
-        }
-        Role::Worker => {
-            frame::write(&mut send, &HelloReply::Welcome).await?;
-            worker_session(connection, send, recv, events).await
-        }
+        Role::Replica => Ok(None),
         Role::Client => {
-            frame::write(&mut send, &HelloReply::Welcome).await?;
             let _ = send.finish();
-            super::requests::client_session(connection, events, host).await
+            super::requests::client_session(connection, events, host)
+                .await
+                .map(|()| None)
         }
+        Role::Manager | Role::Worker => Ok(Some(Admitted {
+            connection,
+            send,
+            recv,
+            events,
+            role: hello.role,
+            _slot,
+        })),
     }
 }
 
@@ -166,7 +225,7 @@ async fn refuse(
     connection: &Connection,
     send: &mut SendStream,
     reason: &str,
-) -> Result<(), NetError> {
+) -> Result<Option<Admitted>, NetError> {
     let _ = frame::write(
         send,
         &HelloReply::Refused {
@@ -178,7 +237,7 @@ async fn refuse(
     // Give the peer a moment to read the reason before the connection goes.
     let _ = tokio::time::timeout(Duration::from_secs(2), connection.closed()).await;
     connection.close(1u32.into(), reason.as_bytes());
-    Ok(())
+    Ok(None)
 }
 
 async fn worker_session(
@@ -187,7 +246,7 @@ async fn worker_session(
     recv: RecvStream,
     events: mpsc::UnboundedSender<Event>,
 ) -> Result<(), NetError> {
-    let (mut link, outbox) = Link::<FromWorker>::open::<ToWorker, _>(send, recv);
+    let (mut link, outbox) = Link::<FromWorker>::open::<ToWorker>(send, recv);
     let info = match tokio::time::timeout(HELLO_TIMEOUT, link.next()).await {
         Ok(Ok(FromWorker::Register(info))) => *info,
         _ => {
@@ -199,7 +258,7 @@ async fn worker_session(
     if events
         .send(Event::WorkerJoined {
             info,
-            frames: outbox.into(),
+            frames: outbox,
             reply,
         })
         .is_err()
@@ -284,7 +343,7 @@ async fn manager_session(
     recv: RecvStream,
     events: mpsc::UnboundedSender<Event>,
 ) -> Result<(), NetError> {
-    let (mut link, outbox) = Link::<FromManager>::open::<ToManager, _>(send, recv);
+    let (mut link, outbox) = Link::<FromManager>::open::<ToManager>(send, recv);
     // Its first heartbeat registers it, unless another live connection holds its id.
     let state = match tokio::time::timeout(HELLO_TIMEOUT, link.next()).await {
         Ok(Ok(FromManager::Heartbeat(state))) => *state,
@@ -297,7 +356,7 @@ async fn manager_session(
     let joining = Event::ManagerJoined {
         state,
         peer: peer.to_string(),
-        link: outbox.into(),
+        link: outbox,
         reply,
     };
     if events.send(joining).is_err() {

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::core::scaling::{PolicyFailure, ScalingPolicy, Tier};
 use crate::core::scheduler::{ClientId, Input, PolicyInfo};
+use crate::net::Outbox;
 use crate::proto::{
     ComponentHash, EnvironmentStatus, JobSummary, ManagerState, ManagerUnits, PolicyReport,
     Request, Response, StatusReport, TaskId, ToManager, ToWorker, WorkerId, WorkerRegistration,
@@ -28,19 +29,19 @@ pub(crate) enum Event {
     Core(Input),
     WorkerJoined {
         info: WorkerRegistration,
-        frames: mpsc::UnboundedSender<ToWorker>,
+        frames: Outbox<ToWorker>,
         reply: JoinReply,
     },
     Request {
         request: Request,
         components: Vec<(ComponentHash, Arc<[u8]>)>,
-        reply: mpsc::UnboundedSender<Response>,
+        reply: Outbox<Response>,
     },
     /// A manager connection's first heartbeat: registered, or refused (its id is taken).
     ManagerJoined {
         state: ManagerState,
         peer: String,
-        link: mpsc::UnboundedSender<ToManager>,
+        link: Outbox<ToManager>,
         reply: ManagerReply,
     },
     Decided {

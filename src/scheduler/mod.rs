@@ -329,6 +329,9 @@ pub async fn run_with(
                 let (limits, access, front, host) =
                     (limits.clone(), access.clone(), front.clone(), host.clone());
                 let replica = replica.get().cloned();
+                // Boxed before the task takes it: the task is as large as what it holds at its
+                // start too, and it lives as long as its worker or manager.
+                let incoming = Box::new(incoming);
                 tokio::spawn(async move {
                     let served =
                         connection::serve(incoming, limits, access, front, replica, host).await;

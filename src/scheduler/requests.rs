@@ -68,7 +68,7 @@ async fn request(
     results: Arc<tokio::sync::Semaphore>,
     peer: std::net::SocketAddr,
 ) -> Result<(), NetError> {
-    let (mut link, answers) = Link::<Request>::open::<Response, _>(send, recv);
+    let (mut link, answers) = Link::<Request>::open::<Response>(send, recv);
     // A request arrives within a minute (a 48 MiB one takes well under a second on a LAN), so a
     // client that opens streams and sends nothing holds nothing for long.
     let read = tokio::time::timeout(REQUEST_TIMEOUT, link.next()).await;
@@ -112,7 +112,7 @@ async fn request(
         .send(Event::Request {
             request,
             components,
-            reply: answers.into(),
+            reply: answers,
         })
         .is_err()
     {

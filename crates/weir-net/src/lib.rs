@@ -17,7 +17,7 @@ use quinn::{Connection, Endpoint};
 
 pub use access::AccessFile;
 pub use connect::{client_endpoint, client_endpoint_with, connect, connect_on, connect_with};
-pub use link::{Link, LinkEnd, Outbox, frames};
+pub use link::{Closed, Link, LinkEnd, Outbox};
 pub use session::{Heard, SessionEnd, Signal, Signals, reconnecting};
 use weir_proto::FrameError;
 

@@ -1,26 +1,29 @@
-//! A link: one stream pair carrying typed frames both ways, with the tasks that read and write it.
+//! A link: one stream pair carrying typed frames both ways, with the task that writes it.
 //!
 //! [`Link::open`] hands back the link, for typed reads ([`Link::next`]), and an [`Outbox`], for
 //! typed sends that never block. A writer task of the link's own writes what the outboxes queue,
 //! the frames queued at once in one write; once every outbox is dropped and all is written it
-//! ends the stream. A reader task reads frames ahead (see [`frames`]), so `next` is cancel-safe
-//! and may sit in a `select!` beside timers and signals. Dropping the link stops both tasks.
+//! ends the stream. Reading needs no task: [`FrameReader`] keeps a frame read in part, so `next`
+//! is cancel-safe and may sit in a `select!` beside timers and signals. Dropping the link stops
+//! the writer.
+//!
+//! What an idle link costs counts: the scheduler holds one per worker and manager. The outbox
+//! is a `futures-channel` unbounded queue, which allocates per message queued (a node), where
+//! tokio's allocates its first block of 32 slots at creation (1–2 KiB for these messages, per
+//! connection, used or not).
 //!
 //! [`Link::request`] is the client's case: one message written at once, then answers read.
 
+use futures_channel::mpsc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 use tokio::task::{JoinError, JoinHandle};
 
-use weir_proto::FrameError;
+use weir_proto::{FrameError, FrameReader};
 
 /// The most bytes one write gathers from the frames queued at once.
 const MAX_WRITE: usize = 1 << 20;
-
-/// The frames read ahead and not yet taken (a slow reader holds the peer back).
-const READ_AHEAD: usize = 16;
 
 /// The sending half of a [`Link`]: queues messages for its writer. Cheap to clone; the link's
 /// stream ends once every clone is dropped and what they queued is written.
@@ -33,22 +36,22 @@ impl<T> Clone for Outbox<T> {
     }
 }
 
+/// A message queued after the writer ended, given back.
+#[derive(Debug, thiserror::Error)]
+#[error("the link's writer has ended")]
+pub struct Closed<T>(pub T);
+
 impl<T> Outbox<T> {
     /// Queue `message`; it comes back in the error once the writer has ended.
-    pub fn send(&self, message: T) -> Result<(), mpsc::error::SendError<T>> {
-        self.0.send(message)
+    pub fn send(&self, message: T) -> Result<(), Closed<T>> {
+        self.0
+            .unbounded_send(message)
+            .map_err(|error| Closed(error.into_inner()))
     }
 
     /// Whether the writer has ended (a send would fail).
     pub fn is_closed(&self) -> bool {
         self.0.is_closed()
-    }
-}
-
-/// For code that keeps the plain channel (the scheduler's actor holds `UnboundedSender`s).
-impl<T> From<Outbox<T>> for mpsc::UnboundedSender<T> {
-    fn from(outbox: Outbox<T>) -> Self {
-        outbox.0
     }
 }
 
@@ -78,56 +81,54 @@ impl LinkEnd {
     }
 }
 
-/// The receiving side of a link, typed `In`, over the sending stream `W`.
-pub struct Link<In, W = quinn::SendStream> {
-    inbox: mpsc::Receiver<Result<In, FrameError>>,
-    reader: JoinHandle<()>,
+/// The receiving side of a link, typed `In`, reading `R`, over the sending stream `W`.
+pub struct Link<In, W = quinn::SendStream, R = quinn::RecvStream> {
+    reader: FrameReader<R>,
     /// Running until every outbox is gone (or a write fails); `None` once it ended.
     writer: Option<JoinHandle<Result<W, FrameError>>>,
     /// The stream, ended, once the writer has finished with it.
     ended: Option<W>,
+    /// The type of the frames read.
+    reads: std::marker::PhantomData<fn() -> In>,
 }
 
-impl<In, W> Link<In, W>
+impl<In, W, R> Link<In, W, R>
 where
-    In: DeserializeOwned + Send + 'static,
+    In: DeserializeOwned,
     W: AsyncWrite + Unpin + Send + 'static,
+    R: AsyncRead + Unpin,
 {
-    /// Start the reader and writer tasks of a stream pair.
-    pub fn open<Out, R>(send: W, recv: R) -> (Link<In, W>, Outbox<Out>)
+    /// Start the writer task of a stream pair.
+    pub fn open<Out>(send: W, recv: R) -> (Link<In, W, R>, Outbox<Out>)
     where
         Out: Serialize + Send + 'static,
-        R: AsyncRead + Unpin + Send + 'static,
     {
-        let (outgoing, queued) = mpsc::unbounded_channel();
-        let (inbox, reader) = read_ahead(recv);
+        let (outgoing, queued) = mpsc::unbounded();
         let link = Link {
-            inbox,
-            reader,
+            reader: FrameReader::new(recv),
             writer: Some(tokio::spawn(write_queued(send, queued))),
             ended: None,
+            reads: std::marker::PhantomData,
         };
         (link, Outbox(outgoing))
     }
 
     /// Write `message`, end the stream, and read what answers it (a link without an outbox).
-    pub async fn request<Out, R>(
+    pub async fn request<Out>(
         mut send: W,
         recv: R,
         message: &Out,
-    ) -> Result<Link<In, W>, FrameError>
+    ) -> Result<Link<In, W, R>, FrameError>
     where
         Out: Serialize,
-        R: AsyncRead + Unpin + Send + 'static,
     {
         weir_proto::frame::write(&mut send, message).await?;
         let _ = send.shutdown().await;
-        let (inbox, reader) = read_ahead(recv);
         Ok(Link {
-            inbox,
-            reader,
+            reader: FrameReader::new(recv),
             writer: None,
             ended: Some(send),
+            reads: std::marker::PhantomData,
         })
     }
 
@@ -135,7 +136,7 @@ where
     /// once, when this side has ended the stream; reading goes on after it.
     pub async fn next(&mut self) -> Result<In, LinkEnd> {
         let Link {
-            inbox,
+            reader,
             writer,
             ended,
             ..
@@ -147,7 +148,7 @@ where
             }
         };
         tokio::select! {
-            frame = inbox.recv() => frame.unwrap_or(Err(FrameError::Closed)).map_err(LinkEnd::Read),
+            frame = reader.next() => frame.map_err(LinkEnd::Read),
             outcome = writer_ends => {
                 *writer = None;
                 match outcome {
@@ -180,43 +181,12 @@ where
     }
 }
 
-impl<In, W> Drop for Link<In, W> {
+impl<In, W, R> Drop for Link<In, W, R> {
     fn drop(&mut self) {
-        self.reader.abort();
         if let Some(writer) = &self.writer {
             writer.abort();
         }
     }
-}
-
-/// The frames of `recv`, read by a task of their own. A `select!` over the receiver is
-/// cancel-safe; one over `frame::read` is not: a read dropped mid-frame (another branch fired)
-/// loses the bytes it had read and misaligns the stream. The channel is bounded, so a slow
-/// consumer still holds back the peer. The stream's error (or its end) comes last.
-pub fn frames<T, R>(recv: R) -> mpsc::Receiver<Result<T, FrameError>>
-where
-    T: DeserializeOwned + Send + 'static,
-    R: AsyncRead + Unpin + Send + 'static,
-{
-    read_ahead(recv).0
-}
-
-fn read_ahead<T, R>(mut recv: R) -> (mpsc::Receiver<Result<T, FrameError>>, JoinHandle<()>)
-where
-    T: DeserializeOwned + Send + 'static,
-    R: AsyncRead + Unpin + Send + 'static,
-{
-    let (sender, receiver) = mpsc::channel(READ_AHEAD);
-    let reader = tokio::spawn(async move {
-        loop {
-            let frame = weir_proto::frame::read::<_, T>(&mut recv).await;
-            let end = frame.is_err();
-            if sender.send(frame).await.is_err() || end {
-                return;
-            }
-        }
-    });
-    (receiver, reader)
 }
 
 /// The writer task: whatever is queued goes out in one write (up to [`MAX_WRITE`] bytes); when
@@ -230,7 +200,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut buffer = Vec::new();
-    while let Some(message) = queued.recv().await {
+    while let Ok(message) = queued.recv().await {
         buffer.clear();
         buffer.extend_from_slice(&weir_proto::encode(&message)?);
         while buffer.len() < MAX_WRITE {
@@ -240,6 +210,10 @@ where
             }
         }
         send.write_all(&buffer).await?;
+        // An idle link keeps no buffer the size of its largest burst.
+        if buffer.capacity() > 4 << 10 {
+            buffer = Vec::new();
+        }
     }
     let _ = send.shutdown().await;
     Ok(send)
@@ -252,7 +226,7 @@ mod tests {
     use weir_proto::{FromManager, ToManager};
 
     /// One end of an in-memory link: what it reads, and its outbox.
-    type End<In, Out> = (Link<In, DuplexStream>, Outbox<Out>);
+    type End<In, Out> = (Link<In, DuplexStream, DuplexStream>, Outbox<Out>);
 
     /// The two ends of an in-memory link: a manager's and the scheduler's.
     fn pair() -> (End<ToManager, FromManager>, End<FromManager, ToManager>) {
@@ -323,7 +297,7 @@ mod tests {
     async fn a_message_too_large_ends_the_writer_with_its_error() {
         let (a_send, _b_recv) = duplex(1 << 10);
         let (_b_send, a_recv) = duplex(1 << 10);
-        let (mut a, outbox) = Link::<ToManager, DuplexStream>::open(a_send, a_recv);
+        let (mut a, outbox) = Link::<ToManager, DuplexStream, DuplexStream>::open(a_send, a_recv);
         let huge = ToManager::Desired {
             desired: 1,
             stop: vec!["x".repeat(weir_proto::MAX_FRAME)],
@@ -343,8 +317,8 @@ mod tests {
         let (client_send, server_recv) = duplex(1 << 16);
         let (server_send, client_recv) = duplex(1 << 16);
         let (mut server, answers) =
-            Link::<FromManager, DuplexStream>::open(server_send, server_recv);
-        let mut client = Link::<ToManager, DuplexStream>::request(
+            Link::<FromManager, DuplexStream, DuplexStream>::open(server_send, server_recv);
+        let mut client = Link::<ToManager, DuplexStream, DuplexStream>::request(
             client_send,
             client_recv,
             &FromManager::Goodbye,

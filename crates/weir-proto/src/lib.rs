@@ -8,7 +8,7 @@ pub mod bytes;
 pub mod frame;
 pub mod messages;
 
-pub use frame::{FrameError, MAX_FRAME, decode, encode};
+pub use frame::{FrameError, FrameReader, MAX_FRAME, decode, encode};
 pub use messages::*;
 
 /// Most tasks one submission may create (the scheduler refuses more; clients split).

@@ -18,6 +18,7 @@ use super::{journal, metrics};
 use crate::clock::{Clock, Millis};
 use crate::core::scaling::ScalingPolicy;
 use crate::core::scheduler::{Action, ClientId, ConnectionId, Input, Scheduler};
+use crate::net::Outbox;
 use crate::proto::{ErrorCode, Response, ToManager, ToWorker, WorkerId};
 use journaling::stopping;
 
@@ -26,12 +27,12 @@ pub(super) struct Actor {
     /// The core's `now` (ms since the actor was made) and its timer's instants.
     clock: Millis,
     /// Worker connections waiting for their id.
-    joining: HashMap<ConnectionId, (mpsc::UnboundedSender<ToWorker>, JoinReply)>,
-    workers: HashMap<WorkerId, mpsc::UnboundedSender<ToWorker>>,
-    clients: HashMap<ClientId, mpsc::UnboundedSender<Response>>,
-    managers: HashMap<String, mpsc::UnboundedSender<ToManager>>,
+    joining: HashMap<ConnectionId, (Outbox<ToWorker>, JoinReply)>,
+    workers: HashMap<WorkerId, Outbox<ToWorker>>,
+    clients: HashMap<ClientId, Outbox<Response>>,
+    managers: HashMap<String, Outbox<ToManager>>,
     /// Manager connections waiting to be registered or refused.
-    joining_managers: HashMap<ConnectionId, (mpsc::UnboundedSender<ToManager>, ManagerReply)>,
+    joining_managers: HashMap<ConnectionId, (Outbox<ToManager>, ManagerReply)>,
     next_id: u64,
     /// Work for the policy thread; `None` without a policy.
     pub policy: Option<super::policy::PolicyRunner>,

@@ -574,3 +574,102 @@ fn after_a_restart_only_tasks_that_started_wait_behind_the_fence_and_attempts_ca
     assert!(first_line.contains("Queued, 1 attempt(s)"), "{explained}");
     cluster.json(&["cancel", &long["job"].to_string()]);
 }
+
+/// A manager told a slow pace (a large cluster's, made here by `--idle-beats 0.25`: 4 s per
+/// peer, 8 s for a manager and its worker, as 22 s is for 10,000 workers under 1,000 managers)
+/// judges a stopped scheduler (SIGSTOP) by that pace: silent past the pace and 2.5 s
+/// (`weir_core::lease::manager_silence`, 10.5 s), it connects again. Not sooner: a manager that
+/// kept the 5 s limit of a small cluster would take a live scheduler at a large cluster's pace
+/// for gone between two reports. And not never: QUIC's own timeout on its side is 600 s. The
+/// busy worker it started keeps its task through it, and the task runs once.
+#[test]
+fn a_manager_at_a_slow_pace_takes_a_stopped_scheduler_for_gone_by_that_pace_and_comes_back() {
+    use std::io::BufRead;
+    let mut cluster = Cluster::start_with(&[
+        "--heartbeat-timeout",
+        "2",
+        "--idle-beats",
+        "0.25",
+        "--worker-lease",
+        "60",
+    ]);
+    let mut command = cluster.launcher().command("worker-manager").unwrap();
+    command
+        .args([
+            "--heartbeat-interval",
+            "0.2",
+            "--id",
+            "slow",
+            "--fixed",
+            "1",
+        ])
+        .env("RUST_LOG", "weir=info")
+        .stderr(std::process::Stdio::piped());
+    let mut manager = command.spawn().expect("worker-manager starts");
+    let stderr = manager.stderr.take().unwrap();
+    cluster.keep(manager);
+    let (said, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if said.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The manager's next line that has every one of `words`.
+    let mut seen = Vec::new();
+    let mut until = |words: &[&str]| -> String {
+        let deadline = std::time::Instant::now() + common::deadline();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = lines.recv_timeout(left).unwrap_or_else(|_| {
+                panic!(
+                    "the manager never said {words:?}; it said:\n{}",
+                    seen.join("\n")
+                )
+            });
+            if words.iter().all(|word| line.contains(word)) {
+                return line;
+            }
+            seen.push(line);
+        }
+    };
+    let log = cluster.dir.path().join("runs.log");
+    let script = format!(
+        "echo $WEIR_TASK_ID >> {}; sleep 12; echo $WEIR_TASK_INDEX",
+        log.display()
+    );
+    let job = cluster.json(&["submit", "--", "sh", "-c", &script]);
+    let job = job["job"].to_string();
+    cluster.await_status(|s| s["tasks"]["running"] == 1);
+    until(&[
+        "weir::manager",
+        "reporting at the scheduler's pace",
+        "pace=8s",
+        "silence_limit=10.5s",
+    ]);
+
+    let scheduler = cluster.scheduler.id();
+    common::signal(scheduler, "-STOP");
+    // (The worker it started shares its stderr, and judges by its own limit.)
+    let gone = until(&["weir::manager", "silent too long"]);
+    common::signal(scheduler, "-CONT");
+    let silent = gone
+        .split("silent=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|secs| secs.strip_suffix('s'))
+        .and_then(|secs| secs.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no `silent=SECONDS` in: {gone}"));
+    assert!(silent > 10.5, "judged by the small cluster's limit: {gone}");
+    // It connected again: a new session is told the pace at its start.
+    until(&["weir::manager", "reporting at the scheduler's pace"]);
+    let done = cluster.json(&["wait", &job]);
+    assert_eq!(done["counts"]["succeeded"], 1, "{done}");
+    cluster.assert_each_task_ran_once(&job, 1);
+    let runs = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(runs.lines().count(), 1, "{runs}");
+}

@@ -43,6 +43,11 @@ impl Reports {
         self.every = beat.max(self.floor);
     }
 
+    /// How often an unchanged state is reported.
+    pub fn every(&self) -> Duration {
+        self.every
+    }
+
     /// How long the scheduler may be silent before this manager takes it for gone and connects
     /// again: its pace and half of [`net::IDLE_TIMEOUT`](crate::net::IDLE_TIMEOUT) of slack,
     /// never under it (`weir_core::lease::manager_silence`, the rule the scheduler judges the

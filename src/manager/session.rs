@@ -90,7 +90,14 @@ pub async fn run_dynamic(
                     }
                     report(&mut reports, pool.state());
                 }
-                Ok(ToManager::Pace { beat_ms }) => reports.pace(Duration::from_millis(beat_ms)),
+                Ok(ToManager::Pace { beat_ms }) => {
+                    reports.pace(Duration::from_millis(beat_ms));
+                    tracing::info!(
+                        pace = ?reports.every(),
+                        silence_limit = ?reports.silence_limit(),
+                        "reporting at the scheduler's pace"
+                    );
+                }
                 Err(end) => break SessionEnd::Link(end),
             },
             signal = signals.recv() => break SessionEnd::Stopped(signal),

@@ -57,7 +57,7 @@ pub struct Responses {
 }
 
 impl Responses {
-    /// Cancel-safe: responses are read ahead by the link.
+    /// Cancel-safe: the link keeps a response read in part for the next call.
     pub async fn next(&mut self) -> Result<Option<Response>, NetError> {
         match self.link.next().await {
             Ok(Response::Error { code, message }) => Err(NetError::Request { code, message }),

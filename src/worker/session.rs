@@ -169,7 +169,7 @@ impl Worker {
             .handle(self.clock.now(), Input::SessionEnded { stopping });
         let _ = self.perform(Some(&outgoing));
         env_task.abort();
-        // Stop reporting (the link's reader and writer end with it).
+        // Stop reporting (the link's writer ends with it).
         drop(link);
         if stopping {
             // Stop every task (a command's group is killed and reaped, a wasm instance

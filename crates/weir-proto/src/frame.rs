@@ -103,6 +103,8 @@ pub struct FrameReader<R> {
     have: usize,
     /// The payload so far, its capacity the frame's size, once the prefix is complete.
     payload: Vec<u8>,
+    /// An error ended the frames: every later call says `Closed`, as a reader that stopped.
+    failed: bool,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -119,12 +121,24 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             prefix: [0; 4],
             have: 0,
             payload: Vec::new(),
+            failed: false,
         }
     }
 
     /// The next frame, decoded; `Closed` at a clean end of stream between frames. Cancel-safe:
     /// each await is one read of tokio's cancel-safe kind, and what it read is kept in `self`.
+    /// An error ends the frames (what follows a refused or cut frame is not aligned): every
+    /// later call is `Closed`.
     pub async fn next<T: DeserializeOwned>(&mut self) -> Result<T, FrameError> {
+        if self.failed {
+            return Err(FrameError::Closed);
+        }
+        let frame = self.frame().await;
+        self.failed = frame.is_err();
+        frame
+    }
+
+    async fn frame<T: DeserializeOwned>(&mut self) -> Result<T, FrameError> {
         while self.have < self.prefix.len() {
             let read = self.recv.read(&mut self.prefix[self.have..]).await?;
             if read == 0 {
@@ -282,6 +296,11 @@ mod tests {
                 size: 256,
                 limit: 255
             })
+        ));
+        // Nothing of the refused frame is read afterwards.
+        assert!(matches!(
+            large.next::<Hello>().await,
+            Err(FrameError::Closed)
         ));
         let cut = encode(&Hello {
             version: PROTOCOL_VERSION,

@@ -70,24 +70,13 @@ pub async fn read<R: AsyncRead + Unpin, T: DeserializeOwned>(
     read_limited(reader, MAX_FRAME).await
 }
 
-/// Read one frame of at most `limit` bytes (refused before anything is allocated).
+/// Read one frame of at most `limit` bytes (refused before anything is allocated). Reads no
+/// byte past the frame.
 pub async fn read_limited<R: AsyncRead + Unpin, T: DeserializeOwned>(
     reader: &mut R,
     limit: usize,
 ) -> Result<T, FrameError> {
-    let mut prefix = [0u8; 4];
-    match reader.read_exact(&mut prefix).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let size = u32::from_be_bytes(prefix) as usize;
-    if size > limit {
-        return Err(FrameError::TooLarge { size, limit });
-    }
-    let mut payload = vec![0u8; size];
-    reader.read_exact(&mut payload).await?;
-    decode(&payload)
+    FrameReader::with_limit(reader, limit).next().await
 }
 
 /// A frame reader whose [`FrameReader::next`] is cancel-safe: what a read dropped mid-frame had
@@ -125,7 +114,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    /// The next frame, decoded; `Closed` at a clean end of stream between frames. Cancel-safe:
+    /// The next frame, decoded; `Closed` where the stream ends before a whole length prefix
+    /// (between frames, or within the 4 bytes, as `read_exact` said before). Cancel-safe:
     /// each await is one read of tokio's cancel-safe kind, and what it read is kept in `self`.
     /// An error ends the frames (what follows a refused or cut frame is not aligned): every
     /// later call is `Closed`.
@@ -142,11 +132,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         while self.have < self.prefix.len() {
             let read = self.recv.read(&mut self.prefix[self.have..]).await?;
             if read == 0 {
-                return Err(if self.have == 0 {
-                    FrameError::Closed
-                } else {
-                    std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()
-                });
+                return Err(FrameError::Closed);
             }
             self.have += read;
             if self.have == self.prefix.len() {
@@ -170,11 +156,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
         self.have = 0;
         decode(&std::mem::take(&mut self.payload))
-    }
-
-    /// The stream, for what is left after the frames.
-    pub fn into_inner(self) -> R {
-        self.recv
     }
 }
 
@@ -310,10 +291,11 @@ mod tests {
         .unwrap();
         let mut cut = FrameReader::new(&cut[..cut.len() - 1]);
         assert!(matches!(cut.next::<Hello>().await, Err(FrameError::Io(_))));
+        // A prefix cut short is the stream's end, as `read_exact` reported it before.
         let mut prefix_only = FrameReader::new(&[0u8, 0][..]);
         assert!(matches!(
             prefix_only.next::<Hello>().await,
-            Err(FrameError::Io(_))
+            Err(FrameError::Closed)
         ));
     }
 }

@@ -2,6 +2,7 @@
 # Rebuild every plugin component from source and copy it where the host expects it:
 #   bundled plugins -> plugins/<name>.wasm       (waterfall_v1, waterfall_v2, mem_gt)
 #   test fixtures   -> plugins/fixtures/<name>.wasm
+#   (plugins/fixtures/frozen/*.wasm are never rebuilt: their hashes are checked)
 # The outputs are committed. `plugins/build.sh --check` rebuilds and fails if any committed
 # component differs from what the source builds (CI runs this).
 set -euo pipefail
@@ -43,6 +44,11 @@ place() { # name destination
   fi
 }
 for name in "${bundled[@]}"; do place "$name" "$here/$name.wasm"; done
+# Frozen components (fixtures/frozen/README.md) are never rebuilt: only their bytes are checked.
+if ! (cd "$here/fixtures/frozen" && sha256sum --check --quiet SHA256SUMS); then
+  echo "plugins/build.sh: a frozen component in plugins/fixtures/frozen changed; restore it from git" >&2
+  status=1
+fi
 mkdir -p "$here/fixtures"
 for name in "${fixtures[@]}"; do place "$name" "$here/fixtures/$name.wasm"; done
 if [ $status -eq 0 ]; then

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use weir::core::scaling::{Manager, Nonsense, PolicyFailure, Snapshot};
-use weir::plugin::{HostFacts, Limits, Origin, PluginError, PluginHost, World, bundled};
+use weir::plugin::{HostFacts, Limits, Origin, PluginError, PluginHost, Version, World, bundled};
 
 const HOSTILE_POLICY: &[u8] = include_bytes!("../plugins/fixtures/hostile_policy.wasm");
 const HOSTILE_CONDITION: &[u8] = include_bytes!("../plugins/fixtures/hostile_condition.wasm");
@@ -41,11 +41,14 @@ fn config(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn one_manager() -> Snapshot {
-    Snapshot {
+fn one_manager() -> Arc<Snapshot> {
+    Arc::new(Snapshot {
+        fetch: Default::default(),
         now_ms: 0,
         scale_down_delay_ms: 0,
         managers: vec![Manager {
+            counted: None,
+            walltime_ms: None,
             id: "wm1".into(),
             worker_type: "native".into(),
             max_task_concurrency: 10,
@@ -57,25 +60,58 @@ fn one_manager() -> Snapshot {
             environments: vec![],
         }],
         demand: vec![],
-    }
+    })
 }
 
 #[test]
-fn bundled_components_declare_their_worlds() {
-    for (name, bytes, world) in [
-        ("waterfall_v1", bundled::WATERFALL_V1, World::Policy),
-        ("waterfall_v2", bundled::WATERFALL_V2, World::Policy),
-        ("mem_gt", bundled::MEM_GT, World::Environment),
-        ("hostile_policy", HOSTILE_POLICY, World::Policy),
-        ("hostile_condition", HOSTILE_CONDITION, World::Environment),
+fn bundled_components_declare_their_worlds_and_versions() {
+    let frozen = include_bytes!("../plugins/fixtures/frozen/waterfall_v2-0.1.0.wasm");
+    for (name, bytes, world, version) in [
+        (
+            "waterfall_v1",
+            bundled::WATERFALL_V1,
+            World::Policy,
+            Version::V0_2,
+        ),
+        (
+            "waterfall_v2",
+            bundled::WATERFALL_V2,
+            World::Policy,
+            Version::V0_2,
+        ),
+        (
+            "waterfall_v2-0.1.0",
+            &frozen[..],
+            World::Policy,
+            Version::V0_1,
+        ),
+        ("mem_gt", bundled::MEM_GT, World::Environment, Version::V0_1),
+        (
+            "hostile_policy",
+            HOSTILE_POLICY,
+            World::Policy,
+            Version::V0_1,
+        ),
+        (
+            "hostile_condition",
+            HOSTILE_CONDITION,
+            World::Environment,
+            Version::V0_1,
+        ),
     ] {
         let loaded = host().load(name, bytes, None).expect(name);
         assert_eq!(loaded.world, Some(world), "{name}");
+        assert_eq!(loaded.version, Some(version), "{name}");
         let inspection = host().inspect(&loaded);
+        assert_eq!(inspection.version, Some(version), "{name}");
+        let interface = match world {
+            World::Environment => "condition",
+            World::Policy => "scaling",
+            World::Task => "runner",
+        };
+        let export = format!("weir:plugin/{interface}@{}", version.as_str());
         assert!(
-            inspection
-                .exports
-                .contains(&world.export_name().to_string()),
+            inspection.exports.contains(&export),
             "{name}: {inspection:?}"
         );
         // WASI is imported (Rust std) but granted nothing; nothing else outside weir:plugin.
@@ -425,7 +461,8 @@ fn wrong_world_and_non_components_get_one_clear_error() {
         .unwrap_err();
     assert_eq!(
         wrong.to_string(),
-        "mem_gt.wasm: does not implement the `policy` world (it must export `weir:plugin/scaling@0.1.0`); \
+        "mem_gt.wasm: does not implement the `policy` world (it must export \
+         `weir:plugin/scaling@0.2.0` or `weir:plugin/scaling@0.1.0`); \
          it implements the `environment` world instead"
     );
     let text = host()

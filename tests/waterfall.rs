@@ -1,15 +1,17 @@
 //! The waterfall engines on table-driven snapshots: every case runs through the native reference
-//! (`weir-waterfall` compiled into the host) and through the real WASM component, which must
-//! agree with each other and with the expected decision. A property test then checks they agree
-//! on random snapshots and that every decision passes the scheduler's validation.
+//! (`weir-waterfall` compiled into the host), through the bundled WASM component (built against
+//! `weir:plugin@0.2.0`: workers counted, lists asked for) and through the same engine as built
+//! against 0.1.0 (`plugins/fixtures/frozen`, every worker listed), which must all agree with
+//! each other and with the expected decision. A property test then checks they agree on random
+//! snapshots and that every decision passes the scheduler's validation.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use proptest::prelude::*;
 use weir::core::scaling::{
     Demand, Manager, Snapshot, UNLIMITED, Verdict, Worker, validate_decisions,
 };
-use weir::plugin::{Limits, PluginHost, World, bundled};
+use weir::plugin::{Limits, PluginHost, Version, World, bundled};
 use weir_waterfall::{Flavor, Policy};
 
 const V1_REFERENCE: &str = include_str!("../examples/configs/waterfall_v1.toml");
@@ -29,6 +31,8 @@ fn reference_content(toml: &str) -> &str {
 
 fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
     Manager {
+        counted: None,
+        walltime_ms: None,
         id: id.into(),
         worker_type: worker_type.into(),
         max_task_concurrency: cap,
@@ -43,6 +47,7 @@ fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
 
 fn idle(id: u64, slots: u32, idle_ms: u64) -> Worker {
     Worker {
+        time_left_ms: None,
         id,
         slots,
         busy: 0,
@@ -61,6 +66,7 @@ fn queued(n: u32) -> Demand {
 
 fn snapshot(managers: Vec<Manager>, demand: Vec<Demand>) -> Snapshot {
     Snapshot {
+        fetch: Default::default(),
         now_ms: 1_000_000,
         scale_down_delay_ms: 30_000,
         managers,
@@ -68,27 +74,42 @@ fn snapshot(managers: Vec<Manager>, demand: Vec<Demand>) -> Snapshot {
     }
 }
 
-/// `(manager, desired workers, stopped workers)` from both implementations, checked equal.
+/// The waterfalls as built against `weir:plugin@0.1.0`, byte for byte.
+const FROZEN_V1: &[u8] = include_bytes!("../plugins/fixtures/frozen/waterfall_v1-0.1.0.wasm");
+const FROZEN_V2: &[u8] = include_bytes!("../plugins/fixtures/frozen/waterfall_v2-0.1.0.wasm");
+
+/// `(manager, desired workers, stopped workers)` from the three implementations, checked equal.
 fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u32, Vec<u64>)> {
+    let snapshot = Arc::new(snapshot.clone());
     let native = Policy::parse(flavor, content)
         .expect("content parses")
-        .decide(snapshot);
-    let (name, bytes) = match flavor {
-        Flavor::ManagerId => ("waterfall_v1", bundled::WATERFALL_V1),
-        Flavor::WorkerType => ("waterfall_v2", bundled::WATERFALL_V2),
+        .decide(&snapshot);
+    let (name, bytes, frozen) = match flavor {
+        Flavor::ManagerId => ("waterfall_v1", bundled::WATERFALL_V1, FROZEN_V1),
+        Flavor::WorkerType => ("waterfall_v2", bundled::WATERFALL_V2, FROZEN_V2),
     };
-    let loaded = host()
-        .load(name, bytes, Some(World::Policy))
-        .expect("bundled policy loads");
-    let mut wasm = host()
-        .policy(&loaded, content, Limits::default())
-        .expect("content accepted");
-    let from_wasm = wasm.decide(snapshot).expect("decide succeeds");
-    assert_eq!(
-        native, from_wasm,
-        "native reference and {name}.wasm disagree"
-    );
-    validate_decisions(snapshot, &native).expect("decisions are valid");
+    for (build, bytes, version) in [
+        (name.to_string(), bytes, Version::V0_2),
+        (format!("{name}-0.1.0"), frozen, Version::V0_1),
+    ] {
+        let loaded = host()
+            .load(&build, bytes, Some(World::Policy))
+            .expect("policy loads");
+        assert_eq!(
+            loaded.version,
+            Some(version),
+            "{build}: its weir:plugin version"
+        );
+        let mut wasm = host()
+            .policy(&loaded, content, Limits::default())
+            .expect("content accepted");
+        let from_wasm = wasm.decide(&snapshot).expect("decide succeeds");
+        assert_eq!(
+            native, from_wasm,
+            "native reference and {build}.wasm disagree"
+        );
+    }
+    validate_decisions(&snapshot, &native).expect("decisions are valid");
     native
         .into_iter()
         .map(|d| (d.manager_id, d.desired_workers, d.stop))
@@ -249,12 +270,14 @@ fn demand_spills_only_once_the_tier_above_is_up() {
     let mut up = managers;
     up[0].workers = vec![
         Worker {
+            time_left_ms: None,
             id: 11,
             slots: 1,
             busy: 1,
             idle_ms: 0,
         },
         Worker {
+            time_left_ms: None,
             id: 12,
             slots: 1,
             busy: 1,
@@ -288,6 +311,7 @@ fn running_tasks_stay_and_their_free_slots_are_used_first() {
     let content = "1, native\n2, burst\n";
     let mut burst = manager("b", "burst", 8, 4);
     burst.workers = vec![Worker {
+        time_left_ms: None,
         id: 21,
         slots: 4,
         busy: 1,
@@ -311,6 +335,7 @@ fn running_tasks_stay_and_their_free_slots_are_used_first() {
     // Once tier 1 is up, burst's 3 free slots absorb 3 of the 7 overflow tasks before a new worker.
     let mut up = managers;
     up[0].workers = vec![Worker {
+        time_left_ms: None,
         id: 11,
         slots: 4,
         busy: 4,
@@ -330,6 +355,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
         idle(21, 1, 60_000),
         idle(22, 1, 90_000),
         Worker {
+            time_left_ms: None,
             id: 23,
             slots: 1,
             busy: 1,
@@ -497,6 +523,7 @@ fn unknown_verdict_gets_one_worker_to_learn() {
     assert_eq!(desired(&got), vec![("fresh", 1), ("known", 0)]);
     // Its worker is up and still has not answered: the rest spills to the tier that matches.
     fresh.workers = vec![Worker {
+        time_left_ms: None,
         id: 31,
         slots: 2,
         busy: 2,
@@ -572,6 +599,7 @@ fn spare_room_is_counted_in_the_resource_that_binds() {
     let mut gpu = manager("g", "gpu", 64, 4);
     gpu.capabilities = vec![("gpu".into(), 1)];
     gpu.workers = vec![Worker {
+        time_left_ms: None,
         id: 1,
         slots: 4,
         busy: 1,
@@ -619,6 +647,7 @@ fn no_decision_goes_above_the_cap_whatever_the_manager_runs() {
     let mut m = manager("m", "t", 2, 1);
     m.workers = vec![
         Worker {
+            time_left_ms: None,
             id: 1,
             slots: 1,
             busy: 1,
@@ -772,6 +801,8 @@ fn arb_manager(index: usize) -> impl Strategy<Value = Manager> {
     )
         .prop_map(
             move |(wt, cap, slots, online, workers, starting, caps, envs)| Manager {
+                counted: None,
+                walltime_ms: None,
                 id: format!("m{index}"),
                 worker_type: wt.to_string(),
                 max_task_concurrency: cap,
@@ -781,6 +812,7 @@ fn arb_manager(index: usize) -> impl Strategy<Value = Manager> {
                     .into_iter()
                     .enumerate()
                     .map(|(i, (busy, idle_ms))| Worker {
+                        time_left_ms: None,
                         id: (index * 100 + i) as u64,
                         slots,
                         busy: busy.min(slots),
@@ -807,22 +839,24 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                     ),
                     prop::collection::vec(prop::sample::select(vec!["large", "fast"]), 0..2),
                     0u32..200,
+                    prop_oneof![Just(0u32), 0u32..8],
                 ),
                 0..4,
             );
             (Just(managers), demand, 0u64..60_000)
         })
         .prop_map(|(managers, demand, delay)| Snapshot {
+            fetch: Default::default(),
             now_ms: 42,
             scale_down_delay_ms: delay,
             managers,
             demand: demand
                 .into_iter()
-                .map(|(caps, envs, queued)| Demand {
+                .map(|(caps, envs, queued, running)| Demand {
                     capabilities: caps.into_iter().map(|(c, n)| (c.to_string(), n)).collect(),
                     environments: envs.into_iter().map(str::to_string).collect(),
                     queued,
-                    running: 0,
+                    running,
                 })
                 .collect(),
         })

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::bindings::environment::{Environment, EnvironmentPre, weir::plugin::host};
+use super::bindings::v0_1::environment::{Environment, EnvironmentPre, weir::plugin::host};
 use super::epoch::Epoch;
 use super::facts::HostFacts;
 use super::sandbox::{Sandboxed, State};

@@ -166,11 +166,18 @@ impl From<PluginError> for PolicyFailure {
 fn wrong_world(expected: World, found: Option<World>) -> String {
     let mut text = format!(
         "does not implement the `{expected}` world (it must export `{}`)",
-        expected.export_name()
+        super::EXPORTS
+            .iter()
+            .filter(|(world, _, _)| *world == expected)
+            .map(|(_, _, name)| *name)
+            .collect::<Vec<_>>()
+            .join("` or `")
     );
     match found {
         Some(found) => text.push_str(&format!("; it implements the `{found}` world instead")),
-        None => text.push_str("; it exports no weir:plugin@0.1.0 interface"),
+        None => {
+            text.push_str("; it exports no weir:plugin interface the host knows (0.1.0, 0.2.0)")
+        }
     }
     text
 }

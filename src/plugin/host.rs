@@ -9,16 +9,20 @@ use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Config, Engine};
 
+use super::bindings::{v0_1, v0_2};
 use super::epoch::Epoch;
+use super::policy::Pre;
 use super::sandbox::State;
 use super::{
-    ConditionPlugin, Limits, Loaded, Origin, PluginError, PolicyPlugin, TaskPlugin, World,
-    bindings, cache,
+    ConditionPlugin, Limits, Loaded, Origin, PluginError, PolicyPlugin, TaskPlugin, Version, World,
+    cache,
 };
 
+/// A linker per world and version (`bindings.rs`).
 struct Linkers {
     environment: Linker<State>,
     policy: Linker<State>,
+    policy_v2: Linker<State>,
     task: Linker<State>,
 }
 
@@ -51,13 +55,16 @@ impl PluginHost {
         let epoch = Epoch::start(&engine);
         let linkers = Linkers {
             environment: linker(&engine, |l| {
-                bindings::environment::Environment::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+                v0_1::environment::Environment::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
             policy: linker(&engine, |l| {
-                bindings::policy::Policy::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+                v0_1::policy::Policy::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+            })?,
+            policy_v2: linker(&engine, |l| {
+                v0_2::policy::Policy::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
             task: linker(&engine, |l| {
-                bindings::task::Task::add_to_linker::<_, HasSelf<_>>(l, |s| s)
+                v0_1::task::Task::add_to_linker::<_, HasSelf<_>>(l, |s| s)
             })?,
         };
         let disk = cache_dir.map(|dir| cache::DiskCache::new(dir, &engine));
@@ -79,17 +86,19 @@ impl PluginHost {
         self.epoch.engine()
     }
 
-    /// Link `loaded` against `world`'s imports and check its exports have the WIT's types.
+    /// Link `loaded` against the imports of `world` in the version it was built for, and check
+    /// its exports have the WIT's types.
     fn typed_pre<P>(
         &self,
         loaded: &Loaded,
         world: World,
         typed: impl FnOnce(InstancePre<State>) -> wasmtime::Result<P>,
     ) -> Result<P, PluginError> {
-        let linker = match world {
-            World::Environment => &self.linkers.environment,
-            World::Policy => &self.linkers.policy,
-            World::Task => &self.linkers.task,
+        let linker = match (world, loaded.version) {
+            (World::Environment, _) => &self.linkers.environment,
+            (World::Policy, Some(Version::V0_2)) => &self.linkers.policy_v2,
+            (World::Policy, _) => &self.linkers.policy,
+            (World::Task, _) => &self.linkers.task,
         };
         let link_error = |e: wasmtime::Error| PluginError::Link {
             plugin: loaded.name.to_string(),
@@ -111,7 +120,12 @@ impl PluginHost {
         content: &str,
         limits: Limits,
     ) -> Result<PolicyPlugin, PluginError> {
-        let pre = self.typed_pre(loaded, World::Policy, bindings::policy::PolicyPre::new)?;
+        let pre = match loaded.version {
+            Some(Version::V0_2) => {
+                Pre::V0_2(self.typed_pre(loaded, World::Policy, v0_2::policy::PolicyPre::new)?)
+            }
+            _ => Pre::V0_1(self.typed_pre(loaded, World::Policy, v0_1::policy::PolicyPre::new)?),
+        };
         PolicyPlugin::new(
             loaded.name.clone(),
             pre,
@@ -129,7 +143,7 @@ impl PluginHost {
         let pre = self.typed_pre(
             loaded,
             World::Environment,
-            bindings::environment::EnvironmentPre::new,
+            v0_1::environment::EnvironmentPre::new,
         )?;
         Ok(ConditionPlugin::new(
             loaded.name.clone(),
@@ -140,7 +154,7 @@ impl PluginHost {
     }
 
     pub fn task(&self, loaded: &Loaded, limits: Limits) -> Result<TaskPlugin, PluginError> {
-        let pre = self.typed_pre(loaded, World::Task, bindings::task::TaskPre::new)?;
+        let pre = self.typed_pre(loaded, World::Task, v0_1::task::TaskPre::new)?;
         Ok(TaskPlugin::new(
             loaded.name.clone(),
             pre,
@@ -154,6 +168,7 @@ impl PluginHost {
         let ty = loaded.component.component_type();
         Inspection {
             world: loaded.world,
+            version: loaded.version,
             imports: ty
                 .imports(self.engine())
                 .map(|(n, _)| n.to_string())
@@ -174,6 +189,8 @@ impl PluginHost {
 #[derive(Clone, Debug)]
 pub struct Inspection {
     pub world: Option<World>,
+    /// The `weir:plugin` version it was built against.
+    pub version: Option<Version>,
     pub imports: Vec<String>,
     pub exports: Vec<String>,
     pub size_bytes: usize,

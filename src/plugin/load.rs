@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::component::Component;
 
-use super::{Origin, PluginError, PluginHost, World, cache};
+use super::{EXPORTS, Origin, PluginError, PluginHost, Version, World, cache};
 
 /// A checked, compiled component.
 #[derive(Clone)]
@@ -18,6 +18,8 @@ pub struct Loaded {
     pub name: Arc<str>,
     pub component: Component,
     pub world: Option<World>,
+    /// The `weir:plugin` version of the interface it exports.
+    pub version: Option<Version>,
     pub sha256: [u8; 32],
     pub size: usize,
     pub origin: Origin,
@@ -30,6 +32,7 @@ impl fmt::Debug for Loaded {
         f.debug_struct("Loaded")
             .field("name", &self.name)
             .field("world", &self.world)
+            .field("version", &self.version)
             .field("sha256", &hex::encode(self.sha256))
             .field("size", &self.size)
             .field("origin", &self.origin)
@@ -61,12 +64,13 @@ impl PluginHost {
         let sha256 = cache::content_hash(bytes);
         let (component, origin) = self.compile(&plugin, bytes, &sha256)?;
         let load_time = started.elapsed();
-        let world = World::of_exports(
+        let found = World::of_exports(
             component
                 .component_type()
                 .exports(self.engine())
                 .map(|(n, _)| n),
         );
+        let world = found.map(|(world, _)| world);
         if let Some(expected) = expected
             && world != Some(expected)
         {
@@ -81,6 +85,7 @@ impl PluginHost {
             name: name.into(),
             component,
             world,
+            version: found.map(|(_, version)| version),
             sha256,
             size: bytes.len(),
             origin,
@@ -114,9 +119,10 @@ impl PluginHost {
                             plugin: plugin.clone(),
                             detail: e.to_string(),
                         })?;
-                World::ALL
-                    .into_iter()
-                    .find(|w| types.component_item_for_export(w.export_name()).is_some())
+                EXPORTS
+                    .iter()
+                    .find(|(_, _, name)| types.component_item_for_export(name).is_some())
+                    .map(|(world, _, _)| *world)
             }
         };
         if world != Some(expected) {

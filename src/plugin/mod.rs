@@ -30,6 +30,7 @@ pub use error::PluginError;
 pub use facts::HostFacts;
 pub use host::{Inspection, PluginHost};
 pub use load::Loaded;
+
 pub use policy::PolicyPlugin;
 pub use sandbox::StopCheck;
 pub use task::TaskPlugin;
@@ -57,19 +58,62 @@ impl World {
         }
     }
 
-    /// The interface a component of this world exports.
+    /// The interface a component of this world exports, in the newest version the host runs.
     pub fn export_name(self) -> &'static str {
-        match self {
-            World::Environment => "weir:plugin/condition@0.1.0",
-            World::Policy => "weir:plugin/scaling@0.1.0",
-            World::Task => "weir:plugin/runner@0.1.0",
-        }
+        EXPORTS
+            .iter()
+            .find(|(world, _, _)| *world == self)
+            .map_or("", |(_, _, name)| name)
     }
 
-    fn of_exports<'a>(mut exports: impl Iterator<Item = &'a str>) -> Option<World> {
-        exports.find_map(|name| World::ALL.into_iter().find(|w| w.export_name() == name))
+    /// The world and version of the first weir interface among a component's exports.
+    fn of_exports<'a>(mut exports: impl Iterator<Item = &'a str>) -> Option<(World, Version)> {
+        exports.find_map(|name| {
+            EXPORTS
+                .iter()
+                .find(|(_, _, export)| *export == name)
+                .map(|(world, version, _)| (*world, *version))
+        })
     }
 }
+
+/// A version of `weir:plugin` the host has bindings for (`bindings.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Version {
+    /// `wit/weir.wit`: every world.
+    #[serde(rename = "0.1.0")]
+    V0_1,
+    /// `wit/0.2.0/weir.wit`: the `policy` world.
+    #[serde(rename = "0.2.0")]
+    V0_2,
+}
+
+impl Version {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V0_1 => "0.1.0",
+            Version::V0_2 => "0.2.0",
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "weir:plugin@{}", self.as_str())
+    }
+}
+
+/// What a component of each world exports in each version the host runs, newest first.
+const EXPORTS: [(World, Version, &str); 4] = [
+    (
+        World::Environment,
+        Version::V0_1,
+        "weir:plugin/condition@0.1.0",
+    ),
+    (World::Policy, Version::V0_2, "weir:plugin/scaling@0.2.0"),
+    (World::Policy, Version::V0_1, "weir:plugin/scaling@0.1.0"),
+    (World::Task, Version::V0_1, "weir:plugin/runner@0.1.0"),
+];
 
 impl fmt::Display for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -11,7 +11,7 @@ use wasmtime::{ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::environment::weir::plugin::log;
+use super::bindings::{v0_1, v0_2};
 use super::epoch::Epoch;
 use super::facts::HostFacts;
 use super::{EPOCH_TICK, Limits, PluginError};
@@ -28,6 +28,9 @@ pub(super) struct State {
     pub(super) facts: Option<Arc<HostFacts>>,
     /// `setup` values a sandboxed task may read, by environment name.
     pub(super) environment_values: Vec<(String, Vec<(String, String)>)>,
+    /// The snapshot a 0.2.0 policy is deciding on, for the worker lists it asks for
+    /// (`cluster.workers`); `None` outside `decide`.
+    pub(super) snapshot: Option<Arc<crate::core::scaling::Snapshot>>,
 }
 
 impl WasiView for State {
@@ -63,6 +66,7 @@ impl State {
             stderr,
             facts: None,
             environment_values: Vec::new(),
+            snapshot: None,
         }
     }
 
@@ -152,8 +156,9 @@ impl ResourceLimiter for MemoryCap {
     }
 }
 
-impl log::Host for State {
-    fn log(&mut self, level: log::Level, message: String) {
+impl State {
+    /// A guest's log line, into `tracing` at `level`, cut at 4,096 characters.
+    fn log(&self, level: tracing::Level, message: String) {
         const MAX: usize = 4096;
         let message = match message.char_indices().nth(MAX) {
             Some((cut, _)) => format!("{}... ({} bytes)", &message[..cut], message.len()),
@@ -161,16 +166,39 @@ impl log::Host for State {
         };
         let plugin = &*self.plugin;
         match level {
-            log::Level::Trace => tracing::trace!(plugin, "{message}"),
-            log::Level::Debug => tracing::debug!(plugin, "{message}"),
-            log::Level::Info => tracing::info!(plugin, "{message}"),
-            log::Level::Warn => tracing::warn!(plugin, "{message}"),
-            log::Level::Error => tracing::error!(plugin, "{message}"),
+            tracing::Level::TRACE => tracing::trace!(plugin, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(plugin, "{message}"),
+            tracing::Level::INFO => tracing::info!(plugin, "{message}"),
+            tracing::Level::WARN => tracing::warn!(plugin, "{message}"),
+            tracing::Level::ERROR => tracing::error!(plugin, "{message}"),
         }
     }
 }
 
-impl super::bindings::environment::weir::plugin::types::Host for State {}
+/// The `log` interface of each version: the same enum, generated once per version.
+macro_rules! log_host {
+    ($($log:ident)::+) => {
+        impl $($log)::+::Host for State {
+            fn log(&mut self, level: $($log)::+::Level, message: String) {
+                use $($log)::+::Level;
+                let level = match level {
+                    Level::Trace => tracing::Level::TRACE,
+                    Level::Debug => tracing::Level::DEBUG,
+                    Level::Info => tracing::Level::INFO,
+                    Level::Warn => tracing::Level::WARN,
+                    Level::Error => tracing::Level::ERROR,
+                };
+                State::log(self, level, message);
+            }
+        }
+    };
+}
+
+log_host!(v0_1::environment::weir::plugin::log);
+log_host!(v0_2::policy::weir::plugin::log);
+
+impl v0_1::environment::weir::plugin::types::Host for State {}
+impl v0_2::policy::weir::plugin::types::Host for State {}
 
 /// A guest's own refusal: the message of a WIT `result<_, string>` (it becomes
 /// [`PluginError::Refused`]).

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::bindings::task::{Task, TaskPre, weir::plugin::environment_values};
+use super::bindings::v0_1::task::{Task, TaskPre, weir::plugin::environment_values};
 use super::condition::Config;
 use super::epoch::Epoch;
 use super::sandbox::{Sandboxed, State};

@@ -13,7 +13,7 @@ use crate::plugin::{Limits, PluginHost, World};
 
 /// Work for the policy thread, in order.
 pub(super) enum PolicyJob {
-    Decide(Snapshot),
+    Decide(Arc<Snapshot>),
     /// A new policy that passed its trial: it decides from the next snapshot on.
     Replace(Box<dyn ScalingPolicy>),
 }
@@ -58,7 +58,7 @@ impl PolicyRunner {
     }
 }
 
-fn decide(policy: &mut dyn ScalingPolicy, snapshot: &Snapshot) -> Event {
+fn decide(policy: &mut dyn ScalingPolicy, snapshot: &Arc<Snapshot>) -> Event {
     let started = std::time::Instant::now();
     let result = policy.decide(snapshot);
     Event::Decided {
@@ -107,7 +107,7 @@ impl Trials {
         &self,
         client: Option<ClientId>,
         info: PolicyInfo,
-        snapshot: Option<Snapshot>,
+        snapshot: Option<Arc<Snapshot>>,
     ) {
         let trials = self.clone();
         let spawned = std::thread::Builder::new()
@@ -130,7 +130,7 @@ impl Trials {
 pub(super) fn try_policy(
     host: &PluginHost,
     info: &PolicyInfo,
-    snapshot: Option<&Snapshot>,
+    snapshot: Option<&Arc<Snapshot>>,
     limits: Limits,
 ) -> Tried {
     let bytes = info.bytes.as_deref().ok_or(PolicyFailure::NoComponent)?;

@@ -5,13 +5,17 @@
 //! `weir:plugin/scaling` in `wit/weir.wit`), so the native reference implementation and the WASM
 //! engines speak the same types.
 
+use std::sync::Arc;
+
 use crate::hash::{HashMap, HashSet};
 
 mod failure;
 pub use failure::{Nonsense, PolicyFailure};
 
 pub use weir_waterfall::model::UNLIMITED;
-pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
+pub use weir_waterfall::{
+    BusyGroup, Decision, Demand, Manager, Snapshot, Summary, Tier, Verdict, Worker,
+};
 
 /// The start of the environment names the scheduler gives demand with a timeout (see
 /// [`walltime_environment`]). User environment names are letters, digits, `_` and `-` only
@@ -76,7 +80,9 @@ pub(crate) fn walltime_verdict(usable_ms: Option<u64>, walltime_ms: u64) -> Verd
 pub trait ScalingPolicy: Send {
     /// Its name, in errors about its decisions.
     fn name(&self) -> &str;
-    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PolicyFailure>;
+    /// Shared, not borrowed: a 0.2.0 component reads the worker lists it asks for from the
+    /// snapshot while it decides, and the scheduler keeps the same snapshot to check the answer.
+    fn decide(&mut self, snapshot: &Arc<Snapshot>) -> Result<Vec<Decision>, PolicyFailure>;
 }
 
 /// The native reference: the waterfall algorithm compiled into the host.
@@ -85,7 +91,7 @@ impl ScalingPolicy for weir_waterfall::Policy {
         "native waterfall"
     }
 
-    fn decide(&mut self, snapshot: &Snapshot) -> Result<Vec<Decision>, PolicyFailure> {
+    fn decide(&mut self, snapshot: &Arc<Snapshot>) -> Result<Vec<Decision>, PolicyFailure> {
         Ok(weir_waterfall::Policy::decide(self, snapshot))
     }
 }
@@ -166,6 +172,7 @@ mod tests {
 
     fn snapshot() -> Snapshot {
         let worker = |id: u64, busy| Worker {
+            time_left_ms: None,
             id,
             slots: 1,
             busy,
@@ -173,6 +180,8 @@ mod tests {
         };
         // Manager `a` has idle worker 1 and busy worker 2; `off` has 3 and 4.
         let manager = |id: &str, first: u64, online| Manager {
+            counted: None,
+            walltime_ms: None,
             id: id.into(),
             worker_type: "t".into(),
             max_task_concurrency: 4,
@@ -184,6 +193,7 @@ mod tests {
             environments: vec![],
         };
         Snapshot {
+            fetch: Default::default(),
             now_ms: 0,
             scale_down_delay_ms: 0,
             managers: vec![manager("a", 1, true), manager("off", 3, false)],

@@ -103,7 +103,7 @@ pub fn run(policy: &mut dyn ScalingPolicy, scenario: &Scenario) -> ScenarioResul
     if !verdict.failures.is_empty() {
         return verdict;
     }
-    match policy.decide(&scenario.snapshot) {
+    match policy.decide(&std::sync::Arc::new(scenario.snapshot.clone())) {
         Err(error) => verdict.failures.push(format!("the policy failed: {error}")),
         Ok(decisions) => {
             if let Err(broken) = validate_decisions(&scenario.snapshot, &decisions) {

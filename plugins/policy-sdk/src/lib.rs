@@ -1,6 +1,12 @@
 //! Write a weir scaling policy in Rust: implement [`Policy`] on your type and
-//! `weir_policy_sdk::export!(YourType);` — the WIT glue (`weir:plugin/scaling`), the conversion
-//! of its records to the plain types below and back, and the `engine` resource are done here.
+//! `weir_policy_sdk::export!(YourType);` — the WIT glue (`weir:plugin/scaling@0.2.0`, in
+//! `wit/0.2.0/weir.wit`), the conversion of its records to the plain types below and back, and
+//! the `engine` resource are done here.
+//!
+//! A manager's workers come counted ([`Manager::summary`]); its list, when a policy needs one
+//! (to name the idle workers to stop), is [`Snapshot::workers_of`], one call to the host for
+//! that manager. `manager.workers` is empty in a component: the host copies the lists only for
+//! the managers a policy asks about.
 //!
 //! ```ignore
 //! struct Fixed(u32);
@@ -21,7 +27,9 @@
 use std::marker::PhantomData;
 
 pub use weir_waterfall::model::UNLIMITED;
-pub use weir_waterfall::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
+pub use weir_waterfall::{
+    BusyGroup, Decision, Demand, Manager, Snapshot, Summary, Tier, Verdict, Worker,
+};
 
 /// A scaling policy: created once from its content, then asked to decide on every snapshot.
 /// The scheduler checks every decision (caps, only idle workers stopped, known online managers)
@@ -38,13 +46,14 @@ pub trait Policy: Sized + 'static {
 
 wit_bindgen::generate!({
     world: "policy",
-    path: "../../wit",
+    path: "../../wit/0.2.0",
     default_bindings_module: "weir_policy_sdk",
     pub_export_macro: true,
     export_macro_name: "export_policy_bindings",
 });
 
 use exports::weir::plugin::scaling as wit;
+use weir::plugin::cluster;
 
 /// The component around a [`Policy`]; named by [`export!`].
 #[doc(hidden)]
@@ -63,19 +72,35 @@ impl<P: Policy> wit::GuestEngine for Engine<P> {
     }
 
     fn tiers(&self) -> Vec<wit::Tier> {
-        self.0.tiers().into_iter().map(convert::tier_to_wit).collect()
+        self.0
+            .tiers()
+            .into_iter()
+            .map(convert::tier_to_wit)
+            .collect()
     }
 
     fn decide(&self, snapshot: wit::Snapshot) -> Vec<wit::Decision> {
-        let snapshot = convert::snapshot_from_wit(snapshot);
-        self.0.decide(&snapshot).into_iter().map(convert::decision_to_wit).collect()
+        let snapshot = convert::snapshot_from_wit(snapshot, workers_from_host);
+        self.0
+            .decide(&snapshot)
+            .into_iter()
+            .map(convert::decision_to_wit)
+            .collect()
     }
+}
+
+/// One manager's worker list, from the host (`cluster.workers`).
+fn workers_from_host(manager: &str) -> Vec<Worker> {
+    cluster::workers(manager)
+        .into_iter()
+        .map(convert::worker_from_wit)
+        .collect()
 }
 
 /// The conversions `weir-waterfall` writes once for host and guests.
 mod convert {
-    use super::wit;
-    weir_waterfall::wit_conversions!(wit);
+    use super::{cluster, wit};
+    weir_waterfall::wit_conversions_v2!(cluster, wit);
 }
 
 /// Export `$policy` (a type implementing [`Policy`]) as the component's `weir:plugin/scaling`.

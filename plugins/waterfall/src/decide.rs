@@ -99,12 +99,7 @@ impl Policy {
                             .iter()
                             .zip(&served_below)
                             .any(|(group, below)| *below && plan.serves(group));
-                    conclude(
-                        plan,
-                        snapshot.scale_down_delay_ms,
-                        !held,
-                        plan.learning(&active),
-                    )
+                    conclude(snapshot, plan, !held, plan.learning(&active))
                 })
                 .collect();
             for (group, below) in active.iter().zip(served_below.iter_mut()) {
@@ -142,19 +137,22 @@ impl Policy {
                 let cap = rule.cap.map_or(manager.max_task_concurrency, |c| {
                     c.min(manager.max_task_concurrency)
                 });
-                let room: Vec<Room> = manager
-                    .workers
+                // One room per busy worker, in the order of the list (the summary's groups
+                // are its runs): the order tasks fill them in is the list's, counted or listed.
+                let summary = manager.summary(snapshot.scale_down_delay_ms);
+                let room: Vec<Room> = summary
+                    .busy_groups
                     .iter()
-                    .filter(|w| w.busy > 0)
-                    .map(|w| Room {
+                    .flat_map(|g| std::iter::repeat_n(g, g.count as usize))
+                    .map(|g| Room {
                         count: 1,
-                        slots: u64::from(w.slots.saturating_sub(w.busy)),
+                        slots: u64::from(g.slots.saturating_sub(g.busy)),
                         amounts: manager
                             .capabilities
                             .iter()
                             .map(|(name, have)| {
                                 let held = largest_running_need(snapshot, name)
-                                    .saturating_mul(u64::from(w.busy));
+                                    .saturating_mul(u64::from(g.busy));
                                 have.saturating_sub(held)
                             })
                             .collect(),
@@ -174,18 +172,16 @@ impl Policy {
     }
 }
 
-fn conclude(
-    plan: &Plan<'_>,
-    scale_down_delay_ms: u64,
-    may_shrink: bool,
-    learning: bool,
-) -> Decision {
+/// The manager's decision: counted from its summary; its worker list is asked for only when
+/// idle workers are to be stopped (the longest idle first: those past the scale-down delay are
+/// the first of that order).
+fn conclude(snapshot: &Snapshot, plan: &Plan<'_>, may_shrink: bool, learning: bool) -> Decision {
     let manager = plan.manager;
+    let summary = manager.summary(snapshot.scale_down_delay_ms);
     let current = manager.current_workers();
     let target = plan.used_workers.max(u64::from(learning));
-    let mut stop = Vec::new();
-    let mut idle: Vec<_> = manager.workers.iter().filter(|w| w.busy == 0).collect();
-    idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then_with(|| a.id.cmp(&b.id)));
+    let idle = u64::from(summary.idle);
+    let mut stopping = 0;
     let mut cancelled = 0;
     let mut desired = if target >= current {
         target
@@ -195,33 +191,33 @@ fn conclude(
         let mut excess = current - target;
         cancelled = excess.min(u64::from(manager.starting));
         excess -= cancelled;
-        let past_delay = idle.iter().filter(|w| w.idle_ms >= scale_down_delay_ms);
-        stop.extend(past_delay.take(excess as usize).map(|w| w.id));
-        current - cancelled - stop.len() as u64
+        stopping = excess.min(u64::from(summary.idle_past_delay));
+        current - cancelled - stopping
     };
     if desired > plan.max_workers {
         // Above the cap: starting workers go first, then idle ones whatever their idle time.
         let mut excess = desired - plan.max_workers;
         let starting = u64::from(manager.starting) - cancelled;
         excess -= excess.min(starting);
-        let more: Vec<u64> = idle
-            .iter()
-            .map(|w| w.id)
-            .filter(|id| !stop.contains(id))
-            .take(excess as usize)
-            .collect();
-        stop.extend(more);
+        stopping += excess.min(idle - stopping);
         desired = plan.max_workers;
     }
+    let mut stop = Vec::new();
+    if stopping > 0 {
+        let workers = snapshot.workers_of(manager);
+        let mut idle: Vec<_> = workers.iter().filter(|w| w.busy == 0).collect();
+        idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then_with(|| a.id.cmp(&b.id)));
+        stop.extend(idle.iter().take(stopping as usize).map(|w| w.id));
+    }
     let desired = u32::try_from(desired).unwrap_or(u32::MAX);
-    let busy = manager.workers.iter().filter(|w| w.busy > 0).count();
+    let busy = summary.busy;
     let mut reason = format!(
         "priority {}: {} queued task{} placed, {} busy worker{} -> {} worker{} (max {})",
         plan.priority,
         plan.placed,
         plural(plan.placed),
         busy,
-        plural(busy as u64),
+        plural(u64::from(busy)),
         desired,
         plural(u64::from(desired)),
         plan.max_workers,

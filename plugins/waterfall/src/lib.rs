@@ -17,4 +17,6 @@ mod plan;
 mod wit;
 
 pub use content::{ContentError, Flavor, Policy, Rule};
-pub use model::{Decision, Demand, Manager, Snapshot, Tier, Verdict, Worker};
+pub use model::{
+    BusyGroup, Decision, Demand, Fetch, Manager, Snapshot, Summary, Tier, Verdict, Worker,
+};

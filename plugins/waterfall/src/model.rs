@@ -1,5 +1,13 @@
-//! Snapshot and decision types. They mirror the records of `weir:plugin/scaling` one to one; the
-//! guests and the host convert between these and their generated bindings.
+//! Snapshot and decision types. They hold what both versions of `weir:plugin/scaling` carry
+//! (`wit/weir.wit`, 0.1.0, and `wit/0.2.0/weir.wit`); the guests and the host convert between
+//! these and their generated bindings (`wit.rs`).
+//!
+//! A manager's workers reach a policy one of two ways: listed (the host's snapshots, 0.1.0
+//! components, scenario files), or, in a 0.2.0 component, counted ([`Manager::counted`]) with
+//! the list fetched from the host only when the policy asks ([`Snapshot::workers_of`]). A
+//! policy that reads [`Manager::summary`] and [`Snapshot::workers_of`] works either way.
+
+use std::borrow::Cow;
 
 #[cfg(feature = "serde")]
 use serde::{Deserialize, Serialize};
@@ -8,7 +16,11 @@ use serde::{Deserialize, Serialize};
 pub const UNLIMITED: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(rename_all = "kebab-case"))]
+#[cfg_attr(
+    feature = "serde",
+    derive(Serialize, Deserialize),
+    serde(rename_all = "kebab-case")
+)]
 pub enum Verdict {
     Match,
     NoMatch,
@@ -24,8 +36,89 @@ pub struct Worker {
     pub busy: u32,
     #[cfg_attr(feature = "serde", serde(default))]
     pub idle_ms: u64,
+    /// Time left before its allocation ends (0.2.0); `None`: no limit, or not known.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub time_left_ms: Option<u64>,
 }
 
+/// `count` busy workers alike: `slots` slots each, `busy` in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub struct BusyGroup {
+    pub slots: u32,
+    pub busy: u32,
+    pub count: u32,
+}
+
+/// A manager's live workers, counted: what a 0.2.0 snapshot carries instead of the list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+pub struct Summary {
+    pub busy: u32,
+    pub idle: u32,
+    /// Idle for at least the scale-down delay.
+    pub idle_past_delay: u32,
+    /// The busy workers in the order of the list, each run of alike workers (same slots, same
+    /// busy) one group: expanded, it is the list's busy workers in order.
+    pub busy_groups: Vec<BusyGroup>,
+}
+
+impl Summary {
+    /// The summary of `workers` (idle past `scale_down_delay_ms` counted as such).
+    pub fn of(workers: &[Worker], scale_down_delay_ms: u64) -> Summary {
+        let (busy, idle, idle_past_delay) = Summary::counts(workers, scale_down_delay_ms);
+        Summary {
+            busy,
+            idle,
+            idle_past_delay,
+            busy_groups: Summary::busy_runs(workers).collect(),
+        }
+    }
+
+    /// Busy, idle, and idle past `scale_down_delay_ms`, among `workers`.
+    pub fn counts(workers: &[Worker], scale_down_delay_ms: u64) -> (u32, u32, u32) {
+        let (mut busy, mut idle, mut past) = (0, 0, 0);
+        for w in workers {
+            match w.busy {
+                0 => {
+                    idle += 1;
+                    past += u32::from(w.idle_ms >= scale_down_delay_ms);
+                }
+                _ => busy += 1,
+            }
+        }
+        (busy, idle, past)
+    }
+
+    /// The busy workers of `workers` in order, each run of alike ones (same slots and busy)
+    /// one group.
+    pub fn busy_runs(workers: &[Worker]) -> impl Iterator<Item = BusyGroup> + '_ {
+        let mut busy = workers.iter().filter(|w| w.busy > 0).peekable();
+        std::iter::from_fn(move || {
+            let first = busy.next()?;
+            let mut group = BusyGroup {
+                slots: first.slots,
+                busy: first.busy,
+                count: 1,
+            };
+            while busy
+                .next_if(|w| w.slots == group.slots && w.busy == group.busy)
+                .is_some()
+            {
+                group.count += 1;
+            }
+            Some(group)
+        })
+    }
+
+    /// Live workers: busy and idle.
+    pub fn live(&self) -> u64 {
+        u64::from(self.busy) + u64::from(self.idle)
+    }
+}
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub struct Manager {
@@ -42,6 +135,16 @@ pub struct Manager {
     pub capabilities: Vec<(String, u64)>,
     #[cfg_attr(feature = "serde", serde(default))]
     pub environments: Vec<(String, Verdict)>,
+    /// How long each worker it starts may run tasks (0.2.0); `None`: no limit.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub walltime_ms: Option<u64>,
+    /// In a 0.2.0 component: its workers counted, `workers` left empty (the list:
+    /// [`Snapshot::workers_of`]). `None` where the list is given.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub counted: Option<Summary>,
 }
 
 impl Manager {
@@ -53,9 +156,24 @@ impl Manager {
             .map_or(Verdict::Unknown, |(_, v)| *v)
     }
 
+    /// Its live workers counted: as given ([`Manager::counted`]), or from the list.
+    pub fn summary(&self, scale_down_delay_ms: u64) -> Cow<'_, Summary> {
+        match &self.counted {
+            Some(summary) => Cow::Borrowed(summary),
+            None => Cow::Owned(Summary::of(&self.workers, scale_down_delay_ms)),
+        }
+    }
+
+    /// Live workers (registered).
+    pub fn live_workers(&self) -> u64 {
+        self.counted
+            .as_ref()
+            .map_or(self.workers.len() as u64, Summary::live)
+    }
+
     /// Workers it has or is starting.
     pub fn current_workers(&self) -> u64 {
-        self.workers.len() as u64 + u64::from(self.starting)
+        self.live_workers() + u64::from(self.starting)
     }
 
     /// Most workers it may run under a task cap: `cap / worker_slots`, at least one when the
@@ -90,8 +208,43 @@ pub struct Snapshot {
     pub managers: Vec<Manager>,
     #[cfg_attr(feature = "serde", serde(default))]
     pub demand: Vec<Demand>,
+    /// Where a 0.2.0 component gets a counted manager's worker list from (the host).
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub fetch: Fetch,
 }
 
+impl Snapshot {
+    /// `manager`'s live workers: the list given, or (counted) fetched from the host.
+    pub fn workers_of<'a>(&self, manager: &'a Manager) -> Cow<'a, [Worker]> {
+        match (&manager.counted, self.fetch.0) {
+            (Some(summary), Some(fetch)) if summary.live() > 0 => Cow::Owned(fetch(&manager.id)),
+            _ => Cow::Borrowed(&manager.workers),
+        }
+    }
+}
+
+/// The host call that lists a manager's workers (set by the 0.2.0 glue; equal whatever it is:
+/// it is where the list comes from, not part of the snapshot).
+#[derive(Clone, Copy, Default)]
+pub struct Fetch(pub Option<fn(&str) -> Vec<Worker>>);
+
+impl PartialEq for Fetch {
+    fn eq(&self, _: &Fetch) -> bool {
+        true
+    }
+}
+
+impl Eq for Fetch {}
+
+impl std::fmt::Debug for Fetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Fetch(host)"
+        } else {
+            "Fetch(none)"
+        })
+    }
+}
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub struct Decision {

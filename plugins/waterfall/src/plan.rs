@@ -81,7 +81,7 @@ impl Plan<'_> {
 
     /// Still coming up: workers starting, or more asked for than are live.
     pub(crate) fn filling(&self) -> bool {
-        self.manager.starting > 0 || self.used_workers > self.manager.workers.len() as u64
+        self.manager.starting > 0 || self.used_workers > self.manager.live_workers()
     }
 
     /// It has a worker, not yet answered, learning a verdict queued tasks wait for: that worker

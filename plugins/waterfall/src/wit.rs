@@ -1,9 +1,9 @@
 //! The conversions between these types and the bindings generated from `weir:plugin/scaling`,
 //! written once for both sides: the host (wasmtime's `bindgen!`) and the guests
 //! (`wit_bindgen::generate!`) generate different Rust types with the same shape, so each expands
-//! [`wit_conversions!`] over its own bindings module.
+//! [`wit_conversions!`] (0.1.0) or [`wit_conversions_v2!`] (0.2.0) over its own bindings.
 
-/// Expands to `snapshot_to_wit`, `snapshot_from_wit`, `decision_to_wit`,
+/// For `weir:plugin@0.1.0`. Expands to `snapshot_to_wit`, `snapshot_from_wit`, `decision_to_wit`,
 /// `decision_from_wit`, `tier_to_wit` and `tier_from_wit` for the bindings module named by the
 /// identifier given (in scope where it is expanded): `wit_conversions!(wit);`.
 #[macro_export]
@@ -26,7 +26,12 @@ macro_rules! wit_conversions {
                         workers: m
                             .workers
                             .iter()
-                            .map(|w| $wit::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms })
+                            .map(|w| $wit::Worker {
+                                id: w.id,
+                                slots: w.slots,
+                                busy: w.busy,
+                                idle_ms: w.idle_ms,
+                            })
                             .collect(),
                         starting: m.starting,
                         capabilities: m.capabilities.clone(),
@@ -74,7 +79,13 @@ macro_rules! wit_conversions {
                         workers: m
                             .workers
                             .into_iter()
-                            .map(|w| $crate::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms })
+                            .map(|w| $crate::Worker {
+                                id: w.id,
+                                slots: w.slots,
+                                busy: w.busy,
+                                idle_ms: w.idle_ms,
+                                time_left_ms: None,
+                            })
                             .collect(),
                         starting: m.starting,
                         capabilities: m.capabilities,
@@ -90,6 +101,8 @@ macro_rules! wit_conversions {
                                 (name, v)
                             })
                             .collect(),
+                        walltime_ms: None,
+                        counted: None,
                     })
                     .collect(),
                 demand: s
@@ -102,27 +115,241 @@ macro_rules! wit_conversions {
                         running: d.running,
                     })
                     .collect(),
+                fetch: $crate::Fetch(None),
             }
         }
 
         #[allow(dead_code)]
         pub fn decision_to_wit(d: $crate::Decision) -> $wit::Decision {
-            $wit::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason }
+            $wit::Decision {
+                manager_id: d.manager_id,
+                desired_workers: d.desired_workers,
+                stop: d.stop,
+                reason: d.reason,
+            }
         }
 
         #[allow(dead_code)]
         pub fn decision_from_wit(d: $wit::Decision) -> $crate::Decision {
-            $crate::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason }
+            $crate::Decision {
+                manager_id: d.manager_id,
+                desired_workers: d.desired_workers,
+                stop: d.stop,
+                reason: d.reason,
+            }
         }
 
         #[allow(dead_code)]
         pub fn tier_to_wit(t: $crate::Tier) -> $wit::Tier {
-            $wit::Tier { priority: t.priority, members: t.members }
+            $wit::Tier {
+                priority: t.priority,
+                members: t.members,
+            }
         }
 
         #[allow(dead_code)]
         pub fn tier_from_wit(t: $wit::Tier) -> $crate::Tier {
-            $crate::Tier { priority: t.priority, members: t.members }
+            $crate::Tier {
+                priority: t.priority,
+                members: t.members,
+            }
+        }
+    };
+}
+
+/// For `weir:plugin@0.2.0`, whose snapshot records are in `cluster` and decisions in
+/// `scaling`: `wit_conversions_v2!(cluster, scaling);` expands to the same functions as
+/// [`wit_conversions!`] plus `worker_to_wit` and `worker_from_wit`. A snapshot carries each
+/// manager's workers counted, not listed: `snapshot_to_wit` (the host) counts them, and
+/// `snapshot_from_wit(s, fetch)` (a guest) leaves the lists empty and `fetch` asks the host.
+#[macro_export]
+macro_rules! wit_conversions_v2 {
+    ($cluster:ident, $scaling:ident) => {
+        #[allow(dead_code)]
+        pub fn verdict_to_wit(v: $crate::Verdict) -> $cluster::Verdict {
+            match v {
+                $crate::Verdict::Match => $cluster::Verdict::Match,
+                $crate::Verdict::NoMatch => $cluster::Verdict::NoMatch,
+                $crate::Verdict::Unknown => $cluster::Verdict::Unknown,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn summary_to_wit(s: &$crate::Summary) -> $cluster::Summary {
+            $cluster::Summary {
+                busy: s.busy,
+                idle: s.idle,
+                idle_past_delay: s.idle_past_delay,
+                busy_groups: s
+                    .busy_groups
+                    .iter()
+                    .map(|g| $cluster::BusyGroup {
+                        slots: g.slots,
+                        busy: g.busy,
+                        count: g.count,
+                    })
+                    .collect(),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn worker_to_wit(w: &$crate::Worker) -> $cluster::Worker {
+            $cluster::Worker {
+                id: w.id,
+                slots: w.slots,
+                busy: w.busy,
+                idle_ms: w.idle_ms,
+                time_left_ms: w.time_left_ms,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn worker_from_wit(w: $cluster::Worker) -> $crate::Worker {
+            $crate::Worker {
+                id: w.id,
+                slots: w.slots,
+                busy: w.busy,
+                idle_ms: w.idle_ms,
+                time_left_ms: w.time_left_ms,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn snapshot_to_wit(s: &$crate::Snapshot) -> $cluster::Snapshot {
+            $cluster::Snapshot {
+                now_ms: s.now_ms,
+                scale_down_delay_ms: s.scale_down_delay_ms,
+                managers: s
+                    .managers
+                    .iter()
+                    .map(|m| $cluster::Manager {
+                        id: m.id.clone(),
+                        worker_type: m.worker_type.clone(),
+                        max_task_concurrency: m.max_task_concurrency,
+                        worker_slots: m.worker_slots,
+                        online: m.online,
+                        summary: summary_to_wit(&m.summary(s.scale_down_delay_ms)),
+                        starting: m.starting,
+                        walltime_ms: m.walltime_ms,
+                        capabilities: m.capabilities.clone(),
+                        environments: m
+                            .environments
+                            .iter()
+                            .map(|(name, v)| (name.clone(), verdict_to_wit(*v)))
+                            .collect(),
+                    })
+                    .collect(),
+                demand: s
+                    .demand
+                    .iter()
+                    .map(|d| $cluster::Demand {
+                        capabilities: d.capabilities.clone(),
+                        environments: d.environments.clone(),
+                        queued: d.queued,
+                        running: d.running,
+                    })
+                    .collect(),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn snapshot_from_wit(
+            s: $cluster::Snapshot,
+            fetch: fn(&str) -> Vec<$crate::Worker>,
+        ) -> $crate::Snapshot {
+            $crate::Snapshot {
+                now_ms: s.now_ms,
+                scale_down_delay_ms: s.scale_down_delay_ms,
+                managers: s
+                    .managers
+                    .into_iter()
+                    .map(|m| $crate::Manager {
+                        id: m.id,
+                        worker_type: m.worker_type,
+                        max_task_concurrency: m.max_task_concurrency,
+                        worker_slots: m.worker_slots,
+                        online: m.online,
+                        workers: Vec::new(),
+                        starting: m.starting,
+                        capabilities: m.capabilities,
+                        environments: m
+                            .environments
+                            .into_iter()
+                            .map(|(name, v)| {
+                                let v = match v {
+                                    $cluster::Verdict::Match => $crate::Verdict::Match,
+                                    $cluster::Verdict::NoMatch => $crate::Verdict::NoMatch,
+                                    $cluster::Verdict::Unknown => $crate::Verdict::Unknown,
+                                };
+                                (name, v)
+                            })
+                            .collect(),
+                        walltime_ms: m.walltime_ms,
+                        counted: Some($crate::Summary {
+                            busy: m.summary.busy,
+                            idle: m.summary.idle,
+                            idle_past_delay: m.summary.idle_past_delay,
+                            busy_groups: m
+                                .summary
+                                .busy_groups
+                                .into_iter()
+                                .map(|g| $crate::BusyGroup {
+                                    slots: g.slots,
+                                    busy: g.busy,
+                                    count: g.count,
+                                })
+                                .collect(),
+                        }),
+                    })
+                    .collect(),
+                demand: s
+                    .demand
+                    .into_iter()
+                    .map(|d| $crate::Demand {
+                        capabilities: d.capabilities,
+                        environments: d.environments,
+                        queued: d.queued,
+                        running: d.running,
+                    })
+                    .collect(),
+                fetch: $crate::Fetch(Some(fetch)),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn decision_to_wit(d: $crate::Decision) -> $scaling::Decision {
+            $scaling::Decision {
+                manager_id: d.manager_id,
+                desired_workers: d.desired_workers,
+                stop: d.stop,
+                reason: d.reason,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn decision_from_wit(d: $scaling::Decision) -> $crate::Decision {
+            $crate::Decision {
+                manager_id: d.manager_id,
+                desired_workers: d.desired_workers,
+                stop: d.stop,
+                reason: d.reason,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn tier_to_wit(t: $crate::Tier) -> $scaling::Tier {
+            $scaling::Tier {
+                priority: t.priority,
+                members: t.members,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn tier_from_wit(t: $scaling::Tier) -> $crate::Tier {
+            $crate::Tier {
+                priority: t.priority,
+                members: t.members,
+            }
         }
     };
 }

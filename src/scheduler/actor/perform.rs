@@ -1,6 +1,8 @@
 //! Carrying out the core's actions: frames to workers and managers, replies to clients,
 //! journal records, and work for the policy thread.
 
+use std::sync::Arc;
+
 use super::Actor;
 use crate::core::scaling::{PolicyFailure, Snapshot};
 use crate::core::scheduler::{Action, ClientId, Input, PolicyInfo};
@@ -116,7 +118,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn decide(&mut self, snapshot: Snapshot) {
+    pub(super) fn decide(&mut self, snapshot: Arc<Snapshot>) {
         if let Some(file) = &mut self.record {
             use std::io::Write;
             if let Ok(line) = serde_json::to_string(&snapshot) {
@@ -139,7 +141,7 @@ impl Actor {
         &mut self,
         client: Option<ClientId>,
         policy: PolicyInfo,
-        snapshot: Option<Snapshot>,
+        snapshot: Option<Arc<Snapshot>>,
     ) {
         if let Some(trials) = &self.trials {
             trials.start(client, policy, snapshot);

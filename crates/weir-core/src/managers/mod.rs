@@ -323,6 +323,8 @@ impl Managers {
                     })
                 };
                 let evaluating = mine.iter().filter(|w| !w.draining && answering(w)).count();
+                let since = context.now.saturating_sub(entry.last_seen);
+                let time_left = units::workers_time_left(&state.units, since);
                 Manager {
                     id: state.id.clone(),
                     worker_type: state.worker_type.clone(),
@@ -337,6 +339,7 @@ impl Managers {
                             slots: w.slots,
                             busy: w.busy,
                             idle_ms: w.idle_ms,
+                            time_left_ms: time_left.get(w.name).copied(),
                         })
                         .collect(),
                     starting: (unregistered + stopping + evaluating) as u32,
@@ -345,6 +348,8 @@ impl Managers {
                         .iter()
                         .map(|name| (name.to_string(), verdict(entry, &mine, name, context)))
                         .collect(),
+                    walltime_ms: state.usable_ms,
+                    counted: None,
                 }
             })
             .collect();
@@ -353,6 +358,7 @@ impl Managers {
             scale_down_delay_ms,
             managers,
             demand,
+            fetch: Default::default(),
         }
     }
 

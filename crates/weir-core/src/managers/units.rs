@@ -56,12 +56,37 @@ fn aged(unit: &UnitReport, since: u64, registered: &[String]) -> UnitReport {
             false => unit.age_ms.saturating_add(since),
         },
         ended_ms: unit.ended_ms.map(|ms| ms.saturating_add(since)),
-        // A pending job's time left is its whole limit: it runs down only once it runs.
-        time_left_ms: match state {
-            UnitState::Running => unit.time_left_ms.map(|ms| ms.saturating_sub(since)),
-            UnitState::Ended => None,
-            UnitState::Pending | UnitState::Completing => unit.time_left_ms,
-        },
+        time_left_ms: time_left(unit, state, since),
         ..unit.clone()
     }
+}
+
+/// The time left of `unit`, in `state` now, reported `since` milliseconds ago. A pending job's
+/// is its whole limit: it runs down only once it runs.
+fn time_left(unit: &UnitReport, state: UnitState, since: u64) -> Option<u64> {
+    match state {
+        UnitState::Running => unit.time_left_ms.map(|ms| ms.saturating_sub(since)),
+        UnitState::Ended => None,
+        UnitState::Pending | UnitState::Completing => unit.time_left_ms,
+    }
+}
+
+/// The time left of each registered worker's unit among `units` (reported `since`
+/// milliseconds ago), by worker name: a registered worker's unit runs. Empty (and nothing
+/// allocated) when no unit reports a time left (process pools, managers with no walltime).
+pub(super) fn workers_time_left(
+    units: &[UnitReport],
+    since: u64,
+) -> crate::hash::HashMap<&str, u64> {
+    let mut left = crate::hash::HashMap::default();
+    for unit in units.iter().filter(|u| u.time_left_ms.is_some()) {
+        let state = match unit.state {
+            UnitState::Pending => UnitState::Running,
+            state => state,
+        };
+        if let Some(ms) = time_left(unit, state, since) {
+            left.extend(unit.workers.iter().map(|w| (w.as_str(), ms)));
+        }
+    }
+    left
 }

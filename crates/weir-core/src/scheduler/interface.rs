@@ -248,10 +248,10 @@ pub enum Action {
     SwapPolicy {
         client: Option<ClientId>,
         policy: PolicyInfo,
-        snapshot: Option<Snapshot>,
+        snapshot: Option<Arc<Snapshot>>,
     },
     /// Ask the policy to decide on this snapshot (answer with [`Input::Decided`]).
-    Decide(Snapshot),
+    Decide(Arc<Snapshot>),
     /// The policy tried for `client` (see [`Action::SwapPolicy`]) takes over from the next
     /// snapshot on. A tried policy the core does not adopt (the journal's, superseded by a
     /// `weir policy set` meanwhile) is never named here.

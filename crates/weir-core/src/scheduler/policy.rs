@@ -120,7 +120,9 @@ impl Scheduler {
         if self.scaling.busy() || !self.managers.any_scalable() {
             return false;
         }
-        let snapshot = self.scaling_snapshot(now);
+        // One snapshot, shared by the policy that decides on it, the check of its answer and
+        // the trial of a new policy (at 10,000 workers a copy is thousands of allocations).
+        let snapshot = std::sync::Arc::new(self.scaling_snapshot(now));
         self.scaling.deciding = Some(snapshot.clone());
         self.scaling.last = Some(snapshot.clone());
         self.actions.push_back(Action::Decide(snapshot));

@@ -2,6 +2,8 @@
 //! is deciding, how it last did, the last decision applied for each manager, and when it is
 //! next handed a snapshot. `Config.policy` and `Config.tiers` are only where it starts.
 
+use std::sync::Arc;
+
 use crate::hash::HashMap;
 
 use super::{Config, PolicyInfo};
@@ -18,9 +20,9 @@ pub(super) struct ScalingLoop {
     pub(super) policy: PolicyInfo,
     pub(super) tiers: Vec<Tier>,
     /// It is deciding on this snapshot: its decisions are checked against it.
-    pub(super) deciding: Option<Snapshot>,
+    pub(super) deciding: Option<Arc<Snapshot>>,
     /// The last snapshot it was given (a new policy runs once on it before it takes over).
-    pub(super) last: Option<Snapshot>,
+    pub(super) last: Option<Arc<Snapshot>>,
     /// A policy set while running, read back from the journal: the shell creates it at start.
     pub(super) restored: Option<PolicyInfo>,
     /// A `weir policy set` is being tried (one at a time).

@@ -96,7 +96,7 @@ fn simulate(host: &PluginHost) -> Result<Vec<DemoTick>> {
             .flat_map(|m| &m.workers)
             .filter(|w| w.busy_until.is_some())
             .count() as u32;
-        let snapshot = Snapshot {
+        let snapshot = std::sync::Arc::new(Snapshot {
             now_ms: now,
             scale_down_delay_ms: SCALE_DOWN_DELAY_MS,
             managers: managers.iter().map(|m| snapshot_of(m, now)).collect(),
@@ -106,7 +106,8 @@ fn simulate(host: &PluginHost) -> Result<Vec<DemoTick>> {
                 queued,
                 running,
             }],
-        };
+            fetch: Default::default(),
+        });
         let decisions = policy.decide(&snapshot)?;
         // Apply: stop what the policy names, start up to the desired count (they register at once).
         for decision in &decisions {
@@ -186,10 +187,13 @@ fn snapshot_of(m: &SimManager, now: u64) -> Manager {
                 } else {
                     now - w.idle_since
                 },
+                time_left_ms: None,
             })
             .collect(),
         starting: 0,
         capabilities: vec![],
         environments: vec![],
+        walltime_ms: None,
+        counted: None,
     }
 }

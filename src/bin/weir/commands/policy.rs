@@ -67,11 +67,12 @@ pub(crate) fn simulate(
     let mut steps = Vec::new();
     let mut drawn = Vec::new();
     for (step, snapshot) in snapshots(trace)?.into_iter().enumerate() {
+        let snapshot = std::sync::Arc::new(snapshot);
         let decisions = policy
             .decide(&snapshot)
             .with_context(|| format!("snapshot {step}"))?;
         if plot.is_some() {
-            drawn.push((snapshot.clone(), decisions.clone()));
+            drawn.push((Snapshot::clone(&snapshot), decisions.clone()));
         }
         let step = SimulatedStep {
             step,

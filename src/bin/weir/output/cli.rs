@@ -249,9 +249,9 @@ impl Output for Cli {
 
     fn plugin(&self, plugin: &PluginInfo) {
         let info = &plugin.inspection;
-        let world = match info.world {
-            Some(world) => format!("{world} (exports {})", world.export_name()),
-            None => "none: exports no weir:plugin@0.1.0 interface".to_string(),
+        let world = match (info.world, info.version) {
+            (Some(world), Some(version)) => format!("{world}, {version}"),
+            _ => "none: exports no weir:plugin interface this host runs (0.1.0, 0.2.0)".to_string(),
         };
         println!("{}", plugin.file.display());
         println!("  world:   {world}");

@@ -128,6 +128,7 @@ impl Output for Json {
         print(&json!({
             "file": plugin.file.display().to_string(),
             "world": info.world,
+            "version": info.version,
             "imports": info.imports,
             "exports": info.exports,
             "size_bytes": info.size_bytes,

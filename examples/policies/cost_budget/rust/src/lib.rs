@@ -65,7 +65,7 @@ impl Policy for CostBudget {
             .iter()
             .flat_map(|(kind, cost)| {
                 let managers = snapshot.managers.iter().filter(move |m| m.online && m.worker_type == *kind);
-                managers.map(|m| Plan::new(m, *cost))
+                managers.map(|m| Plan::new(m, *cost, snapshot.scale_down_delay_ms))
             })
             .collect();
         let mut left = self.budget - plans.iter().map(|p| p.target as f64 * p.cost).sum::<f64>();
@@ -100,7 +100,7 @@ impl Policy for CostBudget {
         }
         // Most expensive first: the order scale-down reads in the reasons.
         plans.reverse();
-        plans.iter().map(|p| p.conclude(snapshot.scale_down_delay_ms, self.budget)).collect()
+        plans.iter().map(|p| p.conclude(snapshot, self.budget)).collect()
     }
 }
 
@@ -115,8 +115,9 @@ struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    fn new(manager: &'a Manager, cost: f64) -> Plan<'a> {
-        let busy = manager.workers.iter().filter(|w| w.busy > 0).count() as u64;
+    fn new(manager: &'a Manager, cost: f64, delay_ms: u64) -> Plan<'a> {
+        // Counted: the list of a manager's workers is asked for only to name the ones to stop.
+        let busy = u64::from(manager.summary(delay_ms).busy);
         let cap = manager.max_workers_for(manager.max_task_concurrency);
         Plan { manager, cost, cap, target: busy.min(cap), placed: 0 }
     }
@@ -129,8 +130,9 @@ impl<'a> Plan<'a> {
             && group.environments.iter().all(|env| self.manager.verdict(env) != Verdict::NoMatch)
     }
 
-    fn conclude(&self, delay_ms: u64, budget: f64) -> Decision {
+    fn conclude(&self, snapshot: &Snapshot, budget: f64) -> Decision {
         let m = self.manager;
+        let delay_ms = snapshot.scale_down_delay_ms;
         let current = m.current_workers();
         let mut stop = Vec::new();
         let desired = if self.target >= current {
@@ -140,9 +142,12 @@ impl<'a> Plan<'a> {
             let mut excess = current - self.target;
             let cancelled = excess.min(u64::from(m.starting));
             excess -= cancelled;
-            let mut idle: Vec<_> = m.workers.iter().filter(|w| w.busy == 0 && w.idle_ms >= delay_ms).collect();
-            idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then(a.id.cmp(&b.id)));
-            stop.extend(idle.iter().take(excess as usize).map(|w| w.id));
+            if excess > 0 && m.summary(delay_ms).idle_past_delay > 0 {
+                let workers = snapshot.workers_of(m);
+                let mut idle: Vec<_> = workers.iter().filter(|w| w.busy == 0 && w.idle_ms >= delay_ms).collect();
+                idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then(a.id.cmp(&b.id)));
+                stop.extend(idle.iter().take(excess as usize).map(|w| w.id));
+            }
             current - cancelled - stop.len() as u64
         };
         let desired = desired.min(self.cap);

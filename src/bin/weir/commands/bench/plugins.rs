@@ -10,9 +10,22 @@ use weir_waterfall::{Flavor, Policy};
 
 use super::{Report, per_call};
 
-fn snapshot(managers: usize, workers: usize) -> Snapshot {
+/// The bundled waterfalls as built against `weir:plugin@0.1.0` (every worker record copied into
+/// each call), timed beside their 0.2.0 builds.
+const FROZEN_0_1: [(&str, &[u8]); 2] = [
+    (
+        "waterfall_v1",
+        include_bytes!("../../../../../plugins/fixtures/frozen/waterfall_v1-0.1.0.wasm"),
+    ),
+    (
+        "waterfall_v2",
+        include_bytes!("../../../../../plugins/fixtures/frozen/waterfall_v2-0.1.0.wasm"),
+    ),
+];
+
+fn snapshot(managers: usize, workers: usize) -> Arc<Snapshot> {
     let per = workers / managers;
-    Snapshot {
+    Arc::new(Snapshot {
         now_ms: 1_000_000,
         scale_down_delay_ms: 30_000,
         managers: (0..managers)
@@ -28,11 +41,14 @@ fn snapshot(managers: usize, workers: usize) -> Snapshot {
                         slots: 1,
                         busy: (w % 2) as u32,
                         idle_ms: (w as u64 * 997) % 60_000,
+                        time_left_ms: None,
                     })
                     .collect(),
                 starting: 0,
                 capabilities: vec![("cpu".into(), 4)],
                 environments: vec![],
+                walltime_ms: None,
+                counted: None,
             })
             .collect(),
         demand: vec![
@@ -49,7 +65,8 @@ fn snapshot(managers: usize, workers: usize) -> Snapshot {
                 running: 0,
             },
         ],
-    }
+        fetch: Default::default(),
+    })
 }
 
 /// `decide` of policy components given on the command line (a policy author's own, in any
@@ -86,12 +103,17 @@ pub(super) fn policy_costs(
     Ok(())
 }
 
+/// Goals of `decide` at 1,000 managers and 10,000 workers (#36): µs per call, and times native.
+const DECIDE_GOAL_US: f64 = 200.0;
+const DECIDE_GOAL_RATIO: f64 = 2.0;
+
 pub(super) fn costs(report: &mut Report) -> Result<()> {
     let host = PluginHost::new(None)?;
     report.row(
-        "| decide | managers | workers | native µs/call | wasm µs/call | wasm / native |".into(),
+        "| decide | managers | workers | native µs/call | wasm µs/call (0.2.0) | wasm / native | 0.1.0 build µs/call | goal (1,000 managers: <= 200 µs, <= 2x native) |"
+            .into(),
     );
-    report.row("|---|---:|---:|---:|---:|---:|".into());
+    report.row("|---|---:|---:|---:|---:|---:|---:|---|".into());
     for (name, flavor) in [
         ("waterfall_v1", Flavor::ManagerId),
         ("waterfall_v2", Flavor::WorkerType),
@@ -108,24 +130,38 @@ pub(super) fn costs(report: &mut Report) -> Result<()> {
             let native_us = per_call(20, || {
                 std::hint::black_box(native.decide(&snap));
             });
-            let loaded = host.load(
-                name,
-                bundled::by_name(name).context("bundled engine")?,
-                Some(World::Policy),
-            )?;
-            let mut wasm = host.policy(&loaded, &content, Limits::default())?;
-            let mut failure = None;
-            let wasm_us = per_call(20, || {
-                if let Err(error) = wasm.decide(&snap) {
-                    failure = Some(error);
+            let bundled = bundled::by_name(name).context("bundled engine")?;
+            let frozen = FROZEN_0_1
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, bytes)| *bytes)
+                .context("frozen engine")?;
+            let mut timed = Vec::new();
+            for (label, bytes) in [
+                (name.to_string(), bundled),
+                (format!("{name} (0.1.0)"), frozen),
+            ] {
+                let loaded = host.load(&label, bytes, Some(World::Policy))?;
+                let mut wasm = host.policy(&loaded, &content, Limits::default())?;
+                let mut failure = None;
+                timed.push(per_call(20, || {
+                    if let Err(error) = wasm.decide(&snap) {
+                        failure = Some(error);
+                    }
+                }));
+                if let Some(error) = failure {
+                    bail!("{label} failed during the benchmark: {error}");
                 }
-            });
-            if let Some(error) = failure {
-                bail!("{name} failed during the benchmark: {error}");
             }
+            let (wasm_us, old_us) = (timed[0], timed[1]);
+            let ratio = wasm_us / native_us;
+            let goal = match managers {
+                1000 if wasm_us <= DECIDE_GOAL_US && ratio <= DECIDE_GOAL_RATIO => "met",
+                1000 => "NOT MET",
+                _ => "",
+            };
             report.row(format!(
-                "| {name} | {managers} | 10000 | {native_us:.1} | {wasm_us:.1} | {:.2} |",
-                wasm_us / native_us
+                "| {name} | {managers} | 10000 | {native_us:.1} | {wasm_us:.1} | {ratio:.2} | {old_us:.1} | {goal} |"
             ));
         }
     }

@@ -1,0 +1,267 @@
+//! The snapshot written into the last call's WIT values instead of new ones, for each version
+//! (the decisions come back owned, so the `convert` modules serve for those).
+
+use super::{cluster, wit};
+use crate::core::scaling::{Snapshot, Summary, Verdict};
+
+pub(super) fn blank_v0_1() -> wit::Snapshot {
+    wit::Snapshot {
+        now_ms: 0,
+        scale_down_delay_ms: 0,
+        managers: Vec::new(),
+        demand: Vec::new(),
+    }
+}
+
+pub(super) fn blank_v0_2() -> cluster::Snapshot {
+    cluster::Snapshot {
+        now_ms: 0,
+        scale_down_delay_ms: 0,
+        managers: Vec::new(),
+        demand: Vec::new(),
+    }
+}
+
+/// `weir:plugin@0.1.0`: every manager with its worker list.
+pub(super) fn snapshot_into_v0_1(s: &Snapshot, out: &mut wit::Snapshot) {
+    out.now_ms = s.now_ms;
+    out.scale_down_delay_ms = s.scale_down_delay_ms;
+    let blank_manager = |_: &_| wit::Manager {
+        id: String::new(),
+        worker_type: String::new(),
+        max_task_concurrency: 0,
+        worker_slots: 0,
+        online: false,
+        workers: Vec::new(),
+        starting: 0,
+        capabilities: Vec::new(),
+        environments: Vec::new(),
+    };
+    overwrite(&mut out.managers, &s.managers, blank_manager, |w, m| {
+        w.id.clone_from(&m.id);
+        w.worker_type.clone_from(&m.worker_type);
+        w.max_task_concurrency = m.max_task_concurrency;
+        w.worker_slots = m.worker_slots;
+        w.online = m.online;
+        w.starting = m.starting;
+        w.workers.clear();
+        w.workers.extend(m.workers.iter().map(|k| wit::Worker {
+            id: k.id,
+            slots: k.slots,
+            busy: k.busy,
+            idle_ms: k.idle_ms,
+        }));
+        named(&mut w.capabilities, &m.capabilities, |amount| *amount);
+        named(&mut w.environments, &m.environments, |v| match v {
+            Verdict::Match => wit::Verdict::Match,
+            Verdict::NoMatch => wit::Verdict::NoMatch,
+            Verdict::Unknown => wit::Verdict::Unknown,
+        });
+    });
+    let blank_demand = |_: &_| wit::Demand {
+        capabilities: Vec::new(),
+        environments: Vec::new(),
+        queued: 0,
+        running: 0,
+    };
+    overwrite(&mut out.demand, &s.demand, blank_demand, |w, d| {
+        named(&mut w.capabilities, &d.capabilities, |amount| *amount);
+        w.environments.clone_from(&d.environments);
+        w.queued = d.queued;
+        w.running = d.running;
+    });
+}
+
+/// `weir:plugin@0.2.0`: every manager with its workers counted (the lists stay on the host).
+pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
+    out.now_ms = s.now_ms;
+    out.scale_down_delay_ms = s.scale_down_delay_ms;
+    let blank_manager = |_: &_| cluster::Manager {
+        id: String::new(),
+        worker_type: String::new(),
+        max_task_concurrency: 0,
+        worker_slots: 0,
+        online: false,
+        summary: cluster::Summary {
+            busy: 0,
+            idle: 0,
+            idle_past_delay: 0,
+            busy_groups: Vec::new(),
+        },
+        starting: 0,
+        walltime_ms: None,
+        capabilities: Vec::new(),
+        environments: Vec::new(),
+    };
+    overwrite(&mut out.managers, &s.managers, blank_manager, |w, m| {
+        w.id.clone_from(&m.id);
+        w.worker_type.clone_from(&m.worker_type);
+        w.max_task_concurrency = m.max_task_concurrency;
+        w.worker_slots = m.worker_slots;
+        w.online = m.online;
+        w.starting = m.starting;
+        w.walltime_ms = m.walltime_ms;
+        let (busy, idle, past) = Summary::counts(&m.workers, s.scale_down_delay_ms);
+        w.summary.busy = busy;
+        w.summary.idle = idle;
+        w.summary.idle_past_delay = past;
+        w.summary.busy_groups.clear();
+        w.summary
+            .busy_groups
+            .extend(Summary::busy_runs(&m.workers).map(|g| cluster::BusyGroup {
+                slots: g.slots,
+                busy: g.busy,
+                count: g.count,
+            }));
+        named(&mut w.capabilities, &m.capabilities, |amount| *amount);
+        named(&mut w.environments, &m.environments, |v| match v {
+            Verdict::Match => cluster::Verdict::Match,
+            Verdict::NoMatch => cluster::Verdict::NoMatch,
+            Verdict::Unknown => cluster::Verdict::Unknown,
+        });
+    });
+    let blank_demand = |_: &_| cluster::Demand {
+        capabilities: Vec::new(),
+        environments: Vec::new(),
+        queued: 0,
+        running: 0,
+    };
+    overwrite(&mut out.demand, &s.demand, blank_demand, |w, d| {
+        named(&mut w.capabilities, &d.capabilities, |amount| *amount);
+        w.environments.clone_from(&d.environments);
+        w.queued = d.queued;
+        w.running = d.running;
+    });
+}
+
+/// `out` made as long as `from`, each element written over from its counterpart by `write`
+/// (one made by `blank` first where `out` was shorter), so strings and lists inside keep
+/// their capacity from call to call.
+fn overwrite<S, T>(
+    out: &mut Vec<T>,
+    from: &[S],
+    blank: impl Fn(&S) -> T,
+    mut write: impl FnMut(&mut T, &S),
+) {
+    out.truncate(from.len());
+    for (i, source) in from.iter().enumerate() {
+        if i == out.len() {
+            out.push(blank(source));
+        }
+        write(&mut out[i], source);
+    }
+}
+
+/// `out` made equal to `from` (names with a value each), reusing its strings.
+fn named<A, B>(out: &mut Vec<(String, B)>, from: &[(String, A)], value: impl Fn(&A) -> B) {
+    let blank = |(_, a): &(String, A)| (String::new(), value(a));
+    overwrite(out, from, blank, |slot, (name, a)| {
+        slot.0.clone_from(name);
+        slot.1 = value(a);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{convert, convert_v0_2};
+    use super::*;
+    use crate::core::scaling::{Demand, Manager, Snapshot, Verdict, Worker};
+    use proptest::prelude::*;
+
+    fn names(max: usize) -> impl Strategy<Value = Vec<String>> {
+        prop::collection::vec("[a-z]{0,12}", 0..max)
+    }
+
+    fn manager() -> impl Strategy<Value = Manager> {
+        let workers = prop::collection::vec((any::<u64>(), 0u32..4, 0u32..4, any::<u64>()), 0..6);
+        let verdicts = prop::collection::vec(0u8..3, 0..4);
+        (
+            names(3),
+            workers,
+            names(4),
+            verdicts,
+            any::<(u32, u32, bool, u32)>(),
+        )
+            .prop_map(
+                |(ids, workers, capabilities, verdicts, (cap, slots, online, starting))| Manager {
+                    id: ids.first().cloned().unwrap_or_default(),
+                    worker_type: ids.last().cloned().unwrap_or_default(),
+                    max_task_concurrency: cap,
+                    worker_slots: slots,
+                    online,
+                    workers: workers
+                        .into_iter()
+                        .map(|(id, slots, busy, idle_ms)| Worker {
+                            id,
+                            slots,
+                            busy,
+                            idle_ms,
+                            time_left_ms: (id % 3 == 0).then_some(idle_ms / 2),
+                        })
+                        .collect(),
+                    starting,
+                    capabilities: capabilities
+                        .iter()
+                        .map(|n| (n.clone(), n.len() as u64))
+                        .collect(),
+                    environments: capabilities
+                        .into_iter()
+                        .zip(verdicts)
+                        .map(|(n, v)| {
+                            (
+                                n,
+                                [Verdict::Match, Verdict::NoMatch, Verdict::Unknown][v as usize],
+                            )
+                        })
+                        .collect(),
+                    walltime_ms: (cap % 2 == 0).then_some(u64::from(cap) * 1000),
+                    counted: None,
+                },
+            )
+    }
+
+    fn snapshot() -> impl Strategy<Value = Snapshot> {
+        let demand = (names(3), names(3), any::<(u32, u32)>()).prop_map(
+            |(caps, environments, (queued, running))| Demand {
+                capabilities: caps.into_iter().map(|n| (n, 2)).collect(),
+                environments,
+                queued,
+                running,
+            },
+        );
+        (
+            prop::collection::vec(manager(), 0..6),
+            prop::collection::vec(demand, 0..4),
+            any::<(u64, u64)>(),
+        )
+            .prop_map(
+                |(managers, demand, (now_ms, scale_down_delay_ms))| Snapshot {
+                    now_ms,
+                    scale_down_delay_ms,
+                    managers,
+                    demand,
+                    fetch: Default::default(),
+                },
+            )
+    }
+
+    proptest! {
+        /// Written over whatever the last call left (more managers, fewer, longer names), the
+        /// reused snapshot is exactly the one a fresh conversion makes.
+        #[test]
+        fn a_snapshot_written_over_the_last_equals_a_fresh_conversion(
+            snapshots in prop::collection::vec(snapshot(), 1..6)
+        ) {
+            let mut reused = blank_v0_1();
+            let mut reused_v0_2 = blank_v0_2();
+            for snapshot in &snapshots {
+                snapshot_into_v0_1(snapshot, &mut reused);
+                let fresh = convert::snapshot_to_wit(snapshot);
+                prop_assert_eq!(format!("{reused:?}"), format!("{fresh:?}"));
+                snapshot_into_v0_2(snapshot, &mut reused_v0_2);
+                let fresh = convert_v0_2::snapshot_to_wit(snapshot);
+                prop_assert_eq!(format!("{reused_v0_2:?}"), format!("{fresh:?}"));
+            }
+        }
+    }
+}

@@ -69,7 +69,13 @@ impl Sim {
             }
             Action::ManagerRegistered { id, .. } => self.pool(&id).connected = true,
             Action::ManagerRefused { .. } => {}
-            Action::CloseManager { manager } => self.pool(&manager).connected = false,
+            Action::CloseManager { manager } => {
+                // The session ends, and the shell says so (`connection.rs`): a manager closed
+                // for its silence is let in again when it reconnects. Said after a goodbye or a
+                // break too, where the core has nothing left to close.
+                self.pool(&manager).connected = false;
+                self.inputs.push_back(Input::ManagerGone { id: manager });
+            }
             Action::ToManager { manager, message } => {
                 let ToManager::Desired {
                     desired,

@@ -872,3 +872,60 @@ proptest! {
         decide(Flavor::ManagerId, "1, m0, 5\n1, m1\n2, m2, -1\n3, m3\n3, m4, 20\n", &snapshot);
     }
 }
+
+/// Snapshots where the order tasks fill busy workers in can matter: runs of alike busy workers
+/// with room left in two resources, and several groups of queued tasks needing different
+/// amounts of them (each fills what the one before left).
+fn arb_packing_snapshot() -> impl Strategy<Value = Snapshot> {
+    let busy_workers = prop::collection::vec(prop_oneof![Just(1u32), Just(2), 1u32..4], 1..12);
+    let group = (0u64..5, 0u64..3, 0u32..16, 0u32..3);
+    (
+        prop::collection::vec((busy_workers, 0u32..3), 1..3),
+        prop::collection::vec(group, 2..5),
+    )
+        .prop_map(|(managers, groups)| {
+            let managers = managers
+                .into_iter()
+                .enumerate()
+                .map(|(m, (busy, idle))| {
+                    let mut manager = manager(&format!("m{m}"), "native", 80, 8);
+                    manager.capabilities = vec![("cpu".into(), 16), ("mem".into(), 12)];
+                    let busy = busy.into_iter().map(|b| (b, 0));
+                    let idle = (0..idle).map(|_| (0, 60_000));
+                    manager.workers = busy
+                        .chain(idle)
+                        .enumerate()
+                        .map(|(i, (busy, idle_ms))| Worker {
+                            id: (m * 100 + i) as u64,
+                            slots: 8,
+                            busy,
+                            idle_ms,
+                            time_left_ms: None,
+                        })
+                        .collect();
+                    manager
+                })
+                .collect();
+            let demand = groups
+                .into_iter()
+                .map(|(cpu, mem, queued, running)| Demand {
+                    capabilities: vec![("cpu".into(), cpu), ("mem".into(), mem)],
+                    environments: Vec::new(),
+                    queued,
+                    running,
+                })
+                .collect();
+            snapshot(managers, demand)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Busy workers counted as runs (0.2.0) take queued tasks as the same workers listed one by
+    /// one did (the 0.1.0 build): the same decisions, whatever order groups fill them in.
+    #[test]
+    fn runs_of_busy_workers_fill_as_the_workers_one_by_one(snapshot in arb_packing_snapshot()) {
+        decide(Flavor::WorkerType, "1, native\n", &snapshot);
+    }
+}

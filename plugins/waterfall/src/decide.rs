@@ -137,15 +137,16 @@ impl Policy {
                 let cap = rule.cap.map_or(manager.max_task_concurrency, |c| {
                     c.min(manager.max_task_concurrency)
                 });
-                // One room per busy worker, in the order of the list (the summary's groups
-                // are its runs): the order tasks fill them in is the list's, counted or listed.
+                // A room per run of alike busy workers, in the order of the list (the
+                // summary's groups are its runs), filled as the workers would be one by one:
+                // counted or listed, tasks fill the same workers.
                 let summary = manager.summary(snapshot.scale_down_delay_ms);
                 let room: Vec<Room> = summary
                     .busy_groups
                     .iter()
-                    .flat_map(|g| std::iter::repeat_n(g, g.count as usize))
                     .map(|g| Room {
-                        count: 1,
+                        count: u64::from(g.count),
+                        run: true,
                         slots: u64::from(g.slots.saturating_sub(g.busy)),
                         amounts: manager
                             .capabilities
@@ -162,7 +163,8 @@ impl Policy {
                     manager,
                     priority: rule.priority,
                     max_workers: manager.max_workers_for(cap),
-                    used_workers: room.len() as u64,
+                    used_workers: u64::from(summary.busy),
+                    summary,
                     room,
                     placed: 0,
                 });
@@ -177,7 +179,7 @@ impl Policy {
 /// the first of that order).
 fn conclude(snapshot: &Snapshot, plan: &Plan<'_>, may_shrink: bool, learning: bool) -> Decision {
     let manager = plan.manager;
-    let summary = manager.summary(snapshot.scale_down_delay_ms);
+    let summary = &plan.summary;
     let current = manager.current_workers();
     let target = plan.used_workers.max(u64::from(learning));
     let idle = u64::from(summary.idle);

@@ -1,7 +1,9 @@
 //! One manager's bookkeeping during a decision (its room, the tasks placed on it) and the
 //! placement rules over it: filling workers, sharing a tier in proportion to free capacity.
 
-use crate::model::{Demand, Manager, Snapshot};
+use std::borrow::Cow;
+
+use crate::model::{Demand, Manager, Snapshot, Summary};
 
 /// Room left on `count` alike workers counted in `used_workers`: free slots and capability
 /// amounts of each.
@@ -11,11 +13,17 @@ pub(crate) struct Room {
     pub(crate) slots: u64,
     /// Free amount per capability of the manager's workers (in `Manager::capabilities` order).
     pub(crate) amounts: Vec<u64>,
+    /// It stands for `count` rooms one after the other (a run of alike busy workers): tasks
+    /// fill it as they would fill those one by one, in order ([`absorb`]). Otherwise (new
+    /// workers placed together) the full ones are moved after the rest.
+    pub(crate) run: bool,
 }
 
 /// Per-manager bookkeeping during one decision.
 pub(crate) struct Plan<'a> {
     pub(crate) manager: &'a Manager,
+    /// Its workers counted (once per decision).
+    pub(crate) summary: Cow<'a, Summary>,
     pub(crate) priority: u32,
     /// Capacity in workers (from the tier's task cap).
     pub(crate) max_workers: u64,
@@ -33,22 +41,25 @@ impl Plan<'_> {
         self.manager
             .capabilities
             .iter()
-            .map(|(name, _)| {
-                group
-                    .capabilities
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map_or(0, |(_, need)| *need)
-            })
+            .map(|(name, _)| need_of(group, name))
             .collect()
     }
 
-    /// Tasks of `group` that fit on one worker of `room`.
+    /// Tasks with `needs` that fit on one worker of `room`.
     pub(crate) fn fits(room: &Room, needs: &[u64]) -> u64 {
         needs
             .iter()
             .zip(&room.amounts)
             .filter(|(need, _)| **need > 0)
+            .fold(room.slots, |fit, (need, have)| fit.min(have / need))
+    }
+
+    /// [`Plan::fits`] for `group`'s needs, counted without building them.
+    fn fits_group(&self, room: &Room, group: &Demand) -> u64 {
+        (self.manager.capabilities.iter())
+            .zip(&room.amounts)
+            .map(|((name, _), have)| (need_of(group, name), have))
+            .filter(|(need, _)| *need > 0)
             .fold(room.slots, |fit, (need, have)| fit.min(have / need))
     }
 
@@ -81,7 +92,7 @@ impl Plan<'_> {
 
     /// Still coming up: workers starting, or more asked for than are live.
     pub(crate) fn filling(&self) -> bool {
-        self.manager.starting > 0 || self.used_workers > self.manager.live_workers()
+        self.manager.starting > 0 || self.used_workers > self.summary.live()
     }
 
     /// It has a worker, not yet answered, learning a verdict queued tasks wait for: that worker
@@ -113,11 +124,8 @@ impl Plan<'_> {
                 crate::Verdict::Match => {}
             }
         }
-        let needs = self.needs(group);
-        let spare: u64 = self
-            .room
-            .iter()
-            .map(|room| Plan::fits(room, &needs) * room.count)
+        let spare: u64 = (self.room.iter())
+            .map(|room| self.fits_group(room, group) * room.count)
             .sum();
         let free = spare + self.max_workers.saturating_sub(self.used_workers) * density;
         match unknown {
@@ -144,6 +152,7 @@ impl Plan<'_> {
                     .iter()
                     .map(|(_, have)| *have)
                     .collect(),
+                run: false,
             });
             absorb(&mut self.room, from, &needs, rest);
         }
@@ -152,8 +161,11 @@ impl Plan<'_> {
 }
 
 /// Put up to `tasks` tasks with `needs` into `rooms[from..]`, filling each worker as far as it
-/// goes (alike workers are split into those that took tasks and those that did not). Returns
-/// the tasks that did not fit.
+/// goes (alike workers are split into those that took tasks and those that did not; the one
+/// filled in part is moved to the end). Returns the tasks that did not fit.
+///
+/// A [`Room::run`] ends as the rooms it stands for would, filled one by one: those filled stay
+/// in place, before those untouched. Otherwise the filled ones move to the end as well.
 fn absorb(rooms: &mut Vec<Room>, from: usize, needs: &[u64], mut tasks: u64) -> u64 {
     let take = |room: &mut Room, n: u64| {
         room.slots -= n;
@@ -162,25 +174,32 @@ fn absorb(rooms: &mut Vec<Room>, from: usize, needs: &[u64], mut tasks: u64) -> 
         }
     };
     let mut split = Vec::new();
-    for room in &mut rooms[from..] {
-        if tasks == 0 {
-            break;
-        }
-        let fit = Plan::fits(room, needs);
+    let old = std::mem::take(rooms);
+    rooms.reserve(old.len() + 2);
+    for (index, mut room) in old.into_iter().enumerate() {
+        let fit = match index >= from && tasks > 0 {
+            true => Plan::fits(&room, needs),
+            false => 0,
+        };
         if fit == 0 {
+            rooms.push(room);
             continue;
         }
         let whole = (tasks / fit).min(room.count);
         if whole == room.count {
-            take(room, fit);
+            take(&mut room, fit);
             tasks -= whole * fit;
+            rooms.push(room);
             continue;
         }
         if whole > 0 {
             let mut full = room.clone();
             full.count = whole;
             take(&mut full, fit);
-            split.push(full);
+            match room.run {
+                true => rooms.push(full),
+                false => split.push(full),
+            }
             room.count -= whole;
             tasks -= whole * fit;
         }
@@ -192,10 +211,19 @@ fn absorb(rooms: &mut Vec<Room>, from: usize, needs: &[u64], mut tasks: u64) -> 
             room.count -= 1;
             tasks = 0;
         }
+        if room.count > 0 {
+            rooms.push(room);
+        }
     }
-    rooms.retain(|room| room.count > 0);
     rooms.extend(split);
     tasks
+}
+
+/// The need of `group` for capability `name` (0 where it needs none).
+fn need_of(group: &Demand, name: &str) -> u64 {
+    (group.capabilities.iter())
+        .find(|(n, _)| n == name)
+        .map_or(0, |(_, need)| *need)
 }
 
 /// The most of capability `name` one running task may hold: the largest need of it among demand

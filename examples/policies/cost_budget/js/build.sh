@@ -15,6 +15,6 @@ if [ ! -x node_modules/.bin/componentize-qjs ]; then
 fi
 # --sync: the plain (not async) component ABI weir's host calls; --stub-wasi: no WASI imports
 # (weir grants none), a WASI call would trap instead.
-node_modules/.bin/componentize-qjs --wit ../../../../wit --world policy --js cost_budget.js \
+node_modules/.bin/componentize-qjs --wit ../../../../wit/0.2.0 --world policy --js cost_budget.js \
   --sync --stub-wasi -o "$out" >/dev/null
 echo "js: built $out ($(stat -c %s "$out") bytes)"

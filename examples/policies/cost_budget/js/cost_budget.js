@@ -8,6 +8,10 @@
 //
 // Content: `budget_per_hour, AMOUNT` once, and `WORKER_TYPE, COST_PER_WORKER_HOUR` rows.
 
+// weir:plugin@0.2.0: a manager's workers come counted (`manager.summary`); the list of one
+// manager's workers is the imported `cluster.workers(id)`.
+import cluster from "weir:plugin/cluster@0.2.0";
+
 // A binary heap of [room, index]: the most room first, ties to the smaller index.
 class Heap {
   constructor() {
@@ -67,7 +71,8 @@ class Plan {
     this.manager = manager;
     this.cost = cost;
     this.cap = maxWorkersFor(manager, manager.maxTaskConcurrency);
-    const busy = manager.workers.filter((w) => w.busy > 0).length;
+    // Counted: a manager's worker list is asked for only to name the idle ones to stop.
+    const busy = manager.summary.busy;
     this.target = Math.min(busy, this.cap);
     this.placed = 0;
   }
@@ -85,7 +90,7 @@ class Plan {
 
   conclude(delayMs, budget) {
     const m = this.manager;
-    const current = m.workers.length + m.starting;
+    const current = m.summary.busy + m.summary.idle + m.starting;
     let stop = [];
     let desired;
     if (this.target >= current) {
@@ -95,7 +100,8 @@ class Plan {
       let excess = current - this.target;
       const cancelled = Math.min(excess, m.starting);
       excess -= cancelled;
-      const idle = m.workers.filter((w) => w.busy === 0 && w.idleMs >= delayMs);
+      const listed = excess > 0 && m.summary.idlePastDelay > 0 ? cluster.workers(m.id) : [];
+      const idle = listed.filter((w) => w.busy === 0 && w.idleMs >= delayMs);
       idle.sort((a, b) => b.idleMs - a.idleMs || a.id - b.id);
       stop = idle.slice(0, excess).map((w) => w.id);
       desired = current - cancelled - stop.length;

@@ -12,5 +12,5 @@ fi
 # --stub-wasi: the component imports no WASI (weir grants none); a WASI call would trap instead.
 cd "$here"
 export PYTHONDONTWRITEBYTECODE=1
-componentize-py -d ../../../../wit -w policy componentize app -o "$out" --stub-wasi >/dev/null
+componentize-py -d ../../../../wit/0.2.0 -w policy componentize app -o "$out" --stub-wasi >/dev/null
 echo "python: built $out ($(stat -c %s "$out") bytes)"

@@ -9,6 +9,7 @@ from typing import List
 
 from componentize_py_types import Err
 from wit_world.exports import scaling as wit
+from wit_world.imports import cluster
 
 
 def number(value: float) -> str:
@@ -16,38 +17,39 @@ def number(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-def max_workers_for(manager: wit.Manager, cap: int) -> int:
+def max_workers_for(manager: cluster.Manager, cap: int) -> int:
     slots = max(manager.worker_slots, 1)
     return 0 if cap == 0 else max(cap // slots, 1)
 
 
-def verdict(manager: wit.Manager, environment: str) -> wit.Verdict:
+def verdict(manager: cluster.Manager, environment: str) -> cluster.Verdict:
     for name, found in manager.environments:
         if name == environment:
             return found
-    return wit.Verdict.UNKNOWN
+    return cluster.Verdict.UNKNOWN
 
 
 class Plan:
-    def __init__(self, manager: wit.Manager, cost: float):
+    def __init__(self, manager: cluster.Manager, cost: float):
         self.manager = manager
         self.cost = cost
         self.cap = max_workers_for(manager, manager.max_task_concurrency)
-        busy = sum(1 for w in manager.workers if w.busy > 0)
+        # Counted: a manager's worker list is asked for only to name the idle ones to stop.
+        busy = manager.summary.busy
         self.target = min(busy, self.cap)
         self.placed = 0
 
-    def serves(self, group: wit.Demand) -> bool:
+    def serves(self, group: cluster.Demand) -> bool:
         def has(name: str) -> int:
             return next((v for n, v in self.manager.capabilities if n == name), 0)
 
         return all(need == 0 or has(name) >= need for name, need in group.capabilities) and all(
-            verdict(self.manager, env) != wit.Verdict.NO_MATCH for env in group.environments
+            verdict(self.manager, env) != cluster.Verdict.NO_MATCH for env in group.environments
         )
 
     def conclude(self, delay_ms: int, budget: float) -> wit.Decision:
         m = self.manager
-        current = len(m.workers) + m.starting
+        current = m.summary.busy + m.summary.idle + m.starting
         stop: List[int] = []
         if self.target >= current:
             desired = self.target
@@ -56,7 +58,8 @@ class Plan:
             excess = current - self.target
             cancelled = min(excess, m.starting)
             excess -= cancelled
-            idle = [w for w in m.workers if w.busy == 0 and w.idle_ms >= delay_ms]
+            listed = cluster.workers(m.id) if excess > 0 and m.summary.idle_past_delay > 0 else []
+            idle = [w for w in listed if w.busy == 0 and w.idle_ms >= delay_ms]
             idle.sort(key=lambda w: (-w.idle_ms, w.id))
             stop = [w.id for w in idle[:excess]]
             desired = current - cancelled - len(stop)
@@ -110,7 +113,7 @@ class Engine(wit.Engine):
                 tier.members.append(name)
         return tiers
 
-    def decide(self, snapshot: wit.Snapshot) -> List[wit.Decision]:
+    def decide(self, snapshot: cluster.Snapshot) -> List[wit.Decision]:
         plans = [
             Plan(m, cost)
             for kind, cost in self.prices

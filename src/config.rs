@@ -59,7 +59,20 @@ pub enum ValueError {
     ZeroSeconds(String),
     #[error("`{0}` is not zero or a positive number a second up to 1000000 (e.g. 500, 0.5)")]
     Rate(String),
+    #[error("`{0}` is not key=value (e.g. cost=3,zone=a)")]
+    LabelPair(String),
+    #[error("label key `{0}` must be 1 to 64 letters, digits, `_`, `-` or `.`")]
+    LabelKey(String),
+    #[error("label `{key}`: its value must be at most 256 printable characters")]
+    LabelValue { key: String },
+    #[error("label `{0}` given twice")]
+    LabelTwice(String),
+    #[error("at most {MAX_LABELS} labels")]
+    TooManyLabels,
 }
+
+/// Most labels one manager may carry (`worker-manager --label`).
+pub const MAX_LABELS: usize = 32;
 
 /// Letters, digits, `_` and `-`, at least one: environment and capability names.
 fn is_name(name: &str) -> bool {
@@ -297,6 +310,38 @@ pub fn parse_capabilities(text: &str) -> Result<Vec<(String, u64)>, ValueError> 
     Ok(out)
 }
 
+/// `--label` values (each `cost=3,zone=a`; the flag repeats): a manager's labels in order.
+/// Keys are 1 to 64 letters, digits, `_`, `-` or `.`, each once; values are at most 256
+/// printable characters (no `,`, which separates labels) and may be empty.
+pub fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, ValueError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let pairs = args.iter().flat_map(|a| a.split(',')).map(str::trim);
+    for pair in pairs.filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(ValueError::LabelPair(pair.to_string()));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let key_ok = (1..=64).contains(&key.len())
+            && (key.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !key_ok {
+            return Err(ValueError::LabelKey(key.to_string()));
+        }
+        if value.chars().count() > 256 || value.chars().any(char::is_control) {
+            return Err(ValueError::LabelValue {
+                key: key.to_string(),
+            });
+        }
+        if out.iter().any(|(k, _)| k == key) {
+            return Err(ValueError::LabelTwice(key.to_string()));
+        }
+        if out.len() == MAX_LABELS {
+            return Err(ValueError::TooManyLabels);
+        }
+        out.push((key.to_string(), value.to_string()));
+    }
+    Ok(out)
+}
+
 pub fn parse_amount(text: &str) -> Option<u64> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -348,5 +393,57 @@ pub fn positive_seconds(text: &str) -> Result<std::time::Duration, ValueError> {
     match seconds(text)? {
         zero if zero.is_zero() => Err(ValueError::ZeroSeconds(text.to_string())),
         duration => Ok(duration),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_LABELS, ValueError, parse_labels};
+
+    fn labels(args: &[&str]) -> Result<Vec<(String, String)>, ValueError> {
+        parse_labels(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn labels_are_key_value_pairs_in_order_over_repeated_flags() {
+        let got = labels(&["cost=3, zone=eu-west.1", "spot=", "team=ml ops"]).unwrap();
+        let want = [
+            ("cost", "3"),
+            ("zone", "eu-west.1"),
+            ("spot", ""),
+            ("team", "ml ops"),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(k, v)| (k.to_string(), v.to_string())).to_vec()
+        );
+        assert_eq!(labels(&[]).unwrap(), Vec::new());
+        assert_eq!(labels(&[" , "]).unwrap(), Vec::new());
+    }
+
+    #[test]
+    fn bad_labels_are_refused_naming_what_is_wrong() {
+        let message = |args: &[&str]| labels(args).unwrap_err().to_string();
+        assert_eq!(
+            message(&["cost"]),
+            "`cost` is not key=value (e.g. cost=3,zone=a)"
+        );
+        assert!(message(&["=3"]).starts_with("label key ``"));
+        assert!(message(&["a b=1"]).starts_with("label key `a b`"));
+        assert!(message(&[&format!("{}=1", "k".repeat(65))]).contains("1 to 64"));
+        assert_eq!(
+            message(&[&format!("k={}", "v".repeat(257))]),
+            "label `k`: its value must be at most 256 printable characters"
+        );
+        assert_eq!(
+            message(&["k=\u{7}"]),
+            "label `k`: its value must be at most 256 printable characters"
+        );
+        assert_eq!(message(&["cost=1", "cost=2"]), "label `cost` given twice");
+        let many: Vec<String> = (0..=MAX_LABELS).map(|i| format!("k{i}=v")).collect();
+        assert_eq!(
+            parse_labels(&many).unwrap_err().to_string(),
+            format!("at most {MAX_LABELS} labels")
+        );
     }
 }

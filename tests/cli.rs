@@ -30,18 +30,13 @@ fn stderr(output: &Output) -> String {
 #[test]
 fn inspect_names_the_world_of_each_bundled_plugin() {
     for (file, world) in [
+        ("plugins/waterfall_v2.wasm", "world:   policy, weir:plugin@0.2.0"),
+        ("plugins/waterfall_v1.wasm", "world:   policy, weir:plugin@0.2.0"),
         (
-            "plugins/waterfall_v2.wasm",
-            "world:   policy (exports weir:plugin/scaling@0.1.0)",
+            "plugins/fixtures/frozen/waterfall_v2-0.1.0.wasm",
+            "world:   policy, weir:plugin@0.1.0",
         ),
-        (
-            "plugins/waterfall_v1.wasm",
-            "world:   policy (exports weir:plugin/scaling@0.1.0)",
-        ),
-        (
-            "plugins/mem_gt.wasm",
-            "world:   environment (exports weir:plugin/condition@0.1.0)",
-        ),
+        ("plugins/mem_gt.wasm", "world:   environment, weir:plugin@0.1.0"),
     ] {
         let (out, _cache) = weir(&["plugin", "inspect", file]);
         assert!(out.status.success(), "{file}: {}", stderr(&out));
@@ -56,6 +51,7 @@ fn inspect_names_the_world_of_each_bundled_plugin() {
     ]);
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
     assert_eq!(value["world"], "environment");
+    assert_eq!(value["version"], "0.1.0");
     assert_eq!(value["load"], "compiled");
 }
 

@@ -47,6 +47,7 @@ fn one_manager() -> Arc<Snapshot> {
         now_ms: 0,
         scale_down_delay_ms: 0,
         managers: vec![Manager {
+            labels: Vec::new(),
             counted: None,
             walltime_ms: None,
             id: "wm1".into(),

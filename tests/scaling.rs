@@ -16,8 +16,25 @@ fn waterfall(engine: &str, content: &str) {
         &["--scale-down-delay", "1", "--record-snapshots", &trace],
     );
     cluster.dynamic_manager("native_1", "native", 2);
-    cluster.dynamic_manager("burst_1", "burst", 4);
+    cluster.manager(&[
+        "--id",
+        "burst_1",
+        "--worker-type",
+        "burst",
+        "--max-task-concurrency",
+        "4",
+        "--label",
+        "cost=5,zone=b",
+    ]);
     cluster.await_managers(2);
+    // Its labels, in the status as in every snapshot the policy is handed.
+    let status = cluster.json(&["status"]);
+    let burst = common::manager(&status, "burst_1").expect("burst_1 in the status");
+    assert_eq!(
+        burst["labels"],
+        serde_json::json!([["cost", "5"], ["zone", "b"]]),
+        "{status}"
+    );
     let job = cluster.json(&["submit", "--count", "6", "--", "sleep", "2"])["job"].to_string();
 
     let mut burst_peak = 0;
@@ -82,6 +99,14 @@ fn waterfall(engine: &str, content: &str) {
         .map(|d| d["desired_workers"].as_u64().unwrap())
         .max();
     assert_eq!(most_burst, Some(4), "{replay}");
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    let labelled = recorded
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .flat_map(|s| s["managers"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["id"] == "burst_1")
+        .all(|m| m["labels"] == serde_json::json!([["cost", "5"], ["zone", "b"]]));
+    assert!(labelled, "burst_1's labels in every snapshot: {recorded}");
 }
 
 #[test]

@@ -31,6 +31,7 @@ fn reference_content(toml: &str) -> &str {
 
 fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
     Manager {
+        labels: Vec::new(),
         counted: None,
         walltime_ms: None,
         id: id.into(),
@@ -801,6 +802,7 @@ fn arb_manager(index: usize) -> impl Strategy<Value = Manager> {
     )
         .prop_map(
             move |(wt, cap, slots, online, workers, starting, caps, envs)| Manager {
+                labels: Vec::new(),
                 counted: None,
                 walltime_ms: None,
                 id: format!("m{index}"),

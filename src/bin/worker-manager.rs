@@ -36,6 +36,11 @@ struct Args {
     /// Task slots of each worker.
     #[arg(long, default_value_t = 1)]
     slots: u32,
+    /// Labels of this manager, shown in `weir status` and handed to the scaling policy
+    /// (weir:plugin@0.2.0), which reads them as it likes: `cost=3,zone=a` (repeatable). Keys:
+    /// letters, digits, `_`, `-`, `.`; values: any text without `,`.
+    #[arg(long = "label", value_name = "KEY=VALUE,...")]
+    labels: Vec<String>,
     /// Amounts each worker has: `cpu=4,memory=16GB,gpu=1`.
     #[arg(long, default_value = "", value_name = "NAME=AMOUNT,...")]
     capabilities: String,
@@ -303,6 +308,7 @@ fn run(args: Args) -> Result<()> {
         }
     }
     let settings = Settings {
+        labels: weir::config::parse_labels(&args.labels).context("--label")?,
         id: args
             .id
             .unwrap_or_else(|| format!("{}-{}", args.worker_type, std::process::id())),

@@ -67,6 +67,8 @@ pub struct Settings {
     /// How long each worker it starts may run tasks (Slurm: `--time-limit` less
     /// `--leave-before`), reported to the scheduler; `None`: no limit.
     pub usable: Option<Duration>,
+    /// `--label KEY=VALUE,...`: reported to the scheduler (status, and the policy's snapshot).
+    pub labels: Vec<(String, String)>,
     /// What it takes from the outside world.
     pub seams: Seams,
 }
@@ -135,6 +137,7 @@ impl Settings {
         exited: Vec<String>,
     ) -> ManagerState {
         ManagerState {
+            labels: self.labels.clone(),
             id: self.id.clone(),
             worker_type: self.worker_type.clone(),
             max_task_concurrency: if backing_off {

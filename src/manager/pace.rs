@@ -95,6 +95,7 @@ mod tests {
 
     fn state(workers: &[&str], age_ms: u64) -> ManagerState {
         ManagerState {
+            labels: Vec::new(),
             id: "m".into(),
             worker_type: "default".into(),
             max_task_concurrency: 4,

@@ -63,6 +63,7 @@ impl Process for FakeProcess {
 
 fn settings(spawner: Arc<Fake>, clock: Millis) -> Settings {
     Settings {
+        labels: Vec::new(),
         id: "pool".into(),
         worker_type: "default".into(),
         max_task_concurrency: 8,

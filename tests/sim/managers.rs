@@ -122,6 +122,7 @@ async fn run(
 
 fn settings(id: &str, slots: u32, cap: u32) -> Settings {
     Settings {
+        labels: Vec::new(),
         id: id.to_string(),
         worker_type: "sim".into(),
         max_task_concurrency: cap,

@@ -180,6 +180,7 @@ mod tests {
         };
         // Manager `a` has idle worker 1 and busy worker 2; `off` has 3 and 4.
         let manager = |id: &str, first: u64, online| Manager {
+            labels: Vec::new(),
             counted: None,
             walltime_ms: None,
             id: id.into(),

@@ -135,6 +135,9 @@ pub struct Manager {
     pub capabilities: Vec<(String, u64)>,
     #[cfg_attr(feature = "serde", serde(default))]
     pub environments: Vec<(String, Verdict)>,
+    /// Its operator's labels (`worker-manager --label cost=3,zone=a`; 0.2.0).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    pub labels: Vec<(String, String)>,
     /// How long each worker it starts may run tasks (0.2.0); `None`: no limit.
     #[cfg_attr(
         feature = "serde",

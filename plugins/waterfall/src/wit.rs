@@ -101,6 +101,7 @@ macro_rules! wit_conversions {
                                 (name, v)
                             })
                             .collect(),
+                        labels: Vec::new(),
                         walltime_ms: None,
                         counted: None,
                     })
@@ -225,6 +226,7 @@ macro_rules! wit_conversions_v2 {
                     .map(|m| $cluster::Manager {
                         id: m.id.clone(),
                         worker_type: m.worker_type.clone(),
+                        labels: m.labels.clone(),
                         max_task_concurrency: m.max_task_concurrency,
                         worker_slots: m.worker_slots,
                         online: m.online,
@@ -284,6 +286,7 @@ macro_rules! wit_conversions_v2 {
                                 (name, v)
                             })
                             .collect(),
+                        labels: m.labels,
                         walltime_ms: m.walltime_ms,
                         counted: Some($crate::Summary {
                             busy: m.summary.busy,

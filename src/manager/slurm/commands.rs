@@ -232,6 +232,7 @@ mod tests {
 
     fn settings() -> Settings {
         Settings {
+            labels: Vec::new(),
             id: "hpc".into(),
             worker_type: "big 'one'".into(),
             max_task_concurrency: 8,

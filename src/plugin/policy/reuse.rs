@@ -79,6 +79,7 @@ pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
     let blank_manager = |_: &_| cluster::Manager {
         id: String::new(),
         worker_type: String::new(),
+        labels: Vec::new(),
         max_task_concurrency: 0,
         worker_slots: 0,
         online: false,
@@ -101,6 +102,15 @@ pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
         w.online = m.online;
         w.starting = m.starting;
         w.walltime_ms = m.walltime_ms;
+        overwrite(
+            &mut w.labels,
+            &m.labels,
+            |_| (String::new(), String::new()),
+            |slot, (k, v)| {
+                slot.0.clone_from(k);
+                slot.1.clone_from(v);
+            },
+        );
         let (busy, idle, past) = Summary::counts(&m.workers, s.scale_down_delay_ms);
         w.summary.busy = busy;
         w.summary.idle = idle;
@@ -184,6 +194,10 @@ mod tests {
         )
             .prop_map(
                 |(ids, workers, capabilities, verdicts, (cap, slots, online, starting))| Manager {
+                    labels: verdicts
+                        .iter()
+                        .map(|v| (format!("k{v}"), ids.join(",")))
+                        .collect(),
                     id: ids.first().cloned().unwrap_or_default(),
                     worker_type: ids.last().cloned().unwrap_or_default(),
                     max_task_concurrency: cap,

@@ -348,6 +348,7 @@ impl Managers {
                         .iter()
                         .map(|name| (name.to_string(), verdict(entry, &mine, name, context)))
                         .collect(),
+                    labels: state.labels.clone(),
                     walltime_ms: state.usable_ms,
                     counted: None,
                 }
@@ -400,6 +401,7 @@ impl Managers {
                         (None, None, Some(_)) => "no decision yet".into(),
                     },
                     usable_ms: state.usable_ms,
+                    labels: state.labels.clone(),
                 }
             })
             .collect()

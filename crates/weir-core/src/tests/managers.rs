@@ -11,6 +11,7 @@ use weir_proto::{EnvVerdict, ManagerState, UnitReport, UnitState};
 
 fn state(id: &str, workers: &[&str]) -> ManagerState {
     ManagerState {
+        labels: Vec::new(),
         id: id.into(),
         worker_type: "cpu".into(),
         max_task_concurrency: 8,

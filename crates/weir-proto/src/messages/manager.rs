@@ -43,6 +43,9 @@ pub struct ManagerState {
     /// another instance is another process of the name (a twin's, started with one id); none
     /// (a cluster engine's unit, an adopted one) is fenced like a lost connection.
     pub instances: Vec<(String, u64)>,
+    /// Its operator's labels (`worker-manager --label cost=3,zone=a`): shown in the status and
+    /// handed to the scaling policy (weir:plugin@0.2.0), which may read them as it likes.
+    pub labels: Vec<(String, String)>,
 }
 
 /// How many ended units a manager keeps reporting.

@@ -98,6 +98,8 @@ pub struct ManagerStatus {
     /// Milliseconds each worker it starts may run tasks (a Slurm manager's walltime less
     /// `--leave-before`); `None`: no limit. Tasks with a longer timeout are not scaled for here.
     pub usable_ms: Option<u64>,
+    /// Its operator's labels (`worker-manager --label`).
+    pub labels: Vec<(String, String)>,
 }
 
 /// A manager and its units, for `weir managers` (an allocation view).

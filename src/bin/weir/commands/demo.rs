@@ -170,6 +170,7 @@ fn conditions(host: &PluginHost) -> Result<(Vec<DemoCondition>, u64)> {
 
 fn snapshot_of(m: &SimManager, now: u64) -> Manager {
     Manager {
+        labels: Vec::new(),
         id: m.id.to_string(),
         worker_type: m.worker_type.to_string(),
         max_task_concurrency: m.max_tasks,

@@ -150,8 +150,9 @@ impl Output for Cli {
             let usable = m.usable_ms.map_or(String::new(), |ms| {
                 format!(", tasks up to {} s", ms as f64 / 1000.0)
             });
+            let labels = super::managers::labels(&m.labels);
             println!(
-                "  {:<16} {:<10} {:<11} {} desired {desired}, live {}, starting {}{usable}  ({})",
+                "  {:<16} {:<10} {:<11} {} desired {desired}, live {}, starting {}{usable}{labels}  ({})",
                 m.id,
                 m.worker_type,
                 tier,

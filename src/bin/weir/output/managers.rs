@@ -21,14 +21,26 @@ pub(super) fn managers(managers: &[ManagerUnits]) {
         };
         let workers = format!("{} live, {} starting", s.live, s.starting);
         println!(
-            "{:<16} {:<10} {:<10} {:<7} {:<20} {}",
+            "{:<16} {:<10} {:<10} {:<7} {:<20} {}{}",
             s.id,
             s.worker_type,
             backend,
             if s.online { "yes" } else { "NO" },
             workers,
-            by_state(&m.units)
+            by_state(&m.units),
+            labels(&s.labels)
         );
+    }
+}
+
+/// `, labels cost=3 zone=a`; nothing without labels.
+pub(super) fn labels(labels: &[(String, String)]) -> String {
+    match labels.is_empty() {
+        true => String::new(),
+        false => {
+            let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!(", labels {}", pairs.join(" "))
+        }
     }
 }
 

@@ -102,6 +102,7 @@ impl SimManager {
     pub(super) fn state(&self) -> Option<ManagerState> {
         let core = self.core.as_ref()?;
         let mut state = ManagerState {
+            labels: Vec::new(),
             id: self.id.clone(),
             worker_type: WORKER_TYPE.into(),
             max_task_concurrency: self.max_workers * SLOTS,

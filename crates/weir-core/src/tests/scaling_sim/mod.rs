@@ -94,6 +94,7 @@ impl Pool {
 
     fn state(&self) -> ManagerState {
         let mut state = ManagerState {
+            labels: Vec::new(),
             id: self.id.clone(),
             worker_type: "t".into(),
             max_task_concurrency: self.cap_tasks,

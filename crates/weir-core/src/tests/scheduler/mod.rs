@@ -99,6 +99,7 @@ fn manager_joins_on(connection: u64, state: ManagerState) -> Input {
 
 fn manager(id: &str) -> ManagerState {
     ManagerState {
+        labels: Vec::new(),
         id: id.into(),
         worker_type: "t".into(),
         max_task_concurrency: 4,

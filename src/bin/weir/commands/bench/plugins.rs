@@ -30,6 +30,7 @@ fn snapshot(managers: usize, workers: usize) -> Arc<Snapshot> {
         scale_down_delay_ms: 30_000,
         managers: (0..managers)
             .map(|m| Manager {
+                labels: Vec::new(),
                 id: format!("m{m}"),
                 worker_type: format!("t{}", m % 4),
                 max_task_concurrency: (per * 2) as u32,

@@ -372,6 +372,7 @@ async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
     let (mut link, outgoing) = Link::<ToManager>::open(send, recv);
     let max = workers.len() as u32;
     let state = ManagerState {
+        labels: Vec::new(),
         id,
         worker_type: "default".into(),
         max_task_concurrency: max,

@@ -71,8 +71,7 @@ pub enum ValueError {
     TooManyLabels,
 }
 
-/// Most labels one manager may carry (`worker-manager --label`).
-pub const MAX_LABELS: usize = 32;
+pub use weir_proto::MAX_LABELS;
 
 /// Letters, digits, `_` and `-`, at least one: environment and capability names.
 fn is_name(name: &str) -> bool {
@@ -321,12 +320,10 @@ pub fn parse_labels(args: &[String]) -> Result<Vec<(String, String)>, ValueError
             return Err(ValueError::LabelPair(pair.to_string()));
         };
         let (key, value) = (key.trim(), value.trim());
-        let key_ok = (1..=64).contains(&key.len())
-            && (key.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if !key_ok {
+        if !weir_proto::label_ok(key, "") {
             return Err(ValueError::LabelKey(key.to_string()));
         }
-        if value.chars().count() > 256 || value.chars().any(char::is_control) {
+        if !weir_proto::label_ok(key, value) {
             return Err(ValueError::LabelValue {
                 key: key.to_string(),
             });
@@ -438,6 +435,14 @@ mod tests {
         assert_eq!(
             message(&["k=\u{7}"]),
             "label `k`: its value must be at most 256 printable characters"
+        );
+        assert!(
+            message(&["k=a\u{202e}b"]).starts_with("label `k`"),
+            "a bidi override"
+        );
+        assert!(
+            message(&["k=a\u{200b}"]).starts_with("label `k`"),
+            "a zero-width space"
         );
         assert_eq!(message(&["cost=1", "cost=2"]), "label `cost` given twice");
         let many: Vec<String> = (0..=MAX_LABELS).map(|i| format!("k{i}=v")).collect();

@@ -30,13 +30,22 @@ fn stderr(output: &Output) -> String {
 #[test]
 fn inspect_names_the_world_of_each_bundled_plugin() {
     for (file, world) in [
-        ("plugins/waterfall_v2.wasm", "world:   policy, weir:plugin@0.2.0"),
-        ("plugins/waterfall_v1.wasm", "world:   policy, weir:plugin@0.2.0"),
+        (
+            "plugins/waterfall_v2.wasm",
+            "world:   policy, weir:plugin@0.2.0",
+        ),
+        (
+            "plugins/waterfall_v1.wasm",
+            "world:   policy, weir:plugin@0.2.0",
+        ),
         (
             "plugins/fixtures/frozen/waterfall_v2-0.1.0.wasm",
             "world:   policy, weir:plugin@0.1.0",
         ),
-        ("plugins/mem_gt.wasm", "world:   environment, weir:plugin@0.1.0"),
+        (
+            "plugins/mem_gt.wasm",
+            "world:   environment, weir:plugin@0.1.0",
+        ),
     ] {
         let (out, _cache) = weir(&["plugin", "inspect", file]);
         assert!(out.status.success(), "{file}: {}", stderr(&out));

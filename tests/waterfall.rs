@@ -879,7 +879,13 @@ proptest! {
 /// with room left in two resources, and several groups of queued tasks needing different
 /// amounts of them (each fills what the one before left).
 fn arb_packing_snapshot() -> impl Strategy<Value = Snapshot> {
-    let busy_workers = prop::collection::vec(prop_oneof![Just(1u32), Just(2), 1u32..4], 1..12);
+    // Busy workers by (busy, slots): mostly alike (runs), some smaller, some holding more tasks
+    // than slots (tasks held ahead).
+    let one = (
+        prop_oneof![Just(1u32), Just(2), 1u32..4],
+        prop_oneof![4 => Just(8u32), 1 => Just(2u32)],
+    );
+    let busy_workers = prop::collection::vec(one, 1..12);
     let group = (0u64..5, 0u64..3, 0u32..16, 0u32..3);
     (
         prop::collection::vec((busy_workers, 0u32..3), 1..3),
@@ -892,14 +898,14 @@ fn arb_packing_snapshot() -> impl Strategy<Value = Snapshot> {
                 .map(|(m, (busy, idle))| {
                     let mut manager = manager(&format!("m{m}"), "native", 80, 8);
                     manager.capabilities = vec![("cpu".into(), 16), ("mem".into(), 12)];
-                    let busy = busy.into_iter().map(|b| (b, 0));
-                    let idle = (0..idle).map(|_| (0, 60_000));
+                    let busy = busy.into_iter().map(|(b, slots)| (b, slots, 0));
+                    let idle = (0..idle).map(|_| (0, 8, 60_000));
                     manager.workers = busy
                         .chain(idle)
                         .enumerate()
-                        .map(|(i, (busy, idle_ms))| Worker {
+                        .map(|(i, (busy, slots, idle_ms))| Worker {
                             id: (m * 100 + i) as u64,
-                            slots: 8,
+                            slots,
                             busy,
                             idle_ms,
                             time_left_ms: None,

@@ -30,7 +30,7 @@ pub(super) struct State {
     pub(super) environment_values: Vec<(String, Vec<(String, String)>)>,
     /// The snapshot a 0.2.0 policy is deciding on, for the worker lists it asks for
     /// (`cluster.workers`); `None` outside `decide`.
-    pub(super) snapshot: Option<Arc<crate::core::scaling::Snapshot>>,
+    pub(super) deciding: Option<super::policy::Deciding>,
 }
 
 impl WasiView for State {
@@ -66,7 +66,7 @@ impl State {
             stderr,
             facts: None,
             environment_values: Vec::new(),
-            snapshot: None,
+            deciding: None,
         }
     }
 

@@ -183,7 +183,8 @@ fn conclude(snapshot: &Snapshot, plan: &Plan<'_>, may_shrink: bool, learning: bo
     let current = manager.current_workers();
     let target = plan.used_workers.max(u64::from(learning));
     let idle = u64::from(summary.idle);
-    let mut stopping = 0;
+    // Idle workers to stop: past the delay (to shrink), then any (above the cap).
+    let (mut past_delay, mut any) = (0, 0);
     let mut cancelled = 0;
     let mut desired = if target >= current {
         target
@@ -193,23 +194,36 @@ fn conclude(snapshot: &Snapshot, plan: &Plan<'_>, may_shrink: bool, learning: bo
         let mut excess = current - target;
         cancelled = excess.min(u64::from(manager.starting));
         excess -= cancelled;
-        stopping = excess.min(u64::from(summary.idle_past_delay));
-        current - cancelled - stopping
+        past_delay = excess.min(u64::from(summary.idle_past_delay));
+        current - cancelled - past_delay
     };
-    if desired > plan.max_workers {
+    let capped = desired > plan.max_workers;
+    if capped {
         // Above the cap: starting workers go first, then idle ones whatever their idle time.
         let mut excess = desired - plan.max_workers;
         let starting = u64::from(manager.starting) - cancelled;
         excess -= excess.min(starting);
-        stopping += excess.min(idle - stopping);
+        any = excess.min(idle.saturating_sub(past_delay));
         desired = plan.max_workers;
     }
     let mut stop = Vec::new();
-    if stopping > 0 {
+    if past_delay + any > 0 {
         let workers = snapshot.workers_of(manager);
         let mut idle: Vec<_> = workers.iter().filter(|w| w.busy == 0).collect();
         idle.sort_by(|a, b| b.idle_ms.cmp(&a.idle_ms).then_with(|| a.id.cmp(&b.id)));
-        stop.extend(idle.iter().take(stopping as usize).map(|w| w.id));
+        let delay = snapshot.scale_down_delay_ms;
+        let past = idle.iter().filter(|w| w.idle_ms >= delay);
+        stop.extend(past.take(past_delay as usize).map(|w| w.id));
+        let more: Vec<u64> = (idle.iter().map(|w| w.id))
+            .filter(|id| !stop.contains(id))
+            .take(any as usize)
+            .collect();
+        stop.extend(more);
+        // Counted as the list says (they agree when the host made both): never fewer workers
+        // asked for than are kept.
+        if !capped {
+            desired = current - cancelled - stop.len() as u64;
+        }
     }
     let desired = u32::try_from(desired).unwrap_or(u32::MAX);
     let busy = summary.busy;

@@ -143,10 +143,10 @@ impl PolicyPlugin {
                 let input = &*input;
                 sandbox
                     .call("decide", |store, live| {
-                        store.data_mut().snapshot = Some(snapshot.clone());
+                        store.data_mut().deciding = Some(Deciding::new(snapshot.clone()));
                         let engine = live.bindings.weir_plugin_scaling().engine();
                         let decided = engine.call_decide(&mut *store, live.engine, input);
-                        store.data_mut().snapshot = None;
+                        store.data_mut().deciding = None;
                         decided
                     })?
                     .into_iter()
@@ -172,11 +172,41 @@ impl ScalingPolicy for PolicyPlugin {
     }
 }
 
-/// `cluster.workers`: a manager's live workers in the snapshot being decided.
+/// The snapshot a 0.2.0 policy is deciding on, and its managers by id (made at the first
+/// `cluster.workers` call of a decision: a policy that asks for every manager's list must not
+/// search the managers for each).
+pub(super) struct Deciding {
+    snapshot: Arc<Snapshot>,
+    by_id: Vec<usize>,
+}
+
+impl Deciding {
+    fn new(snapshot: Arc<Snapshot>) -> Deciding {
+        Deciding {
+            snapshot,
+            by_id: Vec::new(),
+        }
+    }
+
+    fn manager(&mut self, id: &str) -> Option<&crate::core::scaling::Manager> {
+        let managers = &self.snapshot.managers;
+        if self.by_id.len() != managers.len() {
+            self.by_id = (0..managers.len()).collect();
+            self.by_id
+                .sort_by(|&a, &b| managers[a].id.cmp(&managers[b].id));
+        }
+        let at = (self.by_id)
+            .binary_search_by(|&i| managers[i].id.as_str().cmp(id))
+            .ok()?;
+        self.by_id.get(at).and_then(|&i| managers.get(i))
+    }
+}
+
+/// `cluster.workers`: a manager's live workers in the snapshot being decided (none for a
+/// manager not in it, and outside `decide`).
 impl cluster::Host for State {
     fn workers(&mut self, manager_id: String) -> Vec<cluster::Worker> {
-        let manager =
-            (self.snapshot.as_deref()).and_then(|s| s.managers.iter().find(|m| m.id == manager_id));
+        let manager = self.deciding.as_mut().and_then(|d| d.manager(&manager_id));
         match manager {
             Some(m) => m.workers.iter().map(convert_v0_2::worker_to_wit).collect(),
             None => Vec::new(),

@@ -56,6 +56,14 @@ impl Scheduler {
             }
             !reserved
         });
+        // Labels as `worker-manager --label` takes them, at most MAX_LABELS: whatever else a
+        // manager sends (another build, a bug) never reaches a status or a policy.
+        let before = state.labels.len();
+        state.labels.retain(|(k, v)| weir_proto::label_ok(k, v));
+        state.labels.truncate(weir_proto::MAX_LABELS);
+        if state.labels.len() != before {
+            tracing::warn!(manager = %state.id, dropped = before - state.labels.len(), "ignored labels that are not key=value labels, or past the limit");
+        }
         self.tasks
             .declare_environments(state.environments.iter().map(|d| d.name.as_str()));
         let id = state.id.clone();

@@ -48,6 +48,27 @@ pub struct ManagerState {
     pub labels: Vec<(String, String)>,
 }
 
+/// Most labels a manager carries ([`ManagerState::labels`]): more are refused by
+/// `worker-manager` and dropped by the scheduler.
+pub const MAX_LABELS: usize = 32;
+
+/// Whether `key=value` is a label a manager may carry: a key of 1 to 64 letters, digits, `_`,
+/// `-` or `.`; a value of at most 256 characters, none of them a control character or an
+/// invisible formatting one (zero-width, bidirectional overrides), so a label prints as it reads.
+pub fn label_ok(key: &str, value: &str) -> bool {
+    let invisible = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+    };
+    (1..=64).contains(&key.len())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && value.chars().count() <= 256
+        && !value.chars().any(invisible)
+}
+
 /// How many ended units a manager keeps reporting.
 pub const UNITS_ENDED_KEPT: usize = 16;
 

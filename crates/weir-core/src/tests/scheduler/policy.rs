@@ -424,3 +424,32 @@ fn the_idle_workers_of_a_manager_gone_for_a_minute_are_told_to_leave() {
         "once, after a minute without its manager"
     );
 }
+
+#[test]
+fn a_managers_labels_reach_the_snapshot_and_bad_ones_are_dropped() {
+    let mut core = Scheduler::new(config(false));
+    let mut state = manager("m1");
+    state.labels = vec![
+        ("cost".into(), "3".into()),
+        ("bad key".into(), "x".into()),
+        ("zone".into(), "a\u{202e}b".into()),
+    ];
+    state
+        .labels
+        .extend((0..40).map(|i| (format!("k{i}"), "v".to_string())));
+    let joined = Input::ManagerJoined {
+        connection: 7,
+        state,
+        peer: "10.0.0.1:1".into(),
+    };
+    round(&mut core, 0, vec![joined]);
+    let snapshot = core.scaling_snapshot(10);
+    let labels = &snapshot.managers[0].labels;
+    assert_eq!(labels.len(), weir_proto::MAX_LABELS, "{labels:?}");
+    assert_eq!(labels[0], ("cost".to_string(), "3".to_string()));
+    assert_eq!(labels[1], ("k0".to_string(), "v".to_string()));
+    assert!(
+        labels.iter().all(|(k, _)| k != "bad key" && k != "zone"),
+        "{labels:?}"
+    );
+}

@@ -1,14 +1,98 @@
 //! The conversions between these types and the bindings generated from `weir:plugin/scaling`,
 //! written once for both sides: the host (wasmtime's `bindgen!`) and the guests
 //! (`wit_bindgen::generate!`) generate different Rust types with the same shape, so each expands
-//! [`wit_conversions!`] (0.1.0) or [`wit_conversions_v2!`] (0.2.0) over its own bindings.
+//! [`wit_conversions!`] (0.1.0) or [`wit_conversions_v2!`] (0.2.0) over its own bindings. What
+//! both versions share (verdicts, demand, decisions, tiers) is [`__wit_common!`].
+
+/// The conversions both versions share, over the module holding the snapshot's records and the
+/// one holding decisions and tiers (the same module in 0.1.0). Expanded by the two below.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_common {
+    ($records:ident, $decisions:ident) => {
+        #[allow(dead_code)]
+        pub fn verdict_to_wit(v: $crate::Verdict) -> $records::Verdict {
+            match v {
+                $crate::Verdict::Match => $records::Verdict::Match,
+                $crate::Verdict::NoMatch => $records::Verdict::NoMatch,
+                $crate::Verdict::Unknown => $records::Verdict::Unknown,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn verdict_from_wit(v: $records::Verdict) -> $crate::Verdict {
+            match v {
+                $records::Verdict::Match => $crate::Verdict::Match,
+                $records::Verdict::NoMatch => $crate::Verdict::NoMatch,
+                $records::Verdict::Unknown => $crate::Verdict::Unknown,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn environments_to_wit(
+            e: &[(String, $crate::Verdict)],
+        ) -> Vec<(String, $records::Verdict)> {
+            e.iter().map(|(name, v)| (name.clone(), verdict_to_wit(*v))).collect()
+        }
+
+        #[allow(dead_code)]
+        pub fn environments_from_wit(
+            e: Vec<(String, $records::Verdict)>,
+        ) -> Vec<(String, $crate::Verdict)> {
+            e.into_iter().map(|(name, v)| (name, verdict_from_wit(v))).collect()
+        }
+
+        #[allow(dead_code)]
+        pub fn demand_to_wit(d: &$crate::Demand) -> $records::Demand {
+            $records::Demand {
+                capabilities: d.capabilities.clone(),
+                environments: d.environments.clone(),
+                queued: d.queued,
+                running: d.running,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn demand_from_wit(d: $records::Demand) -> $crate::Demand {
+            $crate::Demand {
+                capabilities: d.capabilities,
+                environments: d.environments,
+                queued: d.queued,
+                running: d.running,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn decision_to_wit(d: $crate::Decision) -> $decisions::Decision {
+            $decisions::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason }
+        }
+
+        #[allow(dead_code)]
+        pub fn decision_from_wit(d: $decisions::Decision) -> $crate::Decision {
+            $crate::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason }
+        }
+
+        #[allow(dead_code)]
+        pub fn tier_to_wit(t: $crate::Tier) -> $decisions::Tier {
+            $decisions::Tier { priority: t.priority, members: t.members }
+        }
+
+        #[allow(dead_code)]
+        pub fn tier_from_wit(t: $decisions::Tier) -> $crate::Tier {
+            $crate::Tier { priority: t.priority, members: t.members }
+        }
+    };
+}
 
 /// For `weir:plugin@0.1.0`. Expands to `snapshot_to_wit`, `snapshot_from_wit`, `decision_to_wit`,
-/// `decision_from_wit`, `tier_to_wit` and `tier_from_wit` for the bindings module named by the
-/// identifier given (in scope where it is expanded): `wit_conversions!(wit);`.
+/// `decision_from_wit`, `tier_to_wit` and `tier_from_wit` (and the shared helpers) for the
+/// bindings module named by the identifier given (in scope where it is expanded):
+/// `wit_conversions!(wit);`.
 #[macro_export]
 macro_rules! wit_conversions {
     ($wit:ident) => {
+        $crate::__wit_common!($wit, $wit);
+
         #[allow(dead_code)]
         pub fn snapshot_to_wit(s: &$crate::Snapshot) -> $wit::Snapshot {
             $wit::Snapshot {
@@ -26,39 +110,14 @@ macro_rules! wit_conversions {
                         workers: m
                             .workers
                             .iter()
-                            .map(|w| $wit::Worker {
-                                id: w.id,
-                                slots: w.slots,
-                                busy: w.busy,
-                                idle_ms: w.idle_ms,
-                            })
+                            .map(|w| $wit::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms })
                             .collect(),
                         starting: m.starting,
                         capabilities: m.capabilities.clone(),
-                        environments: m
-                            .environments
-                            .iter()
-                            .map(|(name, v)| {
-                                let v = match v {
-                                    $crate::Verdict::Match => $wit::Verdict::Match,
-                                    $crate::Verdict::NoMatch => $wit::Verdict::NoMatch,
-                                    $crate::Verdict::Unknown => $wit::Verdict::Unknown,
-                                };
-                                (name.clone(), v)
-                            })
-                            .collect(),
+                        environments: environments_to_wit(&m.environments),
                     })
                     .collect(),
-                demand: s
-                    .demand
-                    .iter()
-                    .map(|d| $wit::Demand {
-                        capabilities: d.capabilities.clone(),
-                        environments: d.environments.clone(),
-                        queued: d.queued,
-                        running: d.running,
-                    })
-                    .collect(),
+                demand: s.demand.iter().map(demand_to_wit).collect(),
             }
         }
 
@@ -79,80 +138,18 @@ macro_rules! wit_conversions {
                         workers: m
                             .workers
                             .into_iter()
-                            .map(|w| $crate::Worker {
-                                id: w.id,
-                                slots: w.slots,
-                                busy: w.busy,
-                                idle_ms: w.idle_ms,
-                                time_left_ms: None,
-                            })
+                            .map(|w| $crate::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms, time_left_ms: None })
                             .collect(),
                         starting: m.starting,
                         capabilities: m.capabilities,
-                        environments: m
-                            .environments
-                            .into_iter()
-                            .map(|(name, v)| {
-                                let v = match v {
-                                    $wit::Verdict::Match => $crate::Verdict::Match,
-                                    $wit::Verdict::NoMatch => $crate::Verdict::NoMatch,
-                                    $wit::Verdict::Unknown => $crate::Verdict::Unknown,
-                                };
-                                (name, v)
-                            })
-                            .collect(),
+                        environments: environments_from_wit(m.environments),
                         labels: Vec::new(),
                         walltime_ms: None,
                         counted: None,
                     })
                     .collect(),
-                demand: s
-                    .demand
-                    .into_iter()
-                    .map(|d| $crate::Demand {
-                        capabilities: d.capabilities,
-                        environments: d.environments,
-                        queued: d.queued,
-                        running: d.running,
-                    })
-                    .collect(),
+                demand: s.demand.into_iter().map(demand_from_wit).collect(),
                 fetch: $crate::Fetch(None),
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn decision_to_wit(d: $crate::Decision) -> $wit::Decision {
-            $wit::Decision {
-                manager_id: d.manager_id,
-                desired_workers: d.desired_workers,
-                stop: d.stop,
-                reason: d.reason,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn decision_from_wit(d: $wit::Decision) -> $crate::Decision {
-            $crate::Decision {
-                manager_id: d.manager_id,
-                desired_workers: d.desired_workers,
-                stop: d.stop,
-                reason: d.reason,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn tier_to_wit(t: $crate::Tier) -> $wit::Tier {
-            $wit::Tier {
-                priority: t.priority,
-                members: t.members,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn tier_from_wit(t: $wit::Tier) -> $crate::Tier {
-            $crate::Tier {
-                priority: t.priority,
-                members: t.members,
             }
         }
     };
@@ -160,20 +157,14 @@ macro_rules! wit_conversions {
 
 /// For `weir:plugin@0.2.0`, whose snapshot records are in `cluster` and decisions in
 /// `scaling`: `wit_conversions_v2!(cluster, scaling);` expands to the same functions as
-/// [`wit_conversions!`] plus `worker_to_wit` and `worker_from_wit`. A snapshot carries each
-/// manager's workers counted, not listed: `snapshot_to_wit` (the host) counts them, and
-/// `snapshot_from_wit(s, fetch)` (a guest) leaves the lists empty and `fetch` asks the host.
+/// [`wit_conversions!`] plus `summary_to_wit`, `worker_to_wit` and `worker_from_wit`. A
+/// snapshot carries each manager's workers counted, not listed: `snapshot_to_wit` (the host)
+/// counts them, and `snapshot_from_wit(s, fetch)` (a guest) leaves the lists empty and `fetch`
+/// asks the host.
 #[macro_export]
 macro_rules! wit_conversions_v2 {
     ($cluster:ident, $scaling:ident) => {
-        #[allow(dead_code)]
-        pub fn verdict_to_wit(v: $crate::Verdict) -> $cluster::Verdict {
-            match v {
-                $crate::Verdict::Match => $cluster::Verdict::Match,
-                $crate::Verdict::NoMatch => $cluster::Verdict::NoMatch,
-                $crate::Verdict::Unknown => $cluster::Verdict::Unknown,
-            }
-        }
+        $crate::__wit_common!($cluster, $scaling);
 
         #[allow(dead_code)]
         pub fn summary_to_wit(s: &$crate::Summary) -> $cluster::Summary {
@@ -184,35 +175,19 @@ macro_rules! wit_conversions_v2 {
                 busy_groups: s
                     .busy_groups
                     .iter()
-                    .map(|g| $cluster::BusyGroup {
-                        slots: g.slots,
-                        busy: g.busy,
-                        count: g.count,
-                    })
+                    .map(|g| $cluster::BusyGroup { slots: g.slots, busy: g.busy, count: g.count })
                     .collect(),
             }
         }
 
         #[allow(dead_code)]
         pub fn worker_to_wit(w: &$crate::Worker) -> $cluster::Worker {
-            $cluster::Worker {
-                id: w.id,
-                slots: w.slots,
-                busy: w.busy,
-                idle_ms: w.idle_ms,
-                time_left_ms: w.time_left_ms,
-            }
+            $cluster::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms, time_left_ms: w.time_left_ms }
         }
 
         #[allow(dead_code)]
         pub fn worker_from_wit(w: $cluster::Worker) -> $crate::Worker {
-            $crate::Worker {
-                id: w.id,
-                slots: w.slots,
-                busy: w.busy,
-                idle_ms: w.idle_ms,
-                time_left_ms: w.time_left_ms,
-            }
+            $crate::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms, time_left_ms: w.time_left_ms }
         }
 
         #[allow(dead_code)]
@@ -234,23 +209,10 @@ macro_rules! wit_conversions_v2 {
                         starting: m.starting,
                         walltime_ms: m.walltime_ms,
                         capabilities: m.capabilities.clone(),
-                        environments: m
-                            .environments
-                            .iter()
-                            .map(|(name, v)| (name.clone(), verdict_to_wit(*v)))
-                            .collect(),
+                        environments: environments_to_wit(&m.environments),
                     })
                     .collect(),
-                demand: s
-                    .demand
-                    .iter()
-                    .map(|d| $cluster::Demand {
-                        capabilities: d.capabilities.clone(),
-                        environments: d.environments.clone(),
-                        queued: d.queued,
-                        running: d.running,
-                    })
-                    .collect(),
+                demand: s.demand.iter().map(demand_to_wit).collect(),
             }
         }
 
@@ -274,18 +236,7 @@ macro_rules! wit_conversions_v2 {
                         workers: Vec::new(),
                         starting: m.starting,
                         capabilities: m.capabilities,
-                        environments: m
-                            .environments
-                            .into_iter()
-                            .map(|(name, v)| {
-                                let v = match v {
-                                    $cluster::Verdict::Match => $crate::Verdict::Match,
-                                    $cluster::Verdict::NoMatch => $crate::Verdict::NoMatch,
-                                    $cluster::Verdict::Unknown => $crate::Verdict::Unknown,
-                                };
-                                (name, v)
-                            })
-                            .collect(),
+                        environments: environments_from_wit(m.environments),
                         labels: m.labels,
                         walltime_ms: m.walltime_ms,
                         counted: Some($crate::Summary {
@@ -296,62 +247,13 @@ macro_rules! wit_conversions_v2 {
                                 .summary
                                 .busy_groups
                                 .into_iter()
-                                .map(|g| $crate::BusyGroup {
-                                    slots: g.slots,
-                                    busy: g.busy,
-                                    count: g.count,
-                                })
+                                .map(|g| $crate::BusyGroup { slots: g.slots, busy: g.busy, count: g.count })
                                 .collect(),
                         }),
                     })
                     .collect(),
-                demand: s
-                    .demand
-                    .into_iter()
-                    .map(|d| $crate::Demand {
-                        capabilities: d.capabilities,
-                        environments: d.environments,
-                        queued: d.queued,
-                        running: d.running,
-                    })
-                    .collect(),
+                demand: s.demand.into_iter().map(demand_from_wit).collect(),
                 fetch: $crate::Fetch(Some(fetch)),
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn decision_to_wit(d: $crate::Decision) -> $scaling::Decision {
-            $scaling::Decision {
-                manager_id: d.manager_id,
-                desired_workers: d.desired_workers,
-                stop: d.stop,
-                reason: d.reason,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn decision_from_wit(d: $scaling::Decision) -> $crate::Decision {
-            $crate::Decision {
-                manager_id: d.manager_id,
-                desired_workers: d.desired_workers,
-                stop: d.stop,
-                reason: d.reason,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn tier_to_wit(t: $crate::Tier) -> $scaling::Tier {
-            $scaling::Tier {
-                priority: t.priority,
-                members: t.members,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn tier_from_wit(t: $scaling::Tier) -> $crate::Tier {
-            $crate::Tier {
-                priority: t.priority,
-                members: t.members,
             }
         }
     };

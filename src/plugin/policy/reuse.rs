@@ -2,7 +2,7 @@
 //! (the decisions come back owned, so the `convert` modules serve for those).
 
 use super::{cluster, wit};
-use crate::core::scaling::{Snapshot, Summary, Verdict};
+use crate::core::scaling::{Snapshot, Summary};
 
 pub(super) fn blank_v0_1() -> wit::Snapshot {
     wit::Snapshot {
@@ -52,10 +52,8 @@ pub(super) fn snapshot_into_v0_1(s: &Snapshot, out: &mut wit::Snapshot) {
             idle_ms: k.idle_ms,
         }));
         named(&mut w.capabilities, &m.capabilities, |amount| *amount);
-        named(&mut w.environments, &m.environments, |v| match v {
-            Verdict::Match => wit::Verdict::Match,
-            Verdict::NoMatch => wit::Verdict::NoMatch,
-            Verdict::Unknown => wit::Verdict::Unknown,
+        named(&mut w.environments, &m.environments, |v| {
+            super::convert::verdict_to_wit(*v)
         });
     });
     let blank_demand = |_: &_| wit::Demand {
@@ -124,10 +122,8 @@ pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
                 count: g.count,
             }));
         named(&mut w.capabilities, &m.capabilities, |amount| *amount);
-        named(&mut w.environments, &m.environments, |v| match v {
-            Verdict::Match => cluster::Verdict::Match,
-            Verdict::NoMatch => cluster::Verdict::NoMatch,
-            Verdict::Unknown => cluster::Verdict::Unknown,
+        named(&mut w.environments, &m.environments, |v| {
+            super::convert_v0_2::verdict_to_wit(*v)
         });
     });
     let blank_demand = |_: &_| cluster::Demand {

@@ -49,6 +49,8 @@ fn one_manager() -> Arc<Snapshot> {
         managers: vec![Manager {
             labels: Vec::new(),
             counted: None,
+            drained: Vec::new(),
+            drain_budget: 0,
             walltime_ms: None,
             id: "wm1".into(),
             worker_type: "native".into(),

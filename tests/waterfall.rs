@@ -33,6 +33,8 @@ fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
     Manager {
         labels: Vec::new(),
         counted: None,
+        drained: Vec::new(),
+        drain_budget: 0,
         walltime_ms: None,
         id: id.into(),
         worker_type: worker_type.into(),
@@ -804,6 +806,8 @@ fn arb_manager(index: usize) -> impl Strategy<Value = Manager> {
             move |(wt, cap, slots, online, workers, starting, caps, envs)| Manager {
                 labels: Vec::new(),
                 counted: None,
+                drained: Vec::new(),
+                drain_budget: 0,
                 walltime_ms: None,
                 id: format!("m{index}"),
                 worker_type: wt.to_string(),

@@ -83,6 +83,11 @@ struct Args {
     /// Seconds a worker must be idle before the policy may stop it.
     #[arg(long, default_value = "30", value_parser = seconds, value_name = "SECONDS")]
     scale_down_delay: Duration,
+    /// Most of a manager's live workers a policy may drain at once, in per cent, rounded up
+    /// (a disruption budget, as Karpenter's 10 % default): a drained worker takes no new
+    /// tasks and is stopped once idle. 0: no policy may drain.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100), value_name = "PERCENT")]
+    max_drain_percent: u32,
     /// Seconds a worker manager may be offline before it is forgotten: the workers it started
     /// through a cluster engine (a Slurm job, a pod) are then told to leave once idle, so their
     /// allocations end instead of idling until the walltime.
@@ -258,6 +263,7 @@ fn run(args: Args) -> Result<()> {
         cert: args.cert.zip(args.key),
         scaling_interval: args.scaling_interval,
         scale_down_delay: args.scale_down_delay,
+        max_drain_percent: args.max_drain_percent,
         manager_forget_after: args.manager_forget_after,
         record_snapshots: args.record_snapshots,
         journal: args.journal.filter(|_| replica.is_none()),

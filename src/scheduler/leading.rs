@@ -125,6 +125,7 @@ pub(super) fn core_config(settings: &Settings, scaling: Option<&Scaling>, journa
         tick_ms: millis(settings.heartbeat_timeout / 4).clamp(50, 500),
         scaling_ms: scaling.map(|_| millis(settings.scaling_interval).max(1)),
         scale_down_delay_ms: millis(settings.scale_down_delay),
+        max_drain_percent: settings.max_drain_percent,
         unschedulable_timeout_ms: settings.unschedulable_timeout.map(millis),
         policy: scaling.map(|s| s.info.clone()).unwrap_or_default(),
         tiers: scaling.map(|s| s.tiers.clone()).unwrap_or_default(),

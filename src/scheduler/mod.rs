@@ -54,6 +54,8 @@ pub struct Settings {
     pub scaling_interval: Duration,
     /// A worker idle for less than this is not stopped.
     pub scale_down_delay: Duration,
+    /// Most of a manager's live workers a policy may drain, in per cent (rounded up).
+    pub max_drain_percent: u32,
     /// A manager offline this long is forgotten; its remote units' idle workers are told to leave.
     pub manager_forget_after: Duration,
     /// Append every snapshot given to the policy to this file (JSON lines) for `weir policy simulate`.

@@ -22,6 +22,7 @@ fn settings(dir: &Path) -> Settings {
         scaling_interval: Duration::from_secs(1),
         scale_down_delay: Duration::from_secs(30),
         manager_forget_after: Duration::from_secs(60),
+        max_drain_percent: 10,
         record_snapshots: None,
         // Named in errors only: the bytes are the store's.
         journal: Some(dir.join("journal")),

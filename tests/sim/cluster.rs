@@ -437,6 +437,7 @@ fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
         // Short, so a run of a minute or two scales managers down as well as up.
         scale_down_delay: Duration::from_secs(5),
         manager_forget_after: Duration::from_secs(60),
+        max_drain_percent: 10,
         record_snapshots: None,
         journal: Some(files.join("journal")),
         metrics: None,

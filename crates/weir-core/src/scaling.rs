@@ -74,6 +74,17 @@ pub(crate) fn walltime_verdict(usable_ms: Option<u64>, walltime_ms: u64) -> Verd
     }
 }
 
+/// The drain budget of a manager with `live` live workers: `percent` of them, rounded up
+/// (Karpenter's budgets round so; 10 % of 5 workers is 1, so a small pool can still move its
+/// work down a tier one worker at a time). 0 when `percent` is 0 or nothing is live.
+pub fn drain_budget(percent: u32, live: usize) -> u32 {
+    let live = u64::try_from(live).unwrap_or(u64::MAX);
+    let budget = live
+        .saturating_mul(u64::from(percent.min(100)))
+        .div_ceil(100);
+    u32::try_from(budget).unwrap_or(u32::MAX)
+}
+
 /// Something that decides how many workers each manager should run: the WASM adapter
 /// (`plugin::PolicyPlugin`) or a native one. The scheduler holds it as
 /// `Box<dyn ScalingPolicy>` and checks every decision with [`validate_decisions`] whatever it is.
@@ -99,7 +110,8 @@ impl ScalingPolicy for weir_waterfall::Policy {
 /// Checks that `decisions` can be applied to `snapshot`: each names an online manager of the
 /// snapshot once, asks for no more workers than the manager's cap allows (whatever it runs now:
 /// a manager above its cap is brought down to it, never kept there), and stops only idle
-/// workers of that manager. The scheduler applies this to every policy's decisions. The
+/// workers of that manager, and drains only that manager's live workers, each once, none it
+/// also stops, at most its drain budget. The scheduler applies this to every policy's decisions. The
 /// snapshot's manager ids are unique (the scheduler keys managers by id; `weir policy test`
 /// refuses a scenario that repeats one).
 pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result<(), Nonsense> {
@@ -142,10 +154,29 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
                 allowed,
             });
         }
-        if decision.stop.is_empty() {
+        if decision.drain.len() > manager.drain_budget as usize {
+            return Err(Nonsense::OverDrainBudget {
+                manager: manager_id(),
+                drained: decision.drain.len(),
+                budget: manager.drain_budget,
+            });
+        }
+        if decision.stop.is_empty() && decision.drain.is_empty() {
             continue;
         }
         let workers: HashMap<u64, &Worker> = manager.workers.iter().map(|w| (w.id, w)).collect();
+        let mut drained: HashSet<u64> =
+            HashSet::with_capacity_and_hasher(decision.drain.len(), Default::default());
+        for &worker in &decision.drain {
+            if !workers.contains_key(&worker) {
+                let manager = manager_id();
+                return Err(Nonsense::DrainsNotItsWorker { manager, worker });
+            }
+            if !drained.insert(worker) || decision.stop.contains(&worker) {
+                let manager = manager_id();
+                return Err(Nonsense::DrainsTwice { manager, worker });
+            }
+        }
         let mut stopped: HashSet<u64> =
             HashSet::with_capacity_and_hasher(decision.stop.len(), Default::default());
         for &worker in &decision.stop {
@@ -182,6 +213,8 @@ mod tests {
         let manager = |id: &str, first: u64, online| Manager {
             labels: Vec::new(),
             counted: None,
+            drained: Vec::new(),
+            drain_budget: 0,
             walltime_ms: None,
             id: id.into(),
             worker_type: "t".into(),
@@ -208,6 +241,7 @@ mod tests {
             desired_workers: desired,
             stop: stop.to_vec(),
             reason: String::new(),
+            ..Default::default()
         }
     }
 

@@ -12,6 +12,7 @@
 //! manager = "a"
 //! desired = 3                 # or desired_min / desired_max
 //! stop_contains = [7]         # worker ids; stop_excludes too
+//! drain_contains = [8]        # worker ids drained (0.2.0); drain_excludes too
 //! reason_contains = "priority 1"
 //! ```
 //! `no_decision = true` expects no decision for the manager at all.
@@ -49,6 +50,10 @@ pub struct Expectation {
     pub stop_contains: Vec<u64>,
     #[serde(default)]
     pub stop_excludes: Vec<u64>,
+    #[serde(default)]
+    pub drain_contains: Vec<u64>,
+    #[serde(default)]
+    pub drain_excludes: Vec<u64>,
     pub reason_contains: Option<String>,
     /// The manager must get no decision.
     #[serde(default)]
@@ -153,7 +158,10 @@ fn invalid(scenario: &Scenario) -> Vec<String> {
             || expect.desired_min.is_some()
             || expect.desired_max.is_some();
         if expect.no_decision
-            && (exact || !expect.stop_contains.is_empty() || expect.reason_contains.is_some())
+            && (exact
+                || !expect.stop_contains.is_empty()
+                || !expect.drain_contains.is_empty()
+                || expect.reason_contains.is_some())
         {
             problems.push(format!(
                 "invalid scenario: `{id}` expects no decision and something of one"
@@ -219,6 +227,17 @@ fn check(expect: &Expectation, decisions: &[Decision], failures: &mut Vec<String
     for worker in &expect.stop_excludes {
         if decision.stop.contains(worker) {
             fail(format!("stops worker {worker}, which it must not"));
+        }
+    }
+    for worker in &expect.drain_contains {
+        if !decision.drain.contains(worker) {
+            let drain = &decision.drain;
+            fail(format!("does not drain worker {worker} (drains {drain:?})"));
+        }
+    }
+    for worker in &expect.drain_excludes {
+        if decision.drain.contains(worker) {
+            fail(format!("drains worker {worker}, which it must not"));
         }
     }
     if let Some(text) = &expect.reason_contains

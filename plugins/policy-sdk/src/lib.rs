@@ -27,6 +27,8 @@
 use std::marker::PhantomData;
 
 pub use weir_waterfall::model::UNLIMITED;
+/// The waterfall (`plugins/waterfall`), for policies that build on it (`consolidate`).
+pub use weir_waterfall::{Flavor, Policy as Waterfall};
 pub use weir_waterfall::{
     BusyGroup, Decision, Demand, Manager, Snapshot, Summary, Tier, Verdict, Worker,
 };

@@ -249,6 +249,7 @@ fn conclude(snapshot: &Snapshot, plan: &Plan<'_>, may_shrink: bool, learning: bo
         desired_workers: desired,
         stop,
         reason,
+        ..Decision::default()
     }
 }
 

@@ -148,6 +148,17 @@ pub struct Manager {
     /// [`Snapshot::workers_of`]). `None` where the list is given.
     #[cfg_attr(feature = "serde", serde(skip))]
     pub counted: Option<Summary>,
+    /// Its live workers the last decision drained, in id order (0.2.0): no new tasks.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    pub drained: Vec<u64>,
+    /// Most of its workers a decision may drain (0.2.0; `scheduler --max-drain-percent`).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
+    pub drain_budget: u32,
+}
+
+#[cfg(feature = "serde")]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Manager {
@@ -165,6 +176,11 @@ impl Manager {
             Some(summary) => Cow::Borrowed(summary),
             None => Cow::Owned(Summary::of(&self.workers, scale_down_delay_ms)),
         }
+    }
+
+    /// Whether the last decision drained worker `id` (it takes no new tasks).
+    pub fn is_drained(&self, id: u64) -> bool {
+        self.drained.binary_search(&id).is_ok()
     }
 
     /// Live workers (registered).
@@ -248,12 +264,18 @@ impl std::fmt::Debug for Fetch {
         })
     }
 }
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub struct Decision {
     pub manager_id: String,
     pub desired_workers: u32,
     pub stop: Vec<u64>,
+    /// Workers to drain (0.2.0): the whole of what is drained after this decision.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    pub drain: Vec<u64>,
+    /// Why, per worker stopped or drained (0.2.0; optional).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    pub worker_reasons: Vec<(u64, String)>,
     pub reason: String,
 }
 

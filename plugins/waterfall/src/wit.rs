@@ -63,16 +63,6 @@ macro_rules! __wit_common {
         }
 
         #[allow(dead_code)]
-        pub fn decision_to_wit(d: $crate::Decision) -> $decisions::Decision {
-            $decisions::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason }
-        }
-
-        #[allow(dead_code)]
-        pub fn decision_from_wit(d: $decisions::Decision) -> $crate::Decision {
-            $crate::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason }
-        }
-
-        #[allow(dead_code)]
         pub fn tier_to_wit(t: $crate::Tier) -> $decisions::Tier {
             $decisions::Tier { priority: t.priority, members: t.members }
         }
@@ -92,6 +82,18 @@ macro_rules! __wit_common {
 macro_rules! wit_conversions {
     ($wit:ident) => {
         $crate::__wit_common!($wit, $wit);
+
+        /// 0.1.0 decisions drain nothing (a 0.1.0 policy's decision takes drained workers
+        /// back); what 0.1.0 cannot say is dropped.
+        #[allow(dead_code)]
+        pub fn decision_to_wit(d: $crate::Decision) -> $wit::Decision {
+            $wit::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason }
+        }
+
+        #[allow(dead_code)]
+        pub fn decision_from_wit(d: $wit::Decision) -> $crate::Decision {
+            $crate::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason, ..Default::default() }
+        }
 
         #[allow(dead_code)]
         pub fn snapshot_to_wit(s: &$crate::Snapshot) -> $wit::Snapshot {
@@ -146,6 +148,8 @@ macro_rules! wit_conversions {
                         labels: Vec::new(),
                         walltime_ms: None,
                         counted: None,
+                        drained: Vec::new(),
+                        drain_budget: 0,
                     })
                     .collect(),
                 demand: s.demand.into_iter().map(demand_from_wit).collect(),
@@ -165,6 +169,30 @@ macro_rules! wit_conversions {
 macro_rules! wit_conversions_v2 {
     ($cluster:ident, $scaling:ident) => {
         $crate::__wit_common!($cluster, $scaling);
+
+        #[allow(dead_code)]
+        pub fn decision_to_wit(d: $crate::Decision) -> $scaling::Decision {
+            $scaling::Decision {
+                manager_id: d.manager_id,
+                desired_workers: d.desired_workers,
+                stop: d.stop,
+                drain: d.drain,
+                worker_reasons: d.worker_reasons,
+                reason: d.reason,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn decision_from_wit(d: $scaling::Decision) -> $crate::Decision {
+            $crate::Decision {
+                manager_id: d.manager_id,
+                desired_workers: d.desired_workers,
+                stop: d.stop,
+                drain: d.drain,
+                worker_reasons: d.worker_reasons,
+                reason: d.reason,
+            }
+        }
 
         #[allow(dead_code)]
         pub fn summary_to_wit(s: &$crate::Summary) -> $cluster::Summary {
@@ -210,6 +238,8 @@ macro_rules! wit_conversions_v2 {
                         walltime_ms: m.walltime_ms,
                         capabilities: m.capabilities.clone(),
                         environments: environments_to_wit(&m.environments),
+                        drained: m.drained.clone(),
+                        drain_budget: m.drain_budget,
                     })
                     .collect(),
                 demand: s.demand.iter().map(demand_to_wit).collect(),
@@ -239,6 +269,8 @@ macro_rules! wit_conversions_v2 {
                         environments: environments_from_wit(m.environments),
                         labels: m.labels,
                         walltime_ms: m.walltime_ms,
+                        drained: m.drained,
+                        drain_budget: m.drain_budget,
                         counted: Some($crate::Summary {
                             busy: m.summary.busy,
                             idle: m.summary.idle,

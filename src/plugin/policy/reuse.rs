@@ -91,6 +91,8 @@ pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
         walltime_ms: None,
         capabilities: Vec::new(),
         environments: Vec::new(),
+        drained: Vec::new(),
+        drain_budget: 0,
     };
     overwrite(&mut out.managers, &s.managers, blank_manager, |w, m| {
         w.id.clone_from(&m.id);
@@ -100,6 +102,8 @@ pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
         w.online = m.online;
         w.starting = m.starting;
         w.walltime_ms = m.walltime_ms;
+        w.drained.clone_from(&m.drained);
+        w.drain_budget = m.drain_budget;
         overwrite(
             &mut w.labels,
             &m.labels,
@@ -226,6 +230,8 @@ mod tests {
                         .collect(),
                     walltime_ms: (cap % 2 == 0).then_some(u64::from(cap) * 1000),
                     counted: None,
+                    drained: (1..u64::from(starting % 4)).collect(),
+                    drain_budget: starting % 5,
                 },
             )
     }

@@ -23,6 +23,7 @@ fn config() -> Config {
         tick_ms: 500,
         scaling_ms: None,
         scale_down_delay_ms: 30_000,
+        max_drain_percent: 10,
         unschedulable_timeout_ms: None,
         policy: Default::default(),
         tiers: Vec::new(),

@@ -351,6 +351,18 @@ impl Managers {
                     labels: state.labels.clone(),
                     walltime_ms: state.usable_ms,
                     counted: None,
+                    // The drained among those listed, in id order (a stopping one is no
+                    // longer the policy's to drain or take back).
+                    drained: {
+                        let mut drained: Vec<u64> = (mine.iter())
+                            .filter(|w| w.cordoned && !w.draining && !answering(w))
+                            .map(|w| w.id)
+                            .collect();
+                        drained.sort_unstable();
+                        drained
+                    },
+                    // Set by the scheduler ([`crate::scaling::drain_budget`]).
+                    drain_budget: 0,
                 }
             })
             .collect();

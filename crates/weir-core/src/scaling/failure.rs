@@ -90,4 +90,17 @@ pub enum Nonsense {
     StopsBusy { manager: String, worker: u64 },
     #[error("stops worker `{worker}` of manager `{manager}` twice")]
     StopsTwice { manager: String, worker: u64 },
+    #[error("drains `{worker}`, which is not a live worker of manager `{manager}`")]
+    DrainsNotItsWorker { manager: String, worker: u64 },
+    #[error("drains worker `{worker}` of manager `{manager}` twice, or drains and stops it")]
+    DrainsTwice { manager: String, worker: u64 },
+    #[error(
+        "drains {drained} workers of manager `{manager}`; its drain budget \
+         (scheduler --max-drain-percent) allows {budget}"
+    )]
+    OverDrainBudget {
+        manager: String,
+        drained: usize,
+        budget: u32,
+    },
 }

@@ -33,6 +33,9 @@ pub struct Config {
     pub scaling_ms: Option<u64>,
     /// A worker idle for less than this is not stopped.
     pub scale_down_delay_ms: u64,
+    /// Most of a manager's live workers a decision may drain, in per cent, rounded up
+    /// ([`crate::scaling::drain_budget`]).
+    pub max_drain_percent: u32,
     /// Fail queued tasks nothing could run for this long (`None`: they wait).
     pub unschedulable_timeout_ms: Option<u64>,
     /// The policy in force at start (its name is in the errors about its decisions). Read once:

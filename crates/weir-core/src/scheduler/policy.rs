@@ -139,11 +139,16 @@ impl Scheduler {
 
     /// What the policy would be handed now (the managers it scales, their workers, the demand).
     pub(crate) fn scaling_snapshot(&self, now: u64) -> Snapshot {
-        self.managers.snapshot(
+        let mut snapshot = self.managers.snapshot(
             &self.context(now),
             self.config.scale_down_delay_ms,
             self.tasks.demand(),
-        )
+        );
+        for manager in &mut snapshot.managers {
+            manager.drain_budget =
+                crate::scaling::drain_budget(self.config.max_drain_percent, manager.workers.len());
+        }
+        snapshot
     }
 
     /// The policy's answer: checked against the snapshot it was given, then applied; a failure
@@ -176,6 +181,25 @@ impl Scheduler {
         for decision in decisions {
             if !self.managers.is_connected(&decision.manager_id) {
                 continue;
+            }
+            // The policy's drain: the whole of it for this manager (validated: its live workers,
+            // within its budget); those no longer named take tasks again.
+            let mut drain = decision.drain.clone();
+            drain.sort_unstable();
+            let (drained, back) = self.tasks.cordon(&decision.manager_id, &drain);
+            let why = |id: u64| {
+                let mut reasons = decision.worker_reasons.iter();
+                let found = reasons.find(|(w, _)| *w == id).map(|(_, r)| r.as_str());
+                found.unwrap_or(&decision.reason)
+            };
+            for (id, name) in &drained {
+                tracing::info!(manager = %decision.manager_id, worker = %name, reason = why(*id), "drained by the policy: no new tasks");
+            }
+            for (_, name) in &back {
+                tracing::info!(manager = %decision.manager_id, worker = %name, "no longer drained: takes tasks again");
+            }
+            for &id in &decision.stop {
+                tracing::debug!(manager = %decision.manager_id, worker = id, reason = why(id), "stopping");
             }
             let mut stop = self.tasks.drain(now, &decision.stop);
             // Its own workers only (after the drain, which marks them).

@@ -83,6 +83,9 @@ impl Tasks {
                     if worker.draining.is_some() {
                         missing.push("draining: its manager is stopping it".into());
                     }
+                    if worker.cordoned {
+                        missing.push("drained by the scaling policy: takes no new task".into());
+                    }
                     // A quick task may also be held there ahead of a free slot.
                     // (Not while it runs, or could run, a task not known to be quick.)
                     let keeps_slot = worker.slow > 0

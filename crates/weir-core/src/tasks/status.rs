@@ -169,7 +169,7 @@ impl Tasks {
                     worker.info.name
                 ));
             }
-            let open = worker.draining.is_none();
+            let open = worker.open();
             if self.free.contains(id) != (open && worker.held() < worker.info.slots)
                 || self.roomy.contains(id) != (open && worker.held() < self.limit(worker))
                 || self.holders.contains(id) != (worker.held() > worker.info.slots)

@@ -54,6 +54,9 @@ pub(super) struct BookedWorker {
     /// service if its manager has not stopped it after [`Config::undrain_ms`] (it cannot: a
     /// unit of several workers whose others are busy).
     pub(super) draining: Option<u64>,
+    /// Drained by the scaling policy (`decision.drain`, "cordoned"): takes no new task until a
+    /// decision no longer names it. Unlike `draining`, nobody is stopping it yet.
+    pub(super) cordoned: bool,
     /// When it leaves (the end of its allocation): it takes no task whose timeout ends later.
     pub(super) ends_at: Option<u64>,
 }
@@ -99,6 +102,11 @@ impl BookedWorker {
         Some(at)
     }
 
+    /// Whether it takes new tasks: neither being stopped nor drained by the policy.
+    pub(super) fn open(&self) -> bool {
+        self.draining.is_none() && !self.cordoned
+    }
+
     /// How many tasks it holds (running, prefetched, or canceled and not yet confirmed).
     pub(super) fn held(&self) -> u32 {
         u32::try_from(self.running.len()).unwrap_or(u32::MAX)
@@ -106,7 +114,7 @@ impl BookedWorker {
 
     /// Whether it may be handed a task of `class` now while it holds fewer than `limit`.
     pub(super) fn fits(&self, class: &Class, now: u64, limit: u32) -> bool {
-        self.draining.is_none()
+        self.open()
             && self.held() < limit
             && self.outlives(class, now)
             && class
@@ -137,6 +145,7 @@ impl BookedWorker {
             busy: self.held().min(self.info.slots),
             idle_ms: self.idle_since.map_or(0, |since| now.saturating_sub(since)),
             draining: self.draining.is_some(),
+            cordoned: self.cordoned,
             verdicts: &self.verdicts,
         }
     }
@@ -169,5 +178,7 @@ pub struct WorkerView<'a> {
     pub busy: u32,
     pub idle_ms: u64,
     pub draining: bool,
+    /// Drained by the policy: takes no new task ([`Tasks::cordon`]).
+    pub cordoned: bool,
     pub verdicts: &'a BTreeMap<String, EnvVerdict>,
 }

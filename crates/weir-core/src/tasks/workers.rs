@@ -95,6 +95,7 @@ impl Tasks {
             busy_since: now,
             idle_paces: [0, 0],
             draining: None,
+            cordoned: false,
             ends_at,
         };
         if let Some(manager) = &worker.info.manager {
@@ -293,7 +294,7 @@ impl Tasks {
     pub(crate) fn ready_workers(&self, environment: Option<&str>) -> u32 {
         self.workers
             .values()
-            .filter(|w| w.draining.is_none())
+            .filter(|w| w.open())
             .filter(|w| environment.is_none_or(|e| w.environments.contains(e)))
             .count() as u32
     }
@@ -352,12 +353,36 @@ impl Tasks {
         drained
     }
 
+    /// The scaling policy's drain for `manager`'s workers: those in `drain` (sorted) take no
+    /// new tasks, and its others drained before take tasks again. Returns the ids and names of
+    /// those newly drained and of those taken back.
+    pub(crate) fn cordon(&mut self, manager: &str, drain: &[WorkerId]) -> (Named, Named) {
+        let (mut drained, mut back) = (Vec::new(), Vec::new());
+        let ids: Vec<WorkerId> =
+            (self.by_manager.get(manager).into_iter().flatten().copied()).collect();
+        for id in ids {
+            let Some(worker) = self.workers.get_mut(&id) else {
+                continue;
+            };
+            let named = drain.binary_search(&id).is_ok();
+            if worker.cordoned != named {
+                worker.cordoned = named;
+                match named {
+                    true => drained.push((id, worker.info.name.clone())),
+                    false => back.push((id, worker.info.name.clone())),
+                }
+                self.resync(id);
+            }
+        }
+        (drained, back)
+    }
+
     /// Bring `worker`'s entries in the free / roomy / holders sets in line with it (after its
     /// tasks, draining or presence changed).
     pub(super) fn resync(&mut self, worker: WorkerId) {
         let (free, roomy, holder) = match self.workers.get(&worker) {
             Some(w) => {
-                let open = w.draining.is_none();
+                let open = w.open();
                 (
                     open && w.held() < w.info.slots,
                     open && w.held() < self.limit(w),
@@ -399,3 +424,6 @@ impl Tasks {
         }
     }
 }
+
+/// Workers by id and name.
+pub(crate) type Named = Vec<(WorkerId, String)>;

@@ -47,6 +47,7 @@ fn view<'a>(id: u64, name: &'a str, manager: &'a str) -> WorkerView<'a> {
         busy: 0,
         idle_ms: 0,
         draining: false,
+        cordoned: false,
         verdicts: &NO_VERDICTS,
     }
 }

@@ -196,5 +196,7 @@ fn snapshot_of(m: &SimManager, now: u64) -> Manager {
         environments: vec![],
         walltime_ms: None,
         counted: None,
+        drained: Vec::new(),
+        drain_budget: 0,
     }
 }

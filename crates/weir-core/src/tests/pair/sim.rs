@@ -191,6 +191,7 @@ impl Sim {
             tick_ms: 100,
             scaling_ms: Some(1_000),
             scale_down_delay_ms: 0,
+            max_drain_percent: 10,
             unschedulable_timeout_ms: None,
             policy: PolicyInfo {
                 name: "waterfall".into(),

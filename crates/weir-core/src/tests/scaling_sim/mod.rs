@@ -245,6 +245,7 @@ fn config(broad: bool) -> Config {
         tick_ms: 500,
         scaling_ms: Some(1_000),
         scale_down_delay_ms: 0,
+        max_drain_percent: 10,
         unschedulable_timeout_ms: broad.then_some(6_000),
         policy: PolicyInfo {
             name: "waterfall".into(),

@@ -102,6 +102,7 @@ fn the_core_refuses_a_policys_nonsense_whatever_the_policy() {
         desired_workers: 9,
         stop: vec![],
         reason: "greedy".into(),
+        ..Default::default()
     };
     let actions = round(
         &mut core,
@@ -140,6 +141,7 @@ fn the_core_refuses_a_policys_nonsense_whatever_the_policy() {
         desired_workers: 4,
         stop: vec![],
         reason: "demand".into(),
+        ..Default::default()
     };
     let actions = round(
         &mut core,

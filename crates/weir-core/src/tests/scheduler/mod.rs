@@ -14,6 +14,7 @@ use weir_proto::{
 mod clients;
 mod compaction;
 mod connections;
+mod drain;
 mod journaling;
 mod paces;
 mod policy;
@@ -31,6 +32,7 @@ fn config(journal: bool) -> Config {
         tick_ms: 500,
         scaling_ms: Some(1_000),
         scale_down_delay_ms: 0,
+        max_drain_percent: 10,
         unschedulable_timeout_ms: None,
         policy: PolicyInfo {
             name: "test-policy".into(),

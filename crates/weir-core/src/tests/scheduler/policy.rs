@@ -205,6 +205,7 @@ fn decide(core: &mut Scheduler, now: u64, desired_workers: u32) -> Vec<Action> {
         desired_workers,
         stop: vec![],
         reason: "test".into(),
+        ..Default::default()
     };
     round(
         core,
@@ -304,6 +305,7 @@ fn a_drained_worker_is_named_in_every_decision_until_it_is_gone() {
         desired_workers: 0,
         stop: vec![worker_id],
         reason: "idle".into(),
+        ..Default::default()
     };
     let first = round(
         &mut core,

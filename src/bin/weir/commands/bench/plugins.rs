@@ -50,6 +50,8 @@ fn snapshot(managers: usize, workers: usize) -> Arc<Snapshot> {
                 environments: vec![],
                 walltime_ms: None,
                 counted: None,
+                drained: Vec::new(),
+                drain_budget: 0,
             })
             .collect(),
         demand: vec![

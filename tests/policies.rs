@@ -12,8 +12,13 @@ fn root() -> &'static Path {
 
 /// `examples/policies/cost_budget/LANGUAGE/build.sh OUT`; fails saying what is missing.
 fn build(language: &str, dir: &Path) -> PathBuf {
-    let wasm = dir.join(format!("cost_budget_{language}.wasm"));
-    let script = root().join(format!("examples/policies/cost_budget/{language}/build.sh"));
+    build_example("cost_budget", language, dir)
+}
+
+/// `examples/policies/NAME/LANGUAGE/build.sh OUT`.
+fn build_example(name: &str, language: &str, dir: &Path) -> PathBuf {
+    let wasm = dir.join(format!("{name}_{language}.wasm"));
+    let script = root().join(format!("examples/policies/{name}/{language}/build.sh"));
     let built = Command::new(script)
         .arg(&wasm)
         .env("WEIR_EXAMPLES_TARGET_DIR", root().join("target/examples"))
@@ -22,7 +27,7 @@ fn build(language: &str, dir: &Path) -> PathBuf {
         .expect("build.sh runs");
     assert!(
         built.status.success(),
-        "building cost_budget in {language} failed (examples/conditions/install-toolchains.sh installs the toolchains): {}",
+        "building {name} in {language} failed (examples/conditions/install-toolchains.sh installs the toolchains): {}",
         String::from_utf8_lossy(&built.stderr)
     );
     wasm
@@ -184,4 +189,124 @@ fn varied_snapshots(count: usize) -> serde_json::Value {
         })
         .collect();
     serde_json::Value::Array(snapshots)
+}
+
+/// `weir --output json ARGS...` from the repository root, its JSON output.
+fn weir_json(args: &[&str], cache: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .current_dir(root())
+        .args(["--output", "json"])
+        .args(args)
+        .env("WEIR_CACHE_DIR", cache)
+        .output()
+        .expect("weir runs");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "weir {args:?}: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The worker-seconds of worker type `kind` in a `simulate --workload` report.
+fn seconds_of(report: &serde_json::Value, kind: &str) -> f64 {
+    let types = report["by_worker_type"].as_array().expect("by_worker_type");
+    let found = types
+        .iter()
+        .find(|t| t[0] == kind)
+        .expect("the worker type");
+    found[1].as_f64().expect("seconds")
+}
+
+#[test]
+#[ignore = "needs the wasm32-wasip2 target (rustup target add wasm32-wasip2); CI runs it (--include-ignored)"]
+fn consolidate_passes_its_scenarios_and_empties_the_expensive_tier_sooner_than_the_waterfall() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let wasm = build_example("consolidate", "rust", dir.path());
+    let wasm = wasm.to_str().expect("utf-8 path");
+    let content = "@examples/policies/consolidate/content.csv";
+    let tested = weir_json(
+        &[
+            "policy",
+            "test",
+            "--policy",
+            wasm,
+            "--content",
+            content,
+            "examples/policies/scenarios/consolidate.toml",
+        ],
+        &cache,
+    );
+    assert_eq!(tested["failed"], 0, "{tested:#}");
+    assert_eq!(tested["passed"], 5, "{tested:#}");
+    // The plain waterfall fails them: they test the drain, not the waterfall underneath.
+    let plain = weir_json(
+        &[
+            "policy",
+            "test",
+            "--policy",
+            "waterfall_v2",
+            "--content",
+            content,
+            "examples/policies/scenarios/consolidate.toml",
+        ],
+        &cache,
+    );
+    assert!(plain["failed"].as_u64().expect("failed") >= 3, "{plain:#}");
+    // The burst, tail and second burst, in a closed loop: the same tasks done, fewer pricey
+    // worker-seconds, and no more cheap ones than the pricey ones saved.
+    let workload = "examples/policies/consolidate/workload.toml";
+    let run = |policy: &str| {
+        let plot = dir.path().join(format!("{}.svg", policy.len()));
+        let plot = plot.to_str().expect("utf-8 path").to_string();
+        weir_json(
+            &[
+                "policy",
+                "simulate",
+                "--policy",
+                policy,
+                "--content",
+                content,
+                "--workload",
+                workload,
+                "--plot",
+                &plot,
+            ],
+            &cache,
+        )
+    };
+    let (waterfall, consolidate) = (run("waterfall_v2"), run(wasm));
+    assert!(waterfall["finished"].as_u64().expect("finished") > 100);
+    assert_eq!(waterfall["finished"], consolidate["finished"]);
+    let pricey = (
+        seconds_of(&waterfall, "pricey"),
+        seconds_of(&consolidate, "pricey"),
+    );
+    let cheap = (
+        seconds_of(&waterfall, "cheap"),
+        seconds_of(&consolidate, "cheap"),
+    );
+    println!(
+        "pricey worker-seconds: waterfall {}, consolidate {}",
+        pricey.0, pricey.1
+    );
+    println!(
+        "cheap worker-seconds: waterfall {}, consolidate {}",
+        cheap.0, cheap.1
+    );
+    assert!(pricey.1 < pricey.0, "pricey {pricey:?}");
+    assert!(
+        cheap.1 - cheap.0 < pricey.0 - pricey.1,
+        "cheap {cheap:?}, pricey {pricey:?}"
+    );
+    // Some decision drained, and every one of them within the budget the run was given
+    // (the scheduler's check ran on each: a refused one fails the run).
+    let steps = consolidate["steps"].as_array().expect("steps");
+    let drained = steps
+        .iter()
+        .flat_map(|s| s["decisions"].as_array().into_iter().flatten())
+        .filter(|d| d["drain"].as_array().is_some_and(|d| !d.is_empty()))
+        .count();
+    assert!(drained > 0, "consolidate never drained");
 }

@@ -28,7 +28,7 @@ pub enum Verdict {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(deny_unknown_fields))]
 pub struct Worker {
     /// The scheduler's id of the worker.
     pub id: u64,
@@ -120,7 +120,7 @@ impl Summary {
     }
 }
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(deny_unknown_fields))]
 pub struct Manager {
     pub id: String,
     pub worker_type: String,
@@ -207,7 +207,7 @@ impl Manager {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(deny_unknown_fields))]
 pub struct Demand {
     #[cfg_attr(feature = "serde", serde(default))]
     pub capabilities: Vec<(String, u64)>,
@@ -219,7 +219,7 @@ pub struct Demand {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(deny_unknown_fields))]
 pub struct Snapshot {
     pub now_ms: u64,
     #[cfg_attr(feature = "serde", serde(default))]

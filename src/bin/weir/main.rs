@@ -213,14 +213,29 @@ enum PluginCommand {
 enum PolicyCommand {
     /// Parse policy content with the real engine and print its tiers, or the line-numbered error.
     Check(policy::PolicyArgs),
-    /// Replay a JSON array of snapshots through a policy and print each decision.
+    /// Replay a JSON array of snapshots through a policy and print each decision; or, with
+    /// --workload, run the policy in a closed loop with a modelled cluster and print the
+    /// worker-seconds each manager and worker type cost.
     Simulate {
         #[command(flatten)]
         policy: policy::PolicyArgs,
         /// JSON file: an array of snapshots (the `weir:plugin/scaling` snapshot record), or JSON
         /// lines as `scheduler --record-snapshots` writes them.
-        #[arg(long)]
-        trace: PathBuf,
+        #[arg(
+            long,
+            required_unless_present = "workload",
+            conflicts_with = "workload"
+        )]
+        trace: Option<PathBuf>,
+        /// TOML file: managers, task arrivals, start time and scale-down delay for a modelled
+        /// cluster the policy scales (its decisions change what it sees next). The model is
+        /// described in docs/policies.md; examples/policies/consolidate/workload.toml is one.
+        #[arg(long, value_name = "FILE.toml")]
+        workload: Option<PathBuf>,
+        /// With --workload: write the snapshots the run made (JSON lines, a trace --trace
+        /// replays).
+        #[arg(long, value_name = "FILE", requires = "workload")]
+        record: Option<PathBuf>,
         /// Also draw each manager's desired and live workers and the queued tasks over the
         /// trace's snapshots into this SVG file.
         #[arg(long, value_name = "FILE.svg")]
@@ -297,9 +312,29 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
         Command::Policy(PolicyCommand::Check(args)) => policy::check(&host()?, args, output),
         Command::Policy(PolicyCommand::Simulate {
             policy,
-            trace,
+            trace: Some(trace),
             plot,
+            ..
         }) => policy::simulate(&host()?, policy, trace, plot.as_deref(), output),
+        Command::Policy(PolicyCommand::Simulate {
+            policy,
+            workload,
+            record,
+            plot,
+            ..
+        }) => {
+            let workload = workload
+                .as_deref()
+                .context("give --trace FILE or --workload FILE.toml")?;
+            policy::simulate_workload(
+                &host()?,
+                policy,
+                workload,
+                record.as_deref(),
+                plot.as_deref(),
+                output,
+            )
+        }
         Command::Policy(PolicyCommand::Set(args)) => connected(&reach, output, async |client| {
             policy::set(client, args, output).await
         }),

@@ -111,6 +111,8 @@ class Plan {
       managerId: m.id,
       desiredWorkers: desired,
       stop,
+      drain: [],
+      workerReasons: [],
       reason: `${this.placed} queued task(s) placed at ${this.cost}/worker-hour -> ${desired} worker(s) (budget ${budget}/hour)`,
     };
   }

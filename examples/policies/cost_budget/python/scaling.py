@@ -68,7 +68,7 @@ class Plan:
             f"{self.placed} queued task(s) placed at {number(self.cost)}/worker-hour -> "
             f"{desired} worker(s) (budget {number(budget)}/hour)"
         )
-        return wit.Decision(manager_id=m.id, desired_workers=desired, stop=stop, reason=reason)
+        return wit.Decision(manager_id=m.id, desired_workers=desired, stop=stop, drain=[], worker_reasons=[], reason=reason)
 
 
 class Engine(wit.Engine):

@@ -20,3 +20,4 @@ pub(crate) mod submit;
 pub(crate) mod top;
 pub(crate) mod wait;
 pub(crate) mod workers;
+pub(crate) mod workload;

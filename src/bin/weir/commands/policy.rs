@@ -12,7 +12,8 @@ use weir::core::scenarios;
 use weir::plugin::{Limits, PluginHost};
 
 use crate::output::{
-    Output, PolicyTested, PolicyTiers, ScenarioRun, ScenariosFailed, SimulatedStep,
+    ManagerSeconds, Output, PolicyTested, PolicyTiers, ScenarioRun, ScenariosFailed, SimulatedStep,
+    WorkloadRun,
 };
 
 #[derive(Args)]
@@ -83,15 +84,78 @@ pub(crate) fn simulate(
         steps.push(step);
     }
     if let Some(path) = plot {
-        #[cfg(feature = "plot")]
-        super::plot::draw(&drawn, path)?;
-        #[cfg(not(feature = "plot"))]
-        anyhow::bail!(
-            "cannot write {}: --plot needs weir built with the `plot` feature (on by default)",
-            path.display()
-        );
+        draw(&drawn, path)?;
     }
     output.simulation(&steps);
+    Ok(())
+}
+
+fn draw(drawn: &[(Snapshot, Vec<weir::core::scaling::Decision>)], path: &Path) -> Result<()> {
+    #[cfg(feature = "plot")]
+    return super::plot::draw(drawn, path);
+    #[cfg(not(feature = "plot"))]
+    anyhow::bail!(
+        "cannot write {}: --plot needs weir built with the `plot` feature (on by default)",
+        path.display()
+    );
+}
+
+/// `weir policy simulate --workload`: the policy scales a modelled cluster (`workload.rs`).
+pub(crate) fn simulate_workload(
+    host: &PluginHost,
+    args: &PolicyArgs,
+    workload: &Path,
+    record: Option<&Path>,
+    plot: Option<&Path>,
+    output: &dyn Output,
+) -> Result<()> {
+    let spec = args.spec()?;
+    let mut policy = spec.instantiate(host, Limits::default())?;
+    let workload = super::workload::Workload::read(workload)?;
+    let run = super::workload::run(workload, |snapshot| Ok(policy.decide(snapshot)?))?;
+    if let Some(path) = record {
+        let mut lines = String::new();
+        for (snapshot, _) in &run.steps {
+            lines.push_str(&serde_json::to_string(&**snapshot)?);
+            lines.push('\n');
+        }
+        std::fs::write(path, lines).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = plot {
+        let drawn: Vec<_> = (run.steps.iter())
+            .map(|(snapshot, decisions)| (Snapshot::clone(snapshot), decisions.clone()))
+            .collect();
+        draw(&drawn, path)?;
+    }
+    let steps: Vec<SimulatedStep> = (run.steps.into_iter().enumerate())
+        .map(|(step, (snapshot, decisions))| SimulatedStep {
+            step,
+            now_ms: snapshot.now_ms,
+            decisions,
+        })
+        .collect();
+    for step in &steps {
+        output.simulated_step(step);
+    }
+    let mut by_worker_type: Vec<(String, f64)> = Vec::new();
+    for (_, worker_type, seconds) in &run.worker_seconds {
+        match by_worker_type.iter_mut().find(|(t, _)| t == worker_type) {
+            Some((_, total)) => *total += seconds,
+            None => by_worker_type.push((worker_type.clone(), *seconds)),
+        }
+    }
+    output.workload(&WorkloadRun {
+        steps,
+        worker_seconds: (run.worker_seconds.into_iter())
+            .map(|(manager, worker_type, seconds)| ManagerSeconds {
+                manager,
+                worker_type,
+                seconds,
+            })
+            .collect(),
+        by_worker_type,
+        finished: run.finished,
+    });
     Ok(())
 }
 

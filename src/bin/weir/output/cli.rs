@@ -287,10 +287,13 @@ impl Output for Cli {
     fn simulated_step(&self, step: &SimulatedStep) {
         println!("snapshot {} (now_ms {}):", step.step, step.now_ms);
         for d in &step.decisions {
-            let stop = match d.stop.is_empty() {
+            let mut stop = match d.stop.is_empty() {
                 true => String::new(),
                 false => format!(" stop {:?}", d.stop),
             };
+            if !d.drain.is_empty() {
+                stop.push_str(&format!(" drain {:?}", d.drain));
+            }
             println!(
                 "  {:<12} desired {:>4}{stop}  ({})",
                 d.manager_id, d.desired_workers, d.reason
@@ -299,6 +302,21 @@ impl Output for Cli {
     }
 
     fn simulation(&self, _: &[SimulatedStep]) {}
+
+    fn workload(&self, run: &super::WorkloadRun) {
+        println!("worker-seconds (started to stopped, starting ones included):");
+        for m in &run.worker_seconds {
+            println!(
+                "  {:<12} {:<12} {:>10.0}",
+                m.manager, m.worker_type, m.seconds
+            );
+        }
+        println!("by worker type:");
+        for (worker_type, seconds) in &run.by_worker_type {
+            println!("  {worker_type:<25} {seconds:>10.0}");
+        }
+        println!("tasks finished: {}", run.finished);
+    }
 
     fn policy(&self, report: &weir::proto::PolicyReport) {
         println!("policy:  {}", report.name);

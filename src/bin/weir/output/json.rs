@@ -148,6 +148,10 @@ impl Output for Json {
         print(&steps);
     }
 
+    fn workload(&self, run: &super::WorkloadRun) {
+        print(run);
+    }
+
     fn policy(&self, report: &weir::proto::PolicyReport) {
         print(report);
     }

@@ -81,6 +81,8 @@ pub(crate) trait Output {
     fn simulated_step(&self, step: &SimulatedStep);
     /// Every snapshot replayed, once all are.
     fn simulation(&self, steps: &[SimulatedStep]);
+    /// A closed-loop run with its worker-seconds (`weir policy simulate --workload`), once done.
+    fn workload(&self, run: &WorkloadRun);
     /// Every scenario `weir policy test` ran.
     fn policy_tested(&self, tested: &PolicyTested);
     /// The scheduler's running policy (`weir policy show`, `weir policy set`).
@@ -248,6 +250,24 @@ pub(crate) struct SimulatedStep {
     pub step: usize,
     pub now_ms: u64,
     pub decisions: Vec<Decision>,
+}
+
+/// `weir policy simulate --workload`: the steps, and what the modelled cluster cost.
+#[derive(Serialize)]
+pub(crate) struct WorkloadRun {
+    pub steps: Vec<SimulatedStep>,
+    /// Per manager, in the file's order.
+    pub worker_seconds: Vec<ManagerSeconds>,
+    /// Per worker type (the waterfall_v2 tiers' members), in the file's order.
+    pub by_worker_type: Vec<(String, f64)>,
+    pub finished: u64,
+}
+
+#[derive(Serialize)]
+pub(crate) struct ManagerSeconds {
+    pub manager: String,
+    pub worker_type: String,
+    pub seconds: f64,
 }
 
 /// `weir demo`: the simulated seconds, then the bundled condition's verdicts on this machine.

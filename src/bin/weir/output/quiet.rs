@@ -49,6 +49,7 @@ impl Output for Quiet {
     fn policy_tiers(&self, _: &PolicyTiers) {}
     fn simulated_step(&self, _: &SimulatedStep) {}
     fn simulation(&self, _: &[SimulatedStep]) {}
+    fn workload(&self, _: &super::WorkloadRun) {}
     fn policy_tested(&self, _: &PolicyTested) {}
     fn policy(&self, _: &weir::proto::PolicyReport) {}
     fn demo(&self, _: &Demo) {}

@@ -159,6 +159,7 @@ impl<'a> Plan<'a> {
                 "{} queued task(s) placed at {}/worker-hour -> {desired} worker(s) (budget {budget}/hour)",
                 self.placed, self.cost
             ),
+            ..Default::default()
         }
     }
 }

@@ -94,10 +94,13 @@ fn draw(drawn: &[(Snapshot, Vec<weir::core::scaling::Decision>)], path: &Path) -
     #[cfg(feature = "plot")]
     return super::plot::draw(drawn, path);
     #[cfg(not(feature = "plot"))]
-    anyhow::bail!(
-        "cannot write {}: --plot needs weir built with the `plot` feature (on by default)",
-        path.display()
-    );
+    {
+        let _ = drawn;
+        anyhow::bail!(
+            "cannot write {}: --plot needs weir built with the `plot` feature (on by default)",
+            path.display()
+        );
+    }
 }
 
 /// `weir policy simulate --workload`: the policy scales a modelled cluster (`workload.rs`).

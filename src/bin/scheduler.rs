@@ -80,12 +80,13 @@ struct Args {
     /// policy at once (at most once per tenth of this).
     #[arg(long, default_value = "1", value_parser = positive_seconds, value_name = "SECONDS")]
     scaling_interval: Duration,
-    /// Seconds a worker must be idle before the policy may stop it.
+    /// Seconds a worker must be idle before the policy may stop it (unless the policy drained
+    /// it first).
     #[arg(long, default_value = "30", value_parser = seconds, value_name = "SECONDS")]
     scale_down_delay: Duration,
     /// Most of a manager's live workers a policy may drain at once, in per cent, rounded up
-    /// (a disruption budget, as Karpenter's 10 % default): a drained worker takes no new
-    /// tasks and is stopped once idle. 0: no policy may drain.
+    /// (a disruption budget with Karpenter's 10 % default): a drained worker takes no new
+    /// tasks, and the policy stops it once idle. 0: no policy may drain.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100), value_name = "PERCENT")]
     max_drain_percent: u32,
     /// Seconds a worker manager may be offline before it is forgotten: the workers it started

@@ -172,7 +172,7 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
                 let manager = manager_id();
                 return Err(Nonsense::DrainsNotItsWorker { manager, worker });
             }
-            if !drained.insert(worker) || decision.stop.contains(&worker) {
+            if !drained.insert(worker) {
                 let manager = manager_id();
                 return Err(Nonsense::DrainsTwice { manager, worker });
             }
@@ -192,6 +192,10 @@ pub fn validate_decisions(snapshot: &Snapshot, decisions: &[Decision]) -> Result
                 let manager = manager_id();
                 return Err(Nonsense::StopsTwice { manager, worker });
             }
+        }
+        if let Some(&worker) = decision.drain.iter().find(|w| stopped.contains(*w)) {
+            let manager = manager_id();
+            return Err(Nonsense::DrainsTwice { manager, worker });
         }
     }
     Ok(())

@@ -171,6 +171,14 @@ impl Scheduler {
             }
             Err(error) => {
                 tracing::error!(%error, "scaling policy failed; holding its last good decision");
+                // Its drains fail open: a policy that cannot decide holds no worker back.
+                let back = self.tasks.uncordon_except(&[]);
+                if back > 0 {
+                    tracing::warn!(
+                        workers = back,
+                        "drained workers take tasks again: the policy failed"
+                    );
+                }
                 self.scaling.errors += 1;
                 self.scaling.error = Some(error);
             }
@@ -178,6 +186,19 @@ impl Scheduler {
     }
 
     fn apply_decisions(&mut self, now: u64, decisions: &[Decision]) {
+        // Managers these decisions drain for; every other drained worker is taken back (a
+        // manager left out, offline, or gone holds no drain).
+        let named: Vec<&str> = (decisions.iter())
+            .filter(|d| self.managers.is_connected(&d.manager_id))
+            .map(|d| d.manager_id.as_str())
+            .collect();
+        let back = self.tasks.uncordon_except(&named);
+        if back > 0 {
+            tracing::info!(
+                workers = back,
+                "drained workers of managers no decision names take tasks again"
+            );
+        }
         for decision in decisions {
             if !self.managers.is_connected(&decision.manager_id) {
                 continue;
@@ -414,6 +435,8 @@ impl Scheduler {
                 }
                 self.scaling.tiers = tiers;
                 self.scaling.policy = policy;
+                // A new policy starts with nothing drained (the old one's drains were its own).
+                self.tasks.uncordon_except(&[]);
                 self.scaling.error = None;
                 // The last decisions shown are the new policy's, from its first tick on.
                 self.scaling.decisions.clear();

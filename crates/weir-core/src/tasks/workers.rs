@@ -377,8 +377,25 @@ impl Tasks {
         (drained, back)
     }
 
+    /// Take back every drained worker whose manager is not in `keep` (every one for an empty
+    /// set): a drain holds only while accepted decisions name its manager. Returns how many.
+    pub(crate) fn uncordon_except(&mut self, keep: &[&str]) -> usize {
+        let back: Vec<WorkerId> = (self.workers.iter())
+            .filter(|(_, w)| w.cordoned)
+            .filter(|(_, w)| w.info.manager.as_deref().is_none_or(|m| !keep.contains(&m)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &back {
+            if let Some(worker) = self.workers.get_mut(id) {
+                worker.cordoned = false;
+            }
+            self.resync(*id);
+        }
+        back.len()
+    }
+
     /// Bring `worker`'s entries in the free / roomy / holders sets in line with it (after its
-    /// tasks, draining or presence changed).
+    /// tasks, draining, the policy's drain or presence changed).
     pub(super) fn resync(&mut self, worker: WorkerId) {
         let (free, roomy, holder) = match self.workers.get(&worker) {
             Some(w) => {

@@ -146,8 +146,8 @@ fn a_drain_past_the_budget_or_of_another_managers_worker_is_refused_and_nothing_
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// Whatever a policy asks to drain, tick after tick: what the core holds drained is
-    /// exactly the last accepted decision's drain, never more than the budget, and no task is
-    /// ever sent to a drained worker.
+    /// exactly the last decision's drain if it was accepted (nothing if refused), never more
+    /// than the budget, and no task is ever sent to a drained worker.
     #[test]
     fn drained_workers_are_the_last_accepted_drain_within_the_budget_and_get_no_task(
         percent in 0u32..=100,
@@ -175,9 +175,8 @@ proptest! {
                 && drain.len() <= budget as usize
                 && drain.iter().all(|w| ids.contains(w));
             prop_assert_eq!(refused, !valid, "step {}: drain {:?}", step, drain);
-            if valid {
-                accepted = unique;
-            }
+            // A refused decision releases every drain (they fail open).
+            accepted = if valid { unique } else { Vec::new() };
             // Some work each step, and what ran finishes: never a task for a drained worker.
             let mut sent = assigned(&actions);
             sent.extend(assigned(&round(&mut core, now + 2, vec![from_client(1, submit(2))])));
@@ -187,4 +186,33 @@ proptest! {
             now += 1_000;
         }
     }
+}
+
+#[test]
+fn a_drain_fails_open_when_the_policy_fails_or_leaves_the_manager_out() {
+    let (mut core, ids) = with_workers(2, 50);
+    snapshot_at(&mut core, 1_000);
+    decided(&mut core, 1_001, vec![ids[0]]);
+    assert_eq!(
+        snapshot_at(&mut core, 2_000).managers[0].drained,
+        vec![ids[0]]
+    );
+    // The policy fails: the drain no longer holds.
+    let result = Err(PolicyFailure::Unasked);
+    round(&mut core, 2_001, vec![Input::Decided { result }]);
+    assert!(snapshot_at(&mut core, 3_000).managers[0].drained.is_empty());
+    // Drained again, then decisions that do not name the manager: taken back.
+    decided(&mut core, 3_001, vec![ids[1]]);
+    assert_eq!(
+        snapshot_at(&mut core, 4_000).managers[0].drained,
+        vec![ids[1]]
+    );
+    let actions = round(
+        &mut core,
+        4_001,
+        vec![Input::Decided { result: Ok(vec![]) }],
+    );
+    assert!(actions.iter().all(|a| !matches!(a, Action::Decide(_))));
+    let actions = round(&mut core, 4_002, vec![from_client(1, submit(2))]);
+    assert_eq!(sent_tasks(&actions), ids, "both take tasks again");
 }

@@ -14,8 +14,13 @@
 //! - It drains at most its `drain-budget` workers (`scheduler --max-drain-percent`), and only
 //!   as many busy slots as that room holds; the workers already drained first (so a drain
 //!   holds), then idle ones, then the least busy.
-//! - A drained worker that is idle is stopped at once (reason per worker). When the room is
-//!   gone (a new burst), nothing is drained: the core takes the drained workers back.
+//! - A worker drained by the last decision that is idle now is stopped (reason per worker),
+//!   without waiting for the scale-down delay: an idle worker is drained first, for one
+//!   decision, taking room for its slots. When the room is gone (a new burst), nothing is
+//!   drained: the core takes the drained workers back.
+//! - Room is counted once per lower manager and used up as it is given, lower tiers first (a
+//!   manager that drains offers no room to the tiers above it). `starting` counts workers being
+//!   stopped too (the snapshot does not tell them apart): room may be over-counted while some stop.
 
 use weir_policy_sdk::{Decision, Flavor, Manager, Policy, Snapshot, Tier, Verdict, Waterfall};
 
@@ -50,24 +55,33 @@ impl Policy for Consolidate {
             })
             .collect();
         let lowest = managers.iter().map(|(_, p, _)| *p).min().unwrap_or(0);
-        for &(high, tier, decided) in &managers {
+        // Room each manager has for work moving down, counted once and used up as it is given:
+        // two higher managers never drain into the same free slot.
+        let mut rooms: Vec<u64> =
+            (managers.iter()).map(|(m, _, d)| room(snapshot, m, d.map(|i| &decisions[i]))).collect();
+        // Queued work takes the room first.
+        let mut queued = queued;
+        // Lower tiers first: a manager that drains has no room for the tiers above it.
+        let mut order: Vec<usize> = (0..managers.len()).collect();
+        order.sort_by_key(|&i| managers[i].1);
+        for i in order {
+            let (high, tier, decided) = managers[i];
             let Some(index) = decided else { continue };
             if tier == lowest || high.drain_budget == 0 || high.live_workers() == 0 {
                 continue;
             }
-            // Room below for its work, less what is queued (it goes there first).
-            let below = managers
-                .iter()
-                .filter(|(low, p, _)| *p < tier && can_take_work_of(low, high))
-                .map(|(low, _, d)| room(snapshot, low, d.map(|i| &decisions[i])))
-                .sum::<u64>();
-            let mut room = below.saturating_sub(queued);
+            let below: Vec<usize> = (0..managers.len())
+                .filter(|&j| managers[j].1 < tier && can_take_work_of(managers[j].0, high))
+                .collect();
+            let total: u64 = below.iter().map(|&j| rooms[j]).sum();
+            let mut room = total.saturating_sub(queued);
             if room == 0 {
                 continue; // nothing drained: the core takes drained workers back
             }
             let workers = snapshot.workers_of(high);
             let decision = &mut decisions[index];
-            // Drained ones first (a drain holds), then idle, then the least busy.
+            // Drained ones first (a drain holds), then idle, then the least busy. Each takes
+            // room for what it runs, an idle one for its slots (the work it would have taken).
             let mut order: Vec<_> = workers.iter().filter(|w| !decision.stop.contains(&w.id)).collect();
             order.sort_by_key(|w| (!high.is_drained(w.id), w.busy, w.id));
             let mut drain = Vec::new();
@@ -75,18 +89,33 @@ impl Policy for Consolidate {
                 if drain.len() >= high.drain_budget as usize {
                     break;
                 }
-                let busy = u64::from(worker.busy);
-                if busy > room {
+                let takes = match worker.busy {
+                    0 => u64::from(worker.slots.max(1)),
+                    busy => u64::from(busy),
+                };
+                if takes > room {
                     continue;
                 }
-                room -= busy;
+                room -= takes;
                 drain.push(worker);
             }
+            // What the queue took of this room and what the drain took are gone for the next.
+            let queue_took = queued.min(total);
+            let mut used = queue_took + (total - queue_took - room);
+            queued -= queue_took;
+            for &j in &below {
+                let take = used.min(rooms[j]);
+                rooms[j] -= take;
+                used -= take;
+            }
+            // Only a worker drained by an earlier decision is stopped: idle workers are drained
+            // first (one decision's notice), then stopped without waiting for the scale-down
+            // delay: the tiers below have room for their work.
             let mut stopped = 0;
             for worker in drain {
-                if worker.busy == 0 {
+                if worker.busy == 0 && high.is_drained(worker.id) {
                     decision.stop.push(worker.id);
-                    let why = format!("idle, and tiers below {tier} have room for its work");
+                    let why = format!("drained and idle: tiers below {tier} have room for its work");
                     decision.worker_reasons.push((worker.id, why));
                     stopped += 1;
                 } else {
@@ -95,10 +124,13 @@ impl Policy for Consolidate {
                     decision.worker_reasons.push((worker.id, why));
                 }
             }
+            if !decision.drain.is_empty() {
+                rooms[i] = 0;
+            }
             decision.desired_workers = decision.desired_workers.saturating_sub(stopped);
             if !decision.drain.is_empty() || stopped > 0 {
                 decision.reason.push_str(&format!(
-                    "; consolidating: {} drained, {stopped} stopped (room below: {below} slots)",
+                    "; consolidating: {} drained, {stopped} stopped (room below: {total} slots)",
                     decision.drain.len()
                 ));
             }

@@ -402,7 +402,7 @@ expect = [
 
 [[scenario]]
 name = "not a scenario a scheduler could send"
-snapshot = { now_ms = 0, managers = [{ id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true }, { id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true }] }
+snapshot = { now_ms = 0, managers = [{ id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true }, { id = "a", worker_type = "a", max_task_concurrency = 4, worker_slots = 1, online = true, drained = [5] }] }
 expect = [{ manager = "ghost" }, { manager = "a", desired_min = 3, desired_max = 1 }]
 "#,
     )
@@ -429,6 +429,8 @@ expect = [{ manager = "ghost" }, { manager = "a", desired_min = 3, desired_max =
         "invalid scenario: two managers `a`",
         "`ghost`, which is not a manager of the snapshot",
         "desired_min 3 > desired_max 1",
+        "`a`'s drained must list its own workers once each, in id order",
+        "`a` has 1 drained, past its drain_budget 0",
         "waterfall_v1: 1 passed, 2 failed",
     ] {
         assert!(text.contains(line), "missing `{line}` in:\n{text}");

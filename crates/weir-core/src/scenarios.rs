@@ -148,6 +148,21 @@ fn invalid(scenario: &Scenario) -> Vec<String> {
                 ));
             }
         }
+        // As the scheduler gives it: the manager's own live workers, in id order, within budget.
+        if !manager.drained.is_sorted_by(|a, b| a < b)
+            || manager.drained.iter().any(|w| !workers.contains(w))
+        {
+            problems.push(format!(
+                "invalid scenario: `{id}`'s drained must list its own workers once each, in id order"
+            ));
+        }
+        if manager.drained.len() > manager.drain_budget as usize {
+            problems.push(format!(
+                "invalid scenario: `{id}` has {} drained, past its drain_budget {}",
+                manager.drained.len(),
+                manager.drain_budget
+            ));
+        }
     }
     for expect in &scenario.expect {
         let id = &expect.manager;

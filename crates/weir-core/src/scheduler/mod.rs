@@ -27,6 +27,7 @@ mod replay;
 mod requests;
 mod sanity;
 mod scaling_loop;
+mod unrunnable;
 mod workers;
 
 use crate::hash::HashMap;

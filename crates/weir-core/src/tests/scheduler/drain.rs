@@ -57,35 +57,12 @@ fn decided(core: &mut Scheduler, now: u64, drain: Vec<u64>) -> Vec<Action> {
     round(core, now, vec![Input::Decided { result }])
 }
 
-/// The workers sent tasks among `actions`.
+/// The workers sent tasks among `actions`, each once, in id order.
 fn sent_tasks(actions: &[Action]) -> Vec<u64> {
-    let mut workers: Vec<u64> = actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::ToWorker {
-                worker,
-                message: ToWorker::Run(_),
-            } => Some(*worker),
-            _ => None,
-        })
-        .collect();
+    let mut workers: Vec<u64> = assigned(actions).into_iter().map(|(w, _)| w).collect();
     workers.sort_unstable();
+    workers.dedup();
     workers
-}
-
-/// (worker, task) of every task sent among `actions`.
-fn assigned(actions: &[Action]) -> Vec<(u64, weir_proto::TaskId)> {
-    let mut sent = Vec::new();
-    for action in actions {
-        if let Action::ToWorker {
-            worker,
-            message: ToWorker::Run(assignments),
-        } = action
-        {
-            sent.extend(assignments.iter().map(|a| (*worker, a.task)));
-        }
-    }
-    sent
 }
 
 #[test]

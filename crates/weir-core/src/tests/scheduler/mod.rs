@@ -160,17 +160,25 @@ fn position(actions: &[Action], what: impl Fn(&Action) -> bool) -> usize {
 }
 
 fn runs(actions: &[Action]) -> Vec<u64> {
-    let mut tasks = Vec::new();
+    assigned(actions)
+        .into_iter()
+        .map(|(_, task)| task)
+        .collect()
+}
+
+/// (worker, task) of every task handed out among `actions`, in order.
+fn assigned(actions: &[Action]) -> Vec<(u64, u64)> {
+    let mut sent = Vec::new();
     for action in actions {
         if let Action::ToWorker {
+            worker,
             message: ToWorker::Run(assignments),
-            ..
         } = action
         {
-            tasks.extend(assignments.iter().map(|a| a.task));
+            sent.extend(assignments.iter().map(|a| (*worker, a.task)));
         }
     }
-    tasks
+    sent
 }
 
 fn replies(actions: &[Action], to: u64) -> Vec<(&Response, bool)> {

@@ -48,16 +48,8 @@ fn one_process_per_manager_id_a_second_is_refused_naming_the_first() {
 
 /// The worker the actions hand tasks to.
 fn ran_on(actions: &[Action]) -> u64 {
-    actions
-        .iter()
-        .find_map(|a| match a {
-            Action::ToWorker {
-                worker,
-                message: ToWorker::Run(_),
-            } => Some(*worker),
-            _ => None,
-        })
-        .expect("a task is handed to a worker")
+    let first = assigned(actions).first().map(|(worker, _)| *worker);
+    first.expect("a task is handed to a worker")
 }
 
 /// A submission of one task with a timeout of `timeout_ms` (0: none) and no retry to spare.

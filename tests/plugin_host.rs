@@ -61,6 +61,7 @@ fn one_manager() -> Arc<Snapshot> {
             starting: 0,
             capabilities: vec![],
             environments: vec![],
+            ..Default::default()
         }],
         demand: vec![],
     })

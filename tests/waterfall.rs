@@ -31,11 +31,6 @@ fn reference_content(toml: &str) -> &str {
 
 fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
     Manager {
-        labels: Vec::new(),
-        counted: None,
-        drained: Vec::new(),
-        drain_budget: 0,
-        walltime_ms: None,
         id: id.into(),
         worker_type: worker_type.into(),
         max_task_concurrency: cap,
@@ -45,6 +40,7 @@ fn manager(id: &str, worker_type: &str, cap: u32, slots: u32) -> Manager {
         starting: 0,
         capabilities: Vec::new(),
         environments: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -64,6 +60,7 @@ fn queued(n: u32) -> Demand {
         environments: Vec::new(),
         queued: n,
         running: 0,
+        ..Default::default()
     }
 }
 
@@ -395,6 +392,7 @@ fn scale_down_empties_the_lowest_tier_first_and_only_stops_idle_workers_after_th
         queued: 0,
         running: 1,
         environments: vec![],
+        ..Default::default()
     };
     let mut gpu_burst = burst;
     gpu_burst.capabilities = vec![("gpu".into(), 1)];
@@ -613,6 +611,7 @@ fn spare_room_is_counted_in_the_resource_that_binds() {
         environments: vec![],
         queued: 3,
         running: 1,
+        ..Default::default()
     };
     let got = decide(
         Flavor::WorkerType,
@@ -828,6 +827,7 @@ fn arb_manager(index: usize) -> impl Strategy<Value = Manager> {
                 starting,
                 capabilities: caps.into_iter().map(|(c, n)| (c.to_string(), n)).collect(),
                 environments: envs.into_iter().map(|(e, v)| (e.to_string(), v)).collect(),
+                ..Default::default()
             },
         )
 }
@@ -863,6 +863,7 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                     environments: envs.into_iter().map(str::to_string).collect(),
                     queued,
                     running,
+                    ..Default::default()
                 })
                 .collect(),
         })
@@ -925,6 +926,7 @@ fn arb_packing_snapshot() -> impl Strategy<Value = Snapshot> {
                     environments: Vec::new(),
                     queued,
                     running,
+                    ..Default::default()
                 })
                 .collect();
             snapshot(managers, demand)

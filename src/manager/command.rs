@@ -161,6 +161,7 @@ impl Units {
             .settings
             .report(self.backoff.active(now), workers, Vec::new());
         state.backend = "command".into();
+        state.launch = self.backoff.report(now);
         state.units = self.units(now);
         state
     }

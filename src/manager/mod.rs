@@ -157,6 +157,7 @@ impl Settings {
                 .usable
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             instances: Vec::new(),
+            launch: Default::default(),
         }
     }
 

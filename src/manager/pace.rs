@@ -85,6 +85,9 @@ fn unaged(state: &ManagerState) -> ManagerState {
         unit.time_left_ms = unit.time_left_ms.map(|_| 0);
         unit.ended_ms = unit.ended_ms.map(|_| 0);
     }
+    // A failure, and whether it backs off, change the report; the time since and left do not.
+    key.launch.last_failure_ms = key.launch.last_failure_ms.map(|_| 0);
+    key.launch.backoff_ms = key.launch.backoff_ms.min(1);
     key
 }
 
@@ -117,6 +120,11 @@ mod tests {
             }],
             usable_ms: None,
             instances: vec![],
+            launch: crate::proto::LaunchReport {
+                failures: 1,
+                last_failure_ms: Some(age_ms),
+                backoff_ms: 10_000u64.saturating_sub(age_ms),
+            },
         }
     }
 
@@ -139,6 +147,12 @@ mod tests {
         // A change goes at once.
         assert!(reports.due(at(2_600), state(&["a", "b"], 2_600)).is_some());
         assert!(reports.due(at(2_700), state(&["a", "b"], 2_700)).is_none());
+        let mut failed = state(&["a", "b"], 2_750);
+        failed.launch.failures = 2;
+        assert!(
+            reports.due(at(2_750), failed).is_some(),
+            "a failure goes at once"
+        );
         // The scheduler's silence is judged by the pace: the timeout while it is short, the
         // pace and half the timeout once it is long.
         assert_eq!(reports.silence_limit(), Duration::from_secs(5));

@@ -224,6 +224,7 @@ impl Pool {
             .chain(self.exited.iter().cloned())
             .collect();
         state.backend = "process".into();
+        state.launch = self.restarts.report(self.clock.now());
         state.units = self.units(self.clock.now());
         state
     }

@@ -12,9 +12,10 @@ use crate::hash::{HashMap, HashSet};
 mod failure;
 pub use failure::{Nonsense, PolicyFailure};
 
-pub use weir_waterfall::model::UNLIMITED;
+pub use weir_waterfall::model::{RECENT_RUNTIMES, UNLIMITED};
 pub use weir_waterfall::{
-    BusyGroup, Decision, Demand, Manager, Snapshot, Summary, Tier, Verdict, Worker,
+    BusyGroup, Decision, Demand, Launch, Manager, Runtimes, Snapshot, Summary, Tier, Verdict,
+    Worker,
 };
 
 /// The start of the environment names the scheduler gives demand with a timeout (see
@@ -229,6 +230,7 @@ mod tests {
             starting: 0,
             capabilities: vec![],
             environments: vec![],
+            ..Default::default()
         };
         Snapshot {
             fetch: Default::default(),

@@ -18,5 +18,6 @@ mod wit;
 
 pub use content::{ContentError, Flavor, Policy, Rule};
 pub use model::{
-    BusyGroup, Decision, Demand, Fetch, Manager, Snapshot, Summary, Tier, Verdict, Worker,
+    BusyGroup, Decision, Demand, Fetch, Launch, Manager, Runtimes, Snapshot, Summary, Tier,
+    Verdict, Worker, RECENT_RUNTIMES,
 };

@@ -28,7 +28,11 @@ pub enum Verdict {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(deny_unknown_fields))]
+#[cfg_attr(
+    feature = "serde",
+    derive(Serialize, Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct Worker {
     /// The scheduler's id of the worker.
     pub id: u64,
@@ -119,8 +123,38 @@ impl Summary {
         u64::from(self.busy) + u64::from(self.idle)
     }
 }
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(deny_unknown_fields))]
+/// How a manager's last attempts to start workers went (0.2.0).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(Serialize, Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct Launch {
+    /// Failed starts in a row since a worker it started last came up.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub failures: u32,
+    /// How long ago it last saw a start fail (`None`: never, as far as it knows).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub last_failure_ms: Option<u64>,
+    /// How long it still waits before starting workers again (0: it may start now).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub backoff_ms: u64,
+}
+
+#[cfg(feature = "serde")]
+impl Launch {
+    fn is_default(&self) -> bool {
+        *self == Launch::default()
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(Serialize, Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct Manager {
     pub id: String,
     pub worker_type: String,
@@ -136,7 +170,10 @@ pub struct Manager {
     #[cfg_attr(feature = "serde", serde(default))]
     pub environments: Vec<(String, Verdict)>,
     /// Its operator's labels (`worker-manager --label cost=3,zone=a`; 0.2.0).
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
     pub labels: Vec<(String, String)>,
     /// How long each worker it starts may run tasks (0.2.0); `None`: no limit.
     #[cfg_attr(
@@ -149,15 +186,36 @@ pub struct Manager {
     #[cfg_attr(feature = "serde", serde(skip))]
     pub counted: Option<Summary>,
     /// Its live workers the last decision drained, in id order (0.2.0): no new tasks.
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
     pub drained: Vec<u64>,
     /// Most of its workers a decision may drain (0.2.0; `scheduler --max-drain-percent`).
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
     pub drain_budget: u32,
+    /// Its failed starts and backoff (0.2.0).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Launch::is_default")
+    )]
+    pub launch: Launch,
+    /// How long ago each worker it started and that has not registered yet was started,
+    /// oldest first (0.2.0; at most one per worker counted in `starting`).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub starting_ages_ms: Vec<u64>,
 }
 
 #[cfg(feature = "serde")]
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[cfg(feature = "serde")]
+fn is_zero64(n: &u64) -> bool {
     *n == 0
 }
 
@@ -206,8 +264,12 @@ impl Manager {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(deny_unknown_fields))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(Serialize, Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct Demand {
     #[cfg_attr(feature = "serde", serde(default))]
     pub capabilities: Vec<(String, u64)>,
@@ -216,10 +278,62 @@ pub struct Demand {
     pub queued: u32,
     #[cfg_attr(feature = "serde", serde(default))]
     pub running: u32,
+    /// How long its oldest queued task has waited since it was submitted (0.2.0; 0: none
+    /// queued).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero64"))]
+    pub oldest_queued_ms: u64,
+    /// Run times of its tasks that finished recently (0.2.0; `None`: none finished yet).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub runtimes: Option<Runtimes>,
+}
+
+/// Run times of a demand group's recently finished tasks, from hand-over (or start, for a task
+/// held ahead of a free slot) to report: the last [`RECENT_RUNTIMES`] of each kind of task.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(Serialize, Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct Runtimes {
+    /// How many run times these are taken from (at most [`RECENT_RUNTIMES`] per kind of task).
+    pub count: u32,
+    pub p50_ms: u64,
+    pub p90_ms: u64,
+    pub max_ms: u64,
+}
+
+/// How many of the latest run times of each kind of task [`Runtimes`] are taken from.
+pub const RECENT_RUNTIMES: usize = 64;
+
+impl Runtimes {
+    /// The percentiles of `samples` (in any order; `None` if empty): the nearest-rank p50 and
+    /// p90 (the smallest sample at or above that share of them) and the largest.
+    pub fn of(samples: &mut [u64]) -> Option<Runtimes> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_unstable();
+        let n = samples.len();
+        let rank = |percent: usize| samples[(n * percent).div_ceil(100).clamp(1, n) - 1];
+        Some(Runtimes {
+            count: u32::try_from(n).unwrap_or(u32::MAX),
+            p50_ms: rank(50),
+            p90_ms: rank(90),
+            max_ms: samples[n - 1],
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(Serialize, Deserialize), serde(deny_unknown_fields))]
+#[cfg_attr(
+    feature = "serde",
+    derive(Serialize, Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct Snapshot {
     pub now_ms: u64,
     #[cfg_attr(feature = "serde", serde(default))]
@@ -271,10 +385,16 @@ pub struct Decision {
     pub desired_workers: u32,
     pub stop: Vec<u64>,
     /// Workers to drain (0.2.0): the whole of what is drained after this decision.
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
     pub drain: Vec<u64>,
     /// Why, per worker stopped or drained (0.2.0; optional).
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
     pub worker_reasons: Vec<(u64, String)>,
     pub reason: String,
 }

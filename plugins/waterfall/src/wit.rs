@@ -2,7 +2,7 @@
 //! written once for both sides: the host (wasmtime's `bindgen!`) and the guests
 //! (`wit_bindgen::generate!`) generate different Rust types with the same shape, so each expands
 //! [`wit_conversions!`] (0.1.0) or [`wit_conversions_v2!`] (0.2.0) over its own bindings. What
-//! both versions share (verdicts, demand, decisions, tiers) is [`__wit_common!`].
+//! both versions share (verdicts, decisions, tiers) is [`__wit_common!`].
 
 /// The conversions both versions share, over the module holding the snapshot's records and the
 /// one holding decisions and tiers (the same module in 0.1.0). Expanded by the two below.
@@ -32,44 +32,34 @@ macro_rules! __wit_common {
         pub fn environments_to_wit(
             e: &[(String, $crate::Verdict)],
         ) -> Vec<(String, $records::Verdict)> {
-            e.iter().map(|(name, v)| (name.clone(), verdict_to_wit(*v))).collect()
+            e.iter()
+                .map(|(name, v)| (name.clone(), verdict_to_wit(*v)))
+                .collect()
         }
 
         #[allow(dead_code)]
         pub fn environments_from_wit(
             e: Vec<(String, $records::Verdict)>,
         ) -> Vec<(String, $crate::Verdict)> {
-            e.into_iter().map(|(name, v)| (name, verdict_from_wit(v))).collect()
-        }
-
-        #[allow(dead_code)]
-        pub fn demand_to_wit(d: &$crate::Demand) -> $records::Demand {
-            $records::Demand {
-                capabilities: d.capabilities.clone(),
-                environments: d.environments.clone(),
-                queued: d.queued,
-                running: d.running,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn demand_from_wit(d: $records::Demand) -> $crate::Demand {
-            $crate::Demand {
-                capabilities: d.capabilities,
-                environments: d.environments,
-                queued: d.queued,
-                running: d.running,
-            }
+            e.into_iter()
+                .map(|(name, v)| (name, verdict_from_wit(v)))
+                .collect()
         }
 
         #[allow(dead_code)]
         pub fn tier_to_wit(t: $crate::Tier) -> $decisions::Tier {
-            $decisions::Tier { priority: t.priority, members: t.members }
+            $decisions::Tier {
+                priority: t.priority,
+                members: t.members,
+            }
         }
 
         #[allow(dead_code)]
         pub fn tier_from_wit(t: $decisions::Tier) -> $crate::Tier {
-            $crate::Tier { priority: t.priority, members: t.members }
+            $crate::Tier {
+                priority: t.priority,
+                members: t.members,
+            }
         }
     };
 }
@@ -83,16 +73,49 @@ macro_rules! wit_conversions {
     ($wit:ident) => {
         $crate::__wit_common!($wit, $wit);
 
+        #[allow(dead_code)]
+        pub fn demand_to_wit(d: &$crate::Demand) -> $wit::Demand {
+            $wit::Demand {
+                capabilities: d.capabilities.clone(),
+                environments: d.environments.clone(),
+                queued: d.queued,
+                running: d.running,
+            }
+        }
+
+        /// What 0.1.0 does not carry (queue ages, run times) is left out.
+        #[allow(dead_code)]
+        pub fn demand_from_wit(d: $wit::Demand) -> $crate::Demand {
+            $crate::Demand {
+                capabilities: d.capabilities,
+                environments: d.environments,
+                queued: d.queued,
+                running: d.running,
+                ..Default::default()
+            }
+        }
+
         /// 0.1.0 decisions drain nothing (a 0.1.0 policy's decision takes drained workers
         /// back); what 0.1.0 cannot say is dropped.
         #[allow(dead_code)]
         pub fn decision_to_wit(d: $crate::Decision) -> $wit::Decision {
-            $wit::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason }
+            $wit::Decision {
+                manager_id: d.manager_id,
+                desired_workers: d.desired_workers,
+                stop: d.stop,
+                reason: d.reason,
+            }
         }
 
         #[allow(dead_code)]
         pub fn decision_from_wit(d: $wit::Decision) -> $crate::Decision {
-            $crate::Decision { manager_id: d.manager_id, desired_workers: d.desired_workers, stop: d.stop, reason: d.reason, ..Default::default() }
+            $crate::Decision {
+                manager_id: d.manager_id,
+                desired_workers: d.desired_workers,
+                stop: d.stop,
+                reason: d.reason,
+                ..Default::default()
+            }
         }
 
         #[allow(dead_code)]
@@ -112,7 +135,12 @@ macro_rules! wit_conversions {
                         workers: m
                             .workers
                             .iter()
-                            .map(|w| $wit::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms })
+                            .map(|w| $wit::Worker {
+                                id: w.id,
+                                slots: w.slots,
+                                busy: w.busy,
+                                idle_ms: w.idle_ms,
+                            })
                             .collect(),
                         starting: m.starting,
                         capabilities: m.capabilities.clone(),
@@ -140,16 +168,18 @@ macro_rules! wit_conversions {
                         workers: m
                             .workers
                             .into_iter()
-                            .map(|w| $crate::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms, time_left_ms: None })
+                            .map(|w| $crate::Worker {
+                                id: w.id,
+                                slots: w.slots,
+                                busy: w.busy,
+                                idle_ms: w.idle_ms,
+                                time_left_ms: None,
+                            })
                             .collect(),
                         starting: m.starting,
                         capabilities: m.capabilities,
                         environments: environments_from_wit(m.environments),
-                        labels: Vec::new(),
-                        walltime_ms: None,
-                        counted: None,
-                        drained: Vec::new(),
-                        drain_budget: 0,
+                        ..Default::default()
                     })
                     .collect(),
                 demand: s.demand.into_iter().map(demand_from_wit).collect(),
@@ -169,6 +199,58 @@ macro_rules! wit_conversions {
 macro_rules! wit_conversions_v2 {
     ($cluster:ident, $scaling:ident) => {
         $crate::__wit_common!($cluster, $scaling);
+
+        #[allow(dead_code)]
+        pub fn demand_to_wit(d: &$crate::Demand) -> $cluster::Demand {
+            $cluster::Demand {
+                capabilities: d.capabilities.clone(),
+                environments: d.environments.clone(),
+                queued: d.queued,
+                running: d.running,
+                oldest_queued_ms: d.oldest_queued_ms,
+                runtimes: d.runtimes.as_ref().map(|r| $cluster::Runtimes {
+                    count: r.count,
+                    p50_ms: r.p50_ms,
+                    p90_ms: r.p90_ms,
+                    max_ms: r.max_ms,
+                }),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn demand_from_wit(d: $cluster::Demand) -> $crate::Demand {
+            $crate::Demand {
+                capabilities: d.capabilities,
+                environments: d.environments,
+                queued: d.queued,
+                running: d.running,
+                oldest_queued_ms: d.oldest_queued_ms,
+                runtimes: d.runtimes.map(|r| $crate::Runtimes {
+                    count: r.count,
+                    p50_ms: r.p50_ms,
+                    p90_ms: r.p90_ms,
+                    max_ms: r.max_ms,
+                }),
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn launch_to_wit(l: &$crate::Launch) -> $cluster::Launch {
+            $cluster::Launch {
+                failures: l.failures,
+                last_failure_ms: l.last_failure_ms,
+                backoff_ms: l.backoff_ms,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn launch_from_wit(l: $cluster::Launch) -> $crate::Launch {
+            $crate::Launch {
+                failures: l.failures,
+                last_failure_ms: l.last_failure_ms,
+                backoff_ms: l.backoff_ms,
+            }
+        }
 
         #[allow(dead_code)]
         pub fn decision_to_wit(d: $crate::Decision) -> $scaling::Decision {
@@ -203,19 +285,35 @@ macro_rules! wit_conversions_v2 {
                 busy_groups: s
                     .busy_groups
                     .iter()
-                    .map(|g| $cluster::BusyGroup { slots: g.slots, busy: g.busy, count: g.count })
+                    .map(|g| $cluster::BusyGroup {
+                        slots: g.slots,
+                        busy: g.busy,
+                        count: g.count,
+                    })
                     .collect(),
             }
         }
 
         #[allow(dead_code)]
         pub fn worker_to_wit(w: &$crate::Worker) -> $cluster::Worker {
-            $cluster::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms, time_left_ms: w.time_left_ms }
+            $cluster::Worker {
+                id: w.id,
+                slots: w.slots,
+                busy: w.busy,
+                idle_ms: w.idle_ms,
+                time_left_ms: w.time_left_ms,
+            }
         }
 
         #[allow(dead_code)]
         pub fn worker_from_wit(w: $cluster::Worker) -> $crate::Worker {
-            $crate::Worker { id: w.id, slots: w.slots, busy: w.busy, idle_ms: w.idle_ms, time_left_ms: w.time_left_ms }
+            $crate::Worker {
+                id: w.id,
+                slots: w.slots,
+                busy: w.busy,
+                idle_ms: w.idle_ms,
+                time_left_ms: w.time_left_ms,
+            }
         }
 
         #[allow(dead_code)]
@@ -240,6 +338,8 @@ macro_rules! wit_conversions_v2 {
                         environments: environments_to_wit(&m.environments),
                         drained: m.drained.clone(),
                         drain_budget: m.drain_budget,
+                        launch: launch_to_wit(&m.launch),
+                        starting_ages_ms: m.starting_ages_ms.clone(),
                     })
                     .collect(),
                 demand: s.demand.iter().map(demand_to_wit).collect(),
@@ -271,6 +371,8 @@ macro_rules! wit_conversions_v2 {
                         walltime_ms: m.walltime_ms,
                         drained: m.drained,
                         drain_budget: m.drain_budget,
+                        launch: launch_from_wit(m.launch),
+                        starting_ages_ms: m.starting_ages_ms,
                         counted: Some($crate::Summary {
                             busy: m.summary.busy,
                             idle: m.summary.idle,
@@ -279,7 +381,11 @@ macro_rules! wit_conversions_v2 {
                                 .summary
                                 .busy_groups
                                 .into_iter()
-                                .map(|g| $crate::BusyGroup { slots: g.slots, busy: g.busy, count: g.count })
+                                .map(|g| $crate::BusyGroup {
+                                    slots: g.slots,
+                                    busy: g.busy,
+                                    count: g.count,
+                                })
                                 .collect(),
                         }),
                     })

@@ -145,6 +145,7 @@ impl Jobs {
             .settings
             .report(self.backoff.active(now), workers, Vec::new());
         state.backend = "slurm".into();
+        state.launch = self.backoff.report(now);
         state.units = self.units(now);
         state
     }

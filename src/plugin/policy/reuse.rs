@@ -88,6 +88,12 @@ pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
             busy_groups: Vec::new(),
         },
         starting: 0,
+        starting_ages_ms: Vec::new(),
+        launch: cluster::Launch {
+            failures: 0,
+            last_failure_ms: None,
+            backoff_ms: 0,
+        },
         walltime_ms: None,
         capabilities: Vec::new(),
         environments: Vec::new(),
@@ -104,6 +110,8 @@ pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
         w.walltime_ms = m.walltime_ms;
         w.drained.clone_from(&m.drained);
         w.drain_budget = m.drain_budget;
+        w.starting_ages_ms.clone_from(&m.starting_ages_ms);
+        w.launch = super::convert_v0_2::launch_to_wit(&m.launch);
         overwrite(
             &mut w.labels,
             &m.labels,
@@ -135,12 +143,21 @@ pub(super) fn snapshot_into_v0_2(s: &Snapshot, out: &mut cluster::Snapshot) {
         environments: Vec::new(),
         queued: 0,
         running: 0,
+        oldest_queued_ms: 0,
+        runtimes: None,
     };
     overwrite(&mut out.demand, &s.demand, blank_demand, |w, d| {
         named(&mut w.capabilities, &d.capabilities, |amount| *amount);
         w.environments.clone_from(&d.environments);
         w.queued = d.queued;
         w.running = d.running;
+        w.oldest_queued_ms = d.oldest_queued_ms;
+        w.runtimes = d.runtimes.as_ref().map(|r| cluster::Runtimes {
+            count: r.count,
+            p50_ms: r.p50_ms,
+            p90_ms: r.p90_ms,
+            max_ms: r.max_ms,
+        });
     });
 }
 
@@ -175,7 +192,7 @@ fn named<A, B>(out: &mut Vec<(String, B)>, from: &[(String, A)], value: impl Fn(
 mod tests {
     use super::super::{convert, convert_v0_2};
     use super::*;
-    use crate::core::scaling::{Demand, Manager, Snapshot, Verdict, Worker};
+    use crate::core::scaling::{Demand, Launch, Manager, Runtimes, Snapshot, Verdict, Worker};
     use proptest::prelude::*;
 
     fn names(max: usize) -> impl Strategy<Value = Vec<String>> {
@@ -232,6 +249,12 @@ mod tests {
                     counted: None,
                     drained: (1..u64::from(starting % 4)).collect(),
                     drain_budget: starting % 5,
+                    launch: Launch {
+                        failures: cap % 3,
+                        last_failure_ms: (cap % 3 > 0).then_some(u64::from(slots)),
+                        backoff_ms: u64::from(starting),
+                    },
+                    starting_ages_ms: (0..u64::from(starting % 3)).rev().collect(),
                 },
             )
     }
@@ -243,6 +266,11 @@ mod tests {
                 environments,
                 queued,
                 running,
+                oldest_queued_ms: u64::from(queued / 2),
+                runtimes: (running % 2 == 1).then(|| {
+                    Runtimes::of(&mut [u64::from(queued), u64::from(running), 7])
+                        .unwrap_or_default()
+                }),
             },
         );
         (

@@ -363,6 +363,13 @@ impl Managers {
                     },
                     // Set by the scheduler ([`crate::scaling::drain_budget`]).
                     drain_budget: 0,
+                    launch: units::launch(&state.launch, since),
+                    starting_ages_ms: units::starting_ages(
+                        &state.units,
+                        &registered,
+                        since,
+                        unregistered,
+                    ),
                 }
             })
             .collect();

@@ -90,3 +90,36 @@ pub(super) fn workers_time_left(
     }
     left
 }
+
+/// A manager's failed starts as it reported them `since` milliseconds ago, as of now.
+pub(super) fn launch(report: &weir_proto::LaunchReport, since: u64) -> crate::scaling::Launch {
+    crate::scaling::Launch {
+        failures: report.failures,
+        last_failure_ms: report.last_failure_ms.map(|ms| ms.saturating_add(since)),
+        backoff_ms: report.backoff_ms.saturating_sub(since),
+    }
+}
+
+/// How long ago each worker of `units` (reported `since` milliseconds ago) that is not among
+/// `registered` (sorted) was started, oldest first: one age per worker of a unit that has not
+/// ended nor is being stopped (a unit's age counts from when it was started or submitted); the
+/// oldest `limit` of them (the workers its report lists and that have not registered).
+pub(super) fn starting_ages(
+    units: &[UnitReport],
+    registered: &[&str],
+    since: u64,
+    limit: usize,
+) -> Vec<u64> {
+    let mut ages: Vec<u64> = units
+        .iter()
+        .filter(|u| matches!(u.state, UnitState::Pending | UnitState::Running))
+        .flat_map(|u| {
+            (u.workers.iter())
+                .filter(|w| registered.binary_search(&w.as_str()).is_err())
+                .map(move |_| u.age_ms.saturating_add(since))
+        })
+        .collect();
+    ages.sort_unstable_by(|a, b| b.cmp(a));
+    ages.truncate(limit);
+    ages
+}

@@ -142,7 +142,7 @@ impl Scheduler {
         let mut snapshot = self.managers.snapshot(
             &self.context(now),
             self.config.scale_down_delay_ms,
-            self.tasks.demand(),
+            self.tasks.demand(now),
         );
         for manager in &mut snapshot.managers {
             manager.drain_budget =

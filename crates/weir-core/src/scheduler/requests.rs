@@ -22,7 +22,7 @@ impl Scheduler {
         match request {
             Request::Submit {
                 groups, request, ..
-            } => self.submit(client, groups, components, request),
+            } => self.submit(now, client, groups, components, request),
             Request::Wait { job } => self.wait(client, job),
             Request::Results { job } => match self.tasks.results(job) {
                 Err(error) => self.refuse(client, error.code(), error.to_string()),
@@ -136,6 +136,7 @@ impl Scheduler {
     /// first may have been accepted this very round.
     fn submit(
         &mut self,
+        now: u64,
         client: ClientId,
         groups: Vec<NewGroup>,
         components: Vec<(ComponentHash, Arc<[u8]>)>,
@@ -157,7 +158,7 @@ impl Scheduler {
             }
         }
         let journaled = self.config.journal.then(|| groups.clone());
-        match self.tasks.submit_as(groups, request) {
+        match self.tasks.submit_as(now, groups, request) {
             Ok((job, first_task, tasks)) => {
                 tracing::info!(job, tasks, "job submitted");
                 if let Some(groups) = journaled {

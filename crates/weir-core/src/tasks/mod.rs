@@ -337,6 +337,9 @@ pub struct Tasks {
     classes: Vec<Class>,
     /// Queued tasks per class (index as `classes`), so `demand` is O(classes).
     queued_by_class: Vec<u64>,
+    /// The latest run times (ms) of each class's finished tasks (index as `classes`), at most
+    /// [`crate::scaling::RECENT_RUNTIMES`], oldest first: the policy's `runtimes`.
+    runtimes: Vec<VecDeque<u64>>,
     /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
     /// Queued tasks that may not run before a time (`fence_ms`): by that time, oldest first.

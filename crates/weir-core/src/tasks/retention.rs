@@ -80,6 +80,7 @@ impl Tasks {
                     inputs: Inputs::default(),
                     first_task: group.first_task,
                     class: group.class,
+                    submitted: group.submitted,
                 });
             }
         }

@@ -22,6 +22,10 @@ pub(super) fn could_ever_run(worker: &BookedWorker, class: &Class, known: &Envir
 /// What makes a demand group: capabilities, and environments (walltime names included).
 type GroupKey<'a> = (&'a [(String, u64)], Vec<String>);
 
+/// How many canceled tasks at the front of a queue [`Tasks::demand`] looks past for the oldest
+/// queued one (canceled tasks leave their queue lazily, when scheduling reaches them).
+const OLDEST_SCAN: usize = 1024;
+
 impl Tasks {
     /// Place queued tasks on workers with room (and time left for them): first every free
     /// slot, then the prefetch one task per worker per round (so a short burst spreads over
@@ -136,17 +140,27 @@ impl Tasks {
         if t.worker != Some(worker) || !self.workers.contains_key(&worker) {
             return false;
         }
-        let (state, group, class) = (t.state, t.group, self.groups[&t.group].class);
-        let class = self.classes[class].clone();
+        let (state, group, index) = (t.state, t.group, self.groups[&t.group].class);
+        let class = self.classes[index].clone();
         let place = self.workers.get(&worker).map(|w| super::ran_on(&w.info));
         if let Some(w) = self.workers.get_mut(&worker) {
             w.running.remove(&task);
             w.waiting.remove(&task);
             if let Some(since) = w.release(task) {
-                if now.saturating_sub(since) <= PREFETCH_BELOW_MS {
+                let ran = now.saturating_sub(since);
+                if ran <= PREFETCH_BELOW_MS {
                     self.quick.insert(group);
                 } else {
                     self.quick.remove(&group);
+                }
+                // A canceled run's time says nothing of how long the task takes.
+                if state == TaskState::Running
+                    && let Some(recent) = self.runtimes.get_mut(index)
+                {
+                    if recent.len() == crate::scaling::RECENT_RUNTIMES {
+                        recent.pop_front();
+                    }
+                    recent.push_back(ran);
                 }
             }
             w.give_back(&class);
@@ -267,8 +281,9 @@ impl Tasks {
         self.drop_forgotten();
     }
 
-    /// Queued and running tasks grouped by what they need, for the scaling policy.
-    pub fn demand(&self) -> Vec<crate::scaling::Demand> {
+    /// Queued and running tasks grouped by what they need, for the scaling policy, at `now`:
+    /// with how long the oldest queued one waited and the latest run times of each group.
+    pub fn demand(&self, now: u64) -> Vec<crate::scaling::Demand> {
         let queued: BTreeMap<usize, u64> = self
             .queued_by_class
             .iter()
@@ -283,11 +298,27 @@ impl Tasks {
                 *running.entry(class).or_default() += 1;
             }
         }
+        // The oldest queued task of each class: the first queued one in each of its queues (a
+        // queue is in submission order, retried tasks at its front; canceled ones are skipped,
+        // looking at a bounded number of them).
+        let mut oldest: BTreeMap<usize, u64> = BTreeMap::new();
+        for ((_, class), queue) in &self.queues {
+            let first = (queue.iter().take(OLDEST_SCAN))
+                .filter_map(|id| self.tasks.get(*id))
+                .find(|t| t.state == TaskState::Queued);
+            if let Some(group) = first.and_then(|t| self.groups.get(&t.group)) {
+                let waited = now.saturating_sub(group.submitted);
+                let at = oldest.entry(*class).or_default();
+                *at = (*at).max(waited);
+            }
+        }
         let classes: HashSet<usize> = queued.keys().chain(running.keys()).copied().collect();
         let mut classes: Vec<usize> = classes.into_iter().collect();
         classes.sort_unstable();
         let mut groups: Vec<crate::scaling::Demand> = Vec::with_capacity(classes.len());
         let mut index: HashMap<GroupKey<'_>, usize> = HashMap::default();
+        // Each group's run times, from all its classes.
+        let mut samples: Vec<Vec<u64>> = Vec::with_capacity(classes.len());
         for c in classes {
             let class = &self.classes[c];
             let mut environments = class.environments.clone();
@@ -295,12 +326,16 @@ impl Tasks {
             let count = |counts: &BTreeMap<usize, u64>| {
                 u32::try_from(counts.get(&c).copied().unwrap_or(0)).unwrap_or(u32::MAX)
             };
+            let waited = oldest.get(&c).copied().unwrap_or(0);
+            let recent = self.runtimes.get(c).into_iter().flatten().copied();
             let key = (class.capabilities.as_slice(), environments.clone());
             match index.get(&key) {
                 Some(&at) => {
                     let group = &mut groups[at];
                     group.queued = group.queued.saturating_add(count(&queued));
                     group.running = group.running.saturating_add(count(&running));
+                    group.oldest_queued_ms = group.oldest_queued_ms.max(waited);
+                    samples[at].extend(recent);
                 }
                 None => {
                     index.insert(key, groups.len());
@@ -309,9 +344,15 @@ impl Tasks {
                         environments,
                         queued: count(&queued),
                         running: count(&running),
+                        oldest_queued_ms: waited,
+                        runtimes: None,
                     });
+                    samples.push(recent.collect());
                 }
             }
+        }
+        for (group, mut samples) in groups.iter_mut().zip(samples) {
+            group.runtimes = crate::scaling::Runtimes::of(&mut samples);
         }
         groups
     }

@@ -36,6 +36,9 @@ pub struct Group {
     pub inputs: Inputs,
     pub(super) first_task: TaskId,
     pub(super) class: usize,
+    /// When it was submitted (ms; 0 for a job replayed from the journal: the scheduler's
+    /// start): the policy is told how long the oldest queued task of each kind has waited.
+    pub(super) submitted: u64,
 }
 
 /// A group's per-task inputs in one buffer: a task's input costs its bytes and 8 more (its end
@@ -92,18 +95,20 @@ impl Group {
 
 impl Tasks {
     /// Accept a job: all its groups or none. Returns (job, first task id, task count).
+    /// (At time 0: the tests' shortcut.)
     pub fn submit(&mut self, groups: Vec<NewGroup>) -> Result<(JobId, TaskId, u64), SubmitError> {
-        self.add_job(groups, true, None)
+        self.add_job(0, groups, true, None)
     }
 
     /// [`Tasks::submit`] of a submission that carried the client's request id (kept with the
-    /// job; the caller looks at [`Tasks::submitted`] first).
+    /// job; the caller looks at [`Tasks::submitted`] first), at `now`.
     pub fn submit_as(
         &mut self,
+        now: u64,
         groups: Vec<NewGroup>,
         request: Option<RequestId>,
     ) -> Result<(JobId, TaskId, u64), SubmitError> {
-        self.add_job(groups, true, request)
+        self.add_job(now, groups, true, request)
     }
 
     /// The job a submission with this request id made, while it is held: (job, first task id,
@@ -123,11 +128,12 @@ impl Tasks {
         groups: Vec<NewGroup>,
         request: Option<RequestId>,
     ) -> Result<(JobId, TaskId, u64), SubmitError> {
-        self.add_job(groups, false, request)
+        self.add_job(0, groups, false, request)
     }
 
     pub(super) fn add_job(
         &mut self,
+        now: u64,
         groups: Vec<NewGroup>,
         check_references: bool,
         request: Option<RequestId>,
@@ -214,6 +220,7 @@ impl Tasks {
                     inputs: Inputs::new(new.inputs),
                     first_task: first,
                     class,
+                    submitted: now,
                 }),
             );
             self.queued_by_class[class] += n;
@@ -270,6 +277,7 @@ impl Tasks {
             None => {
                 self.classes.push(class);
                 self.queued_by_class.push(0);
+                self.runtimes.push(VecDeque::new());
                 self.classes.len() - 1
             }
         }

@@ -25,6 +25,7 @@ fn state(id: &str, workers: &[&str]) -> ManagerState {
         units: vec![],
         usable_ms: None,
         instances: vec![],
+        launch: Default::default(),
     }
 }
 
@@ -66,6 +67,7 @@ fn wanting(environment: &str) -> Vec<Demand> {
         environments: vec![environment.into()],
         queued: 1,
         running: 0,
+        ..Default::default()
     }]
 }
 
@@ -438,5 +440,48 @@ fn the_allocation_view_is_the_last_report_aged_to_now() {
         managers
             .units(&context(4_000, workers, &[]), Some("nobody"))
             .is_none()
+    );
+}
+
+#[test]
+fn the_snapshot_tells_how_long_workers_have_been_starting_and_how_starts_failed() {
+    let mut managers = Managers::new(60_000);
+    let mut hpc = state("hpc", &["hpc-12-1", "hpc-12-2", "hpc-13-1", "hpc-14-1"]);
+    let mut younger = unit("13", UnitState::Pending, Some("Priority"), &["hpc-13-1"]);
+    younger.age_ms = 4_000;
+    let mut stopping = unit("15", UnitState::Completing, None, &["hpc-15-1"]);
+    stopping.age_ms = 50_000;
+    hpc.units = vec![
+        // One of its two workers registered: the other is still starting.
+        unit("12", UnitState::Running, None, &["hpc-12-1", "hpc-12-2"]),
+        younger,
+        unit("14", UnitState::Pending, None, &["hpc-14-1"]),
+        // Being stopped: not starting, whatever its age.
+        stopping,
+    ];
+    hpc.launch = weir_proto::LaunchReport {
+        failures: 2,
+        last_failure_ms: Some(1_500),
+        backoff_ms: 2_000,
+    };
+    let workers = vec![view(1, "hpc-12-1", "hpc")];
+    managers.heartbeat(1_000, hpc, &workers);
+
+    // 3 s after the report: every age 3 s older, the backoff 3 s shorter (over).
+    let snapshot = managers.snapshot(&context(4_000, workers, &[]), 30_000, Vec::new());
+    let hpc = &snapshot.managers[0];
+    assert_eq!(hpc.starting, 3, "hpc-12-2, hpc-13-1, hpc-14-1");
+    assert_eq!(
+        hpc.starting_ages_ms,
+        [13_000, 13_000, 7_000],
+        "oldest first"
+    );
+    assert_eq!(
+        hpc.launch,
+        crate::scaling::Launch {
+            failures: 2,
+            last_failure_ms: Some(4_500),
+            backoff_ms: 0,
+        }
     );
 }

@@ -6,6 +6,8 @@
 //! found a poll later because they were submitted a little later). Until a unit comes up again
 //! it is `recovering`: units are started one at a time, not the whole batch.
 
+use weir_proto::LaunchReport;
+
 /// The longest wait, in ms.
 const MAX_DELAY_MS: u64 = 60_000;
 
@@ -14,6 +16,8 @@ const MAX_DELAY_MS: u64 = 60_000;
 pub struct Backoff {
     failures: u32,
     until: Option<u64>,
+    /// When a failure was last seen (ms).
+    last: Option<u64>,
 }
 
 /// What [`Backoff::fail`] made of a round's failures.
@@ -47,6 +51,7 @@ impl Backoff {
         if count == 0 {
             return Failed::Nothing;
         }
+        self.last = Some(now);
         if self.active(now) {
             return Failed::Same;
         }
@@ -62,6 +67,15 @@ impl Backoff {
     /// A unit came up: failures in a row start again from zero.
     pub fn reset(&mut self) {
         self.failures = 0;
+    }
+
+    /// What the manager reports of it at `now`.
+    pub fn report(&self, now: u64) -> LaunchReport {
+        LaunchReport {
+            failures: self.failures,
+            last_failure_ms: self.last.map(|at| now.saturating_sub(at)),
+            backoff_ms: self.until.map_or(0, |until| until.saturating_sub(now)),
+        }
     }
 }
 
@@ -81,6 +95,8 @@ const MAX_RESTART_MS: u64 = 30_000;
 pub struct Restarts {
     failures: u32,
     not_before: u64,
+    /// When a process last died young (ms).
+    last: Option<u64>,
 }
 
 impl Restarts {
@@ -92,6 +108,7 @@ impl Restarts {
             return None;
         }
         self.failures = self.failures.saturating_add(1);
+        self.last = Some(now);
         let wait = 250u64
             .saturating_mul(2u64.saturating_pow(self.failures))
             .min(MAX_RESTART_MS);
@@ -101,5 +118,14 @@ impl Restarts {
 
     pub fn may_start(&self, now: u64) -> bool {
         now >= self.not_before
+    }
+
+    /// What the manager reports of it at `now`.
+    pub fn report(&self, now: u64) -> LaunchReport {
+        LaunchReport {
+            failures: self.failures,
+            last_failure_ms: self.last.map(|at| now.saturating_sub(at)),
+            backoff_ms: self.not_before.saturating_sub(now),
+        }
     }
 }

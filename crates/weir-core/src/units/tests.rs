@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::backoff::delay;
 use super::*;
+use weir_proto::LaunchReport;
 
 fn unit(book: &Book, id: &str, since: u64, registered: bool) -> Unit {
     Unit {
@@ -180,13 +181,26 @@ fn units_failing_in_one_round_count_once_and_rounds_in_a_row_double_the_wait() {
     // Another found late a poll later, while backing off: the same event, no longer wait.
     assert_eq!(backoff.fail(1, 200), Failed::Same);
     assert!(!backoff.active(1000));
+    // What the policy is told (weir:plugin@0.2.0 `launch`): the last failure seen, the wait left.
+    let report = |failures, last_failure_ms, backoff_ms| LaunchReport {
+        failures,
+        last_failure_ms,
+        backoff_ms,
+    };
+    assert_eq!(backoff.report(700), report(1, Some(500), 300));
     // The next round fails too: 2 s.
     backoff.fail(2, 1000);
     assert!(backoff.active(2999));
     assert!(!backoff.active(3000));
     assert!(backoff.recovering(), "until a unit comes up");
+    assert_eq!(backoff.report(3500), report(2, Some(2500), 0));
     backoff.reset();
     assert!(!backoff.recovering());
+    assert_eq!(
+        backoff.report(3500),
+        report(0, Some(2500), 0),
+        "a failure, none in a row"
+    );
     backoff.fail(1, 3000);
     assert!(!backoff.active(4000), "1 s again");
 }
@@ -248,8 +262,18 @@ fn the_book_follows_the_engine_ended_requeued_and_adopted_units() {
 fn processes_dying_young_in_a_row_double_the_wait_and_one_that_lived_resets_it() {
     let mut restarts = Restarts::default();
     assert!(restarts.may_start(0));
+    assert_eq!(
+        restarts.report(0),
+        LaunchReport::default(),
+        "nothing failed"
+    );
     assert_eq!(restarts.exited(1000, 9_999), Some(500));
     assert!(!restarts.may_start(1499) && restarts.may_start(1500));
+    let report = restarts.report(1200);
+    assert_eq!(
+        (report.failures, report.last_failure_ms, report.backoff_ms),
+        (1, Some(200), 300)
+    );
     assert_eq!(restarts.exited(2000, 100), Some(1000));
     for _ in 0..10 {
         restarts.exited(3000, 0);

@@ -46,6 +46,25 @@ pub struct ManagerState {
     /// Its operator's labels (`worker-manager --label cost=3,zone=a`): shown in the status and
     /// handed to the scaling policy (weir:plugin@0.2.0), which may read them as it likes.
     pub labels: Vec<(String, String)>,
+    /// How its last attempts to start workers went: handed to the scaling policy
+    /// (weir:plugin@0.2.0 `launch`), so a policy can spill away from a pool that fails to
+    /// deliver before its backoff says so.
+    pub launch: LaunchReport,
+}
+
+/// A manager's failed starts ([`ManagerState::launch`]). Durations are on the manager's clock
+/// when it reported (the scheduler ages them by the time since it heard).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchReport {
+    /// Failed starts in a row since a worker it started last came up: rounds of a cluster
+    /// engine's units (one event that fails several units is one), or worker processes of a
+    /// process pool that died young.
+    pub failures: u32,
+    /// How long ago it last saw a start fail, in ms (`None`: this process never did).
+    pub last_failure_ms: Option<u64>,
+    /// How long it still waits before starting workers again, in ms (0: it may start now).
+    /// While a unit backend backs off it also reports a task cap of 0.
+    pub backoff_ms: u64,
 }
 
 /// Most labels a manager carries ([`ManagerState::labels`]): more are refused by

@@ -105,6 +105,7 @@ fn simulate(host: &PluginHost) -> Result<Vec<DemoTick>> {
                 environments: vec![],
                 queued,
                 running,
+                ..Default::default()
             }],
             fetch: Default::default(),
         });
@@ -170,7 +171,6 @@ fn conditions(host: &PluginHost) -> Result<(Vec<DemoCondition>, u64)> {
 
 fn snapshot_of(m: &SimManager, now: u64) -> Manager {
     Manager {
-        labels: Vec::new(),
         id: m.id.to_string(),
         worker_type: m.worker_type.to_string(),
         max_task_concurrency: m.max_tasks,
@@ -194,9 +194,6 @@ fn snapshot_of(m: &SimManager, now: u64) -> Manager {
         starting: 0,
         capabilities: vec![],
         environments: vec![],
-        walltime_ms: None,
-        counted: None,
-        drained: Vec::new(),
-        drain_budget: 0,
+        ..Default::default()
     }
 }

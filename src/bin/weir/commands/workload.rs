@@ -220,6 +220,7 @@ pub(crate) fn run(
                 environments: Vec::new(),
                 queued: u32::try_from(queue.len()).unwrap_or(u32::MAX),
                 running,
+                ..Default::default()
             }],
             fetch: Default::default(),
         });
@@ -290,8 +291,6 @@ fn snapshot_of(m: &SimManager, now: u64, percent: u32) -> Manager {
         starting: m.starting.len() as u32,
         capabilities: Vec::new(),
         environments: Vec::new(),
-        labels: Vec::new(),
-        walltime_ms: None,
-        counted: None,
+        ..Default::default()
     }
 }

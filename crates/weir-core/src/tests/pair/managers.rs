@@ -122,6 +122,7 @@ impl SimManager {
             units: vec![],
             usable_ms: None,
             instances: vec![],
+            launch: Default::default(),
         };
         state.instances = (core.instances.iter())
             .filter(|(name, _)| state.workers.contains(name) || state.exited.contains(name))

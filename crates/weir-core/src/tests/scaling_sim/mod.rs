@@ -115,6 +115,7 @@ impl Pool {
             usable_ms: None,
             // Its own processes: it names their instances (as a process pool does).
             instances: vec![],
+            launch: Default::default(),
         };
         state.instances = (state.workers.iter().chain(&state.exited))
             .map(|name| (name.clone(), instance_of(name)))

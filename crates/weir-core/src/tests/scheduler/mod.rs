@@ -115,6 +115,7 @@ fn manager(id: &str) -> ManagerState {
         units: vec![],
         usable_ms: None,
         instances: vec![],
+        launch: Default::default(),
     }
 }
 

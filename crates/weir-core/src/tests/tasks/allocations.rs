@@ -148,7 +148,7 @@ fn a_task_longer_than_every_live_allocation_is_explained_and_named_for_the_polic
     );
     assert!(!why.contains("free a slot"), "{why}");
     let mut demand: Vec<(Vec<String>, u32, u32)> = core
-        .demand()
+        .demand(0)
         .into_iter()
         .map(|d| (d.environments, d.queued, d.running))
         .collect();

@@ -366,3 +366,59 @@ fn bad_submissions_are_refused_whole() {
 }
 
 // ---- prefetch: tasks held ahead of a free slot, and taken back ----
+
+#[test]
+fn the_demand_tells_how_long_the_oldest_task_waited_and_how_long_tasks_ran() {
+    let mut core = Tasks::new(Config::default());
+    let cpu = &[("cpu", 1)];
+    core.submit_as(1_000, vec![group(3, cpu)], None).unwrap(); // 1, 2, 3
+    core.submit_as(2_000, vec![group(1, &[("gpu", 1)])], None)
+        .unwrap(); // 4: nothing here runs it
+    let urgent = NewGroup {
+        spec: spec(cpu, 5, 3),
+        count: 2,
+        inputs: vec![],
+    };
+    core.submit_as(5_000, vec![urgent], None).unwrap(); // 5, 6: first
+    let w = core.worker_joined(5_000, worker(1, cpu)).expect("joins").0;
+    for (at, task, ends) in [(6_000, 5, 6_500), (6_500, 6, 8_500)] {
+        core.schedule(at);
+        assert_eq!(dispatched(&core.take_effects())[&w], [task]);
+        assert!(core.finished(ends, w, task, ok()));
+    }
+    core.schedule(8_500);
+    assert_eq!(dispatched(&core.take_effects())[&w], [1]);
+
+    let demand = |core: &Tasks| {
+        let mut demand: Vec<_> = (core.demand(10_000).into_iter())
+            .map(|d| {
+                (
+                    d.capabilities[0].0.clone(),
+                    d.queued,
+                    d.oldest_queued_ms,
+                    d.runtimes,
+                )
+            })
+            .collect();
+        demand.sort_by(|a, b| a.0.cmp(&b.0));
+        demand
+    };
+    let ran = crate::scaling::Runtimes {
+        count: 2,
+        p50_ms: 500,
+        p90_ms: 2_000,
+        max_ms: 2_000,
+    };
+    assert_eq!(
+        demand(&core),
+        [
+            // Tasks 2 and 3 waited since 1 000; 5 and 6 ran 500 ms and 2 s (one class with
+            // the queue of priority 5).
+            ("cpu".to_string(), 2, 9_000, Some(ran.clone())),
+            ("gpu".to_string(), 1, 8_000, None),
+        ]
+    );
+    // Canceled, the queued ones wait no longer (task 1 still runs: the group stays).
+    assert_eq!(core.cancel_tasks(&[2, 3]), 2);
+    assert_eq!(demand(&core)[0], ("cpu".to_string(), 0, 0, Some(ran)));
+}

@@ -234,7 +234,7 @@ proptest! {
                 }
             }
             // What the scaling policy is told is queued is what is queued.
-            let demanded: u64 = core.demand().iter().map(|d| u64::from(d.queued)).sum();
+            let demanded: u64 = core.demand(0).iter().map(|d| u64::from(d.queued)).sum();
             prop_assert_eq!(demanded, core.status().tasks.queued);
         }
 

@@ -52,6 +52,7 @@ fn snapshot(managers: usize, workers: usize) -> Arc<Snapshot> {
                 counted: None,
                 drained: Vec::new(),
                 drain_budget: 0,
+                ..Default::default()
             })
             .collect(),
         demand: vec![
@@ -60,12 +61,14 @@ fn snapshot(managers: usize, workers: usize) -> Arc<Snapshot> {
                 environments: vec![],
                 queued: 5000,
                 running: (workers / 2) as u32,
+                ..Default::default()
             },
             Demand {
                 capabilities: vec![("cpu".into(), 2)],
                 environments: vec![],
                 queued: 500,
                 running: 0,
+                ..Default::default()
             },
         ],
         fetch: Default::default(),

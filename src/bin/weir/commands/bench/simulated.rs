@@ -386,6 +386,7 @@ async fn manager(peer: Peer, id: String, workers: Vec<String>) -> Result<()> {
         units: vec![],
         usable_ms: None,
         instances: vec![],
+        launch: Default::default(),
     };
     drop(permit);
     let _ = ready.send(());

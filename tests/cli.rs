@@ -117,11 +117,12 @@ fn policy_check_accepts_the_reference_configs_and_prints_tiers() {
         "--policy",
         "plugins/waterfall_v2.wasm",
         "--content",
-        "2, burst\n1, native",
+        "2, burst, min=1, cooldown=5m\n1, native",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).ends_with("  priority   1: native\n  priority   2: burst\n"),
+        stdout(&out)
+            .ends_with("  priority   1: native\n  priority   2: burst (min=1, cooldown=300s)\n"),
         "{}",
         stdout(&out)
     );

@@ -213,7 +213,7 @@ fn run(args: Args) -> Result<()> {
             println!(
                 "  priority {:>3}: {}",
                 tier.priority,
-                tier.members.join(", ")
+                tier.describe_members()
             );
         }
         return Ok(());

@@ -31,6 +31,13 @@
 //! 5. No decision asks for more workers than the manager's cap: a manager above it (its cap was
 //!    lowered, or dead workers were replaced before the scheduler knew) is brought down to it,
 //!    starting workers first, then idle ones whatever their idle time.
+//! 6. A row's settings (content.rs), none by default: `min=N` raises the manager's target to N
+//!    workers (never past its cap), and a manager at or below its minimum counts as empty when
+//!    rule 4 asks whether a later tier holds an earlier one. `cooldown=D`: while the manager's
+//!    last failed start is less than D ago (and none of its starts has succeeded since), its
+//!    capacity is its live workers: it takes no new ones (those starting are cancelled as rule
+//!    5 cancels workers above a cap) and does not hold the spill, so demand goes to the next
+//!    tier at once — the fallback Ray and Karpenter make after a launch fails.
 
 use std::collections::HashMap;
 
@@ -102,14 +109,13 @@ impl Policy {
                     conclude(snapshot, plan, !held, plan.learning(&active))
                 })
                 .collect();
+            // A manager at its warm minimum counts as empty (rule 6).
             for (group, below) in active.iter().zip(served_below.iter_mut()) {
-                *below |= tier
-                    .iter()
-                    .any(|p| p.manager.current_workers() > 0 && p.serves(group));
+                *below |= tier.iter().any(|p| p.above_minimum() && p.serves(group));
             }
             idle_below |= tier
                 .iter()
-                .any(|p| p.manager.current_workers() > 0 && !active.iter().any(|g| p.serves(g)));
+                .any(|p| p.above_minimum() && !active.iter().any(|g| p.serves(g)));
             concluded.reverse();
             decisions.extend(concluded);
             end = start;
@@ -137,6 +143,17 @@ impl Policy {
                 let cap = rule.cap.map_or(manager.max_task_concurrency, |c| {
                     c.min(manager.max_task_concurrency)
                 });
+                let mut max_workers = manager.max_workers_for(cap);
+                // Cooling down after a failed start: only its live workers count (rule 6).
+                let launch = &manager.launch;
+                let cooling = (rule.settings.cooldown_ms)
+                    .zip(launch.last_failure_ms)
+                    .is_some_and(|(cooldown, ago)| launch.failures > 0 && ago < cooldown);
+                if cooling {
+                    max_workers = max_workers.min(manager.live_workers());
+                }
+                let min_workers =
+                    u64::from(rule.settings.min_workers.unwrap_or(0)).min(max_workers);
                 // A room per run of alike busy workers, in the order of the list (the
                 // summary's groups are its runs), filled as the workers would be one by one:
                 // counted or listed, tasks fill the same workers.
@@ -162,7 +179,9 @@ impl Policy {
                 plans.push(Plan {
                     manager,
                     priority: rule.priority,
-                    max_workers: manager.max_workers_for(cap),
+                    max_workers,
+                    min_workers,
+                    cooling,
                     used_workers: u64::from(summary.busy),
                     summary,
                     room,
@@ -181,7 +200,7 @@ fn conclude(snapshot: &Snapshot, plan: &Plan<'_>, may_shrink: bool, learning: bo
     let manager = plan.manager;
     let summary = &plan.summary;
     let current = manager.current_workers();
-    let target = plan.used_workers.max(u64::from(learning));
+    let target = (plan.used_workers.max(u64::from(learning))).max(plan.min_workers);
     let idle = u64::from(summary.idle);
     // Idle workers to stop: past the delay (to shrink), then any (above the cap).
     let (mut past_delay, mut any) = (0, 0);
@@ -243,6 +262,18 @@ fn conclude(snapshot: &Snapshot, plan: &Plan<'_>, may_shrink: bool, learning: bo
     }
     if target < current && !may_shrink {
         reason.push_str("; holding until the tiers below are empty");
+    }
+    if plan.min_workers > 0 && plan.min_workers >= plan.used_workers.max(u64::from(learning)) {
+        reason.push_str(&format!("; warm minimum {}", plan.min_workers));
+    }
+    if plan.cooling {
+        let launch = &manager.launch;
+        reason.push_str(&format!(
+            "; cooling down: {} failed start{}, the last {} s ago",
+            launch.failures,
+            plural(u64::from(launch.failures)),
+            launch.last_failure_ms.unwrap_or(0) / 1000
+        ));
     }
     Decision {
         manager_id: manager.id.clone(),

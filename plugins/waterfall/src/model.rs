@@ -399,9 +399,29 @@ pub struct Decision {
     pub reason: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub struct Tier {
     pub priority: u32,
     pub members: Vec<String>,
+    /// (member, its settings as the content writes them: `min=2, cooldown=300s`) for the
+    /// members that have some (0.2.0; a 0.1.0 engine has none).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub settings: Vec<(String, String)>,
+}
+
+impl Tier {
+    /// Its members as `weir policy check` prints them: `a, b (min=2, cooldown=300s)`.
+    pub fn describe_members(&self) -> String {
+        let described: Vec<String> = (self.members.iter())
+            .map(|m| match self.settings.iter().find(|(s, _)| s == m) {
+                Some((_, settings)) => format!("{m} ({settings})"),
+                None => m.clone(),
+            })
+            .collect();
+        described.join(", ")
+    }
 }

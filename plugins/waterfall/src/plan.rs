@@ -25,8 +25,12 @@ pub(crate) struct Plan<'a> {
     /// Its workers counted (once per decision).
     pub(crate) summary: Cow<'a, Summary>,
     pub(crate) priority: u32,
-    /// Capacity in workers (from the tier's task cap).
+    /// Capacity in workers (from the tier's task cap; only the live ones while cooling down).
     pub(crate) max_workers: u64,
+    /// The row's warm minimum (`min=N`), at most `max_workers`.
+    pub(crate) min_workers: u64,
+    /// Within the row's cooldown after a failed start (`cooldown=D`).
+    pub(crate) cooling: bool,
     /// Workers needed so far: the busy ones, then the new ones placed tasks need.
     pub(crate) used_workers: u64,
     /// Spare room on the workers counted in `used_workers`.
@@ -63,6 +67,11 @@ impl Plan<'_> {
             .fold(room.slots, |fit, (need, have)| fit.min(have / need))
     }
 
+    /// It has more workers (live or starting) than its warm minimum.
+    pub(crate) fn above_minimum(&self) -> bool {
+        self.manager.current_workers() > self.min_workers
+    }
+
     /// Whether a worker of this manager could ever run `group` (capabilities; no `no-match`).
     pub(crate) fn serves(&self, group: &Demand) -> bool {
         self.density(group) > 0
@@ -91,8 +100,9 @@ impl Plan<'_> {
     }
 
     /// Still coming up: workers starting, or more asked for than are live.
+    /// A manager cooling down after a failed start is not waited for.
     pub(crate) fn filling(&self) -> bool {
-        self.manager.starting > 0 || self.used_workers > self.summary.live()
+        !self.cooling && (self.manager.starting > 0 || self.used_workers > self.summary.live())
     }
 
     /// It has a worker, not yet answered, learning a verdict queued tasks wait for: that worker

@@ -2,7 +2,7 @@
 //! written once for both sides: the host (wasmtime's `bindgen!`) and the guests
 //! (`wit_bindgen::generate!`) generate different Rust types with the same shape, so each expands
 //! [`wit_conversions!`] (0.1.0) or [`wit_conversions_v2!`] (0.2.0) over its own bindings. What
-//! both versions share (verdicts, decisions, tiers) is [`__wit_common!`].
+//! both versions share (verdicts) is [`__wit_common!`].
 
 /// The conversions both versions share, over the module holding the snapshot's records and the
 /// one holding decisions and tiers (the same module in 0.1.0). Expanded by the two below.
@@ -45,22 +45,6 @@ macro_rules! __wit_common {
                 .map(|(name, v)| (name, verdict_from_wit(v)))
                 .collect()
         }
-
-        #[allow(dead_code)]
-        pub fn tier_to_wit(t: $crate::Tier) -> $decisions::Tier {
-            $decisions::Tier {
-                priority: t.priority,
-                members: t.members,
-            }
-        }
-
-        #[allow(dead_code)]
-        pub fn tier_from_wit(t: $decisions::Tier) -> $crate::Tier {
-            $crate::Tier {
-                priority: t.priority,
-                members: t.members,
-            }
-        }
     };
 }
 
@@ -72,6 +56,23 @@ macro_rules! __wit_common {
 macro_rules! wit_conversions {
     ($wit:ident) => {
         $crate::__wit_common!($wit, $wit);
+
+        #[allow(dead_code)]
+        pub fn tier_to_wit(t: $crate::Tier) -> $wit::Tier {
+            $wit::Tier {
+                priority: t.priority,
+                members: t.members,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn tier_from_wit(t: $wit::Tier) -> $crate::Tier {
+            $crate::Tier {
+                priority: t.priority,
+                members: t.members,
+                ..Default::default()
+            }
+        }
 
         #[allow(dead_code)]
         pub fn demand_to_wit(d: &$crate::Demand) -> $wit::Demand {
@@ -199,6 +200,24 @@ macro_rules! wit_conversions {
 macro_rules! wit_conversions_v2 {
     ($cluster:ident, $scaling:ident) => {
         $crate::__wit_common!($cluster, $scaling);
+
+        #[allow(dead_code)]
+        pub fn tier_to_wit(t: $crate::Tier) -> $scaling::Tier {
+            $scaling::Tier {
+                priority: t.priority,
+                members: t.members,
+                settings: t.settings,
+            }
+        }
+
+        #[allow(dead_code)]
+        pub fn tier_from_wit(t: $scaling::Tier) -> $crate::Tier {
+            $crate::Tier {
+                priority: t.priority,
+                members: t.members,
+                settings: t.settings,
+            }
+        }
 
         #[allow(dead_code)]
         pub fn demand_to_wit(d: &$crate::Demand) -> $cluster::Demand {

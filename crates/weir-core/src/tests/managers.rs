@@ -192,6 +192,7 @@ fn a_silent_manager_is_offline_then_forgotten() {
     let tiers = [Tier {
         priority: 0,
         members: vec!["m".into()],
+        ..Default::default()
     }];
     let online = |managers: &Managers, now| {
         let snapshot = managers.snapshot(&context(now, vec![], &tiers), 0, vec![]);

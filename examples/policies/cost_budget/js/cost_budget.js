@@ -153,7 +153,7 @@ class Engine {
       const priority = 1 + this.prices.filter(([, c]) => c < cost).length;
       const tier = tiers.find((t) => t.priority === priority);
       if (tier) tier.members.push(name);
-      else tiers.push({ priority, members: [name] });
+      else tiers.push({ priority, members: [name], settings: [] });
     }
     return tiers;
   }

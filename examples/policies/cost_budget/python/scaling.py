@@ -108,7 +108,7 @@ class Engine(wit.Engine):
             priority = 1 + sum(1 for _, c in self.prices if c < cost)
             tier = next((t for t in tiers if t.priority == priority), None)
             if tier is None:
-                tiers.append(wit.Tier(priority=priority, members=[name]))
+                tiers.append(wit.Tier(priority=priority, members=[name], settings=[]))
             else:
                 tier.members.append(name)
         return tiers

@@ -279,7 +279,7 @@ impl Output for Cli {
             println!(
                 "  priority {:>3}: {}",
                 tier.priority,
-                tier.members.join(", ")
+                tier.describe_members()
             );
         }
     }

@@ -41,6 +41,7 @@ fn config(journal: bool) -> Config {
         tiers: vec![Tier {
             priority: 0,
             members: vec!["m1".into()],
+            ..Default::default()
         }],
         journal,
         compact_min_bytes: 1 << 20,

@@ -55,6 +55,7 @@ fn a_policy_set_while_running_is_journaled_and_restored() {
     let tiers = vec![Tier {
         priority: 1,
         members: vec!["b".into()],
+        ..Default::default()
     }];
     let actions = round(
         &mut core,
@@ -113,6 +114,7 @@ fn a_policy_set_while_running_is_journaled_and_restored() {
         vec![Tier {
             priority: 1,
             members: vec![member.into()],
+            ..Default::default()
         }]
     };
     let actions = round(

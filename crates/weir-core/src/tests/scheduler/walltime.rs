@@ -83,10 +83,12 @@ fn a_task_longer_than_a_managers_walltime_is_not_counted_for_it_and_spills_to_th
         Tier {
             priority: 1,
             members: vec!["hpc".into()],
+            ..Default::default()
         },
         Tier {
             priority: 2,
             members: vec!["local".into()],
+            ..Default::default()
         },
     ];
     let mut core = Scheduler::new(config);

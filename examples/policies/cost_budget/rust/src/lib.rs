@@ -52,7 +52,7 @@ impl Policy for CostBudget {
             let priority = 1 + self.prices.iter().filter(|(_, c)| c < cost).count() as u32;
             match tiers.iter_mut().find(|t| t.priority == priority) {
                 Some(tier) => tier.members.push(name.clone()),
-                None => tiers.push(Tier { priority, members: vec![name.clone()] }),
+                None => tiers.push(Tier { priority, members: vec![name.clone()], settings: vec![] }),
             }
         }
         tiers

@@ -14,8 +14,10 @@ use weir::core::scaling::{
 use weir::plugin::{Limits, PluginHost, Version, World, bundled};
 use weir_waterfall::{Flavor, Policy};
 
-const V1_REFERENCE: &str = include_str!("../examples/configs/waterfall_v1.toml");
-const V2_REFERENCE: &str = include_str!("../examples/configs/waterfall_v2.toml");
+mod settings;
+
+const V1_REFERENCE: &str = include_str!("../../examples/configs/waterfall_v1.toml");
+const V2_REFERENCE: &str = include_str!("../../examples/configs/waterfall_v2.toml");
 
 fn host() -> &'static PluginHost {
     static HOST: OnceLock<PluginHost> = OnceLock::new();
@@ -75,11 +77,21 @@ fn snapshot(managers: Vec<Manager>, demand: Vec<Demand>) -> Snapshot {
 }
 
 /// The waterfalls as built against `weir:plugin@0.1.0`, byte for byte.
-const FROZEN_V1: &[u8] = include_bytes!("../plugins/fixtures/frozen/waterfall_v1-0.1.0.wasm");
-const FROZEN_V2: &[u8] = include_bytes!("../plugins/fixtures/frozen/waterfall_v2-0.1.0.wasm");
+const FROZEN_V1: &[u8] = include_bytes!("../../plugins/fixtures/frozen/waterfall_v1-0.1.0.wasm");
+const FROZEN_V2: &[u8] = include_bytes!("../../plugins/fixtures/frozen/waterfall_v2-0.1.0.wasm");
 
 /// `(manager, desired workers, stopped workers)` from the three implementations, checked equal.
 fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u32, Vec<u64>)> {
+    decide_in(flavor, content, snapshot, true)
+}
+
+/// [`decide`] with or without the frozen 0.1.0 build (which refuses content with settings).
+fn decide_in(
+    flavor: Flavor,
+    content: &str,
+    snapshot: &Snapshot,
+    with_frozen: bool,
+) -> Vec<(String, u32, Vec<u64>)> {
     let snapshot = Arc::new(snapshot.clone());
     let native = Policy::parse(flavor, content)
         .expect("content parses")
@@ -88,10 +100,11 @@ fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u3
         Flavor::ManagerId => ("waterfall_v1", bundled::WATERFALL_V1, FROZEN_V1),
         Flavor::WorkerType => ("waterfall_v2", bundled::WATERFALL_V2, FROZEN_V2),
     };
-    for (build, bytes, version) in [
+    let builds = [
         (name.to_string(), bytes, Version::V0_2),
         (format!("{name}-0.1.0"), frozen, Version::V0_1),
-    ] {
+    ];
+    for (build, bytes, version) in builds.into_iter().take(if with_frozen { 2 } else { 1 }) {
         let loaded = host()
             .load(&build, bytes, Some(World::Policy))
             .expect("policy loads");

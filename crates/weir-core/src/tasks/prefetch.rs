@@ -110,6 +110,24 @@ impl Tasks {
         }
     }
 
+    /// A worker the policy drained gives back what it holds ahead of its slots (a drained worker
+    /// takes no new task, and a held one it has not started is one): asked once, now, unless a
+    /// take-back is already outstanding (its answer returns what that one covers).
+    pub(super) fn ask_back_held(&mut self, worker: WorkerId) {
+        let Some(w) = self.workers.get(&worker) else {
+            return;
+        };
+        if w.revoking.is_some() || w.held() <= w.info.slots {
+            return;
+        }
+        let count = w.held() - w.info.slots;
+        let mut tasks: Vec<TaskId> = (w.running.iter().copied())
+            .filter(|t| (self.tasks.get(*t)).is_some_and(|t| t.state == TaskState::Running))
+            .collect();
+        tasks.sort_unstable();
+        self.ask_back(worker, tasks, count);
+    }
+
     /// Ask `worker` to give back up to `count` of `tasks` it has not started; noted as its one
     /// take-back outstanding until it answers ([`Tasks::revoked`]).
     fn ask_back(&mut self, worker: WorkerId, tasks: Vec<TaskId>, count: u32) {

@@ -354,7 +354,8 @@ impl Tasks {
     }
 
     /// The scaling policy's drain for `manager`'s workers: those in `drain` (sorted) take no
-    /// new tasks, and its others drained before take tasks again. Returns the ids and names of
+    /// new tasks (those newly drained are asked for the tasks they hold ahead and have not
+    /// started), and its others drained before take tasks again. Returns the ids and names of
     /// those newly drained and of those taken back.
     pub(crate) fn cordon(&mut self, manager: &str, drain: &[WorkerId]) -> (Named, Named) {
         let (mut drained, mut back) = (Vec::new(), Vec::new());
@@ -373,6 +374,9 @@ impl Tasks {
                 }
                 self.resync(id);
             }
+        }
+        for (id, _) in &drained {
+            self.ask_back_held(*id);
         }
         (drained, back)
     }

@@ -335,3 +335,33 @@ fn a_revoke_is_only_for_tasks_the_idle_worker_can_run() {
 }
 
 // ---- random event sequences ----
+
+#[test]
+fn a_drained_worker_is_asked_for_what_it_holds_ahead_and_never_gets_it_again() {
+    let mut core = with_prefetch(4);
+    let (_, tasks) = quick_job(&mut core, 5, &[], 0);
+    let mut info = worker(1, &[]);
+    info.manager = Some("m1".into());
+    let drained = core.worker_joined(10, info).unwrap().0;
+    core.schedule(10);
+    let held = dispatched(&core.take_effects())[&drained].clone();
+    assert_eq!(held, tasks, "one in its slot, four ahead");
+    // The policy drains it: it is asked for the four ahead (it may not have started them).
+    let (newly, back) = core.cordon("m1", &[drained]);
+    assert_eq!((newly.len(), back.len()), (1, 0));
+    let asked = revokes(&core.take_effects());
+    assert_eq!(asked.len(), 1, "asked once: {asked:?}");
+    let (from, candidates, count) = asked[0].clone();
+    assert_eq!((from, count, candidates), (drained, 4, held.clone()));
+    // Restating the same drain asks nothing more.
+    core.cordon("m1", &[drained]);
+    assert!(revokes(&core.take_effects()).is_empty());
+    // It gives back the four it had not started; they go to an open worker, not back to it.
+    assert_eq!(core.revoked(drained, &held[1..]), 4);
+    let open = core.worker_joined(20, worker(1, &[])).unwrap().0;
+    core.schedule(20);
+    let sent = dispatched(&core.take_effects());
+    assert!(!sent.contains_key(&drained), "{sent:?}");
+    assert_eq!(sent[&open], held[1..].to_vec());
+    core.sanity_check().unwrap();
+}

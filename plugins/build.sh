@@ -49,6 +49,11 @@ if ! (cd "$here/fixtures/frozen" && sha256sum --check --quiet SHA256SUMS); then
   echo "plugins/build.sh: a frozen component in plugins/fixtures/frozen changed; restore it from git" >&2
   status=1
 fi
+# Published WIT versions are never edited either.
+if ! (cd "$here/../wit" && sha256sum --check --quiet SHA256SUMS); then
+  echo "plugins/build.sh: a published WIT file in wit/ changed (wit/SHA256SUMS); a new version goes beside it" >&2
+  status=1
+fi
 mkdir -p "$here/fixtures"
 for name in "${fixtures[@]}"; do place "$name" "$here/fixtures/$name.wasm"; done
 if [ $status -eq 0 ]; then

@@ -1,7 +1,8 @@
 //! The waterfall engines on table-driven snapshots: every case runs through the native reference
 //! (`weir-waterfall` compiled into the host), through the bundled WASM component (built against
 //! `weir:plugin@0.2.0`: workers counted, lists asked for) and through the same engine as built
-//! against 0.1.0 (`plugins/fixtures/frozen`, every worker listed), which must all agree with
+//! when 0.2.0 was frozen and as built against 0.1.0 (`plugins/fixtures/frozen`, every worker
+//! listed), which must all agree with
 //! each other and with the expected decision. A property test then checks they agree on random
 //! snapshots and that every decision passes the scheduler's validation.
 
@@ -79,13 +80,19 @@ fn snapshot(managers: Vec<Manager>, demand: Vec<Demand>) -> Snapshot {
 /// The waterfalls as built against `weir:plugin@0.1.0`, byte for byte.
 const FROZEN_V1: &[u8] = include_bytes!("../../plugins/fixtures/frozen/waterfall_v1-0.1.0.wasm");
 const FROZEN_V2: &[u8] = include_bytes!("../../plugins/fixtures/frozen/waterfall_v2-0.1.0.wasm");
+/// And as built against `weir:plugin@0.2.0` when it was frozen.
+const FROZEN_V1_0_2: &[u8] =
+    include_bytes!("../../plugins/fixtures/frozen/waterfall_v1-0.2.0.wasm");
+const FROZEN_V2_0_2: &[u8] =
+    include_bytes!("../../plugins/fixtures/frozen/waterfall_v2-0.2.0.wasm");
 
 /// `(manager, desired workers, stopped workers)` from the three implementations, checked equal.
 fn decide(flavor: Flavor, content: &str, snapshot: &Snapshot) -> Vec<(String, u32, Vec<u64>)> {
     decide_in(flavor, content, snapshot, true)
 }
 
-/// [`decide`] with or without the frozen 0.1.0 build (which refuses content with settings).
+/// [`decide`] with or without the frozen 0.1.0 build (which refuses content with settings); the
+/// bundled and frozen 0.2.0 builds always.
 fn decide_in(
     flavor: Flavor,
     content: &str,
@@ -96,15 +103,26 @@ fn decide_in(
     let native = Policy::parse(flavor, content)
         .expect("content parses")
         .decide(&snapshot);
-    let (name, bytes, frozen) = match flavor {
-        Flavor::ManagerId => ("waterfall_v1", bundled::WATERFALL_V1, FROZEN_V1),
-        Flavor::WorkerType => ("waterfall_v2", bundled::WATERFALL_V2, FROZEN_V2),
+    let (name, bytes, frozen_0_2, frozen) = match flavor {
+        Flavor::ManagerId => (
+            "waterfall_v1",
+            bundled::WATERFALL_V1,
+            FROZEN_V1_0_2,
+            FROZEN_V1,
+        ),
+        Flavor::WorkerType => (
+            "waterfall_v2",
+            bundled::WATERFALL_V2,
+            FROZEN_V2_0_2,
+            FROZEN_V2,
+        ),
     };
     let builds = [
         (name.to_string(), bytes, Version::V0_2),
+        (format!("{name}-0.2.0"), frozen_0_2, Version::V0_2),
         (format!("{name}-0.1.0"), frozen, Version::V0_1),
     ];
-    for (build, bytes, version) in builds.into_iter().take(if with_frozen { 2 } else { 1 }) {
+    for (build, bytes, version) in builds.into_iter().take(if with_frozen { 3 } else { 2 }) {
         let loaded = host()
             .load(&build, bytes, Some(World::Policy))
             .expect("policy loads");

@@ -250,6 +250,31 @@ fn metrics_expose_tasks_workers_policy_and_environments() {
     })
     .collect();
     assert_eq!(seen, expected, "in\n{body}");
+    // A scraper that asks for OpenMetrics (Prometheus does) gets it: the same samples, the
+    // counter family named without `_total`, and the closing `# EOF`.
+    let address = cluster.metrics.as_ref().unwrap();
+    let address = address
+        .strip_prefix("http://")
+        .unwrap()
+        .split_once('/')
+        .unwrap()
+        .0;
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    use std::io::{Read as _, Write as _};
+    write!(
+        stream,
+        "GET /metrics HTTP/1.0\r\nHost: {address}\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n"
+    )
+    .unwrap();
+    let mut open = String::new();
+    stream.read_to_string(&mut open).unwrap();
+    assert!(
+        open.contains("content-type: application/openmetrics-text"),
+        "{open}"
+    );
+    assert!(open.contains("# TYPE weir_jobs counter\n"), "{open}");
+    assert!(open.trim_end().ends_with("# EOF"), "{open}");
+    assert!(body.contains("# TYPE weir_jobs_total counter\n"), "{body}");
 }
 
 #[test]
@@ -424,4 +449,46 @@ fn the_running_policy_keeps_deciding_while_a_new_one_is_tried() {
     assert_eq!(cluster.json(&["policy", "show"])["content"], "1, a\n");
     let _ = trial.kill();
     let _ = trial.wait();
+}
+
+/// Prometheus's own linter accepts a live `/metrics` of a scaling cluster (as `curl` or
+/// `promtool` fetch it: the classic text format; Prometheus asks for OpenMetrics and gets it).
+#[test]
+#[ignore = "needs promtool (apt-get install prometheus); CI installs it and runs this (--include-ignored)"]
+fn prometheus_lints_a_live_metrics_page_clean() {
+    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("NOT RUN: no promtool (apt-get install prometheus); CI installs it");
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, pool", &["--metrics", "127.0.0.1:0"]);
+    cluster.dynamic_manager("m", "pool", 2);
+    let done = cluster.json(&["submit", "--count", "3", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 3);
+    cluster.env_register("big", "mem_gt", "threshold=1");
+    let body = common::http_get(cluster.metrics.as_ref().unwrap());
+    assert!(body.contains("# HELP weir_jobs_total "), "{body}");
+    let mut lint = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    use std::io::Write as _;
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = lint.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}\n{body}"
+    );
 }

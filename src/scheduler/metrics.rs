@@ -232,9 +232,56 @@ pub(super) fn render(
     out
 }
 
+/// The classic Prometheus text format (0.0.4) of an OpenMetrics exposition, for scrapers and
+/// tools that do not ask for OpenMetrics (`curl`, `promtool check metrics`): a counter family's
+/// HELP and TYPE name its `_total` series, and the `# UNIT` and `# EOF` lines go (the samples
+/// are the same).
+#[cfg(feature = "http")]
+pub(super) fn classic(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = (openmetrics.lines())
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = (line.strip_prefix("# HELP ").map(|rest| ("# HELP ", rest)))
+            .or_else(|| line.strip_prefix("# TYPE ").map(|rest| ("# TYPE ", rest)));
+        match meta {
+            Some((kind, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let total = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{kind}{name}{total} {tail}"));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(feature = "http")]
+    fn the_classic_format_names_counters_by_their_series() {
+        let open = "# HELP weir_jobs Jobs accepted.\n# TYPE weir_jobs counter\nweir_jobs_total 3\n\
+                    # HELP weir_up_seconds Up.\n# TYPE weir_up_seconds gauge\n# UNIT weir_up_seconds seconds\n\
+                    weir_up_seconds 9\n# EOF\n";
+        assert_eq!(
+            classic(open),
+            "# HELP weir_jobs_total Jobs accepted.\n# TYPE weir_jobs_total counter\nweir_jobs_total 3\n\
+             # HELP weir_up_seconds Up.\n# TYPE weir_up_seconds gauge\nweir_up_seconds 9\n"
+        );
+    }
 
     #[test]
     fn label_values_are_escaped() {

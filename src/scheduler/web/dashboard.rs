@@ -189,8 +189,8 @@ fn json(value: &impl Serialize) -> Response {
     }
 }
 
-async fn metrics(State(shared): State<Shared>) -> Response {
-    super::metrics(State(shared.events)).await
+async fn metrics(State(shared): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    super::metrics(State(shared.events), headers).await
 }
 
 async fn api_snapshot(State(shared): State<Shared>) -> Response {

@@ -7,7 +7,7 @@ mod http;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -26,13 +26,21 @@ pub(in crate::scheduler) async fn serve_metrics(listener: TcpListener, events: F
     http::serve_http(listener, app, "metrics").await;
 }
 
-async fn metrics(State(events): State<Front>) -> Response {
+/// OpenMetrics to a scraper that asks for it (Prometheus does), the classic text format
+/// otherwise (`curl`, `promtool check metrics`).
+async fn metrics(State(events): State<Front>, headers: HeaderMap) -> Response {
     let (reply, text) = oneshot::channel();
     if events.send(Event::Metrics { reply }).is_err() {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
-    match text.await {
-        Ok(body) => (
+    let Ok(body) = text.await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let openmetrics = (headers.get_all(header::ACCEPT).iter())
+        .filter_map(|value| value.to_str().ok())
+        .any(|accept| accept.contains("application/openmetrics-text"));
+    match openmetrics {
+        true => (
             [(
                 header::CONTENT_TYPE,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -40,6 +48,13 @@ async fn metrics(State(events): State<Front>) -> Response {
             body,
         )
             .into_response(),
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        false => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            super::metrics::classic(&body),
+        )
+            .into_response(),
     }
 }

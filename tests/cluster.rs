@@ -187,6 +187,61 @@ fn wrong_tokens_and_garbage_are_refused_while_the_cluster_keeps_working() {
     assert_eq!(done["counts"]["succeeded"], 10, "{done}");
 }
 
+#[test]
+fn the_read_only_token_shows_status_but_cannot_change_anything_or_fetch_results() {
+    let files = tempfile::tempdir().unwrap();
+    let read = files.path().join("read-access.json");
+    let read_flag = read.to_str().unwrap();
+    let mut cluster =
+        Cluster::start_with(&["--heartbeat-timeout", "10", "--read-access-file", read_flag]);
+    cluster.worker("w", &["--slots", "2"]);
+    let done = cluster.json(&["submit", "--count", "2", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 2, "{done}");
+    let job = done["job"].to_string();
+
+    // The read-only file: the same scheduler, its read token as the client token, no worker
+    // token; the full file holds the read token too.
+    let full = weir::net::AccessFile::read(&cluster.access_file()).unwrap();
+    let watcher = weir::net::AccessFile::read(&read).unwrap();
+    assert_eq!(watcher.address, full.address);
+    assert_eq!(watcher.client_token, full.read_token);
+    assert_ne!(watcher.client_token, full.client_token);
+    assert!(watcher.worker_token.is_empty());
+
+    // It reads what status-class commands show...
+    for args in [
+        &["status"][..],
+        &["jobs"],
+        &["wait", &job],
+        &["managers"],
+        &["env", "list"],
+    ] {
+        let out = cluster.weir_with(&read, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    // ...and nothing else: submitting, cancelling, forgetting, results, environments.
+    for args in [
+        &["submit", "--", "true"][..],
+        &["cancel", &job],
+        &["forget", &job],
+        &["results", &job],
+        &["env", "remove", "nothing"],
+    ] {
+        let out = cluster.weir_with(&read, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?} was allowed");
+        assert!(
+            text(&out.stderr).contains("this token is read-only"),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    // The client token still does all of it.
+    let done = cluster.json(&["submit", "--count", "2", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 2, "{done}");
+    let out = cluster.weir_with(&cluster.access_file(), &["results", &job]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 fn hello(version: u32, token: &str) -> Vec<u8> {
     weir::proto::encode(&weir::proto::Hello {
         version,

@@ -235,6 +235,10 @@ fn the_dashboard_beyond_loopback_asks_for_the_token() {
     let (base, token) = url
         .split_once("?token=")
         .expect("the URL carries the token");
+    // It is the read-only token: it may show the cluster, not submit to it.
+    let access = weir::net::AccessFile::read(&cluster.access_file()).unwrap();
+    assert_eq!(token, access.read_token);
+    assert_ne!(token, access.client_token);
     let port = base.rsplit(':').next().unwrap().trim_end_matches('/');
     let local = format!("http://127.0.0.1:{port}/");
     let address = format!("127.0.0.1:{port}");

@@ -108,9 +108,15 @@ struct Args {
     /// Serve a live web dashboard at http://ADDR/ (e.g. 127.0.0.1:8080): managers by tier,
     /// workers and tasks over the last 15 minutes, the policy's decisions and errors,
     /// environment verdicts, jobs, `explain`; also `/metrics` and JSON under `/api/`. Read-only.
-    /// Beyond loopback it asks for the client token: the URL printed at start carries it.
+    /// Beyond loopback it asks for the read-only token: the URL printed at start carries it.
     #[arg(long, value_name = "ADDR")]
     dashboard: Option<SocketAddr>,
+    /// Also write a read-only access file to FILE: with it `weir` (and the Python client) can
+    /// ask for status, jobs, explain, managers, workers, environments and the policy, but not
+    /// submit, cancel, forget, fetch results or change anything ("forbidden"). Share it with
+    /// those who watch.
+    #[arg(long, value_name = "FILE")]
+    read_access_file: Option<PathBuf>,
     /// Most open connections with each token (clients; workers and managers); more are refused.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
@@ -260,6 +266,7 @@ fn run(args: Args) -> Result<()> {
     let settings = Settings {
         listen,
         access_file: args.common.access_file,
+        read_access_file: args.read_access_file,
         heartbeat_timeout: args.heartbeat_timeout,
         cert: args.cert.zip(args.key),
         scaling_interval: args.scaling_interval,

@@ -159,7 +159,13 @@ async fn admit(
             None => return refuse(&connection, &mut send, "this scheduler has no replicas").await,
         },
     };
-    if !crate::net::same_token(hello.token.as_bytes(), expected.as_bytes()) {
+    let given = hello.token.as_bytes();
+    // A client may present the read-only token instead: it may then only ask for status.
+    let read_only = hello.role == Role::Client
+        && !access.read_token.is_empty()
+        && !crate::net::same_token(given, expected.as_bytes())
+        && crate::net::same_token(given, access.read_token.as_bytes());
+    if !read_only && !crate::net::same_token(given, expected.as_bytes()) {
         tracing::warn!(%peer, role = ?hello.role, "refused a peer with a wrong token");
         return refuse(
             &connection,
@@ -206,7 +212,7 @@ async fn admit(
         Role::Replica => Ok(None),
         Role::Client => {
             let _ = send.finish();
-            super::requests::client_session(connection, events, host)
+            super::requests::client_session(connection, events, host, read_only)
                 .await
                 .map(|()| None)
         }

@@ -46,6 +46,8 @@ pub struct Settings {
     /// Address to listen on; port 0 picks a free port (written to the access file).
     pub listen: SocketAddr,
     pub access_file: PathBuf,
+    /// Where to write the read-only access file too (`AccessFile::read_only`).
+    pub read_access_file: Option<PathBuf>,
     /// A worker silent for this long is lost and its tasks requeued.
     pub heartbeat_timeout: Duration,
     /// Certificate and key (PEM files); generated and kept beside the access file when absent.
@@ -224,12 +226,20 @@ pub async fn run_with(
             Some(p) => p.client_token.clone(),
             None => net::access::new_token()?,
         },
+        read_token: match previous.as_ref().filter(|p| !p.read_token.is_empty()) {
+            Some(p) => p.read_token.clone(),
+            None => net::access::new_token()?,
+        },
         replicas: settings
             .replica
             .as_ref()
             .map(|r| r.peers.values().cloned().collect())
             .unwrap_or_default(),
     };
+    // The read-only file first: whoever sees the access file can find it too.
+    if let Some(path) = &settings.read_access_file {
+        access.read_only().write(path)?;
+    }
     access.write(&settings.access_file)?;
     tracing::info!(address = %access.address, access_file = %settings.access_file.display(), "scheduler listening");
     #[cfg(not(feature = "http"))]
@@ -253,11 +263,11 @@ pub async fn run_with(
         None => None,
     };
     let dashboard_listener = bind(settings.dashboard).await?;
-    // Beyond loopback the dashboard asks for the client token; its URL carries it.
+    // Beyond loopback the dashboard asks for the read-only token; its URL carries it.
     let dashboard_token = settings
         .dashboard
         .filter(|a| !a.ip().is_loopback())
-        .map(|_| access.client_token.clone());
+        .map(|_| access.read_token.clone());
     let dashboard_url = match &dashboard_listener {
         Some(listener) => {
             let address = listener.local_addr()?;

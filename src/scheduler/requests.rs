@@ -30,6 +30,7 @@ pub(super) async fn client_session(
     connection: Connection,
     events: mpsc::UnboundedSender<Event>,
     host: Arc<PluginHost>,
+    read_only: bool,
 ) -> Result<(), NetError> {
     let results = Arc::new(tokio::sync::Semaphore::new(RESULTS_PER_CONNECTION));
     loop {
@@ -53,7 +54,7 @@ pub(super) async fn client_session(
         let results = results.clone();
         let peer = connection.remote_address();
         tokio::spawn(async move {
-            if let Err(error) = request(send, recv, events, host, results, peer).await {
+            if let Err(error) = request(send, recv, events, host, results, peer, read_only).await {
                 tracing::debug!(%error, "client request failed");
             }
         });
@@ -67,6 +68,7 @@ async fn request(
     host: Arc<PluginHost>,
     results: Arc<tokio::sync::Semaphore>,
     peer: std::net::SocketAddr,
+    read_only: bool,
 ) -> Result<(), NetError> {
     let (mut link, answers) = Link::<Request>::open::<Response>(send, recv);
     // A request arrives within a minute (a 48 MiB one takes well under a second on a LAN), so a
@@ -76,6 +78,13 @@ async fn request(
         Ok(request) => request,
         Err(error) => return refuse(link, answers, format!("bad request: {error}")).await,
     };
+    if read_only && !request.reads_status_only() {
+        tracing::info!(%peer, "refused a change asked with the read-only token");
+        let message = "this token is read-only: it may ask for status, jobs, explain, managers, \
+                       workers, environments and the policy, not change anything or fetch results \
+                       (use the access file with the client token)";
+        return refuse_with(link, answers, ErrorCode::Forbidden, message.to_string()).await;
+    }
     let mut components = Vec::new();
     let submitted = match &mut request {
         Request::Submit {
@@ -125,14 +134,20 @@ async fn request(
 
 /// Answer a request with an error and end its stream.
 async fn refuse(
-    mut link: Link<Request>,
+    link: Link<Request>,
     answers: Outbox<Response>,
     message: String,
 ) -> Result<(), NetError> {
-    let _ = answers.send(Response::Error {
-        code: ErrorCode::Invalid,
-        message,
-    });
+    refuse_with(link, answers, ErrorCode::Invalid, message).await
+}
+
+async fn refuse_with(
+    mut link: Link<Request>,
+    answers: Outbox<Response>,
+    code: ErrorCode,
+    message: String,
+) -> Result<(), NetError> {
+    let _ = answers.send(Response::Error { code, message });
     drop(answers);
     link.finished().await?;
     Ok(())

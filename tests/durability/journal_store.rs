@@ -17,6 +17,7 @@ fn settings(dir: &Path) -> Settings {
     Settings {
         listen: "127.0.0.1:0".parse().expect("an address"),
         access_file: dir.join("access.json"),
+        read_access_file: None,
         heartbeat_timeout: Duration::from_secs(5),
         cert: None,
         scaling_interval: Duration::from_secs(1),

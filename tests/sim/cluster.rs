@@ -325,6 +325,7 @@ fn shared_identity(files: &std::path::Path, replicas: u64) -> Result<Identity, E
             worker_token: "sim-worker-token".into(),
             client_token: "sim-client-token".into(),
             replicas: Vec::new(),
+            ..Default::default()
         }
         .write(&dir.join("access.json"))?;
     }
@@ -431,6 +432,7 @@ fn settings(listen: SocketAddr, files: PathBuf) -> Settings {
     Settings {
         listen,
         access_file: files.join("access.json"),
+        read_access_file: None,
         heartbeat_timeout: Duration::from_secs(5),
         cert: None,
         scaling_interval: Duration::from_secs(1),

@@ -164,6 +164,7 @@ mod tests {
             worker_token: String::new(),
             client_token: String::new(),
             replicas: vec!["quic://127.0.0.1:1".into(), "quic://127.0.0.1:2".into()],
+            ..Default::default()
         };
         let gone = Holder::Gone("gone".into());
         let look = look(Ok(access.clone()), true, gone.clone(), Patience::Running);

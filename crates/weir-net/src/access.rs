@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{NetError, tls};
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccessFile {
     /// `quic://HOST:PORT`
     pub address: String,
@@ -24,6 +24,11 @@ pub struct AccessFile {
     pub worker_token: String,
     /// Presented by clients.
     pub client_token: String,
+    /// Presented by clients that may only read status (the dashboard's URL carries it; a
+    /// read-only access file, `scheduler --read-access-file`, has it as its client token).
+    /// Empty in a file written before it existed: the scheduler makes one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub read_token: String,
     /// With scheduler replicas (`scheduler --replica`): every replica's `quic://HOST:PORT`
     /// (`address` is the one that wrote the file). Only the leader serves; a peer that reaches
     /// another is told where the leader is, and tries the others when that one does not answer.
@@ -32,6 +37,17 @@ pub struct AccessFile {
 }
 
 impl AccessFile {
+    /// The same scheduler with only the read-only token, as the client token (no worker token):
+    /// what `scheduler --read-access-file` writes for those who may watch but not submit.
+    pub fn read_only(&self) -> AccessFile {
+        AccessFile {
+            worker_token: String::new(),
+            client_token: self.read_token.clone(),
+            read_token: String::new(),
+            ..self.clone()
+        }
+    }
+
     /// The schedulers to try: `address`, then the other replicas.
     pub fn candidates(&self) -> Vec<String> {
         let mut all = vec![self.address.clone()];

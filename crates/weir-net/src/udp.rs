@@ -135,6 +135,7 @@ mod tests {
                 worker_token: String::new(),
                 client_token: String::new(),
                 replicas: Vec::new(),
+                ..Default::default()
             };
             let client = client_endpoint_with(&udp, &access, Duration::from_secs(30))
                 .expect("a client endpoint");

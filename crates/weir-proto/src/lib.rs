@@ -15,4 +15,4 @@ pub use messages::*;
 pub const MAX_TASKS_PER_SUBMIT: u64 = 10_000_000;
 
 /// Bumped whenever a message changes incompatibly.
-pub const PROTOCOL_VERSION: u32 = 15;
+pub const PROTOCOL_VERSION: u32 = 16;

@@ -106,6 +106,38 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// Whether the read-only token may ask it: what the dashboard and `weir status`-class
+    /// commands show (status, jobs and their progress, explain, managers, workers, environments,
+    /// the policy, replicas). Not results (what tasks returned is data, not status), nor
+    /// anything that changes the cluster.
+    pub fn reads_status_only(&self) -> bool {
+        match self {
+            Request::Wait { .. }
+            | Request::Jobs { .. }
+            | Request::Status
+            | Request::EnvList
+            | Request::Explain { .. }
+            | Request::WaitWorkers { .. }
+            | Request::PolicyShow
+            | Request::Managers { .. }
+            | Request::Replicas => true,
+            Request::Submit { .. }
+            | Request::Results { .. }
+            | Request::Watch { .. }
+            | Request::Cancel { .. }
+            | Request::CancelTasks { .. }
+            | Request::Forget { .. }
+            | Request::ForgetFinished
+            | Request::EnvRegister { .. }
+            | Request::EnvRemove { .. }
+            | Request::PolicySet { .. }
+            | Request::ReplicaAdd { .. }
+            | Request::ReplicaRemove { .. } => false,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     Submitted {
@@ -199,6 +231,9 @@ pub enum ErrorCode {
     Limit,
     /// The journal could not take it: not done, and the scheduler stops.
     NotDurable,
+    /// The connection's token may only read (the read-only token): it cannot submit, cancel,
+    /// forget, register or change anything, nor fetch results.
+    Forbidden,
 }
 
 impl ErrorCode {
@@ -211,6 +246,7 @@ impl ErrorCode {
             ErrorCode::NotFinished => "not-finished",
             ErrorCode::Limit => "limit",
             ErrorCode::NotDurable => "not-durable",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 }

@@ -17,6 +17,17 @@ use common::Cluster;
 use serde_json::{Value, json};
 use tungstenite::{Message, WebSocket};
 
+/// A screenshot of the page as it is, checked not to be blank (a blank page is ~5 KB).
+fn shot(page: &mut Browser, path: &Path) {
+    page.screenshot(path);
+    let size = std::fs::metadata(path).unwrap().len();
+    assert!(
+        size > 10_000,
+        "{}: {size} bytes, a blank page",
+        path.display()
+    );
+}
+
 fn chromium() -> PathBuf {
     ["chromium", "chromium-browser", "google-chrome"]
         .iter()
@@ -225,6 +236,69 @@ fn the_dashboard_shows_tiers_a_burst_and_verdicts_in_a_browser() {
          document.querySelector('tr[data-environment=big]').innerText.includes('✓')",
         "the verdicts of `big`",
     );
+
+    // A failing task shows in its job's row.
+    cluster.json(&["submit", "--retries", "0", "--", "false"]);
+    page.until(
+        "[...document.querySelectorAll('#jobs tbody tr')].some((r) => r.cells[5].textContent === '1')",
+        "the failed task counted in the jobs table",
+    );
+    let shots = screenshot.parent().unwrap().to_path_buf();
+
+    // Workers: every worker a row (a page of them), with what it runs and its verdicts.
+    cluster.json(&["submit", "--count", "4", "--", "sleep", "5"]);
+    page.eval("location.hash = '#workers'");
+    page.until(
+        "document.body.dataset.shown === 'workers' && \
+         [...document.querySelectorAll('#workers tbody tr')].some((r) => /^[1-9]/.test(r.cells[4].textContent))",
+        "a worker row with the tasks it runs",
+    );
+    let rows = page.eval("document.querySelectorAll('#workers tbody tr[data-worker]').length");
+    assert!(rows.as_u64().unwrap() >= 2, "{rows}");
+    assert_eq!(
+        page.eval(
+            "document.querySelector('#workers tbody tr').cells[9].textContent.includes('big ✓')"
+        ),
+        json!(true),
+        "the worker's verdicts"
+    );
+    // Filtered by the scheduler: only the first manager's workers.
+    page.eval(
+        "const f = document.getElementById('worker-filter'); f.value = 'first'; \
+         f.dispatchEvent(new Event('input'))",
+    );
+    page.until(
+        "[...document.querySelectorAll('#workers tbody tr')].length > 0 && \
+         [...document.querySelectorAll('#workers tbody tr')].every((r) => r.cells[1].textContent === 'first')",
+        "the filter applied",
+    );
+    shot(&mut page, &shots.join("dashboard-workers.png"));
+
+    // Scaling: the demand, a small chart per manager and the log of decisions that grew them.
+    cluster.json(&["submit", "--count", "6", "--", "sleep", "30"]);
+    page.eval("location.hash = '#scaling'");
+    page.until(
+        "[...document.querySelectorAll('#demand tbody tr')].some((r) => r.cells.length > 2 && Number(r.cells[1].textContent) + Number(r.cells[2].textContent) === 6)",
+        "the demand table",
+    );
+    page.until(
+        "Number(document.getElementById('multiples').dataset.managers) === 2 && \
+         !!document.querySelector('#log tr[data-manager=first]') && \
+         !!document.querySelector('#log tr[data-manager=second]')",
+        "per-manager charts and the decision log",
+    );
+    let grew = page.eval("document.querySelector('#log tr[data-manager=second]').innerText");
+    assert!(grew.as_str().unwrap().contains("→"), "{grew}");
+    shot(&mut page, &shots.join("dashboard-scaling.png"));
+
+    // Allocations: each manager's units.
+    page.eval("location.hash = '#allocations'");
+    page.until(
+        "!!document.querySelector('#allocations tr[data-manager=first]') && \
+         !!document.querySelector('#allocations tr[data-manager=second]')",
+        "both managers' units",
+    );
+    shot(&mut page, &shots.join("dashboard-allocations.png"));
 }
 
 #[test]

@@ -83,6 +83,10 @@ pub(crate) struct Snapshot {
     /// The scheduler replicas as the leader sees them (`weir replicas`); empty for one
     /// scheduler.
     pub replicas: Vec<crate::proto::ReplicaStatus>,
+    /// The last decision applied for each manager, with its stops and drains.
+    pub decisions: Vec<crate::core::scaling::Decision>,
+    /// The demand the policy last saw: queued and running per group, queue age, run times.
+    pub demand: Vec<crate::core::scaling::Demand>,
 }
 
 /// A tried policy, ready to take over, with its tiers; or why it cannot.

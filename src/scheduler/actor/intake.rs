@@ -121,6 +121,8 @@ impl Actor {
                     policy: self.core.policy_report(),
                     managers: self.core.managers_view(now, None).unwrap_or_default(),
                     replicas: self.replicas(),
+                    decisions: self.core.last_decisions(),
+                    demand: self.core.last_demand(),
                 });
                 return;
             }

@@ -2,13 +2,18 @@
 //!
 //! - `/`: the page (`dashboard/index.html`, `app.js`, and uPlot 1.6.32 vendored as
 //!   `uplot.min.js`/`.css`, MIT), embedded in the binary: no CDN, works offline.
-//! - `/api/snapshot`: status, environments, recent jobs (JSON); `/api/history`: the samples of
-//!   the last 15 minutes; `/api/explain/ID`: `weir explain ID`; `/api/events`: a server-sent
-//!   event per second with the snapshot and its sample; `/metrics`: as `--metrics`.
+//! - `/api/snapshot`: status, environments, recent jobs, managers' units, the policy's last
+//!   decisions and the demand it saw (JSON); `/api/history`: the samples of the last 15
+//!   minutes; `/api/workers?offset=&limit=&sort=&q=`: one page of the workers, sorted and
+//!   filtered here (10,000 workers stay one small answer); `/api/scaling`: each manager's
+//!   desired, live and starting workers over the last hour and the log of decisions that
+//!   changed a manager's count, policy changes and errors; `/api/explain/ID`: `weir explain
+//!   ID`; `/api/events`: a server-sent event per second with the snapshot (without the
+//!   per-worker lists: counts per manager instead) and its sample; `/metrics`: as `--metrics`.
 //!
 //! Read-only. Bound to loopback it needs no token; bound beyond, every request must carry the
-//! client token (`Authorization: Bearer TOKEN` or `?token=TOKEN`): the scheduler prints a URL
-//! with it at start, and the page keeps it in memory, never in what it serves.
+//! read-only token (`Authorization: Bearer TOKEN` or `?token=TOKEN`): the scheduler prints a
+//! URL with it at start, and the page keeps it in memory, never in what it serves.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -26,6 +31,11 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, oneshot};
 
+mod scaling;
+mod workers;
+
+use self::scaling::Scaling;
+use self::workers::{api_workers, summarized};
 use super::http::{Connection, MAX_STREAMS, MAX_STREAMS_PER_ADDRESS};
 use crate::proto::TaskId;
 use crate::scheduler::event::{Event, Front, Snapshot, View};
@@ -33,7 +43,6 @@ use crate::scheduler::event::{Event, Front, Snapshot, View};
 /// Samples kept for the chart: one a second for 15 minutes.
 const HISTORY: usize = 15 * 60;
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-
 /// A point of the chart.
 #[derive(Clone, Serialize)]
 struct Sample {
@@ -49,6 +58,7 @@ struct Sample {
 struct Shared {
     events: Front,
     history: Arc<Mutex<VecDeque<Sample>>>,
+    scaling: Arc<Mutex<Scaling>>,
     updates: broadcast::Sender<String>,
     token: Option<Arc<str>>,
 }
@@ -93,6 +103,7 @@ pub(in crate::scheduler) async fn serve(
     let shared = Shared {
         events,
         history: Arc::default(),
+        scaling: Arc::default(),
         updates,
         token: token.map(Arc::from),
     };
@@ -103,6 +114,8 @@ pub(in crate::scheduler) async fn serve(
         .route("/api/snapshot", get(api_snapshot))
         .route("/api/history", get(api_history))
         .route("/api/explain/{task}", get(api_explain))
+        .route("/api/workers", get(api_workers))
+        .route("/api/scaling", get(api_scaling))
         .route("/api/events", get(api_events))
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(shared.clone(), authorize));
@@ -195,7 +208,7 @@ async fn metrics(State(shared): State<Shared>, headers: axum::http::HeaderMap) -
 
 async fn api_snapshot(State(shared): State<Shared>) -> Response {
     match snapshot(&shared.events).await {
-        Some(snapshot) => json(&snapshot),
+        Some(snapshot) => json(&summarized(&snapshot, false)),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             "this scheduler serves nothing now: a replica that does not lead (open the leader's \
@@ -212,6 +225,13 @@ async fn api_history(State(shared): State<Shared>) -> Response {
         .map(|h| h.iter().cloned().collect())
         .unwrap_or_default();
     json(&history)
+}
+
+async fn api_scaling(State(shared): State<Shared>) -> Response {
+    match shared.scaling.lock() {
+        Ok(scaling) => json(&*scaling),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
 }
 
 async fn api_explain(State(shared): State<Shared>, Path(task): Path<TaskId>) -> Response {
@@ -287,16 +307,14 @@ async fn sampler(shared: Shared) {
             }
             history.push_back(point.clone());
         }
-        #[derive(Serialize)]
-        struct Update<'a> {
-            snapshot: &'a Snapshot,
-            sample: &'a Sample,
+        if let Ok(mut scaling) = shared.scaling.lock() {
+            scaling.observe(point.t, &snapshot);
         }
         if shared.updates.receiver_count() > 0
-            && let Ok(data) = serde_json::to_string(&Update {
-                snapshot: &snapshot,
-                sample: &point,
-            })
+            && let Ok(data) = serde_json::to_string(&serde_json::json!({
+                "snapshot": summarized(&snapshot, true),
+                "sample": &point,
+            }))
         {
             let _ = shared.updates.send(data);
         }

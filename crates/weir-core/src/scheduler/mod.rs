@@ -281,6 +281,7 @@ impl Scheduler {
     /// `weir status`: tasks, workers, managers and the policy's last error.
     pub fn status(&self, now: u64) -> StatusReport {
         let mut report = self.tasks.status();
+        report.now_ms = now;
         report.managers = self.managers.status(&self.context(now));
         report.policy_error = self.scaling.error.as_ref().map(ToString::to_string);
         report

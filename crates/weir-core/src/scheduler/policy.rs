@@ -381,6 +381,17 @@ impl Scheduler {
         }
     }
 
+    /// The last decision applied for each manager (stops, drains and reasons included), in
+    /// manager order: the dashboard's view of what the policy asked.
+    pub fn last_decisions(&self) -> Vec<crate::scaling::Decision> {
+        self.scaling.last_decisions().cloned().collect()
+    }
+
+    /// The demand of the last snapshot the policy was handed (none before the first).
+    pub fn last_demand(&self) -> Vec<crate::scaling::Demand> {
+        (self.scaling.last.as_ref()).map_or_else(Vec::new, |s| s.demand.clone())
+    }
+
     /// A policy set while running that the journal holds: the shell creates it at start.
     /// It stays the journal's choice (compaction keeps it) until it runs or cannot.
     pub fn restored_policy(&self) -> Option<Action> {

@@ -22,8 +22,19 @@ impl Tasks {
                     running: w.held().min(w.info.slots),
                     capabilities: w.info.capabilities.clone(),
                     prefetched: w.held().saturating_sub(w.info.slots),
+                    tasks: {
+                        let mut started: Vec<TaskId> =
+                            w.running.difference(&w.waiting).copied().collect();
+                        started.sort_unstable();
+                        started
+                    },
+                    joined_ms: w.joined,
+                    ends_at_ms: w.ends_at,
+                    drained: w.cordoned,
+                    stopping: w.draining.is_some(),
                 })
                 .collect(),
+            now_ms: 0,
             tasks: self.counts.clone(),
             jobs: self.jobs.len() as u64,
             managers: Vec::new(),

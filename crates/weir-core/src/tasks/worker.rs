@@ -59,6 +59,8 @@ pub(super) struct BookedWorker {
     pub(super) cordoned: bool,
     /// When it leaves (the end of its allocation): it takes no task whose timeout ends later.
     pub(super) ends_at: Option<u64>,
+    /// When it registered (ms).
+    pub(super) joined: u64,
 }
 
 impl BookedWorker {

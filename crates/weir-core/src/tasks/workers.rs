@@ -97,6 +97,7 @@ impl Tasks {
             draining: None,
             cordoned: false,
             ends_at,
+            joined: now,
         };
         if let Some(manager) = &worker.info.manager {
             self.by_manager

@@ -127,10 +127,24 @@ pub struct WorkerStatus {
     pub capabilities: Vec<(String, u64)>,
     /// Tasks handed to it ahead of a free slot, waiting there (`scheduler --prefetch`).
     pub prefetched: u32,
+    /// The tasks it runs now (started, in its slots), in id order.
+    pub tasks: Vec<TaskId>,
+    /// When it registered, on the scheduler's clock ([`StatusReport::now_ms`]).
+    pub joined_ms: u64,
+    /// When its allocation ends (walltime), on the same clock; `None`: no end known.
+    pub ends_at_ms: Option<u64>,
+    /// Drained by the scaling policy: takes no new task until a decision takes it back.
+    pub drained: bool,
+    /// Being stopped by its manager: takes no new task.
+    pub stopping: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusReport {
+    /// The scheduler's clock when the report was made (ms since it started): what the
+    /// workers' `joined_ms` and `ends_at_ms` are on.
+    #[serde(default)]
+    pub now_ms: u64,
     pub workers: Vec<WorkerStatus>,
     pub tasks: JobCounts,
     pub jobs: u64,

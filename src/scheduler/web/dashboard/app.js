@@ -1,5 +1,6 @@
 // The weir dashboard: a snapshot and a chart sample every second over server-sent events
-// (/api/events), the last 15 minutes from /api/history at load. Read-only.
+// (/api/events), the last 15 minutes from /api/history at load; the workers a page at a time
+// from /api/workers, scaling over the last hour from /api/scaling. Read-only.
 "use strict";
 
 // Beyond loopback the scheduler printed a URL with ?token=; it stays in this page's memory.
@@ -7,7 +8,6 @@ const token = new URLSearchParams(location.search).get("token");
 const withToken = (path) => token ? `${path}${path.includes("?") ? "&" : "?"}token=${encodeURIComponent(token)}` : path;
 const get = (path) => fetch(withToken(path)).then((r) => r.ok ? r : Promise.reject(r.statusText));
 const $ = (id) => document.getElementById(id);
-const text = (s) => document.createTextNode(String(s));
 
 function cell(row, value, cls) {
   const td = row.insertCell();
@@ -18,46 +18,112 @@ function cell(row, value, cls) {
 
 function tierLabel(tier) { return tier == null ? "not in the policy" : `tier ${tier}`; }
 
-// ---- the chart: live workers per tier, queued and running tasks
-let samples = [];
-let plot = null;
-let seriesKeys = [];
+// 75 s, 4 min 10 s, 2 h 5 min.
+function duration(ms) {
+  if (ms == null) return "–";
+  const s = Math.round(ms / 1000);
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
 
-function chartData() {
-  const xs = samples.map((s) => s.t);
-  const columns = seriesKeys.map((key) => samples.map((s) =>
-    key === "queued" ? s.queued : key === "running" ? s.running : (s.tiers[key] ?? 0)));
-  return [xs, ...columns];
+function track(parts, total, small) {
+  const span = document.createElement("span");
+  span.className = small ? "track small" : "track";
+  for (const [n, cls] of parts) {
+    const bar = document.createElement("span");
+    bar.className = cls;
+    bar.style.width = `${total ? (100 * n) / total : 0}%`;
+    span.appendChild(bar);
+  }
+  return span;
+}
+
+// ---- views (tabs): #overview, #workers, #scaling, #allocations
+const views = ["overview", "workers", "scaling", "allocations"];
+let view = "overview";
+function showView() {
+  view = views.includes(location.hash.slice(1)) ? location.hash.slice(1) : "overview";
+  for (const el of document.querySelectorAll("[data-view]")) {
+    if (el.tagName === "A") el.classList.toggle("current", el.dataset.view === view);
+    else el.hidden = el.dataset.view !== view;
+  }
+  document.body.dataset.shown = view;
+  if (view === "overview") { drawChart(); resizeCharts(); }
+  if (view === "workers") loadWorkers();
+  if (view === "scaling") loadScaling();
+  if (view === "allocations" && last) showAllocations(last);
+}
+window.addEventListener("hashchange", showView);
+
+// ---- charts: one y-axis each; the legend shows the newest values until the cursor is on it
+let samples = [];
+const charts = { workers: null, tasks: null };
+let workerKeys = [];
+
+const range = () => Number($("range").value);
+function recent() {
+  const since = (samples.length ? samples[samples.length - 1].t : 0) - range();
+  return samples.filter((s) => s.t >= since);
+}
+
+function lineChart(target, title, keys, labels, colors, data, height) {
+  return new uPlot({
+    width: Math.max(300, target.clientWidth || 600), height,
+    series: [{}, ...keys.map((key, i) => ({ label: labels[i], stroke: colors[i], width: 2 }))],
+    axes: [{}, { label: title, size: 50 }],
+    scales: { x: { time: true } },
+    legend: { live: true },
+  }, data, target);
+}
+
+// The newest point in the legend, unless the cursor is on the chart.
+function legendAtEnd(plot) {
+  const at = () => {
+    const n = plot.data[0].length;
+    if (n > 0 && (plot.cursor.left == null || plot.cursor.left < 0)) plot.setLegend({ idx: n - 1 });
+  };
+  at();
+  requestAnimationFrame(at);
 }
 
 function drawChart() {
-  const tiers = [...new Set(samples.flatMap((s) => Object.keys(s.tiers)))].sort();
-  const keys = [...tiers, "queued", "running"];
-  const palette = ["#2a6fdb", "#17a589", "#8e44ad", "#d35400", "#7f8c8d"];
-  const width = Math.max(300, $("chart").clientWidth || 600);
-  if (!plot || keys.join() !== seriesKeys.join()) {
-    seriesKeys = keys;
-    if (plot) plot.destroy();
-    plot = new uPlot({
-      width, height: 260,
-      series: [{}, ...keys.map((key, i) => ({
-        label: key.startsWith("tier") || key === "not in the policy" ? `workers, ${key}` : `${key} tasks`,
-        stroke: key === "queued" ? "#c0392b" : key === "running" ? "#f39c12" : palette[i % palette.length],
-        width: 2,
-        scale: key === "queued" || key === "running" ? "tasks" : "workers",
-      }))],
-      axes: [{}, { scale: "workers", label: "workers" }, { scale: "tasks", side: 1, label: "tasks", grid: { show: false } }],
-      scales: { x: { time: true } },
-    }, chartData(), $("chart"));
+  const shown = recent();
+  const tiers = [...new Set(shown.flatMap((s) => Object.keys(s.tiers)))].sort();
+  const palette = ["#2a6fdb", "#17a589", "#8e44ad", "#d35400", "#7f8c8d", "#b7950b"];
+  const xs = shown.map((s) => s.t);
+  const workerData = [xs, ...tiers.map((key) => shown.map((s) => s.tiers[key] ?? 0))];
+  if (!charts.workers || tiers.join() !== workerKeys.join()) {
+    workerKeys = tiers;
+    if (charts.workers) charts.workers.destroy();
+    charts.workers = lineChart($("chart"), "workers", tiers, tiers.map((t) => `live, ${t}`),
+      tiers.map((_, i) => palette[i % palette.length]), workerData, 200);
   } else {
-    plot.setData(chartData());
+    charts.workers.setData(workerData);
   }
+  const taskData = [xs, shown.map((s) => s.queued), shown.map((s) => s.running)];
+  if (!charts.tasks) {
+    charts.tasks = lineChart($("tasks-chart"), "tasks", ["queued", "running"], ["queued", "running"],
+      ["#c0392b", "#f39c12"], taskData, 170);
+  } else {
+    charts.tasks.setData(taskData);
+  }
+  legendAtEnd(charts.workers);
+  legendAtEnd(charts.tasks);
   $("chart").dataset.samples = samples.length;
   $("chart").dataset.peakTasks = Math.max(0, ...samples.map((s) => s.queued + s.running));
   $("chart").dataset.peakWorkers = Math.max(0, ...samples.map((s) => Object.values(s.tiers).reduce((a, b) => a + b, 0)));
 }
+$("range").addEventListener("change", () => { workerKeys = []; drawChart(); });
 
-// ---- tables
+function resizeCharts() {
+  for (const [plot, id] of [[charts.workers, "chart"], [charts.tasks, "tasks-chart"]]) {
+    if (plot && $(id).clientWidth) plot.setSize({ width: $(id).clientWidth, height: plot.height });
+  }
+}
+window.addEventListener("resize", resizeCharts);
+
+// ---- overview tables
 function showManagers(snapshot) {
   const body = $("managers").tBodies[0];
   body.replaceChildren();
@@ -91,7 +157,7 @@ function showManagers(snapshot) {
   $("policy").textContent = `policy ${snapshot.policy.name}`;
   $("policy-error").textContent = snapshot.policy.error ? `policy error: ${snapshot.policy.error}` : "";
   const t = snapshot.status.tasks;
-  $("totals").textContent = `${snapshot.status.workers.length} workers · ${t.queued} queued · ${t.running} running · ${t.succeeded} succeeded · ${t.failed} failed`;
+  $("totals").textContent = `${snapshot.workers} workers · ${t.queued} queued · ${t.running} running · ${t.succeeded} succeeded · ${t.failed} failed`;
 }
 
 // A manager's units by state (`weir managers`), each unit in the tooltip.
@@ -103,27 +169,24 @@ function unitsCell(row, units) {
   td.title = units.map((u) => `${u.id}: ${u.state}${u.reason ? ` (${u.reason})` : ""}, ${Math.round(u.age_ms / 1000)} s`).join("\n");
 }
 
+// Per environment, per manager: ✓ match, ✗ no match, ! error, … not answered (counted server-side).
 function showEnvironments(snapshot) {
-  const managerOf = new Map(snapshot.status.workers.map((w) => [w.name, w.manager ?? "(no manager)"]));
-  const managers = [...new Set([...managerOf.values()])].sort();
+  const managers = Object.keys(snapshot.workers_by_manager ?? {}).sort();
   const table = $("environments");
-  const head = table.tHead;
-  head.replaceChildren();
-  const hr = head.insertRow();
+  table.tHead.replaceChildren();
+  const hr = table.tHead.insertRow();
   cell(hr, "environment");
   for (const m of managers) cell(hr, m);
   const body = table.tBodies[0];
   body.replaceChildren();
-  for (const env of snapshot.environments) {
+  for (const env of snapshot.verdicts ?? []) {
     const row = body.insertRow();
     row.dataset.environment = env.name;
     cell(row, env.name);
     for (const m of managers) {
-      const count = (names) => names.filter((n) => managerOf.get(n) === m).length;
-      const parts = [
-        ["✓", count(env.matching)], ["✗", count(env.not_matching)],
-        ["!", env.erroring.filter(([n]) => managerOf.get(n) === m).length], ["…", count(env.pending)],
-      ].filter(([, n]) => n > 0).map(([mark, n]) => `${mark} ${n}`);
+      const counts = env.managers[m] ?? [0, 0, 0, 0];
+      const parts = ["✓", "✗", "!", "…"].map((mark, i) => [mark, counts[i]]).filter(([, n]) => n > 0)
+        .map(([mark, n]) => `${mark} ${n}`);
       const td = cell(row, parts.join("  ") || "–");
       td.dataset.manager = m;
       td.title = "✓ match, ✗ no match, ! error, … not answered yet";
@@ -140,15 +203,7 @@ function showJobs(snapshot) {
     const done = c.succeeded + c.failed + c.canceled;
     const row = body.insertRow();
     cell(row, job.job + (job.forgotten ? " (forgotten)" : ""));
-    const track = document.createElement("span");
-    track.className = "track";
-    for (const [n, cls] of [[c.succeeded, "bar"], [c.failed + c.canceled, "bar fail"]]) {
-      const bar = document.createElement("span");
-      bar.className = cls;
-      bar.style.width = `${total ? (100 * n) / total : 0}%`;
-      track.appendChild(bar);
-    }
-    cell(row, track);
+    cell(row, track([[c.succeeded, "bar"], [c.failed + c.canceled, "bar fail"]], total));
     cell(row, `${done}/${total}`, "n");
     cell(row, c.queued, "n");
     cell(row, c.running, "n");
@@ -174,11 +229,168 @@ function showReplicas(snapshot) {
   }
 }
 
+// ---- workers: a page at a time, sorted and filtered by the scheduler
+let workerOffset = 0;
+const WORKER_PAGE = 50;
+let workersLoading = false;
+function loadWorkers() {
+  if (workersLoading) return;
+  workersLoading = true;
+  const q = encodeURIComponent($("worker-filter").value);
+  const sort = $("worker-sort").value;
+  get(`/api/workers?offset=${workerOffset}&limit=${WORKER_PAGE}&sort=${sort}&q=${q}`).then((r) => r.json())
+    .then(showWorkers).catch(() => {}).finally(() => { workersLoading = false; });
+}
+
+function showWorkers(page) {
+  if (page.total > 0 && workerOffset >= page.total) { workerOffset = 0; loadWorkers(); return; }
+  const body = $("workers").tBodies[0];
+  body.replaceChildren();
+  for (const w of page.workers) {
+    const row = body.insertRow();
+    row.dataset.worker = w.name;
+    cell(row, w.name);
+    cell(row, w.manager ?? "–");
+    cell(row, w.worker_type || "–");
+    const busy = cell(row, track([[w.running, "bar"]], w.slots, true), "nowrap");
+    busy.appendChild(document.createTextNode(` ${w.running}/${w.slots}`));
+    const tasks = w.tasks.slice(0, 8).join(", ") + (w.tasks.length > 8 ? ` … (${w.tasks.length})` : "");
+    cell(row, tasks || "–", "tasks");
+    cell(row, w.prefetched, "n");
+    cell(row, duration(w.up_ms), "n");
+    cell(row, duration(w.left_ms), "n");
+    cell(row, w.stopping ? "stopping" : w.drained ? "drained by the policy" : "open");
+    const marks = { "match": "✓", "no-match": "✗", "error": "!", "pending": "…" };
+    cell(row, w.verdicts.map(([env, v]) => `${env} ${marks[v]}`).join("  ") || "–");
+  }
+  const last = Math.min(page.total, page.offset + page.workers.length);
+  $("worker-range").textContent = page.total ? `${page.offset + 1}–${last} of ${page.total}` : "no workers";
+  $("workers").dataset.total = page.total;
+  $("worker-prev").disabled = page.offset === 0;
+  $("worker-next").disabled = last >= page.total;
+}
+$("worker-filter").addEventListener("input", () => { workerOffset = 0; loadWorkers(); });
+$("worker-sort").addEventListener("change", () => { workerOffset = 0; loadWorkers(); });
+$("worker-prev").addEventListener("click", () => { workerOffset = Math.max(0, workerOffset - WORKER_PAGE); loadWorkers(); });
+$("worker-next").addEventListener("click", () => { workerOffset += WORKER_PAGE; loadWorkers(); });
+
+// ---- scaling: demand, per-manager small multiples, the decision log
+const MULTIPLES = 48;
+const multiples = new Map();
+function showDemand(snapshot) {
+  const body = $("demand").tBodies[0];
+  body.replaceChildren();
+  for (const d of snapshot.demand ?? []) {
+    const row = body.insertRow();
+    const needs = [...d.capabilities.map(([n, v]) => `${n} ${v}`), ...d.environments];
+    cell(row, needs.join(", ") || "anything");
+    cell(row, d.queued, "n");
+    cell(row, d.running, "n");
+    cell(row, d.queued ? duration(d.oldest_queued_ms) : "–", "n");
+    const r = d.runtimes;
+    cell(row, r ? `${duration(r.p50_ms)} / ${duration(r.p90_ms)} / ${duration(r.max_ms)} (${r.count})` : "–", "n");
+  }
+  if (!body.rows.length) cell(body.insertRow(), "no task queued or running", "muted").colSpan = 5;
+}
+
+let scalingLoading = false;
+function loadScaling() {
+  if (scalingLoading) return;
+  scalingLoading = true;
+  get("/api/scaling").then((r) => r.json()).then(showScaling).catch(() => {})
+    .finally(() => { scalingLoading = false; });
+}
+
+function showScaling(scaling) {
+  const ids = Object.keys(scaling.managers).sort((a, b) => {
+    const ta = scaling.managers[a].tier ?? Infinity, tb = scaling.managers[b].tier ?? Infinity;
+    return ta - tb || a.localeCompare(b);
+  });
+  const since = Date.now() / 1000 - Number($("scaling-range").value);
+  const box = $("multiples");
+  for (const [id, m] of multiples) if (!ids.includes(id)) { m.plot.destroy(); m.div.remove(); multiples.delete(id); }
+  for (const id of ids.slice(0, MULTIPLES)) {
+    const points = scaling.managers[id].points.filter((p) => p[0] >= since);
+    // And now, from the last snapshot (the points are 10 s apart).
+    const now = last && last.status.managers.find((m) => m.id === id);
+    if (now) points.push([Math.round(Date.now() / 1000), now.desired ?? 0, now.live, now.starting]);
+    const data = [points.map((p) => p[0]), points.map((p) => p[1]), points.map((p) => p[2]), points.map((p) => p[3])];
+    let m = multiples.get(id);
+    if (!m) {
+      const div = document.createElement("div");
+      div.dataset.manager = id;
+      const title = document.createElement("h3");
+      div.appendChild(title);
+      box.appendChild(div);
+      const plot = new uPlot({
+        width: 320, height: 130,
+        series: [{}, { label: "desired", stroke: "#2a6fdb", width: 2, dash: [6, 3] },
+          { label: "live", stroke: "#17a589", width: 2 }, { label: "starting", stroke: "#f39c12", width: 1 }],
+        axes: [{ size: 30 }, { size: 35 }],
+        scales: { x: { time: true } },
+      }, data, div);
+      m = { div, title, plot };
+      multiples.set(id, m);
+    } else {
+      m.plot.setData(data);
+    }
+    m.title.textContent = `${id} (${tierLabel(scaling.managers[id].tier)})`;
+    legendAtEnd(m.plot);
+  }
+  box.dataset.managers = Math.min(ids.length, MULTIPLES);
+  if (ids.length > MULTIPLES) box.title = `the first ${MULTIPLES} of ${ids.length} managers, by tier`;
+
+  const body = $("log").tBodies[0];
+  body.replaceChildren();
+  for (const e of [...scaling.log].reverse().slice(0, 200)) {
+    const row = body.insertRow();
+    if (e.manager) row.dataset.manager = e.manager;
+    cell(row, new Date(e.t * 1000).toLocaleTimeString(), "nowrap");
+    cell(row, e.manager ?? "policy");
+    cell(row, e.desired == null ? "" : `${e.from ?? "–"} → ${e.desired}`, "n");
+    cell(row, e.stop || "", "n");
+    cell(row, e.drain || "", "n");
+    cell(row, e.what, e.manager ? "muted" : "");
+  }
+  $("log").dataset.entries = scaling.log.length;
+}
+$("scaling-range").addEventListener("change", loadScaling);
+
+// ---- allocations: every unit of every manager
+function showAllocations(snapshot) {
+  const body = $("allocations").tBodies[0];
+  body.replaceChildren();
+  for (const m of snapshot.managers ?? []) {
+    for (const u of m.units) {
+      const row = body.insertRow();
+      row.dataset.manager = m.status.id;
+      row.dataset.unit = u.id;
+      cell(row, m.status.id);
+      cell(row, m.backend);
+      cell(row, u.id);
+      cell(row, u.state, u.state === "ended" && u.reason && u.reason !== "drained" ? "failed" : "");
+      cell(row, u.reason ?? "");
+      cell(row, duration(u.age_ms), "n");
+      cell(row, duration(u.time_left_ms), "n");
+      cell(row, u.worker_count ?? u.workers.length, "n");
+    }
+  }
+}
+
+// ---- every snapshot
+let last = null;
+let tick = 0;
 function show(snapshot) {
+  last = snapshot;
+  tick += 1;
   showReplicas(snapshot);
   showManagers(snapshot);
   showEnvironments(snapshot);
   showJobs(snapshot);
+  showDemand(snapshot);
+  if (view === "allocations") showAllocations(snapshot);
+  if (view === "workers" && tick % 2 === 0) loadWorkers();
+  if (view === "scaling" && tick % 5 === 0) loadScaling();
 }
 
 // ---- explain
@@ -194,6 +406,7 @@ $("explain").addEventListener("submit", (event) => {
 const load = () =>
   Promise.all([get("/api/history").then((r) => r.json()), get("/api/snapshot").then((r) => r.json())])
     .then(([history, snapshot]) => { samples = history; drawChart(); show(snapshot); });
+showView();
 load().catch((why) => { $("live").textContent = `cannot load: ${why}`; });
 
 const events = new EventSource(withToken("/api/events"));
@@ -210,7 +423,6 @@ events.onmessage = (message) => {
   samples.push(sample);
   const since = sample.t - 15 * 60;
   while (samples.length && samples[0].t < since) samples.shift();
-  drawChart();
+  if (view === "overview") drawChart();
   show(snapshot);
 };
-window.addEventListener("resize", () => { if (plot) plot.setSize({ width: $("chart").clientWidth, height: 260 }); });

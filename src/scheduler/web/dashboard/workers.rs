@@ -1,0 +1,159 @@
+//! `/api/workers`: one page of the workers, sorted and filtered here, with each one's verdicts;
+//! and the summary counts the page shows instead of per-worker lists.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::{Shared, json, snapshot};
+use crate::scheduler::event::Snapshot;
+
+/// `/api/workers` query: a page of the workers, sorted and filtered.
+#[derive(serde::Deserialize)]
+pub(super) struct WorkersQuery {
+    #[serde(default)]
+    offset: usize,
+    limit: Option<usize>,
+    /// `name` (default), `manager`, `busy`, `up` or `left`.
+    sort: Option<String>,
+    /// Kept when its name, manager or type contains this (any case).
+    q: Option<String>,
+}
+
+/// Most workers one page holds.
+const MAX_PAGE: usize = 500;
+
+#[derive(Serialize)]
+struct WorkerRow<'a> {
+    #[serde(flatten)]
+    worker: &'a crate::proto::WorkerStatus,
+    up_ms: u64,
+    left_ms: Option<u64>,
+    /// (environment, "match" | "no-match" | "error" | "pending") for each registered one.
+    verdicts: Vec<(&'a str, &'static str)>,
+}
+
+pub(super) async fn api_workers(
+    State(shared): State<Shared>,
+    Query(query): Query<WorkersQuery>,
+) -> Response {
+    let Some(snapshot) = snapshot(&shared.events).await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let now = snapshot.status.now_ms;
+    let needle = query.q.unwrap_or_default().to_lowercase();
+    let mut workers: Vec<&crate::proto::WorkerStatus> = (snapshot.status.workers.iter())
+        .filter(|w| {
+            needle.is_empty()
+                || [
+                    w.name.as_str(),
+                    w.manager.as_deref().unwrap_or(""),
+                    &w.worker_type,
+                ]
+                .iter()
+                .any(|field| field.to_lowercase().contains(&needle))
+        })
+        .collect();
+    match query.sort.as_deref().unwrap_or("name") {
+        "manager" => workers.sort_by(|a, b| (&a.manager, &a.name).cmp(&(&b.manager, &b.name))),
+        "busy" => workers.sort_by(|a, b| (b.running, &a.name).cmp(&(a.running, &b.name))),
+        "up" => workers.sort_by_key(|w| (w.joined_ms, w.id)),
+        "left" => workers.sort_by_key(|w| (w.ends_at_ms.unwrap_or(u64::MAX), w.id)),
+        _ => workers.sort_by(|a, b| a.name.cmp(&b.name)),
+    }
+    let total = workers.len();
+    let limit = query.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+    let verdict_of = |name: &str| -> Vec<(&str, &'static str)> {
+        (snapshot.environments.iter())
+            .map(|env| {
+                let has = |names: &[String]| names.iter().any(|n| n == name);
+                let verdict = if has(&env.matching) {
+                    "match"
+                } else if has(&env.not_matching) {
+                    "no-match"
+                } else if env.erroring.iter().any(|(n, _)| n == name) {
+                    "error"
+                } else {
+                    "pending"
+                };
+                (env.name.as_str(), verdict)
+            })
+            .collect()
+    };
+    let rows: Vec<WorkerRow<'_>> = (workers.into_iter().skip(query.offset).take(limit))
+        .map(|w| WorkerRow {
+            worker: w,
+            up_ms: now.saturating_sub(w.joined_ms),
+            left_ms: w.ends_at_ms.map(|end| end.saturating_sub(now)),
+            verdicts: verdict_of(&w.name),
+        })
+        .collect();
+    json(&serde_json::json!({ "total": total, "offset": query.offset, "workers": rows }))
+}
+
+/// The snapshot with counts per manager the page shows (`workers`, `workers_by_manager`;
+/// `verdicts`: per environment, per manager, how many match, do not, fail and have not
+/// answered; each unit's `worker_count`). With `strip` (the event stream, every second),
+/// without what grows with the workers: the worker list, each environment's worker names,
+/// each manager's registered names and each unit's; the page asks `/api/workers` for the rows
+/// it shows.
+pub(super) fn summarized(snapshot: &Snapshot, strip: bool) -> serde_json::Value {
+    let manager_of: std::collections::HashMap<&str, &str> = (snapshot.status.workers.iter())
+        .map(|w| {
+            (
+                w.name.as_str(),
+                w.manager.as_deref().unwrap_or("(no manager)"),
+            )
+        })
+        .collect();
+    let mut by_manager: BTreeMap<&str, u32> = BTreeMap::new();
+    for w in &snapshot.status.workers {
+        *by_manager
+            .entry(w.manager.as_deref().unwrap_or("(no manager)"))
+            .or_default() += 1;
+    }
+    let verdicts: Vec<serde_json::Value> = (snapshot.environments.iter())
+        .map(|env| {
+            let mut counts: BTreeMap<&str, [u32; 4]> = BTreeMap::new();
+            let lists: [(usize, Vec<&str>); 4] = [
+                (0, env.matching.iter().map(String::as_str).collect()),
+                (1, env.not_matching.iter().map(String::as_str).collect()),
+                (2, env.erroring.iter().map(|(n, _)| n.as_str()).collect()),
+                (3, env.pending.iter().map(String::as_str).collect()),
+            ];
+            for (kind, names) in lists {
+                for name in names {
+                    let manager = manager_of.get(name).copied().unwrap_or("(no manager)");
+                    counts.entry(manager).or_default()[kind] += 1;
+                }
+            }
+            serde_json::json!({ "name": env.name, "managers": counts })
+        })
+        .collect();
+    let mut value = serde_json::to_value(snapshot).unwrap_or_default();
+    if let Some(managers) = value["managers"].as_array_mut() {
+        for manager in managers {
+            if strip {
+                manager["registered"] = serde_json::Value::Array(Vec::new());
+            }
+            for unit in manager["units"].as_array_mut().into_iter().flatten() {
+                let count = unit["workers"].as_array().map_or(0, Vec::len);
+                unit["worker_count"] = serde_json::json!(count);
+                if strip {
+                    unit["workers"] = serde_json::Value::Array(Vec::new());
+                }
+            }
+        }
+    }
+    if strip {
+        value["status"]["workers"] = serde_json::Value::Array(Vec::new());
+        value["environments"] = serde_json::Value::Array(Vec::new());
+    }
+    value["workers"] = serde_json::json!(snapshot.status.workers.len());
+    value["workers_by_manager"] = serde_json::json!(by_manager);
+    value["verdicts"] = serde_json::Value::Array(verdicts);
+    value
+}

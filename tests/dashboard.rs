@@ -245,6 +245,27 @@ fn the_dashboard_shows_tiers_a_burst_and_verdicts_in_a_browser() {
     );
     let shots = screenshot.parent().unwrap().to_path_buf();
 
+    // The task stream: every run so far on its worker's lanes, the failed one marked; hovering
+    // a run names its task, clicking explains it.
+    page.eval("location.hash = '#stream'");
+    page.until(
+        "Number(document.getElementById('stream-canvas').dataset.runs) >= 9 && \
+         Number(document.getElementById('stream-canvas').dataset.failed) === 1",
+        "the burst's runs and the failed one in the task stream",
+    );
+    page.eval(
+        "const c = document.getElementById('stream-canvas'), b = streamBoxes[0], \
+         r = c.getBoundingClientRect(), at = { clientX: r.left + b.x0 + 1, clientY: r.top + b.y0 + 5 }; \
+         c.dispatchEvent(new MouseEvent('mousemove', at)); c.dispatchEvent(new MouseEvent('click', at))",
+    );
+    let tip = page.eval("document.getElementById('stream-tip').textContent");
+    assert!(tip.as_str().unwrap().starts_with("task "), "{tip}");
+    page.until(
+        "/^task [0-9]+/.test(document.getElementById('stream-explain').textContent)",
+        "the clicked run's task explained",
+    );
+    shot(&mut page, &shots.join("dashboard-stream.png"));
+
     // Workers: every worker a row (a page of them), with what it runs and its verdicts.
     cluster.json(&["submit", "--count", "4", "--", "sleep", "5"]);
     page.eval("location.hash = '#workers'");

@@ -67,6 +67,8 @@ pub(crate) enum Event {
 pub(crate) enum View {
     Snapshot(oneshot::Sender<Snapshot>),
     Explain(TaskId, oneshot::Sender<Option<Vec<String>>>),
+    /// The task stream of the last this many ms: (the scheduler's now, the runs).
+    Stream(u64, oneshot::Sender<(u64, Vec<crate::core::tasks::Run>)>),
 }
 
 /// One consistent picture of the scheduler, as the page shows it.

@@ -116,6 +116,7 @@ pub(in crate::scheduler) async fn serve(
         .route("/api/explain/{task}", get(api_explain))
         .route("/api/workers", get(api_workers))
         .route("/api/scaling", get(api_scaling))
+        .route("/api/stream", get(workers::api_stream))
         .route("/api/events", get(api_events))
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(shared.clone(), authorize));

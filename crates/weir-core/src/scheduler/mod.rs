@@ -287,6 +287,11 @@ impl Scheduler {
         report
     }
 
+    /// The task stream since `since` (ms): runs that ended since, then those running now.
+    pub fn task_stream(&self, since: u64) -> Vec<crate::tasks::Run> {
+        self.tasks.stream(since)
+    }
+
     /// `weir explain`: why a task is where it is, and what each manager could do for it.
     pub fn explain(&self, now: u64, task: TaskId) -> Option<Vec<String>> {
         let mut lines = self.tasks.explain(now, task)?;

@@ -29,6 +29,7 @@ mod replay;
 mod retention;
 mod schedule;
 mod status;
+mod stream;
 mod submit;
 mod unschedulable;
 mod worker;
@@ -49,6 +50,7 @@ use weir_proto::{
 pub use components::Components;
 pub use environments::{EnvSource, Environments};
 use schedule::could_ever_run;
+pub use stream::{Run, STREAM_RUNS};
 pub use submit::{Group, Inputs, SubmitError};
 pub use unschedulable::Unschedulable;
 use worker::{BookedWorker, amount};
@@ -340,6 +342,8 @@ pub struct Tasks {
     /// The latest run times (ms) of each class's finished tasks (index as `classes`), at most
     /// [`crate::scaling::RECENT_RUNTIMES`], oldest first: the policy's `runtimes`.
     runtimes: Vec<VecDeque<u64>>,
+    /// The latest finished runs, in the order they ended (`stream.rs`).
+    runs: VecDeque<Run>,
     /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
     queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
     /// Queued tasks that may not run before a time (`fence_ms`): by that time, oldest first.

@@ -143,10 +143,12 @@ impl Tasks {
         let (state, group, index) = (t.state, t.group, self.groups[&t.group].class);
         let class = self.classes[index].clone();
         let place = self.workers.get(&worker).map(|w| super::ran_on(&w.info));
+        let mut started = None;
         if let Some(w) = self.workers.get_mut(&worker) {
             w.running.remove(&task);
             w.waiting.remove(&task);
             if let Some(since) = w.release(task) {
+                started = Some((since, w.info.name.clone()));
                 let ran = now.saturating_sub(since);
                 if ran <= PREFETCH_BELOW_MS {
                     self.quick.insert(group);
@@ -180,6 +182,16 @@ impl Tasks {
             } else {
                 TaskState::Failed
             };
+            if let Some((since, name)) = started {
+                self.record_run(Run {
+                    task,
+                    job: self.groups[&group].job,
+                    worker: name,
+                    started_ms: since,
+                    ended_ms: Some(now),
+                    failed: final_state == TaskState::Failed,
+                });
+            }
             self.finish(task, final_state, outcome, place);
         } else {
             // A canceled task confirmed: its job may have been waiting for it to be dropped.

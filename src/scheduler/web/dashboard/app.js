@@ -40,7 +40,7 @@ function track(parts, total, small) {
 }
 
 // ---- views (tabs): #overview, #workers, #scaling, #allocations
-const views = ["overview", "workers", "scaling", "allocations"];
+const views = ["overview", "stream", "workers", "scaling", "allocations"];
 let view = "overview";
 function showView() {
   view = views.includes(location.hash.slice(1)) ? location.hash.slice(1) : "overview";
@@ -50,6 +50,7 @@ function showView() {
   }
   document.body.dataset.shown = view;
   if (view === "overview") { drawChart(); resizeCharts(); }
+  if (view === "stream") loadStream();
   if (view === "workers") loadWorkers();
   if (view === "scaling") loadScaling();
   if (view === "allocations" && last) showAllocations(last);
@@ -229,6 +230,108 @@ function showReplicas(snapshot) {
   }
 }
 
+// ---- task stream: runs per worker, packed into lanes (a worker's runs at once), per job a colour
+let stream = null;
+let streamLoading = false;
+let streamBoxes = [];
+function loadStream() {
+  if (streamLoading) return;
+  streamLoading = true;
+  get(`/api/stream?seconds=${$("stream-range").value}`).then((r) => r.json())
+    .then((s) => { stream = s; drawStream(); }).catch(() => {})
+    .finally(() => { streamLoading = false; });
+}
+
+const jobColour = (job) => `hsl(${(job * 137.508) % 360}, 55%, 58%)`;
+const LANE = 14;
+const LABELS = 130;
+
+function drawStream() {
+  if (!stream) return;
+  const canvas = $("stream-canvas");
+  const byWorker = new Map();
+  for (const r of stream.runs) {
+    if (!byWorker.has(r.worker)) byWorker.set(r.worker, []);
+    byWorker.get(r.worker).push(r);
+  }
+  // Lanes: each run in the first lane of its worker free when it starts.
+  const rows = [];
+  for (const worker of [...byWorker.keys()].sort()) {
+    const runs = byWorker.get(worker).sort((a, b) => a.start - b.start);
+    const ends = [];
+    const first = rows.length;
+    for (const r of runs) {
+      let lane = ends.findIndex((end) => end <= r.start);
+      if (lane < 0) { lane = ends.length; ends.push(0); rows.push({ worker: lane === 0 ? worker : "", runs: [] }); }
+      ends[lane] = r.end ?? Infinity;
+      rows[first + lane].runs.push(r);
+    }
+  }
+  const width = canvas.clientWidth || 1000;
+  const height = Math.max(40, rows.length * LANE + 24);
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = width * ratio;
+  canvas.height = height * ratio;
+  canvas.style.height = `${height}px`;
+  const g = canvas.getContext("2d");
+  g.setTransform(ratio, 0, 0, ratio, 0, 0);
+  g.clearRect(0, 0, width, height);
+  // The range asked for, or less when the runs began later (a young cluster fills the width).
+  const end = stream.now;
+  const earliest = Math.min(end - 10, ...stream.runs.map((r) => r.start));
+  const start = Math.max(end - stream.seconds, earliest - 0.05 * (end - earliest));
+  const x = (t) => LABELS + ((Math.max(t, start) - start) / (end - start)) * (width - LABELS - 4);
+  g.font = "11px system-ui, sans-serif";
+  g.fillStyle = "#777";
+  for (let i = 0; i <= 4; i++) {
+    const t = start + (i * (end - start)) / 4;
+    g.fillText(new Date(t * 1000).toLocaleTimeString(), Math.min(x(t), width - 60), height - 6);
+  }
+  streamBoxes = [];
+  rows.forEach((row, i) => {
+    const y = i * LANE;
+    g.fillStyle = "#444";
+    if (row.worker) g.fillText(row.worker, 2, y + 11, LABELS - 6);
+    for (const r of row.runs) {
+      const x0 = x(r.start), x1 = Math.max(x0 + 2, x(r.end ?? end));
+      g.fillStyle = r.failed ? "#d62728" : jobColour(r.job);
+      g.fillRect(x0, y + 2, x1 - x0, LANE - 4);
+      if (r.failed) { g.strokeStyle = "#600"; g.lineWidth = 1.5; g.strokeRect(x0, y + 2, x1 - x0, LANE - 4); }
+      streamBoxes.push({ x0, x1, y0: y, y1: y + LANE, run: r });
+    }
+  });
+  canvas.dataset.runs = stream.runs.length;
+  canvas.dataset.failed = stream.runs.filter((r) => r.failed).length;
+  canvas.dataset.lanes = rows.length;
+}
+
+function runAt(event) {
+  const box = $("stream-canvas").getBoundingClientRect();
+  const px = event.clientX - box.left, py = event.clientY - box.top;
+  return streamBoxes.find((b) => px >= b.x0 && px <= b.x1 && py >= b.y0 && py < b.y1);
+}
+$("stream-canvas").addEventListener("mousemove", (event) => {
+  const hit = runAt(event);
+  const tip = $("stream-tip");
+  tip.hidden = !hit;
+  if (!hit) return;
+  const r = hit.run;
+  const took = ((r.end ?? stream.now) - r.start).toFixed(2);
+  tip.textContent = `task ${r.task} (job ${r.job}) on ${r.worker}\n${r.end == null ? "running for" : r.failed ? "failed after" : "took"} ${took} s`;
+  tip.style.left = `${Math.min(hit.x1 + 8, $("stream-canvas").clientWidth - 220)}px`;
+  tip.style.top = `${hit.y1}px`;
+});
+$("stream-canvas").addEventListener("mouseleave", () => { $("stream-tip").hidden = true; });
+$("stream-canvas").addEventListener("click", (event) => {
+  const hit = runAt(event);
+  if (!hit) return;
+  const id = hit.run.task;
+  get(`/api/explain/${id}`).then((r) => r.json())
+    .then((lines) => { $("stream-explain").textContent = lines.join("\n"); })
+    .catch((why) => { $("stream-explain").textContent = `task ${id}: ${why}`; });
+});
+$("stream-range").addEventListener("change", loadStream);
+
 // ---- workers: a page at a time, sorted and filtered by the scheduler
 let workerOffset = 0;
 const WORKER_PAGE = 50;
@@ -390,6 +493,7 @@ function show(snapshot) {
   showDemand(snapshot);
   if (view === "allocations") showAllocations(snapshot);
   if (view === "workers" && tick % 2 === 0) loadWorkers();
+  if (view === "stream" && tick % 2 === 0) loadStream();
   if (view === "scaling" && tick % 5 === 0) loadScaling();
 }
 

@@ -176,7 +176,8 @@ mod tests {
         scaling.observe(102, &snapshot("a", None, &[("m1", 3), ("m2", 0)]));
         scaling.observe(103, &snapshot("b", Some("trap"), &[("m1", 3), ("m2", 0)]));
         scaling.observe(104, &snapshot("b", Some("trap"), &[("m1", 3), ("m2", 0)]));
-        let log: Vec<(u64, Option<&str>, Option<u32>, Option<u32>, &str)> = (scaling.log.iter())
+        type Line<'a> = (u64, Option<&'a str>, Option<u32>, Option<u32>, &'a str);
+        let log: Vec<Line<'_>> = (scaling.log.iter())
             .map(|e| {
                 (
                     e.t,

@@ -1,5 +1,6 @@
 //! `/api/workers`: one page of the workers, sorted and filtered here, with each one's verdicts;
-//! and the summary counts the page shows instead of per-worker lists.
+//! `/api/stream`: the task stream; and the summary counts the page shows instead of
+//! per-worker lists.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::{Shared, json, snapshot};
-use crate::scheduler::event::Snapshot;
+use crate::scheduler::event::{Event, Snapshot, View};
 
 /// `/api/workers` query: a page of the workers, sorted and filtered.
 #[derive(serde::Deserialize)]
@@ -156,4 +157,45 @@ pub(super) fn summarized(snapshot: &Snapshot, strip: bool) -> serde_json::Value 
     value["workers_by_manager"] = serde_json::json!(by_manager);
     value["verdicts"] = serde_json::Value::Array(verdicts);
     value
+}
+
+/// `/api/stream` query: the last `seconds` (at most 15 minutes; default 5 minutes).
+#[derive(serde::Deserialize)]
+pub(super) struct StreamQuery {
+    seconds: Option<u64>,
+}
+
+/// Most runs one answer holds (the newest).
+const MAX_RUNS: usize = 5_000;
+
+/// The task stream, its times in seconds since the Unix epoch (the page's clock).
+pub(super) async fn api_stream(
+    State(shared): State<Shared>,
+    Query(query): Query<StreamQuery>,
+) -> Response {
+    let seconds = query.seconds.unwrap_or(300).clamp(1, 900);
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    if (shared.events)
+        .send(Event::Dashboard(View::Stream(seconds * 1000, reply)))
+        .is_err()
+    {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    let Ok((now, mut runs)) = answer.await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let at = |ms: u64| wall - now.saturating_sub(ms) as f64 / 1000.0;
+    let dropped = runs.len().saturating_sub(MAX_RUNS);
+    let runs: Vec<serde_json::Value> = (runs.drain(dropped..))
+        .map(|r| {
+            serde_json::json!({
+                "task": r.task, "job": r.job, "worker": r.worker, "failed": r.failed,
+                "start": at(r.started_ms), "end": r.ended_ms.map(at),
+            })
+        })
+        .collect();
+    json(&serde_json::json!({ "now": wall, "seconds": seconds, "dropped": dropped, "runs": runs }))
 }

@@ -422,3 +422,54 @@ fn the_demand_tells_how_long_the_oldest_task_waited_and_how_long_tasks_ran() {
     assert_eq!(core.cancel_tasks(&[2, 3]), 2);
     assert_eq!(demand(&core)[0], ("cpu".to_string(), 0, 0, Some(ran)));
 }
+
+#[test]
+fn the_task_stream_has_each_finished_run_with_its_times_and_the_runs_now() {
+    let mut core = Tasks::new(Config::default());
+    let (job, first, _) = core
+        .submit(vec![NewGroup {
+            spec: spec(&[], 0, 0),
+            count: 3,
+            inputs: vec![],
+        }])
+        .unwrap();
+    let info = worker(2, &[]);
+    let name = info.name.clone();
+    let w = core.worker_joined(100, info).unwrap().0;
+    core.schedule(100);
+    assert_eq!(dispatched(&core.take_effects())[&w], vec![first, first + 1]);
+    let failed = Outcome::Exited {
+        code: Some(1),
+        stdout: vec![],
+        stderr: vec![],
+    };
+    assert!(core.finished(400, w, first, ok()));
+    assert!(core.finished(900, w, first + 1, failed));
+    core.schedule(900);
+    let run = |task, started_ms, ended_ms, failed| crate::tasks::Run {
+        task,
+        job,
+        worker: name.clone(),
+        started_ms,
+        ended_ms,
+        failed,
+    };
+    // A task handed to a free slot is timed from its hand-over (one held ahead, from its start).
+    assert_eq!(
+        core.stream(0),
+        vec![
+            run(first, 100, Some(400), false),
+            run(first + 1, 100, Some(900), true),
+            run(first + 2, 900, None, false),
+        ]
+    );
+    // Since a time: the runs that ended since, and the one running.
+    assert_eq!(
+        core.stream(500),
+        vec![
+            run(first + 1, 100, Some(900), true),
+            run(first + 2, 900, None, false)
+        ]
+    );
+    core.sanity_check().unwrap();
+}

@@ -245,13 +245,42 @@ fn the_dashboard_shows_tiers_a_burst_and_verdicts_in_a_browser() {
     );
     let shots = screenshot.parent().unwrap().to_path_buf();
 
-    // The task stream: every run so far on its worker's lanes, the failed one marked; hovering
+    // The failed job's page: its failure with what went wrong and where it ran.
+    cluster.json(&[
+        "submit",
+        "--retries",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        "echo no input >&2; exit 3",
+    ]);
+    page.until(
+        "!!document.querySelector('#jobs tr[data-job=\"3\"] a')",
+        "the new job listed",
+    );
+    page.eval("document.querySelector('#jobs tr[data-job=\"3\"] a').click()");
+    page.until(
+        "document.body.dataset.shown === 'job' && \
+         document.getElementById('job-failures').innerText.includes('exit code 3: no input')",
+        "the job page with the failure's error",
+    );
+    assert!(
+        page.eval("document.getElementById('job-places').innerText")
+            .as_str()
+            .unwrap()
+            .contains("worker first-"),
+        "where it ran"
+    );
+    shot(&mut page, &shots.join("dashboard-job.png"));
+
+    // The task stream: every run so far on its worker's lanes, the failed ones marked; hovering
     // a run names its task, clicking explains it.
     page.eval("location.hash = '#stream'");
     page.until(
         "Number(document.getElementById('stream-canvas').dataset.runs) >= 9 && \
-         Number(document.getElementById('stream-canvas').dataset.failed) === 1",
-        "the burst's runs and the failed one in the task stream",
+         Number(document.getElementById('stream-canvas').dataset.failed) === 2",
+        "the burst's runs and the two failed ones in the task stream",
     );
     page.eval(
         "const c = document.getElementById('stream-canvas'), b = streamBoxes[0], \

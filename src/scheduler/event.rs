@@ -69,6 +69,11 @@ pub(crate) enum View {
     Explain(TaskId, oneshot::Sender<Option<Vec<String>>>),
     /// The task stream of the last this many ms: (the scheduler's now, the runs).
     Stream(u64, oneshot::Sender<(u64, Vec<crate::core::tasks::Run>)>),
+    /// One job's page (`None`: no such job held).
+    Job(
+        crate::proto::JobId,
+        oneshot::Sender<Option<crate::core::tasks::JobDetail>>,
+    ),
 }
 
 /// One consistent picture of the scheduler, as the page shows it.

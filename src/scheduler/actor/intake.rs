@@ -130,6 +130,10 @@ impl Actor {
                 let _ = reply.send(self.core.explain(now, task));
                 return;
             }
+            Event::Dashboard(View::Job(job, reply)) => {
+                let _ = reply.send(self.core.tasks().job_detail(job).ok());
+                return;
+            }
             Event::Dashboard(View::Stream(last, reply)) => {
                 let _ = reply.send((now, self.core.task_stream(now.saturating_sub(last))));
                 return;

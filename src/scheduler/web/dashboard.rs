@@ -7,7 +7,8 @@
 //!   minutes; `/api/workers?offset=&limit=&sort=&q=`: one page of the workers, sorted and
 //!   filtered here (10,000 workers stay one small answer); `/api/scaling`: each manager's
 //!   desired, live and starting workers over the last hour and the log of decisions that
-//!   changed a manager's count, policy changes and errors; `/api/explain/ID`: `weir explain
+//!   changed a manager's count, policy changes and errors; `/api/job/ID`: a job's counts, its
+//!   failures with their error, retries and where its tasks ran; `/api/explain/ID`: `weir explain
 //!   ID`; `/api/events`: a server-sent event per second with the snapshot (without the
 //!   per-worker lists: counts per manager instead) and its sample; `/metrics`: as `--metrics`.
 //!
@@ -117,6 +118,7 @@ pub(in crate::scheduler) async fn serve(
         .route("/api/workers", get(api_workers))
         .route("/api/scaling", get(api_scaling))
         .route("/api/stream", get(workers::api_stream))
+        .route("/api/job/{job}", get(api_job))
         .route("/api/events", get(api_events))
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(shared.clone(), authorize));
@@ -232,6 +234,21 @@ async fn api_scaling(State(shared): State<Shared>) -> Response {
     match shared.scaling.lock() {
         Ok(scaling) => json(&*scaling),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn api_job(State(shared): State<Shared>, Path(job): Path<crate::proto::JobId>) -> Response {
+    let (reply, answer) = oneshot::channel();
+    if (shared.events)
+        .send(Event::Dashboard(View::Job(job, reply)))
+        .is_err()
+    {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    match answer.await {
+        Ok(Some(detail)) => json(&detail),
+        Ok(None) => (StatusCode::NOT_FOUND, format!("no job {job}")).into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
 }
 

@@ -49,6 +49,7 @@ use weir_proto::{
 
 pub use components::Components;
 pub use environments::{EnvSource, Environments};
+pub use retention::{DETAIL_LIST, Failure, JobDetail};
 use schedule::could_ever_run;
 pub use stream::{Run, STREAM_RUNS};
 pub use submit::{Group, Inputs, SubmitError};

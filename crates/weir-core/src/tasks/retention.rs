@@ -30,6 +30,45 @@ impl Tasks {
         })
     }
 
+    /// One job for the dashboard's job page: its counts, its failed tasks with what went wrong
+    /// and where (the first [`DETAIL_LIST`]), its retried tasks, and how many of its ended
+    /// tasks ran on each worker.
+    pub fn job_detail(&self, job: JobId) -> Result<JobDetail, JobError> {
+        let j = self.job(job)?;
+        let mut detail = JobDetail {
+            job,
+            counts: j.counts.clone(),
+            forgotten: j.forgotten,
+            ..JobDetail::default()
+        };
+        let mut places: BTreeMap<String, u64> = BTreeMap::new();
+        for id in j.task_ids() {
+            let Some(task) = self.task(id) else { continue };
+            if task.attempts > 1 {
+                detail.retried_total += 1;
+                if detail.retried.len() < DETAIL_LIST {
+                    detail.retried.push((id, task.attempts));
+                }
+            }
+            let Some(ended) = task.outcome.as_ref() else {
+                continue;
+            };
+            if let Some(place) = &ended.ran_on {
+                *places.entry(place.clone()).or_default() += 1;
+            }
+            if task.state == TaskState::Failed && detail.failures.len() < DETAIL_LIST {
+                detail.failures.push(Failure {
+                    task: id,
+                    attempts: task.attempts,
+                    ran_on: ended.ran_on.clone(),
+                    error: ended.outcome.failure_text(400),
+                });
+            }
+        }
+        detail.ran_on = places.into_iter().collect();
+        Ok(detail)
+    }
+
     /// The newest `limit` held jobs, newest first.
     pub fn jobs(&self, limit: usize) -> Vec<JobSummary> {
         self.jobs
@@ -146,4 +185,32 @@ impl Tasks {
             self.effects.push(Effect::Dropped { groups, components });
         }
     }
+}
+
+/// Most failed (and retried) tasks a [`JobDetail`] lists.
+pub const DETAIL_LIST: usize = 100;
+
+/// A job as the dashboard's job page shows it ([`Tasks::job_detail`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct JobDetail {
+    pub job: JobId,
+    pub counts: JobCounts,
+    pub forgotten: bool,
+    /// Its failed tasks (the first [`DETAIL_LIST`]).
+    pub failures: Vec<Failure>,
+    /// (task, runs started) of tasks that ran more than once (the first [`DETAIL_LIST`]), and
+    /// how many did in all.
+    pub retried: Vec<(TaskId, u32)>,
+    pub retried_total: u64,
+    /// (where, how many of its ended tasks ran there last), by place.
+    pub ran_on: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Failure {
+    pub task: TaskId,
+    pub attempts: u32,
+    pub ran_on: Option<String>,
+    /// The exit code or error and the end of its stderr.
+    pub error: String,
 }

@@ -118,6 +118,36 @@ impl Outcome {
         }
     }
 
+    /// What went wrong, for people: the exit code or the error, and the end of what the task
+    /// wrote to stderr (at most `tail` bytes, cut at a character). Empty for a success.
+    pub fn failure_text(&self, tail: usize) -> String {
+        let end = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            let text = text.trim_end();
+            let mut from = text.len().saturating_sub(tail);
+            while !text.is_char_boundary(from) {
+                from += 1;
+            }
+            match text[from..].trim_start() {
+                "" => String::new(),
+                rest if from > 0 => format!(": …{rest}"),
+                rest => format!(": {rest}"),
+            }
+        };
+        match self {
+            _ if self.succeeded() => String::new(),
+            Outcome::Exited {
+                code: Some(code),
+                stderr,
+                ..
+            } => format!("exit code {code}{}", end(stderr)),
+            Outcome::Exited { stderr, .. } => format!("killed by a signal{}", end(stderr)),
+            Outcome::Function { stderr, .. } => format!("raised{}", end(stderr)),
+            Outcome::Error { message } => message.clone(),
+            Outcome::Returned { .. } => String::new(),
+        }
+    }
+
     pub fn succeeded(&self) -> bool {
         matches!(
             self,
@@ -136,4 +166,33 @@ pub struct TaskResult {
     /// Runs started (more than 1 after a lost worker).
     pub attempts: u32,
     pub worker: Option<WorkerId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_reads_as_its_code_or_error_and_the_end_of_its_stderr() {
+        let exited = |code, stderr: &str| Outcome::Exited {
+            code,
+            stdout: b"ignored".to_vec(),
+            stderr: stderr.as_bytes().to_vec(),
+        };
+        assert_eq!(exited(Some(0), "warning").failure_text(10), "");
+        assert_eq!(exited(Some(3), "").failure_text(10), "exit code 3");
+        assert_eq!(
+            exited(Some(3), "oops\n").failure_text(10),
+            "exit code 3: oops"
+        );
+        assert_eq!(
+            exited(Some(1), "a long story ending in é!").failure_text(6),
+            "exit code 1: …in é!"
+        );
+        assert_eq!(exited(None, "").failure_text(10), "killed by a signal");
+        let error = Outcome::Error {
+            message: "no such component".into(),
+        };
+        assert_eq!(error.failure_text(10), "no such component");
+    }
 }

@@ -42,8 +42,12 @@ function track(parts, total, small) {
 // ---- views (tabs): #overview, #workers, #scaling, #allocations
 const views = ["overview", "stream", "workers", "scaling", "allocations"];
 let view = "overview";
+let jobShown = null;
 function showView() {
-  view = views.includes(location.hash.slice(1)) ? location.hash.slice(1) : "overview";
+  const hash = location.hash.slice(1);
+  const job = /^job\/(\d+)$/.exec(hash);
+  jobShown = job ? Number(job[1]) : null;
+  view = job ? "job" : views.includes(hash) ? hash : "overview";
   for (const el of document.querySelectorAll("[data-view]")) {
     if (el.tagName === "A") el.classList.toggle("current", el.dataset.view === view);
     else el.hidden = el.dataset.view !== view;
@@ -51,6 +55,7 @@ function showView() {
   document.body.dataset.shown = view;
   if (view === "overview") { drawChart(); resizeCharts(); }
   if (view === "stream") loadStream();
+  if (view === "job") loadJob();
   if (view === "workers") loadWorkers();
   if (view === "scaling") loadScaling();
   if (view === "allocations" && last) showAllocations(last);
@@ -203,7 +208,11 @@ function showJobs(snapshot) {
     const total = c.queued + c.running + c.succeeded + c.failed + c.canceled;
     const done = c.succeeded + c.failed + c.canceled;
     const row = body.insertRow();
-    cell(row, job.job + (job.forgotten ? " (forgotten)" : ""));
+    row.dataset.job = job.job;
+    const link = document.createElement("a");
+    link.href = `#job/${job.job}`;
+    link.textContent = job.job + (job.forgotten ? " (forgotten)" : "");
+    cell(row, link);
     cell(row, track([[c.succeeded, "bar"], [c.failed + c.canceled, "bar fail"]], total));
     cell(row, `${done}/${total}`, "n");
     cell(row, c.queued, "n");
@@ -459,6 +468,41 @@ function showScaling(scaling) {
 }
 $("scaling-range").addEventListener("change", loadScaling);
 
+// ---- one job: progress, failures with what went wrong, retries, where its tasks ran
+function loadJob() {
+  const id = jobShown;
+  get(`/api/job/${id}`).then((r) => r.json()).then((d) => { if (id === jobShown) showJob(d); })
+    .catch((why) => { $("job-title").textContent = `job ${id}: ${why}`; });
+}
+
+function showJob(d) {
+  const c = d.counts;
+  const total = c.queued + c.running + c.succeeded + c.failed + c.canceled;
+  $("job-title").textContent = `Job ${d.job}${d.forgotten ? " (forgotten: its results are gone)" : ""}`;
+  $("job-progress").replaceChildren(track([[c.succeeded, "bar"], [c.failed + c.canceled, "bar fail"]], total));
+  $("job-counts").textContent = ` ${c.succeeded + c.failed + c.canceled}/${total} done · ${c.queued} queued · ${c.running} running · ${c.succeeded} succeeded · ${c.failed} failed · ${c.canceled} canceled`;
+  const failures = $("job-failures").tBodies[0];
+  failures.replaceChildren();
+  for (const f of d.failures) {
+    const row = failures.insertRow();
+    row.dataset.task = f.task;
+    cell(row, f.task);
+    cell(row, f.attempts, "n");
+    cell(row, f.ran_on ?? "–");
+    cell(row, f.error, "error-text");
+  }
+  if (!d.failures.length) cell(failures.insertRow(), "none", "muted").colSpan = 4;
+  $("job-failures").dataset.count = d.failures.length;
+  $("job-retried").textContent = d.retried_total ? `(${d.retried_total})` : "";
+  const retries = $("job-retries").tBodies[0];
+  retries.replaceChildren();
+  for (const [task, runs] of d.retried) { const row = retries.insertRow(); cell(row, task); cell(row, runs, "n"); }
+  if (!d.retried.length) cell(retries.insertRow(), "none", "muted").colSpan = 2;
+  const places = $("job-places").tBodies[0];
+  places.replaceChildren();
+  for (const [place, n] of d.ran_on) { const row = places.insertRow(); cell(row, place); cell(row, n, "n"); }
+}
+
 // ---- allocations: every unit of every manager
 function showAllocations(snapshot) {
   const body = $("allocations").tBodies[0];
@@ -494,6 +538,7 @@ function show(snapshot) {
   if (view === "allocations") showAllocations(snapshot);
   if (view === "workers" && tick % 2 === 0) loadWorkers();
   if (view === "stream" && tick % 2 === 0) loadStream();
+  if (view === "job" && tick % 2 === 0) loadJob();
   if (view === "scaling" && tick % 5 === 0) loadScaling();
 }
 

@@ -473,3 +473,48 @@ fn the_task_stream_has_each_finished_run_with_its_times_and_the_runs_now() {
     );
     core.sanity_check().unwrap();
 }
+
+#[test]
+fn a_jobs_detail_lists_its_failures_with_their_error_and_where_its_tasks_ran() {
+    let mut core = Tasks::new(Config::default());
+    let (job, first, _) = core
+        .submit(vec![NewGroup {
+            spec: spec(&[], 0, 0),
+            count: 3,
+            inputs: vec![],
+        }])
+        .unwrap();
+    let info = worker(3, &[]);
+    let name = info.name.clone();
+    let w = core.worker_joined(0, info).unwrap().0;
+    core.schedule(0);
+    assert_eq!(dispatched(&core.take_effects())[&w].len(), 3);
+    let failed = Outcome::Exited {
+        code: Some(2),
+        stdout: vec![],
+        stderr: b"reading input\nboom: no such file\n".to_vec(),
+    };
+    assert!(core.finished(10, w, first, ok()));
+    assert!(core.finished(20, w, first + 1, failed));
+    let detail = core.job_detail(job).unwrap();
+    assert_eq!(
+        (
+            detail.counts.succeeded,
+            detail.counts.failed,
+            detail.counts.running
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        detail.failures,
+        vec![crate::tasks::Failure {
+            task: first + 1,
+            attempts: 1,
+            ran_on: Some(format!("worker {name}")),
+            error: "exit code 2: reading input\nboom: no such file".into(),
+        }]
+    );
+    assert!(detail.retried.is_empty());
+    assert_eq!(detail.ran_on, vec![(format!("worker {name}"), 2)]);
+    assert!(core.job_detail(job + 1).is_err());
+}

@@ -661,3 +661,74 @@ fn a_page_refused_a_live_stream_refreshes_itself() {
         "a manager registered later shown",
     );
 }
+
+/// The page with thousands of simulated workers (`weir bench --simulated-workers N
+/// --simulated-dashboard`): it shows them all, pages them, and how long its first data and its
+/// updates take is printed (measured, not asserted: BENCHMARKS.md has 10,000 in release).
+/// N is `WEIR_DASHBOARD_WORKERS` (default 2,000), `WEIR_DASHBOARD_WEIR` the `weir` to run.
+#[test]
+#[ignore = "needs Debian's chromium and a minute of simulated workers: CI runs it"]
+fn the_page_stays_usable_with_thousands_of_simulated_workers() {
+    let n: u32 = std::env::var("WEIR_DASHBOARD_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let weir = std::env::var("WEIR_DASHBOARD_WEIR")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_weir").to_string());
+    let mut bench = Command::new(&weir)
+        .args(["bench", "--simulated-dashboard", "--idle-secs", "60"])
+        .arg("--simulated-workers")
+        .arg(n.to_string())
+        .arg("--simulated-managers")
+        .arg((n / 10).max(1).to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weir bench starts");
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stderr = BufReader::new(bench.stderr.take().unwrap());
+    let mut bench = Kill(bench);
+    let (found, url) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("dashboard on ") {
+                let _ = found.send(url.to_string());
+            }
+        }
+    });
+    let url = url
+        .recv_timeout(Duration::from_secs(600))
+        .expect("the bench printed the dashboard's URL once its workers registered");
+    let opened = Instant::now();
+    let mut page = Browser::open(&url);
+    page.until(
+        &format!("document.getElementById('totals').textContent.startsWith('{n} workers')"),
+        "every simulated worker counted",
+    );
+    let shown = opened.elapsed();
+    page.until("weirTimes.updates.length >= 5", "five live updates");
+    let times = page.eval("JSON.stringify(weirTimes)");
+    page.eval("location.hash = '#workers'");
+    let asked = Instant::now();
+    page.until(
+        &format!("Number(document.getElementById('workers').dataset.total) === {n} && document.querySelectorAll('#workers tbody tr').length === 50"),
+        "the first page of workers",
+    );
+    let paged = asked.elapsed();
+    shot(&mut page, &std::env::temp_dir().join("weir-dashboard-simulated.png"));
+    println!(
+        "dashboard, {n} simulated workers: data on the page {:.0} ms after opening it \
+         (page's own first data at {}), a page of 50 workers in {:.0} ms; times {}",
+        shown.as_secs_f64() * 1e3,
+        page.eval("Math.round(weirTimes.first) + ' ms'"),
+        paged.as_secs_f64() * 1e3,
+        times
+    );
+    let _ = bench.0.kill();
+}

@@ -527,6 +527,8 @@ function showAllocations(snapshot) {
 // ---- every snapshot
 let last = null;
 let tick = 0;
+// When the first data was on the page and how long each update took (ms), for measurements.
+window.weirTimes = { first: null, updates: [] };
 function show(snapshot) {
   last = snapshot;
   tick += 1;
@@ -535,6 +537,7 @@ function show(snapshot) {
   showEnvironments(snapshot);
   showJobs(snapshot);
   showDemand(snapshot);
+  if (weirTimes.first == null) weirTimes.first = performance.now();
   if (view === "allocations") showAllocations(snapshot);
   if (view === "workers" && tick % 2 === 0) loadWorkers();
   if (view === "stream" && tick % 2 === 0) loadStream();
@@ -568,10 +571,13 @@ events.onerror = () => {
   refreshing = refreshing || setInterval(() => load().catch(() => {}), 5000);
 };
 events.onmessage = (message) => {
+  const began = performance.now();
   const { snapshot, sample } = JSON.parse(message.data);
   samples.push(sample);
   const since = sample.t - 15 * 60;
   while (samples.length && samples[0].t < since) samples.shift();
   if (view === "overview") drawChart();
   show(snapshot);
+  weirTimes.updates.push(performance.now() - began);
+  if (weirTimes.updates.length > 100) weirTimes.updates.shift();
 };

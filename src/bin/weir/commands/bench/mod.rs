@@ -109,6 +109,11 @@ pub(crate) struct BenchArgs {
     /// whatever the cluster's size, as before it had the flag).
     #[arg(long, value_name = "N", value_parser = idle_beats_text)]
     simulated_idle_beats: Option<String>,
+    /// With `--simulated-workers`: the scheduler also serves `--dashboard`; its URL is printed
+    /// on stderr when the idle window opens (`dashboard on URL`, for a browser to measure), and
+    /// its answers (`/api/snapshot`, one event, a page of workers, the task stream) are timed.
+    #[arg(long)]
+    simulated_dashboard: bool,
     /// The scheduler's `--threads` in the throughput and simulated-worker runs.
     #[arg(long, default_value_t = 1, value_name = "N")]
     scheduler_threads: u16,
@@ -206,7 +211,8 @@ fn simulated_settings(args: &BenchArgs) -> Vec<(&'static str, String)> {
     let heartbeat = (args.simulated_heartbeat_timeout)
         .map(|seconds| ("--heartbeat-timeout", seconds.to_string()));
     let idle = (args.simulated_idle_beats.clone()).map(|n| ("--idle-beats", n));
-    heartbeat.into_iter().chain(idle).collect()
+    let dashboard = (args.simulated_dashboard).then(|| ("--dashboard", "127.0.0.1:0".to_string()));
+    heartbeat.into_iter().chain(idle).chain(dashboard).collect()
 }
 
 fn write_markdown(args: &BenchArgs, report: &Report) -> Result<()> {

@@ -721,7 +721,10 @@ fn the_page_stays_usable_with_thousands_of_simulated_workers() {
         "the first page of workers",
     );
     let paged = asked.elapsed();
-    shot(&mut page, &std::env::temp_dir().join("weir-dashboard-simulated.png"));
+    shot(
+        &mut page,
+        &std::env::temp_dir().join("weir-dashboard-simulated.png"),
+    );
     println!(
         "dashboard, {n} simulated workers: data on the page {:.0} ms after opening it \
          (page's own first data at {}), a page of 50 workers in {:.0} ms; times {}",

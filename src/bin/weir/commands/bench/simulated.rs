@@ -176,7 +176,9 @@ async fn dashboard_rows(url: &str, n: u32, report: &mut Report) -> Result<()> {
         .context("the dashboard's URL")?
         .to_string();
     report.row(String::new());
-    report.row(format!("Dashboard with {n} workers (median of 5; size of one answer):"));
+    report.row(format!(
+        "Dashboard with {n} workers (median of 5; size of one answer):"
+    ));
     report.row(String::new());
     report.row("| request | ms | KiB |".into());
     report.row("|---|---:|---:|".into());
@@ -197,7 +199,11 @@ async fn dashboard_rows(url: &str, n: u32, report: &mut Report) -> Result<()> {
             times.push(asked.elapsed().as_secs_f64() * 1e3);
         }
         times.sort_by(f64::total_cmp);
-        let label = if stream { "/api/events (one event)" } else { path };
+        let label = if stream {
+            "/api/events (one event)"
+        } else {
+            path
+        };
         report.row(format!(
             "| `{label}` | {:.1} | {:.1} |",
             times[2],

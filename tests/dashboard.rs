@@ -337,6 +337,12 @@ fn the_dashboard_shows_tiers_a_burst_and_verdicts_in_a_browser() {
          !!document.querySelector('#log tr[data-manager=second]')",
         "per-manager charts and the decision log",
     );
+    // Both tiers at their cap of 2, 4 of the 6 running: the 2 queued are unserved.
+    page.until(
+        "[...document.querySelectorAll('#demand tbody tr')].some((r) => r.dataset.unserved === 'true' && \
+         r.cells[1].textContent === '2' && r.cells[5].textContent.includes('0 below their cap'))",
+        "the queued tasks no manager offers room for, marked unserved",
+    );
     let grew = page.eval("document.querySelector('#log tr[data-manager=second]').innerText");
     assert!(grew.as_str().unwrap().contains("→"), "{grew}");
     shot(&mut page, &shots.join("dashboard-scaling.png"));

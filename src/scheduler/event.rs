@@ -93,7 +93,7 @@ pub(crate) struct Snapshot {
     /// The last decision applied for each manager, with its stops and drains.
     pub decisions: Vec<crate::core::scaling::Decision>,
     /// The demand the policy last saw: queued and running per group, queue age, run times.
-    pub demand: Vec<crate::core::scaling::Demand>,
+    pub demand: Vec<crate::core::scheduler::DemandView>,
 }
 
 /// A tried policy, ready to take over, with its tiers; or why it cannot.

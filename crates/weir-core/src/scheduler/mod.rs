@@ -43,6 +43,7 @@ use weir_proto::{
 
 pub use environments::{MAX_ENVIRONMENTS, check_env_name};
 pub use interface::{Action, Config, Input, PolicyInfo};
+pub use policy::DemandView;
 use scaling_loop::ScalingLoop;
 
 /// Names a client's request stream: the shell keeps the reply channel, the core the waits.

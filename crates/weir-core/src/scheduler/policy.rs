@@ -387,9 +387,42 @@ impl Scheduler {
         self.scaling.last_decisions().cloned().collect()
     }
 
-    /// The demand of the last snapshot the policy was handed (none before the first).
-    pub fn last_demand(&self) -> Vec<crate::scaling::Demand> {
-        (self.scaling.last.as_ref()).map_or_else(Vec::new, |s| s.demand.clone())
+    /// The demand of the last snapshot the policy was handed (none before the first), each
+    /// group with what could serve it: the dashboard's demand table, where queued work no
+    /// manager takes shows as such.
+    pub fn last_demand(&self) -> Vec<DemandView> {
+        let Some(snapshot) = self.scaling.last.as_ref() else {
+            return Vec::new();
+        };
+        (snapshot.demand.iter())
+            .map(|demand| {
+                let mut view = DemandView {
+                    demand: demand.clone(),
+                    ..DemandView::default()
+                };
+                for manager in snapshot.managers.iter().filter(|m| m.online) {
+                    let has = |name: &str, need: u64| {
+                        (manager.capabilities.iter())
+                            .any(|(n, amount)| n == name && *amount >= need)
+                    };
+                    let fits = (demand.capabilities.iter())
+                        .all(|(name, need)| *need == 0 || has(name, *need));
+                    let allowed = (demand.environments.iter())
+                        .all(|env| manager.verdict(env) != crate::scaling::Verdict::NoMatch);
+                    if !(fits && allowed) {
+                        continue;
+                    }
+                    view.able += 1;
+                    let cap = manager.max_workers_for(manager.max_task_concurrency);
+                    if manager.current_workers() < cap {
+                        view.below_cap += 1;
+                    }
+                    let summary = manager.summary(snapshot.scale_down_delay_ms);
+                    view.idle_workers += u64::from(summary.idle);
+                }
+                view
+            })
+            .collect()
     }
 
     /// A policy set while running that the journal holds: the shell creates it at start.
@@ -402,4 +435,17 @@ impl Scheduler {
             snapshot: None,
         })
     }
+}
+
+/// A demand group as the dashboard shows it ([`Scheduler::last_demand`]): the group, how many
+/// online managers have workers that could run it (capabilities covered, no `no-match`), how
+/// many of those are below their cap, and how many idle workers they have. Queued tasks with
+/// no such manager, or none below its cap and no idle worker, wait for capacity nobody offers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DemandView {
+    #[serde(flatten)]
+    pub demand: crate::scaling::Demand,
+    pub able: u32,
+    pub below_cap: u32,
+    pub idle_workers: u64,
 }

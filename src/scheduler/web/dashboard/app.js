@@ -401,8 +401,13 @@ function showDemand(snapshot) {
     cell(row, d.queued ? duration(d.oldest_queued_ms) : "–", "n");
     const r = d.runtimes;
     cell(row, r ? `${duration(r.p50_ms)} / ${duration(r.p90_ms)} / ${duration(r.max_ms)} (${r.count})` : "–", "n");
+    // Queued work that no able manager can grow for or has an idle worker for is unserved.
+    const unserved = d.queued > 0 && (d.able === 0 || (d.below_cap === 0 && d.idle_workers === 0));
+    const able = d.able === 0 ? "none" : `${d.able} (${d.below_cap} below their cap, ${d.idle_workers} idle workers)`;
+    cell(row, unserved ? `${able}: unserved, no manager offers more` : able, unserved ? "failed" : "");
+    row.dataset.unserved = unserved;
   }
-  if (!body.rows.length) cell(body.insertRow(), "no task queued or running", "muted").colSpan = 5;
+  if (!body.rows.length) cell(body.insertRow(), "no task queued or running", "muted").colSpan = 6;
 }
 
 let scalingLoading = false;

@@ -14,6 +14,7 @@ use weir_proto::{
 mod clients;
 mod compaction;
 mod connections;
+mod demand;
 mod drain;
 mod journaling;
 mod paces;

@@ -235,6 +235,24 @@ fn the_read_only_token_shows_status_but_cannot_change_anything_or_fetch_results(
             text(&out.stderr)
         );
     }
+    // The read-only file cannot be the access file itself.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--access-file",
+            read_flag,
+            "--read-access-file",
+            read_flag,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("is the access file itself"),
+        "{}",
+        text(&out.stderr)
+    );
     // The client token still does all of it.
     let done = cluster.json(&["submit", "--count", "2", "--wait", "--", "true"]);
     assert_eq!(done["counts"]["succeeded"], 2, "{done}");

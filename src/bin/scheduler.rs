@@ -113,8 +113,9 @@ struct Args {
     dashboard: Option<SocketAddr>,
     /// Also write a read-only access file to FILE: with it `weir` (and the Python client) can
     /// ask for status, jobs, explain, managers, workers, environments and the policy, but not
-    /// submit, cancel, forget, fetch results or change anything ("forbidden"). Share it with
-    /// those who watch.
+    /// submit, cancel, forget, fetch results or change anything ("forbidden"); the dashboard's
+    /// job page, which that token also opens, shows the end of each failed task's stderr.
+    /// Share it with those who watch.
     #[arg(long, value_name = "FILE")]
     read_access_file: Option<PathBuf>,
     /// Most open connections with each token (clients; workers and managers); more are refused.
@@ -263,6 +264,18 @@ fn run(args: Args) -> Result<()> {
         (None, None) => "quic://127.0.0.1:7788".to_string(),
     };
     let listen: SocketAddr = weir::net::parse_address(&listen)?;
+    if let Some(read) = &args.read_access_file {
+        let access = &args.common.access_file;
+        let same = read == access
+            || (std::fs::canonicalize(read).ok())
+                .is_some_and(|r| std::fs::canonicalize(access).ok() == Some(r));
+        if same {
+            anyhow::bail!(
+                "--read-access-file {} is the access file itself: give it a path of its own",
+                read.display()
+            );
+        }
+    }
     let settings = Settings {
         listen,
         access_file: args.common.access_file,

@@ -224,7 +224,8 @@ impl Pool {
             .chain(self.exited.iter().cloned())
             .collect();
         state.backend = "process".into();
-        state.launch = self.restarts.report(self.clock.now());
+        let alive = self.book.units.iter().map(|u| u.since);
+        state.launch = self.restarts.report(self.clock.now(), alive);
         state.units = self.units(self.clock.now());
         state
     }

@@ -22,6 +22,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) struct ConnectionLimits {
     pub max: usize,
     clients: std::sync::atomic::AtomicUsize,
+    readers: std::sync::atomic::AtomicUsize,
     workers: std::sync::atomic::AtomicUsize,
 }
 
@@ -29,12 +30,13 @@ pub(super) struct ConnectionLimits {
 pub(super) struct Slot {
     limits: Arc<ConnectionLimits>,
     role: Role,
+    read_only: bool,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         self.limits
-            .counter(self.role)
+            .counter(self.role, self.read_only)
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
@@ -44,25 +46,30 @@ impl ConnectionLimits {
         ConnectionLimits {
             max,
             clients: 0.into(),
+            readers: 0.into(),
             workers: 0.into(),
         }
     }
 
-    fn counter(&self, role: Role) -> &std::sync::atomic::AtomicUsize {
+    /// Clients with the read-only token count apart: a token shared widely cannot take the
+    /// submitters' connections.
+    fn counter(&self, role: Role, read_only: bool) -> &std::sync::atomic::AtomicUsize {
         match role {
+            Role::Client if read_only => &self.readers,
             Role::Client => &self.clients,
             Role::Worker | Role::Manager | Role::Replica => &self.workers,
         }
     }
 
-    fn take(self: &Arc<Self>, role: Role) -> Option<Slot> {
+    fn take(self: &Arc<Self>, role: Role, read_only: bool) -> Option<Slot> {
         use std::sync::atomic::Ordering::SeqCst;
-        self.counter(role)
+        self.counter(role, read_only)
             .fetch_update(SeqCst, SeqCst, |n| (n < self.max).then_some(n + 1))
             .ok()
             .map(|_| Slot {
                 limits: self.clone(),
                 role,
+                read_only,
             })
     }
 }
@@ -159,6 +166,14 @@ async fn admit(
             None => return refuse(&connection, &mut send, "this scheduler has no replicas").await,
         },
     };
+    if expected.is_empty() {
+        return refuse(
+            &connection,
+            &mut send,
+            "this scheduler has no token for that role",
+        )
+        .await;
+    }
     let given = hello.token.as_bytes();
     // A client may present the read-only token instead: it may then only ask for status.
     let read_only = hello.role == Role::Client
@@ -175,7 +190,7 @@ async fn admit(
         .await;
     }
     // One slot per connection and token (workers and managers share theirs), held until it ends.
-    let Some(_slot) = limits.take(hello.role) else {
+    let Some(_slot) = limits.take(hello.role, read_only) else {
         let reason = format!(
             "too many connections with the {:?} token (limit {})",
             hello.role, limits.max

@@ -212,9 +212,12 @@ pub async fn run_with(
             error: e.to_string(),
         })?;
     let local = endpoint.local_addr()?;
+    // Tokens are kept across restarts, unless the file is not a full one (a read-only file
+    // given as --access-file by mistake has no worker token: an empty token would let anyone in).
     let previous = AccessFile::read(&settings.access_file)
         .ok()
-        .filter(|a| a.certificate == cert_pem);
+        .filter(|a| a.certificate == cert_pem)
+        .filter(|a| !a.worker_token.is_empty() && !a.client_token.is_empty());
     let access = AccessFile {
         address: format!("quic://{local}"),
         certificate: cert_pem,
@@ -236,7 +239,8 @@ pub async fn run_with(
             .map(|r| r.peers.values().cloned().collect())
             .unwrap_or_default(),
     };
-    // The read-only file first: whoever sees the access file can find it too.
+    // The read-only file is written before the access file, so that once the access file
+    // exists (what `weir` and scripts wait for) the read-only one does too.
     if let Some(path) = &settings.read_access_file {
         access.read_only().write(path)?;
     }

@@ -154,6 +154,39 @@ fn a_warm_minimum_keeps_workers_without_demand_never_past_the_cap() {
 }
 
 #[test]
+fn a_later_tier_at_its_minimum_still_holds_an_earlier_one_while_it_runs_work() {
+    let content = "1, native\n2, burst, min=1\n";
+    let mut native = manager("n", "native", 4, 1);
+    native.workers = vec![idle(1, 1, 90_000), idle(2, 1, 90_000)];
+    let mut burst = manager("b", "burst", 4, 1);
+    burst.workers = vec![busy(3)];
+    let running = Demand {
+        running: 1,
+        ..queued(0)
+    };
+    // Its one warm worker runs a task tier 1 could run: tier 1 keeps its workers.
+    let got = decide_in(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![native.clone(), burst.clone()], vec![running.clone()]),
+        false,
+    );
+    assert_eq!(got, vec![("n".into(), 2, vec![]), ("b".into(), 1, vec![])]);
+    // Idle at its minimum, it holds nothing: tier 1 shrinks.
+    burst.workers = vec![idle(3, 1, 90_000)];
+    let got = decide_in(
+        Flavor::WorkerType,
+        content,
+        &snapshot(vec![native, burst], vec![running]),
+        false,
+    );
+    assert_eq!(
+        got,
+        vec![("n".into(), 0, vec![1, 2]), ("b".into(), 1, vec![])]
+    );
+}
+
+#[test]
 fn a_tier_cooling_down_after_failed_starts_lets_demand_spill_at_once() {
     let mut failing = manager("n", "native", 4, 1);
     failing.starting = 2;

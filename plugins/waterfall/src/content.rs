@@ -13,7 +13,7 @@
 //! After its columns a row may carry `key=value` settings (the reference formats have no `=`,
 //! so old content never reads as one):
 //! - `min=N`: keep at least N workers (capped by the manager's own cap) even with no demand — a
-//!   warm minimum. Workers at the minimum do not hold the tiers above from shrinking.
+//!   warm minimum. Idle workers at the minimum do not hold the tiers above from shrinking.
 //! - `cooldown=DURATION` (`90s`, `5m`, `1h`, `500ms`): after the manager failed to start a
 //!   worker, for that long since the last failure (or until one of its workers comes up) the tier
 //!   offers only its live workers: demand spills to the next tier at once instead of waiting, and

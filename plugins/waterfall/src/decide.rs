@@ -32,8 +32,9 @@
 //!    lowered, or dead workers were replaced before the scheduler knew) is brought down to it,
 //!    starting workers first, then idle ones whatever their idle time.
 //! 6. A row's settings (content.rs), none by default: `min=N` raises the manager's target to N
-//!    workers (never past its cap), and a manager at or below its minimum counts as empty when
-//!    rule 4 asks whether a later tier holds an earlier one. `cooldown=D`: while the manager's
+//!    workers (never past its cap), and a manager at or below its minimum with none of its
+//!    workers busy counts as empty when rule 4 asks whether a later tier holds an earlier one
+//!    (busy, it holds as before: the work it runs could come back). `cooldown=D`: while the manager's
 //!    last failed start is less than D ago (and none of its starts has succeeded since), its
 //!    capacity is its live workers: it takes no new ones (those starting are cancelled as rule
 //!    5 cancels workers above a cap) and does not hold the spill, so demand goes to the next
@@ -109,9 +110,9 @@ impl Policy {
                     conclude(snapshot, plan, !held, plan.learning(&active))
                 })
                 .collect();
-            // A manager at its warm minimum counts as empty (rule 6).
+            // A manager at its warm minimum with none of them busy counts as empty (rule 6).
             for (group, below) in active.iter().zip(served_below.iter_mut()) {
-                *below |= tier.iter().any(|p| p.above_minimum() && p.serves(group));
+                *below |= tier.iter().any(|p| p.occupied() && p.serves(group));
             }
             idle_below |= tier
                 .iter()

@@ -72,6 +72,12 @@ impl Plan<'_> {
         self.manager.current_workers() > self.min_workers
     }
 
+    /// It runs work, or keeps workers beyond its warm minimum (rule 4's "has workers", less
+    /// the idle warm ones).
+    pub(crate) fn occupied(&self) -> bool {
+        self.summary.busy > 0 || self.above_minimum()
+    }
+
     /// Whether a worker of this manager could ever run `group` (capabilities; no `no-match`).
     pub(crate) fn serves(&self, group: &Demand) -> bool {
         self.density(group) > 0

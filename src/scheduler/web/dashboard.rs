@@ -1,6 +1,6 @@
 //! `scheduler --dashboard ADDR`: a live web page of the waterfall, over axum.
 //!
-//! - `/`: the page (`dashboard/index.html`, `app.js`, and uPlot 1.6.32 vendored as
+//! - `/`: the page (`dashboard/index.html`, `common.js`, `views.js`, `app.js`, and uPlot 1.6.32 vendored as
 //!   `uplot.min.js`/`.css`, MIT), embedded in the binary: no CDN, works offline.
 //! - `/api/snapshot`: status, environments, recent jobs, managers' units, the policy's last
 //!   decisions and the demand it saw (JSON); `/api/history`: the samples of the last 15
@@ -60,6 +60,10 @@ struct Shared {
     events: Front,
     history: Arc<Mutex<VecDeque<Sample>>>,
     scaling: Arc<Mutex<Scaling>>,
+    /// Job pages answered in the last [`JOB_FRESH`], by job: a page of a job of millions of
+    /// tasks walks them all in the scheduler's loop, so open tabs share one walk.
+    job_pages:
+        Arc<Mutex<std::collections::HashMap<crate::proto::JobId, (std::time::Instant, String)>>>,
     updates: broadcast::Sender<String>,
     token: Option<Arc<str>>,
 }
@@ -105,6 +109,7 @@ pub(in crate::scheduler) async fn serve(
         events,
         history: Arc::default(),
         scaling: Arc::default(),
+        job_pages: Arc::default(),
         updates,
         token: token.map(Arc::from),
     };
@@ -125,6 +130,8 @@ pub(in crate::scheduler) async fn serve(
     let app = Router::new()
         .route("/", get(|| asset("text/html; charset=utf-8", INDEX)))
         .route("/app.js", get(|| asset("text/javascript", APP)))
+        .route("/common.js", get(|| asset("text/javascript", COMMON)))
+        .route("/views.js", get(|| asset("text/javascript", VIEWS)))
         .route("/uplot.min.js", get(|| asset("text/javascript", UPLOT_JS)))
         .route("/uplot.min.css", get(|| asset("text/css", UPLOT_CSS)))
         .merge(data)
@@ -135,6 +142,8 @@ pub(in crate::scheduler) async fn serve(
 
 const INDEX: &str = include_str!("dashboard/index.html");
 const APP: &str = include_str!("dashboard/app.js");
+const COMMON: &str = include_str!("dashboard/common.js");
+const VIEWS: &str = include_str!("dashboard/views.js");
 const UPLOT_JS: &str = include_str!("dashboard/uplot.min.js");
 const UPLOT_CSS: &str = include_str!("dashboard/uplot.min.css");
 
@@ -168,7 +177,7 @@ async fn same_host(State(shared): State<Shared>, request: Request, next: Next) -
     }
 }
 
-/// Beyond loopback, the client token as a bearer or `?token=`.
+/// Beyond loopback, the read-only token as a bearer or `?token=`.
 async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -> Response {
     let Some(token) = &shared.token else {
         return next.run(request).await;
@@ -192,7 +201,7 @@ async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -
     } else {
         (
             StatusCode::UNAUTHORIZED,
-            "this dashboard needs the client token: open the URL the scheduler printed\n",
+            "this dashboard needs its token: open the URL the scheduler printed\n",
         )
             .into_response()
     }
@@ -237,7 +246,19 @@ async fn api_scaling(State(shared): State<Shared>) -> Response {
     }
 }
 
+/// How long a job page is served again without asking the scheduler.
+const JOB_FRESH: Duration = Duration::from_secs(4);
+
 async fn api_job(State(shared): State<Shared>, Path(job): Path<crate::proto::JobId>) -> Response {
+    let cached = (shared.job_pages.lock().ok()).and_then(|pages| {
+        pages
+            .get(&job)
+            .filter(|(at, _)| at.elapsed() < JOB_FRESH)
+            .cloned()
+    });
+    if let Some((_, body)) = cached {
+        return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    }
     let (reply, answer) = oneshot::channel();
     if (shared.events)
         .send(Event::Dashboard(View::Job(job, reply)))
@@ -246,7 +267,16 @@ async fn api_job(State(shared): State<Shared>, Path(job): Path<crate::proto::Job
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     match answer.await {
-        Ok(Some(detail)) => json(&detail),
+        Ok(Some(detail)) => match serde_json::to_string(&detail) {
+            Ok(body) => {
+                if let Ok(mut pages) = shared.job_pages.lock() {
+                    pages.retain(|_, (at, _)| at.elapsed() < JOB_FRESH);
+                    pages.insert(job, (std::time::Instant::now(), body.clone()));
+                }
+                ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+            }
+            Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+        },
         Ok(None) => (StatusCode::NOT_FOUND, format!("no job {job}")).into_response(),
         Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }

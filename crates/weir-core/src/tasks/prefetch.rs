@@ -90,20 +90,7 @@ impl Tasks {
                 slow.iter()
                     .any(|class| could_ever_run(w, &self.classes[*class], &self.environments))
             })
-            .map(|(id, w)| {
-                let mut tasks: Vec<TaskId> = w
-                    .running
-                    .iter()
-                    .copied()
-                    .filter(|t| {
-                        self.tasks
-                            .get(*t)
-                            .is_some_and(|t| t.state == TaskState::Running)
-                    })
-                    .collect();
-                tasks.sort_unstable();
-                (id, tasks, w.held() - w.info.slots)
-            })
+            .map(|(id, w)| (id, self.held_running(w), w.held() - w.info.slots))
             .collect();
         for (worker, tasks, count) in asked {
             self.ask_back(worker, tasks, count);
@@ -111,8 +98,8 @@ impl Tasks {
     }
 
     /// A worker the policy drained gives back what it holds ahead of its slots (a drained worker
-    /// takes no new task, and a held one it has not started is one): asked once, now, unless a
-    /// take-back is already outstanding (its answer returns what that one covers).
+    /// takes no new task, and a held one it has not started is one): asked now, or, while a
+    /// take-back is outstanding, once that one is answered ([`Tasks::revoked`]).
     pub(super) fn ask_back_held(&mut self, worker: WorkerId) {
         let Some(w) = self.workers.get(&worker) else {
             return;
@@ -121,11 +108,18 @@ impl Tasks {
             return;
         }
         let count = w.held() - w.info.slots;
+        let tasks = self.held_running(w);
+        self.ask_back(worker, tasks, count);
+    }
+
+    /// The tasks `w` holds that are still to run (not canceled meanwhile), in id order: what
+    /// a take-back may name.
+    fn held_running(&self, w: &BookedWorker) -> Vec<TaskId> {
         let mut tasks: Vec<TaskId> = (w.running.iter().copied())
             .filter(|t| (self.tasks.get(*t)).is_some_and(|t| t.state == TaskState::Running))
             .collect();
         tasks.sort_unstable();
-        self.ask_back(worker, tasks, count);
+        tasks
     }
 
     /// Ask `worker` to give back up to `count` of `tasks` it has not started; noted as its one
@@ -259,11 +253,18 @@ impl Tasks {
                 back += 1;
             }
         }
+        let mut drained = false;
         if let Some(w) = self.workers.get_mut(&worker) {
             w.revoke_spent = given.is_empty();
+            drained = w.cordoned;
         }
         self.resync(worker);
         self.drop_forgotten();
+        // A drained worker asked for less (an idle worker's share) gives back the rest too;
+        // not after an answer with nothing (all it holds had started).
+        if drained && !given.is_empty() {
+            self.ask_back_held(worker);
+        }
         back
     }
 }

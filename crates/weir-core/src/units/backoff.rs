@@ -120,10 +120,15 @@ impl Restarts {
         now >= self.not_before
     }
 
-    /// What the manager reports of it at `now`.
-    pub fn report(&self, now: u64) -> LaunchReport {
+    /// What the manager reports of it at `now`; `alive`: when each of its live worker
+    /// processes started. One started after the last failure that has lived [`YOUNG_MS`]
+    /// came up: the failures in a row are over (reported as 0) though none exited since.
+    pub fn report(&self, now: u64, alive: impl IntoIterator<Item = u64>) -> LaunchReport {
+        let came_up = self.last.is_some_and(|last| {
+            (alive.into_iter()).any(|since| since >= last && now.saturating_sub(since) >= YOUNG_MS)
+        });
         LaunchReport {
-            failures: self.failures,
+            failures: if came_up { 0 } else { self.failures },
             last_failure_ms: self.last.map(|at| now.saturating_sub(at)),
             backoff_ms: self.not_before.saturating_sub(now),
         }

@@ -15,6 +15,7 @@ mod basics;
 mod fences;
 mod prefetch;
 mod property;
+mod views;
 
 fn spec(capabilities: &[(&str, u64)], priority: i32, retries: u32) -> TaskSpec {
     TaskSpec {

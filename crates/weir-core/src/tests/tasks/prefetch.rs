@@ -334,7 +334,7 @@ fn a_revoke_is_only_for_tasks_the_idle_worker_can_run() {
     assert!(revokes(&core.take_effects()).is_empty());
 }
 
-// ---- random event sequences ----
+// ---- drained workers ----
 
 #[test]
 fn a_drained_worker_is_asked_for_what_it_holds_ahead_and_never_gets_it_again() {
@@ -363,5 +363,30 @@ fn a_drained_worker_is_asked_for_what_it_holds_ahead_and_never_gets_it_again() {
     let sent = dispatched(&core.take_effects());
     assert!(!sent.contains_key(&drained), "{sent:?}");
     assert_eq!(sent[&open], held[1..].to_vec());
+    core.sanity_check().unwrap();
+}
+
+#[test]
+fn a_worker_drained_while_asked_for_a_share_is_asked_for_the_rest_once_it_answers() {
+    let mut core = with_prefetch(4);
+    let (_, tasks) = quick_job(&mut core, 5, &[], 0);
+    let mut info = worker(1, &[]);
+    info.manager = Some("m1".into());
+    let busy = core.worker_joined(10, info).unwrap().0;
+    core.schedule(10);
+    let held = dispatched(&core.take_effects())[&busy].clone();
+    assert_eq!(held, tasks);
+    // An idle worker joins: the busy one is asked for a share (2 of the 4 ahead).
+    core.worker_joined(20, worker(1, &[])).unwrap();
+    core.schedule(20);
+    assert_eq!(revokes(&core.take_effects())[0].2, 2);
+    // Drained meanwhile: nothing more is asked while that take-back is outstanding...
+    core.cordon("m1", &[busy]);
+    assert!(revokes(&core.take_effects()).is_empty());
+    // ...and once it gives the two back, it is asked for the two it still holds ahead.
+    assert_eq!(core.revoked(busy, &[held[4], held[3]]), 2);
+    let asked = revokes(&core.take_effects());
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!((asked[0].0, asked[0].2), (busy, 2));
     core.sanity_check().unwrap();
 }

@@ -66,6 +66,9 @@ pub(crate) enum Event {
 #[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) enum View {
     Snapshot(oneshot::Sender<Snapshot>),
+    /// The snapshot without what grows with the workers (the worker list, environments,
+    /// units, jobs): what the dashboard's history needs each second when no page is open.
+    Sample(oneshot::Sender<Snapshot>),
     Explain(TaskId, oneshot::Sender<Option<Vec<String>>>),
     /// The task stream of the last this many ms: (the scheduler's now, the runs).
     Stream(u64, oneshot::Sender<(u64, Vec<crate::core::tasks::Run>)>),

@@ -126,6 +126,19 @@ impl Actor {
                 });
                 return;
             }
+            Event::Dashboard(View::Sample(reply)) => {
+                let _ = reply.send(Snapshot {
+                    status: self.core.status_without_workers(now),
+                    environments: Vec::new(),
+                    jobs: Vec::new(),
+                    policy: self.core.policy_report(),
+                    managers: Vec::new(),
+                    replicas: Vec::new(),
+                    decisions: self.core.last_decisions(),
+                    demand: Vec::new(),
+                });
+                return;
+            }
             Event::Dashboard(View::Explain(task, reply)) => {
                 let _ = reply.send(self.core.explain(now, task));
                 return;

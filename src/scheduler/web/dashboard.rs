@@ -98,6 +98,13 @@ async fn snapshot(events: &Front) -> Option<Snapshot> {
     answer.await.ok()
 }
 
+/// The snapshot the sampler needs when no page listens (no per-worker lists).
+async fn sample_only(events: &Front) -> Option<Snapshot> {
+    let (reply, answer) = oneshot::channel();
+    events.send(Event::Dashboard(View::Sample(reply))).ok()?;
+    answer.await.ok()
+}
+
 /// Serve the page until the process ends; `token`: required when bound beyond loopback.
 pub(in crate::scheduler) async fn serve(
     listener: TcpListener,
@@ -345,7 +352,14 @@ async fn sampler(shared: Shared) {
     loop {
         every.tick().await;
         // None: no actor now (a replica that does not lead, for now): no sample this second.
-        let Some(snapshot) = snapshot(&shared.events).await else {
+        // With no page listening, only what the history needs (a cluster's dashboard that
+        // nobody looks at costs the scheduler little).
+        let listening = shared.updates.receiver_count() > 0;
+        let taken = match listening {
+            true => snapshot(&shared.events).await,
+            false => sample_only(&shared.events).await,
+        };
+        let Some(snapshot) = taken else {
             continue;
         };
         let point = sample(&snapshot);

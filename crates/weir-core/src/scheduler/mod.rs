@@ -281,7 +281,15 @@ impl Scheduler {
 
     /// `weir status`: tasks, workers, managers and the policy's last error.
     pub fn status(&self, now: u64) -> StatusReport {
-        let mut report = self.tasks.status();
+        self.status_of(now, self.tasks.status())
+    }
+
+    /// [`Scheduler::status`] without the worker list: the task counts and each manager's.
+    pub fn status_without_workers(&self, now: u64) -> StatusReport {
+        self.status_of(now, self.tasks.counts_only())
+    }
+
+    fn status_of(&self, now: u64, mut report: StatusReport) -> StatusReport {
         report.now_ms = now;
         report.managers = self.managers.status(&self.context(now));
         report.policy_error = self.scaling.error.as_ref().map(ToString::to_string);

@@ -8,6 +8,15 @@ impl Tasks {
         self.counts.queued
     }
 
+    /// [`Tasks::status`] without the worker list (what grows with the cluster): the counts.
+    pub fn counts_only(&self) -> StatusReport {
+        StatusReport {
+            tasks: self.counts.clone(),
+            jobs: self.jobs.len() as u64,
+            ..StatusReport::default()
+        }
+    }
+
     pub fn status(&self) -> StatusReport {
         StatusReport {
             workers: self

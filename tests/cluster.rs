@@ -253,6 +253,26 @@ fn the_read_only_token_shows_status_but_cannot_change_anything_or_fetch_results(
         "{}",
         text(&out.stderr)
     );
+    // Nor does a scheduler take it for its own (beside the certificate it was made with):
+    // reusing it would make the worker token empty, overwriting it would cut everyone off.
+    let mistaken = cluster.access_file().with_file_name("watch.json");
+    std::fs::copy(&read, &mistaken).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .args(["--listen", "127.0.0.1:0", "--access-file"])
+        .arg(&mistaken)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("has no worker or client token"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        weir::net::AccessFile::read(&mistaken).unwrap(),
+        watcher,
+        "left as it was"
+    );
     // The client token still does all of it.
     let done = cluster.json(&["submit", "--count", "2", "--wait", "--", "true"]);
     assert_eq!(done["counts"]["succeeded"], 2, "{done}");

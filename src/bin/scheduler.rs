@@ -118,7 +118,8 @@ struct Args {
     /// Share it with those who watch.
     #[arg(long, value_name = "FILE")]
     read_access_file: Option<PathBuf>,
-    /// Most open connections with each token (clients; workers and managers); more are refused.
+    /// Most open connections with each token (clients; read-only clients; workers and
+    /// managers); more are refused.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
     /// Forget each job (free its results and inputs; `weir results` then says so) this many

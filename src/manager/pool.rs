@@ -199,6 +199,9 @@ impl Pool {
                 None => tracing::warn!(worker = %name, %status, "worker exited; replacing it"),
             }
         }
+        // A worker started since the last failure that has lived long enough ends the run.
+        let alive = self.book.units.iter().map(|u| u.since);
+        self.restarts.came_up(now, alive);
     }
 
     fn remember_exited(&mut self, name: &str, instance: u64) {
@@ -224,8 +227,7 @@ impl Pool {
             .chain(self.exited.iter().cloned())
             .collect();
         state.backend = "process".into();
-        let alive = self.book.units.iter().map(|u| u.since);
-        state.launch = self.restarts.report(self.clock.now(), alive);
+        state.launch = self.restarts.report(self.clock.now());
         state.units = self.units(self.clock.now());
         state
     }

@@ -191,9 +191,13 @@ async fn admit(
     }
     // One slot per connection and token (workers and managers share theirs), held until it ends.
     let Some(_slot) = limits.take(hello.role, read_only) else {
+        let token = match read_only {
+            true => "read-only".to_string(),
+            false => format!("{:?}", hello.role),
+        };
         let reason = format!(
-            "too many connections with the {:?} token (limit {})",
-            hello.role, limits.max
+            "too many connections with the {token} token (limit {})",
+            limits.max
         );
         tracing::warn!(%peer, "{reason}");
         return refuse(&connection, &mut send, &reason).await;

@@ -212,12 +212,22 @@ pub async fn run_with(
             error: e.to_string(),
         })?;
     let local = endpoint.local_addr()?;
-    // Tokens are kept across restarts, unless the file is not a full one (a read-only file
-    // given as --access-file by mistake has no worker token: an empty token would let anyone in).
+    // Tokens are kept across restarts. A file without them (a read-only access file given as
+    // --access-file by mistake) is refused: reusing it would make an empty token, which lets
+    // anyone in, and overwriting it would cut off everyone who holds the real one.
     let previous = AccessFile::read(&settings.access_file)
         .ok()
-        .filter(|a| a.certificate == cert_pem)
-        .filter(|a| !a.worker_token.is_empty() && !a.client_token.is_empty());
+        .filter(|a| a.certificate == cert_pem);
+    if previous
+        .as_ref()
+        .is_some_and(|a| a.worker_token.is_empty() || a.client_token.is_empty())
+    {
+        return Err(NetError::Access(format!(
+            "{} has no worker or client token (a read-only access file?): give the scheduler's own access file",
+            settings.access_file.display()
+        ))
+        .into());
+    }
     let access = AccessFile {
         address: format!("quic://{local}"),
         certificate: cert_pem,

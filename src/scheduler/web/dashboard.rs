@@ -372,7 +372,9 @@ async fn sampler(shared: Shared) {
         if let Ok(mut scaling) = shared.scaling.lock() {
             scaling.observe(point.t, &snapshot);
         }
-        if shared.updates.receiver_count() > 0
+        // Only a whole snapshot goes to pages (one that opened meanwhile waits a second).
+        if listening
+            && shared.updates.receiver_count() > 0
             && let Ok(data) = serde_json::to_string(&serde_json::json!({
                 "snapshot": summarized(&snapshot, true),
                 "sample": &point,

@@ -260,9 +260,12 @@ impl Tasks {
         }
         self.resync(worker);
         self.drop_forgotten();
-        // A drained worker asked for less (an idle worker's share) gives back the rest too;
-        // not after an answer with nothing (all it holds had started).
-        if drained && !given.is_empty() {
+        // A drained worker asked for less (an idle worker's share, or the tasks it could run)
+        // gives back the rest too: asked again when it gave something or holds tasks that
+        // take-back did not name (so never again for an answer of nothing to the same ask).
+        let unasked = (self.workers.get(&worker))
+            .is_some_and(|w| self.held_running(w).iter().any(|t| !asked.contains(t)));
+        if drained && (!given.is_empty() || unasked) {
             self.ask_back_held(worker);
         }
         back

@@ -91,7 +91,7 @@ const MAX_RESTART_MS: u64 = 30_000;
 
 /// The process backend's backoff: worker processes that died young in a row, and when (ms)
 /// starting is allowed again (0.5 s, doubling, at most 30 s); one that lived resets it.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Restarts {
     failures: u32,
     not_before: u64,
@@ -120,15 +120,22 @@ impl Restarts {
         now >= self.not_before
     }
 
-    /// What the manager reports of it at `now`; `alive`: when each of its live worker
-    /// processes started. One started after the last failure that has lived [`YOUNG_MS`]
-    /// came up: the failures in a row are over (reported as 0) though none exited since.
-    pub fn report(&self, now: u64, alive: impl IntoIterator<Item = u64>) -> LaunchReport {
-        let came_up = self.last.is_some_and(|last| {
+    /// `alive`: when each of the live worker processes started. One started after the last
+    /// failure that has lived [`YOUNG_MS`] came up: the failures in a row are over (the next
+    /// young exit waits from the start again), though none exited since.
+    pub fn came_up(&mut self, now: u64, alive: impl IntoIterator<Item = u64>) {
+        let up = self.last.is_some_and(|last| {
             (alive.into_iter()).any(|since| since >= last && now.saturating_sub(since) >= YOUNG_MS)
         });
+        if up {
+            self.failures = 0;
+        }
+    }
+
+    /// What the manager reports of it at `now`.
+    pub fn report(&self, now: u64) -> LaunchReport {
         LaunchReport {
-            failures: if came_up { 0 } else { self.failures },
+            failures: self.failures,
             last_failure_ms: self.last.map(|at| now.saturating_sub(at)),
             backoff_ms: self.not_before.saturating_sub(now),
         }

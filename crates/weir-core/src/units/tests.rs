@@ -263,25 +263,31 @@ fn processes_dying_young_in_a_row_double_the_wait_and_one_that_lived_resets_it()
     let mut restarts = Restarts::default();
     assert!(restarts.may_start(0));
     assert_eq!(
-        restarts.report(0, []),
+        restarts.report(0),
         LaunchReport::default(),
         "nothing failed"
     );
     assert_eq!(restarts.exited(1000, 9_999), Some(500));
     assert!(!restarts.may_start(1499) && restarts.may_start(1500));
-    let report = restarts.report(1200, [0]);
+    let report = restarts.report(1200);
     assert_eq!(
         (report.failures, report.last_failure_ms, report.backoff_ms),
         (1, Some(200), 300)
     );
-    // Its replacement, started at 1500, has lived 10 s by 11,500: it came up.
-    assert_eq!(restarts.report(11_499, [1500]).failures, 1);
-    assert_eq!(restarts.report(11_500, [1500]).failures, 0);
+    // Its replacement, started at 1500, has lived 10 s by 11,500: it came up, and the next
+    // young exit waits from the start again.
+    let mut later = restarts.clone();
+    later.came_up(11_500, [500]);
     assert_eq!(
-        restarts.report(11_500, [500]).failures,
+        later.report(11_500).failures,
         1,
         "one from before the failure"
     );
+    later.came_up(11_499, [1500]);
+    assert_eq!(later.report(11_499).failures, 1);
+    later.came_up(11_500, [1500]);
+    assert_eq!(later.report(11_500).failures, 0);
+    assert_eq!(later.exited(12_000, 0), Some(500));
     assert_eq!(restarts.exited(2000, 100), Some(1000));
     for _ in 0..10 {
         restarts.exited(3000, 0);

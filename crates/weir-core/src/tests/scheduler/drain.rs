@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use std::sync::Arc;
 
 /// Manager `m1` with `count` one-slot workers registered; their ids in order.
-fn with_workers(count: usize, percent: u32) -> (Scheduler, Vec<u64>) {
+pub(super) fn with_workers(count: usize, percent: u32) -> (Scheduler, Vec<u64>) {
     let mut config = config(false);
     config.max_drain_percent = percent;
     let mut core = Scheduler::new(config);

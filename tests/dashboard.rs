@@ -380,7 +380,7 @@ fn the_dashboard_beyond_loopback_asks_for_the_token() {
     assert!(get(&format!("/api/snapshot?token={token}"), "x").starts_with("HTTP/1.0 200"));
     // The page and its scripts load without the token (a browser fetches them without the
     // page's query) and do not carry it: the page reads it from its own URL.
-    for path in ["/", "/app.js", "/uplot.min.js"] {
+    for path in ["/", "/common.js", "/views.js", "/app.js", "/uplot.min.js"] {
         let page = get(path, "x");
         assert!(
             page.starts_with("HTTP/1.0 200") && !page.contains(token),

@@ -92,17 +92,16 @@ fn sample(snapshot: &Snapshot) -> Sample {
     }
 }
 
-async fn snapshot(events: &Front) -> Option<Snapshot> {
+/// Ask the actor for a view (`View::Snapshot`, `|reply| View::Job(job, reply)`...); `None`
+/// when no actor answers (a replica that does not lead, a scheduler stopping).
+async fn ask<T>(events: &Front, view: impl FnOnce(oneshot::Sender<T>) -> View) -> Option<T> {
     let (reply, answer) = oneshot::channel();
-    events.send(Event::Dashboard(View::Snapshot(reply))).ok()?;
+    events.send(Event::Dashboard(view(reply))).ok()?;
     answer.await.ok()
 }
 
-/// The snapshot the sampler needs when no page listens (no per-worker lists).
-async fn sample_only(events: &Front) -> Option<Snapshot> {
-    let (reply, answer) = oneshot::channel();
-    events.send(Event::Dashboard(View::Sample(reply))).ok()?;
-    answer.await.ok()
+async fn snapshot(events: &Front) -> Option<Snapshot> {
+    ask(events, View::Snapshot).await
 }
 
 /// Serve the page until the process ends; `token`: required when bound beyond loopback.
@@ -216,9 +215,13 @@ async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -
 
 fn json(value: &impl Serialize) -> Response {
     match serde_json::to_string(value) {
-        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Ok(body) => json_text(body),
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
     }
+}
+
+fn json_text(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 async fn metrics(State(shared): State<Shared>, headers: axum::http::HeaderMap) -> Response {
@@ -264,44 +267,29 @@ async fn api_job(State(shared): State<Shared>, Path(job): Path<crate::proto::Job
             .cloned()
     });
     if let Some((_, body)) = cached {
-        return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+        return json_text(body);
     }
-    let (reply, answer) = oneshot::channel();
-    if (shared.events)
-        .send(Event::Dashboard(View::Job(job, reply)))
-        .is_err()
-    {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    }
-    match answer.await {
-        Ok(Some(detail)) => match serde_json::to_string(&detail) {
+    match ask(&shared.events, |reply| View::Job(job, reply)).await {
+        Some(Some(detail)) => match serde_json::to_string(&detail) {
             Ok(body) => {
                 if let Ok(mut pages) = shared.job_pages.lock() {
                     pages.retain(|_, (at, _)| at.elapsed() < JOB_FRESH);
                     pages.insert(job, (std::time::Instant::now(), body.clone()));
                 }
-                ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+                json_text(body)
             }
             Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
         },
-        Ok(None) => (StatusCode::NOT_FOUND, format!("no job {job}")).into_response(),
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        Some(None) => (StatusCode::NOT_FOUND, format!("no job {job}")).into_response(),
+        None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
 }
 
 async fn api_explain(State(shared): State<Shared>, Path(task): Path<TaskId>) -> Response {
-    let (reply, answer) = oneshot::channel();
-    if shared
-        .events
-        .send(Event::Dashboard(View::Explain(task, reply)))
-        .is_err()
-    {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    }
-    match answer.await {
-        Ok(Some(lines)) => json(&lines),
-        Ok(None) => (StatusCode::NOT_FOUND, format!("no task {task}")).into_response(),
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    match ask(&shared.events, |reply| View::Explain(task, reply)).await {
+        Some(Some(lines)) => json(&lines),
+        Some(None) => (StatusCode::NOT_FOUND, format!("no task {task}")).into_response(),
+        None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
 }
 
@@ -357,7 +345,7 @@ async fn sampler(shared: Shared) {
         let listening = shared.updates.receiver_count() > 0;
         let taken = match listening {
             true => snapshot(&shared.events).await,
-            false => sample_only(&shared.events).await,
+            false => ask(&shared.events, View::Sample).await,
         };
         let Some(snapshot) = taken else {
             continue;

@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::{Shared, json, snapshot};
-use crate::scheduler::event::{Event, Snapshot, View};
+use super::{Shared, ask, json, snapshot};
+use crate::scheduler::event::{Snapshot, View};
 
 /// `/api/workers` query: a page of the workers, sorted and filtered.
 #[derive(serde::Deserialize)]
@@ -174,14 +174,8 @@ pub(super) async fn api_stream(
     Query(query): Query<StreamQuery>,
 ) -> Response {
     let seconds = query.seconds.unwrap_or(300).clamp(1, 900);
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    if (shared.events)
-        .send(Event::Dashboard(View::Stream(seconds * 1000, reply)))
-        .is_err()
-    {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    }
-    let Ok((now, mut runs)) = answer.await else {
+    let asked = ask(&shared.events, |reply| View::Stream(seconds * 1000, reply)).await;
+    let Some((now, mut runs)) = asked else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
     let wall = std::time::SystemTime::now()

@@ -253,6 +253,18 @@ impl Manager {
         self.live_workers() + u64::from(self.starting)
     }
 
+    /// Whether a worker of it could ever run `demand`: its capability amounts cover each the
+    /// demand needs, and no environment the demand needs is `no-match` here.
+    pub fn serves(&self, demand: &Demand) -> bool {
+        let has = |name: &str| {
+            (self.capabilities.iter())
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, amount)| *amount)
+        };
+        (demand.capabilities.iter()).all(|(name, need)| *need == 0 || has(name) >= *need)
+            && (demand.environments.iter()).all(|env| self.verdict(env) != Verdict::NoMatch)
+    }
+
     /// Most workers it may run under a task cap: `cap / worker_slots`, at least one when the
     /// cap allows any task at all.
     pub fn max_workers_for(&self, task_cap: u32) -> u64 {

@@ -78,13 +78,9 @@ impl Plan<'_> {
         self.summary.busy > 0 || self.above_minimum()
     }
 
-    /// Whether a worker of this manager could ever run `group` (capabilities; no `no-match`).
+    /// Whether a worker of this manager could ever run `group` ([`Manager::serves`]).
     pub(crate) fn serves(&self, group: &Demand) -> bool {
-        self.density(group) > 0
-            && group
-                .environments
-                .iter()
-                .all(|env| self.manager.verdict(env) != crate::Verdict::NoMatch)
+        self.manager.serves(group)
     }
 
     /// Tasks of `group` a worker of this manager can run at once (0: it cannot serve the group).

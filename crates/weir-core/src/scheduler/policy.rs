@@ -394,31 +394,25 @@ impl Scheduler {
         let Some(snapshot) = self.scaling.last.as_ref() else {
             return Vec::new();
         };
+        // Each online manager once: (it, below its cap, its idle workers).
+        let managers: Vec<(&crate::scaling::Manager, bool, u64)> = (snapshot.managers.iter())
+            .filter(|m| m.online)
+            .map(|m| {
+                let below = m.current_workers() < m.max_workers_for(m.max_task_concurrency);
+                let idle = u64::from(m.summary(snapshot.scale_down_delay_ms).idle);
+                (m, below, idle)
+            })
+            .collect();
         (snapshot.demand.iter())
             .map(|demand| {
                 let mut view = DemandView {
                     demand: demand.clone(),
                     ..DemandView::default()
                 };
-                for manager in snapshot.managers.iter().filter(|m| m.online) {
-                    let has = |name: &str, need: u64| {
-                        (manager.capabilities.iter())
-                            .any(|(n, amount)| n == name && *amount >= need)
-                    };
-                    let fits = (demand.capabilities.iter())
-                        .all(|(name, need)| *need == 0 || has(name, *need));
-                    let allowed = (demand.environments.iter())
-                        .all(|env| manager.verdict(env) != crate::scaling::Verdict::NoMatch);
-                    if !(fits && allowed) {
-                        continue;
-                    }
+                for (_, below, idle) in managers.iter().filter(|(m, _, _)| m.serves(demand)) {
                     view.able += 1;
-                    let cap = manager.max_workers_for(manager.max_task_concurrency);
-                    if manager.current_workers() < cap {
-                        view.below_cap += 1;
-                    }
-                    let summary = manager.summary(snapshot.scale_down_delay_ms);
-                    view.idle_workers += u64::from(summary.idle);
+                    view.below_cap += u32::from(*below);
+                    view.idle_workers += idle;
                 }
                 view
             })

@@ -148,7 +148,10 @@ impl Tasks {
             w.running.remove(&task);
             w.waiting.remove(&task);
             if let Some(since) = w.release(task) {
-                started = Some((since, w.info.name.clone()));
+                // Only a run that ends now is kept for the task stream (not a canceled one).
+                if state == TaskState::Running {
+                    started = Some((since, w.info.name.clone()));
+                }
                 let ran = now.saturating_sub(since);
                 if ran <= PREFETCH_BELOW_MS {
                     self.quick.insert(group);

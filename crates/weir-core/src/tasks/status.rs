@@ -31,12 +31,7 @@ impl Tasks {
                     running: w.held().min(w.info.slots),
                     capabilities: w.info.capabilities.clone(),
                     prefetched: w.held().saturating_sub(w.info.slots),
-                    tasks: {
-                        let mut started: Vec<TaskId> =
-                            w.running.difference(&w.waiting).copied().collect();
-                        started.sort_unstable();
-                        started
-                    },
+                    tasks: w.started(),
                     joined_ms: w.joined,
                     ends_at_ms: w.ends_at,
                     drained: w.cordoned,

@@ -37,11 +37,10 @@ impl Tasks {
             .partition_point(|r| r.ended_ms.unwrap_or(u64::MAX) < since);
         let mut runs: Vec<Run> = self.runs.range(first..).cloned().collect();
         for w in self.workers.values() {
-            let mut started: Vec<(TaskId, u64)> = (w.running.difference(&w.waiting))
-                .filter_map(|task| w.since.get(task).map(|(at, _)| (*task, *at)))
-                .collect();
-            started.sort_unstable();
-            for (task, at) in started {
+            for task in w.started() {
+                let Some((at, _)) = w.since.get(&task).copied() else {
+                    continue;
+                };
                 let Some(job) = self.task(task).and_then(|t| self.groups.get(&t.group)) else {
                     continue;
                 };

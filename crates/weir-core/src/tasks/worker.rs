@@ -114,6 +114,13 @@ impl BookedWorker {
         u32::try_from(self.running.len()).unwrap_or(u32::MAX)
     }
 
+    /// The tasks it runs now (held and started: not waiting ahead of a slot), in id order.
+    pub(super) fn started(&self) -> Vec<TaskId> {
+        let mut started: Vec<TaskId> = self.running.difference(&self.waiting).copied().collect();
+        started.sort_unstable();
+        started
+    }
+
     /// Whether it may be handed a task of `class` now while it holds fewer than `limit`.
     pub(super) fn fits(&self, class: &Class, now: u64, limit: u32) -> bool {
         self.open()

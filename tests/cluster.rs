@@ -253,6 +253,24 @@ fn the_read_only_token_shows_status_but_cannot_change_anything_or_fetch_results(
         "{}",
         text(&out.stderr)
     );
+    // Spelt otherwise, and before either file exists (checked with the flags: `--check`).
+    let fresh = files.path().join("new.json");
+    std::fs::create_dir(files.path().join("sub")).unwrap();
+    let spelt = files.path().join("sub").join("..").join("new.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"))
+        .arg("--check")
+        .arg("--access-file")
+        .arg(&fresh)
+        .arg("--read-access-file")
+        .arg(&spelt)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("is the access file itself"),
+        "{}",
+        text(&out.stderr)
+    );
     // Nor does a scheduler take it for its own (beside the certificate it was made with):
     // reusing it would make the worker token empty, overwriting it would cut everyone off.
     let mistaken = cluster.access_file().with_file_name("watch.json");

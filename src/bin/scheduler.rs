@@ -192,6 +192,24 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    if let Some(read) = &args.read_access_file {
+        let access = &args.common.access_file;
+        // Compared by their directories (which exist, or will) and names: `./a` is `a`, on a
+        // first run too (when neither file exists yet).
+        let place = |path: &std::path::Path| {
+            let dir = (path.parent().filter(|d| !d.as_os_str().is_empty()))
+                .unwrap_or(std::path::Path::new("."));
+            let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+            (dir, path.file_name().map(ToOwned::to_owned))
+        };
+        let same = read == access || place(read) == place(access);
+        if same {
+            anyhow::bail!(
+                "--read-access-file {} is the access file itself: give it a path of its own",
+                read.display()
+            );
+        }
+    }
     // --policy-content alone means the bundled waterfall_v2; no policy flag at all, its default
     // tier `1, default` (every manager of worker type `default`).
     let policy = match (&args.policy, &args.policy_content) {
@@ -265,18 +283,6 @@ fn run(args: Args) -> Result<()> {
         (None, None) => "quic://127.0.0.1:7788".to_string(),
     };
     let listen: SocketAddr = weir::net::parse_address(&listen)?;
-    if let Some(read) = &args.read_access_file {
-        let access = &args.common.access_file;
-        let same = read == access
-            || (std::fs::canonicalize(read).ok())
-                .is_some_and(|r| std::fs::canonicalize(access).ok() == Some(r));
-        if same {
-            anyhow::bail!(
-                "--read-access-file {} is the access file itself: give it a path of its own",
-                read.display()
-            );
-        }
-    }
     let settings = Settings {
         listen,
         access_file: args.common.access_file,

@@ -12,6 +12,7 @@
 //!    N finished no-op tasks, then again once they are forgotten (compacted while running).
 
 mod cluster;
+mod dashboard;
 mod journal;
 mod plugins;
 mod replicas;

@@ -10,7 +10,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
 bundled=(waterfall_v1 waterfall_v2 mem_gt square)
-fixtures=(hostile_policy hostile_condition hostile_task)
+fixtures=(hostile_policy hostile_condition hostile_task empty_policy)
 
 check=false
 case "${1:-}" in

@@ -11,6 +11,7 @@ use weir::plugin::{HostFacts, Limits, Origin, PluginError, PluginHost, Version, 
 const HOSTILE_POLICY: &[u8] = include_bytes!("../plugins/fixtures/hostile_policy.wasm");
 const HOSTILE_CONDITION: &[u8] = include_bytes!("../plugins/fixtures/hostile_condition.wasm");
 const HOSTILE_TASK: &[u8] = include_bytes!("../plugins/fixtures/hostile_task.wasm");
+const EMPTY_POLICY: &[u8] = include_bytes!("../plugins/fixtures/empty_policy.wasm");
 
 fn host() -> &'static PluginHost {
     static HOST: OnceLock<PluginHost> = OnceLock::new();
@@ -102,6 +103,7 @@ fn bundled_components_declare_their_worlds_and_versions() {
             World::Environment,
             Version::V0_1,
         ),
+        ("empty_policy", EMPTY_POLICY, World::Policy, Version::V0_2),
     ] {
         let loaded = host().load(name, bytes, None).expect(name);
         assert_eq!(loaded.world, Some(world), "{name}");
@@ -126,6 +128,20 @@ fn bundled_components_declare_their_worlds_and_versions() {
             );
         }
     }
+}
+
+/// `weir bench --plugins-only` times this fixture as the 0.2.0 interface's own cost: it must
+/// take every snapshot and answer nothing, or the floor it prints would measure something else.
+#[test]
+fn the_empty_policy_takes_a_snapshot_and_decides_nothing() {
+    let loaded = host()
+        .load("empty_policy", EMPTY_POLICY, Some(World::Policy))
+        .expect("loads");
+    let mut policy = host()
+        .policy(&loaded, "anything", Limits::default())
+        .expect("created");
+    let decisions = policy.decide(&one_manager()).expect("decides");
+    assert!(decisions.is_empty(), "{decisions:?}");
 }
 
 #[test]

@@ -13,8 +13,10 @@
 
 mod cluster;
 mod dashboard;
+mod fleet;
 mod journal;
 mod plugins;
+mod quic_floor;
 mod replicas;
 mod simulated;
 
@@ -118,6 +120,10 @@ pub(crate) struct BenchArgs {
     /// The scheduler's `--threads` in the throughput and simulated-worker runs.
     #[arg(long, default_value_t = 1, value_name = "N")]
     scheduler_threads: u16,
+    /// Internal: the bare QUIC server the simulated-worker run measures its floor against
+    /// (bench/quic_floor.rs); its access file goes into DIR.
+    #[arg(long, hide = true, value_name = "DIR")]
+    bare_quic_server: Option<std::path::PathBuf>,
 }
 
 pub(crate) struct Report {
@@ -132,6 +138,9 @@ impl Report {
 }
 
 pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
+    if let Some(dir) = &args.bare_quic_server {
+        return quic_floor::serve(dir).await;
+    }
     let mut report = Report { lines: Vec::new() };
     report.row(format!("machine: {}", machine()));
     report.row(format!(

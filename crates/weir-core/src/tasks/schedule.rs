@@ -23,8 +23,22 @@ pub(super) fn could_ever_run(worker: &BookedWorker, class: &Class, known: &Envir
 type GroupKey<'a> = (&'a [(String, u64)], Vec<String>);
 
 /// How many canceled tasks at the front of a queue [`Tasks::demand`] looks past for the oldest
-/// queued one (canceled tasks leave their queue lazily, when scheduling reaches them).
+/// queued one. Canceled tasks leave their queue lazily, but never stay at its front: a cancel
+/// and every placement round drop those there ([`drop_unqueued_front`]), so the first task
+/// looked at is queued; the bound only keeps a broken rule from costing a whole queue.
 const OLDEST_SCAN: usize = 1024;
+
+/// Drop the tasks at the front of `queue` that no longer wait (canceled, or forgotten since),
+/// so its front is a queued task and an all-canceled queue is empty.
+pub(super) fn drop_unqueued_front(queue: &mut VecDeque<TaskId>, tasks: &Dense<Task>) {
+    while queue.front().is_some_and(|&id| {
+        tasks
+            .get(id)
+            .is_none_or(|t| t.state != TaskState::Queued)
+    }) {
+        queue.pop_front();
+    }
+}
 
 impl Tasks {
     /// Place queued tasks on workers with room (and time left for them): first every free
@@ -114,14 +128,7 @@ impl Tasks {
                     break;
                 }
             }
-            // Drop canceled tasks at the front so an all-canceled queue goes away.
-            while queue.front().is_some_and(|&id| {
-                self.tasks
-                    .get(id)
-                    .is_none_or(|t| t.state != TaskState::Queued)
-            }) {
-                queue.pop_front();
-            }
+            drop_unqueued_front(queue, &self.tasks);
             if queue.is_empty() {
                 emptied.push(*key);
             }

@@ -297,10 +297,16 @@ impl Tasks {
     pub fn cancel_tasks(&mut self, ids: &[TaskId]) -> u64 {
         let mut canceled = 0;
         let mut per_worker: BTreeMap<WorkerId, Vec<TaskId>> = BTreeMap::new();
+        let mut queues = std::collections::BTreeSet::new();
         for &id in ids {
             let Some(task) = self.task(id) else { continue };
             if task.state.is_final() {
                 continue;
+            }
+            if task.state == TaskState::Queued
+                && let Some(group) = self.groups.get(&task.group)
+            {
+                queues.insert((std::cmp::Reverse(group.spec.priority), group.class));
             }
             let mut place = None;
             if let (TaskState::Running, Some(w)) = (task.state, task.worker) {
@@ -315,6 +321,17 @@ impl Tasks {
         }
         for (worker, tasks) in per_worker {
             self.effects.push(Effect::Cancel { worker, tasks });
+        }
+        // Canceled tasks at the front of their queues go now, not when scheduling reaches
+        // them (it may not, with no worker for them): the front is what the policy is told
+        // has waited longest.
+        for key in queues {
+            if let Some(queue) = self.queues.get_mut(&key) {
+                super::schedule::drop_unqueued_front(queue, &self.tasks);
+                if queue.is_empty() {
+                    self.queues.remove(&key);
+                }
+            }
         }
         canceled
     }

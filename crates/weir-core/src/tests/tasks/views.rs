@@ -59,6 +59,25 @@ fn the_demand_tells_how_long_the_oldest_task_waited_and_how_long_tasks_ran() {
     assert_eq!(demand(&core)[0], ("cpu".to_string(), 0, 0, Some(ran)));
 }
 
+/// Canceled tasks used to leave their queue only when scheduling reached them, and the demand
+/// looked past a bounded number of them: a canceled job of 2,000 tasks ahead of a queued one
+/// (and no worker to schedule on) made the queued task's wait read 0 to the policy.
+#[test]
+fn a_canceled_job_ahead_in_the_queue_does_not_hide_how_long_the_next_task_waited() {
+    let mut core = Tasks::new(Config::default());
+    let cpu = &[("cpu", 1)];
+    let (big, _, _) = core.submit_as(1_000, vec![group(2_000, cpu)], None).unwrap();
+    let (_, waiting, _) = core.submit_as(2_000, vec![group(1, cpu)], None).unwrap();
+    assert_eq!(core.cancel_job(big), 2_000);
+    let demand = core.demand(10_000);
+    assert_eq!(demand.len(), 1, "{demand:?}");
+    assert_eq!((demand[0].queued, demand[0].oldest_queued_ms), (1, 8_000));
+    // And it is still the one scheduled first.
+    let w = core.worker_joined(10_000, worker(1, cpu)).expect("joins").0;
+    core.schedule(10_000);
+    assert_eq!(dispatched(&core.take_effects())[&w], [waiting]);
+}
+
 #[test]
 fn the_task_stream_has_each_finished_run_with_its_times_and_the_runs_now() {
     let mut core = Tasks::new(Config::default());

@@ -23,6 +23,8 @@ use crate::proto::ManagerState;
 pub struct Reports {
     last: Option<ManagerState>,
     sent_at: Option<Instant>,
+    /// When the last failure reported happened (the report's time less its age).
+    failed_at: Option<Instant>,
     every: Duration,
     floor: Duration,
 }
@@ -33,6 +35,7 @@ impl Reports {
         Reports {
             last: None,
             sent_at: None,
+            failed_at: None,
             every: tick,
             floor: tick,
         }
@@ -57,11 +60,22 @@ impl Reports {
         crate::core::lease::manager_silence(crate::net::IDLE_TIMEOUT, self.every)
     }
 
-    /// `state` if it is to be sent at `now`: it changed since the last report (ages aside), or
-    /// the last report is a pace old.
+    /// `state` if it is to be sent at `now`: it changed since the last report (ages aside; a
+    /// start that failed since is a change, even one the backoff counts with the last), or the
+    /// last report is a pace old.
     pub fn due(&mut self, now: Instant, state: ManagerState) -> Option<ManagerState> {
         let key = unaged(&state);
-        let changed = self.last.as_ref() != Some(&key);
+        let failed_at = (state.launch.last_failure_ms)
+            .and_then(|ms| now.checked_sub(Duration::from_millis(ms)));
+        // Ages are in whole ms and read a little before `now`: a failure is new when it is
+        // later than the last one reported by more than half a tick (failures are found at
+        // the manager's polls, a tick apart; two found in one poll are one event).
+        let failed_again = match (failed_at, self.failed_at) {
+            (Some(at), Some(before)) => at > before + self.floor / 2,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let changed = self.last.as_ref() != Some(&key) || failed_again;
         // Due once the next tick would come later than the pace (ticks are `floor` apart, and
         // a tick may come a little late): the gap between reports never exceeds the pace.
         let due_after = self.every.saturating_sub(self.floor);
@@ -73,6 +87,7 @@ impl Reports {
         }
         self.last = Some(key);
         self.sent_at = Some(now);
+        self.failed_at = failed_at;
         Some(state)
     }
 }
@@ -85,7 +100,8 @@ fn unaged(state: &ManagerState) -> ManagerState {
         unit.time_left_ms = unit.time_left_ms.map(|_| 0);
         unit.ended_ms = unit.ended_ms.map(|_| 0);
     }
-    // A failure, and whether it backs off, change the report; the time since and left do not.
+    // A failure, and whether it backs off, change the report; the time since and left do not
+    // (a failure since the last report is found by its time: `Reports::due`).
     key.launch.last_failure_ms = key.launch.last_failure_ms.map(|_| 0);
     key.launch.backoff_ms = key.launch.backoff_ms.min(1);
     key
@@ -153,6 +169,22 @@ mod tests {
             reports.due(at(2_750), failed).is_some(),
             "a failure goes at once"
         );
+        // A failure counted with the last (found while the manager backs off) goes at once too:
+        // the policy's cool-downs run from the latest failure. Its age growing does not.
+        let mut again = state(&["a", "b"], 2_750);
+        again.launch.failures = 2;
+        again.launch.last_failure_ms = Some(3_050); // at 0, as reported at 2 750
+        assert!(
+            reports.due(at(3_050), again.clone()).is_none(),
+            "the same failure, older"
+        );
+        again.launch.last_failure_ms = Some(0);
+        assert!(
+            reports.due(at(3_100), again.clone()).is_some(),
+            "a later failure, same count"
+        );
+        again.launch.last_failure_ms = Some(400);
+        assert!(reports.due(at(3_500), again).is_none(), "it, older");
         // The scheduler's silence is judged by the pace: the timeout while it is short, the
         // pace and half the timeout once it is long.
         assert_eq!(reports.silence_limit(), Duration::from_secs(5));

@@ -31,11 +31,10 @@ const OLDEST_SCAN: usize = 1024;
 /// Drop the tasks at the front of `queue` that no longer wait (canceled, or forgotten since),
 /// so its front is a queued task and an all-canceled queue is empty.
 pub(super) fn drop_unqueued_front(queue: &mut VecDeque<TaskId>, tasks: &Dense<Task>) {
-    while queue.front().is_some_and(|&id| {
-        tasks
-            .get(id)
-            .is_none_or(|t| t.state != TaskState::Queued)
-    }) {
+    while queue
+        .front()
+        .is_some_and(|&id| tasks.get(id).is_none_or(|t| t.state != TaskState::Queued))
+    {
         queue.pop_front();
     }
 }

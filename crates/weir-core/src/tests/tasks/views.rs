@@ -66,7 +66,9 @@ fn the_demand_tells_how_long_the_oldest_task_waited_and_how_long_tasks_ran() {
 fn a_canceled_job_ahead_in_the_queue_does_not_hide_how_long_the_next_task_waited() {
     let mut core = Tasks::new(Config::default());
     let cpu = &[("cpu", 1)];
-    let (big, _, _) = core.submit_as(1_000, vec![group(2_000, cpu)], None).unwrap();
+    let (big, _, _) = core
+        .submit_as(1_000, vec![group(2_000, cpu)], None)
+        .unwrap();
     let (_, waiting, _) = core.submit_as(2_000, vec![group(1, cpu)], None).unwrap();
     assert_eq!(core.cancel_job(big), 2_000);
     let demand = core.demand(10_000);

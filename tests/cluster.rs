@@ -490,12 +490,22 @@ fn a_scheduler_killed_and_restarted_with_its_journal_loses_no_task() {
     cluster.assert_each_task_ran_once(&job, 120);
 }
 
+/// Each token has its own budget of connections: clients, read-only clients (the dashboard's
+/// watchers must not starve the submitters, nor they the watchers), workers and managers.
 #[test]
 fn connections_per_token_are_capped() {
-    let mut cluster = Cluster::start_with(&["--max-connections", "1"]);
+    let files = tempfile::tempdir().unwrap();
+    let read = files.path().join("read-access.json");
+    let mut cluster = Cluster::start_with(&[
+        "--max-connections",
+        "1",
+        "--read-access-file",
+        read.to_str().unwrap(),
+    ]);
     cluster.worker("only", &["--slots", "1"]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let access = weir::net::AccessFile::read(&cluster.access_file()).unwrap();
+    let watcher = weir::net::AccessFile::read(&read).unwrap();
     let first = runtime
         .block_on(weir::client::Client::connect(&access))
         .unwrap();
@@ -506,7 +516,25 @@ fn connections_per_token_are_capped() {
         "{}",
         text(&out.stderr)
     );
-    drop(first);
+    // The read-only token is not counted with the client token (its one slot is free while
+    // the client's is taken), and has its own limit.
+    let reader = runtime
+        .block_on(weir::client::Client::connect(&watcher))
+        .unwrap();
+    let out = cluster.weir_with(&read, &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("too many connections with the read-only token (limit 1)"),
+        "{}",
+        text(&out.stderr)
+    );
+    // An empty token is no token: neither the client's nor the read-only one.
+    let reason = runtime.block_on(raw_exchange(
+        &access,
+        &hello(weir::proto::PROTOCOL_VERSION, ""),
+    ));
+    assert!(reason.contains("wrong token for role Client"), "{reason}");
+    drop((first, reader));
     let deadline = common::Deadline::start("the connection slot to be free again");
     let done = loop {
         // The slot is free once the scheduler has seen the first connection end.

@@ -1,6 +1,7 @@
 //! Why a task waits, from the managers' side: which could start a worker for it, and why the
 //! others cannot (`weir explain`, `--unschedulable-timeout`).
 
+use super::views::verdict;
 use super::*;
 use crate::scaling::{usable_covers, walltime_bucket_ms};
 

@@ -138,23 +138,23 @@ impl Tasks {
     /// After the journal's replay: its unfinished tasks that were handed to a worker may still
     /// be running on one of the previous run, until its lease runs out; they wait `fence_ms`
     /// from `now` (a worker that reconnects meanwhile claims them). Tasks that never started
-    /// run at once.
+    /// run at once. Tasks that finished before the restart leave their queues now, as a cancel
+    /// takes them out at once: a queue's front is a task that waits (what the policy is told
+    /// has waited longest).
     pub(crate) fn fence_unfinished(&mut self, now: u64) {
-        if self.config.fence_ms == 0 {
-            return;
-        }
+        let fence = self.config.fence_ms > 0;
         let mut fenced = Vec::new();
         for queue in self.queues.values_mut() {
-            let mut waiting = VecDeque::with_capacity(queue.len());
-            for id in queue.drain(..) {
-                match self.tasks.get(id) {
-                    Some(task) if task.state == TaskState::Queued && task.attempts > 0 => {
-                        fenced.push(id)
+            queue.retain(|&id| match self.tasks.get(id) {
+                Some(task) if task.state == TaskState::Queued => {
+                    let started = fence && task.attempts > 0;
+                    if started {
+                        fenced.push(id);
                     }
-                    _ => waiting.push_back(id),
+                    !started
                 }
-            }
-            *queue = waiting;
+                _ => false,
+            });
         }
         self.queues.retain(|_, queue| !queue.is_empty());
         if !fenced.is_empty() {

@@ -24,7 +24,8 @@ type GroupKey<'a> = (&'a [(String, u64)], Vec<String>);
 
 /// How many canceled tasks at the front of a queue [`Tasks::demand`] looks past for the oldest
 /// queued one. Canceled tasks leave their queue lazily, but never stay at its front: a cancel
-/// and every placement round drop those there ([`drop_unqueued_front`]), so the first task
+/// and every placement round drop those there ([`drop_unqueued_front`]), and a journal's
+/// replay drops every task that finished (`Tasks::fence_unfinished`), so the first task
 /// looked at is queued; the bound only keeps a broken rule from costing a whole queue.
 const OLDEST_SCAN: usize = 1024;
 

@@ -80,6 +80,58 @@ fn a_canceled_job_ahead_in_the_queue_does_not_hide_how_long_the_next_task_waited
     assert_eq!(dispatched(&core.take_effects())[&w], [waiting]);
 }
 
+/// The same after a restart: the journal's replay marks the canceled tasks final where they
+/// wait, and the placement round that would drop them needs a worker. A cancel of part of a
+/// job, and a queue of another priority that is canceled whole, too.
+#[test]
+fn after_a_restart_canceled_tasks_ahead_do_not_hide_the_wait_either() {
+    let cpu = &[("cpu", 1)];
+    for fence_ms in [0, 10_000] {
+        let mut replayed = Tasks::new(Config {
+            fence_ms,
+            ..Config::default()
+        });
+        replayed.restore(vec![group(2_000, cpu)], None).unwrap(); // 1..=2000
+        replayed.restore(vec![group(1, cpu)], None).unwrap(); // 2001
+        let urgent = NewGroup {
+            spec: spec(cpu, 5, 3),
+            count: 3,
+            inputs: vec![],
+        };
+        replayed.restore(vec![urgent], None).unwrap(); // 2002..=2004, a queue of their own
+        let canceled = || Outcome::Error {
+            message: "canceled".into(),
+        };
+        for task in (1..=2_000).chain(2_002..=2_004) {
+            replayed.restore_final(task, TaskState::Canceled, canceled(), 0);
+        }
+        replayed.fence_unfinished(5_000);
+        replayed.sanity_check().unwrap();
+        let demand = replayed.demand(10_000);
+        assert_eq!(demand.len(), 1, "{demand:?}");
+        assert_eq!(
+            (demand[0].queued, demand[0].oldest_queued_ms),
+            (1, 10_000),
+            "fence {fence_ms}"
+        );
+        // Part of a job canceled in the running scheduler: the rest still waits, the front
+        // is the first of it.
+        let (_, first, _) = replayed
+            .submit_as(6_000, vec![group(4, cpu)], None)
+            .unwrap();
+        assert_eq!(replayed.cancel_tasks(&[2_001, first, first + 1]), 3);
+        let demand = replayed.demand(10_000);
+        assert_eq!((demand[0].queued, demand[0].oldest_queued_ms), (2, 4_000));
+        let w = replayed
+            .worker_joined(10_000, worker(1, cpu))
+            .expect("joins")
+            .0;
+        replayed.schedule(10_000);
+        assert_eq!(dispatched(&replayed.take_effects())[&w], [first + 2]);
+        replayed.sanity_check().unwrap();
+    }
+}
+
 #[test]
 fn the_task_stream_has_each_finished_run_with_its_times_and_the_runs_now() {
     let mut core = Tasks::new(Config::default());

@@ -366,6 +366,46 @@ fn a_drained_worker_is_asked_for_what_it_holds_ahead_and_never_gets_it_again() {
     core.sanity_check().unwrap();
 }
 
+/// An idle worker's share names only the tasks it could run: a drained worker that answers it
+/// with nothing (it had started them) still holds tasks nobody asked for, and is asked for
+/// those. (Asked only when it gave something back, it would keep them.)
+#[test]
+fn a_drained_worker_answering_nothing_is_asked_for_what_the_share_did_not_name() {
+    let mut core = with_prefetch(4);
+    let (_, gpu) = quick_job(&mut core, 2, &[("gpu", 1)], 0);
+    let (_, plain) = quick_job(&mut core, 3, &[], 0);
+    let mut info = worker(1, &[("gpu", 100)]);
+    info.manager = Some("m1".into());
+    let busy = core.worker_joined(10, info).unwrap().0;
+    core.schedule(10);
+    let held = dispatched(&core.take_effects())[&busy].clone();
+    assert_eq!(held.len(), 5, "one in its slot, four ahead: {held:?}");
+    // An idle worker without a GPU joins: the share asked names only plain tasks.
+    core.worker_joined(20, worker(1, &[])).unwrap();
+    core.schedule(20);
+    let asked = revokes(&core.take_effects());
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].1.iter().all(|t| plain.contains(t)), "{asked:?}");
+    // Drained meanwhile; it answers with nothing (it had started those).
+    core.cordon("m1", &[busy]);
+    assert!(revokes(&core.take_effects()).is_empty());
+    assert_eq!(core.revoked(busy, &[]), 0);
+    // It is asked again, now for what it holds ahead, the GPU tasks among them.
+    let again = revokes(&core.take_effects());
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].0, busy);
+    let held_gpu: Vec<u64> = held.iter().copied().filter(|t| gpu.contains(t)).collect();
+    assert!(!held_gpu.is_empty(), "{held:?}");
+    assert!(
+        held_gpu.iter().all(|t| again[0].1.contains(t)),
+        "{again:?} names {held_gpu:?}"
+    );
+    // Answered with nothing again (the same ask, all started): never asked a third time.
+    assert_eq!(core.revoked(busy, &[]), 0);
+    assert!(revokes(&core.take_effects()).is_empty());
+    core.sanity_check().unwrap();
+}
+
 #[test]
 fn a_worker_drained_while_asked_for_a_share_is_asked_for_the_rest_once_it_answers() {
     let mut core = with_prefetch(4);

@@ -593,6 +593,73 @@ fn keep_alive_connections_from_one_address_cannot_lock_out_a_newcomer() {
     );
 }
 
+/// An event (every second, to every open page) carries each manager once, in
+/// `status.managers`, with only its id and units counted beside it; the units themselves and
+/// the worker lists are asked for by the views that show them.
+#[test]
+fn an_event_carries_each_manager_once_and_its_units_only_counted() {
+    use std::io::{Read, Write};
+    let mut cluster =
+        Cluster::with_policy("waterfall_v2", "1, fast", &["--dashboard", "127.0.0.1:0"]);
+    cluster.dynamic_manager("first", "fast", 2);
+    cluster.await_managers(1);
+    let done = cluster.json(&["submit", "--count", "2", "--wait", "--", "true"]);
+    assert_eq!(done["counts"]["succeeded"], 2, "{done}");
+    let url = cluster.dashboard.clone().unwrap();
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /api/events HTTP/1.0\r\nHost: {address}\r\n\r\n"
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let event = loop {
+        let read = stream.read(&mut buffer).unwrap();
+        assert!(read > 0, "the stream ended before an event");
+        bytes.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some(at) = text.find("data:")
+            && let Some(end) = text[at..].find("\n\n")
+        {
+            break text[at + 5..at + end].trim().to_string();
+        }
+    };
+    let event: Value = serde_json::from_str(&event).unwrap();
+    let snapshot = &event["snapshot"];
+    assert_eq!(
+        snapshot["status"]["managers"][0]["id"], "first",
+        "{snapshot}"
+    );
+    assert_eq!(snapshot["status"]["workers"], serde_json::json!([]));
+    let managers = snapshot["managers"].as_array().unwrap();
+    assert_eq!(managers.len(), 1, "{snapshot}");
+    let keys: Vec<&String> = managers[0].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["id", "unit_counts"], "{snapshot}");
+    let counted: u64 = (managers[0]["unit_counts"].as_object().unwrap().values())
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert!(counted >= 1, "{snapshot}");
+    // The Allocations view asks for the units themselves.
+    let answer = common::http_request(address, "/api/allocations", address);
+    let body = answer.split_once("\r\n\r\n").unwrap().1;
+    let allocations: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(allocations[0]["id"], "first", "{allocations}");
+    // (Not compared with the count: a unit may start or end between the two answers.)
+    let units = allocations[0]["units"].as_array().unwrap();
+    assert!(!units.is_empty(), "{allocations}");
+    assert!(
+        units
+            .iter()
+            .all(|u| u["id"].is_string() && u["state"].is_string()),
+        "{allocations}"
+    );
+}
+
 #[test]
 fn event_streams_cannot_lock_out_a_newcomer() {
     use std::io::{Read, Write};

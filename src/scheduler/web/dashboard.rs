@@ -7,10 +7,12 @@
 //!   minutes; `/api/workers?offset=&limit=&sort=&q=`: one page of the workers, sorted and
 //!   filtered here (10,000 workers stay one small answer); `/api/scaling`: each manager's
 //!   desired, live and starting workers over the last hour and the log of decisions that
-//!   changed a manager's count, policy changes and errors; `/api/job/ID`: a job's counts, its
+//!   changed a manager's count, policy changes and errors; `/api/allocations`: every manager's
+//!   units with their worker counts; `/api/job/ID`: a job's counts, its
 //!   failures with their error, retries and where its tasks ran; `/api/explain/ID`: `weir explain
 //!   ID`; `/api/events`: a server-sent event per second with the snapshot (without the
-//!   per-worker lists: counts per manager instead) and its sample; `/metrics`: as `--metrics`.
+//!   per-worker lists and the units: counts per manager instead) and its sample; `/metrics`:
+//!   as `--metrics`.
 //!
 //! Read-only. Bound to loopback it needs no token; bound beyond, every request must carry the
 //! read-only token (`Authorization: Bearer TOKEN` or `?token=TOKEN`): the scheduler prints a
@@ -128,6 +130,7 @@ pub(in crate::scheduler) async fn serve(
         .route("/api/explain/{task}", get(api_explain))
         .route("/api/workers", get(api_workers))
         .route("/api/scaling", get(api_scaling))
+        .route("/api/allocations", get(workers::api_allocations))
         .route("/api/stream", get(workers::api_stream))
         .route("/api/job/{job}", get(api_job))
         .route("/api/events", get(api_events))

@@ -22,7 +22,7 @@ function showView() {
   if (view === "job") loadJob();
   if (view === "workers") loadWorkers();
   if (view === "scaling") loadScaling();
-  if (view === "allocations" && last) showAllocations(last);
+  if (view === "allocations") loadAllocations();
 }
 window.addEventListener("hashchange", showView);
 
@@ -98,7 +98,7 @@ function showManagers(snapshot) {
   const body = $("managers").tBodies[0];
   body.replaceChildren();
   const decisions = new Map(snapshot.policy.last.map(([id, desired, reason]) => [id, reason]));
-  const units = new Map((snapshot.managers ?? []).map((m) => [m.status.id, m.units]));
+  const units = new Map((snapshot.managers ?? []).map((m) => [m.id, m.unit_counts]));
   const byTier = new Map();
   for (const m of snapshot.status.managers) {
     const key = m.tier ?? Infinity;
@@ -120,7 +120,7 @@ function showManagers(snapshot) {
       cell(row, m.live, "n");
       cell(row, m.starting, "n");
       cell(row, m.max_task_concurrency === 4294967295 ? "∞" : m.max_task_concurrency, "n");
-      unitsCell(row, units.get(m.id) ?? []);
+      unitsCell(row, units.get(m.id) ?? {});
       cell(row, decisions.get(m.id) ?? m.reason ?? "", "muted");
     }
   }
@@ -130,13 +130,11 @@ function showManagers(snapshot) {
   $("totals").textContent = `${snapshot.workers} workers · ${t.queued} queued · ${t.running} running · ${t.succeeded} succeeded · ${t.failed} failed`;
 }
 
-// A manager's units by state (`weir managers`), each unit in the tooltip.
-function unitsCell(row, units) {
-  const counts = new Map();
-  for (const u of units) counts.set(u.state, (counts.get(u.state) ?? 0) + 1);
-  const text = ["pending", "running", "completing", "ended"].filter((s) => counts.has(s)).map((s) => `${counts.get(s)} ${s}`);
+// A manager's units counted by state (`weir managers`); each unit is on the Allocations tab.
+function unitsCell(row, counts) {
+  const text = ["pending", "running", "completing", "ended"].filter((s) => counts[s]).map((s) => `${counts[s]} ${s}`);
   const td = cell(row, text.join(", ") || "–", "units");
-  td.title = units.map((u) => `${u.id}: ${u.state}${u.reason ? ` (${u.reason})` : ""}, ${Math.round(u.age_ms / 1000)} s`).join("\n");
+  td.title = "each unit: the Allocations tab";
 }
 
 // Per environment, per manager: ✓ match, ✗ no match, ! error, … not answered (counted server-side).
@@ -217,7 +215,7 @@ function show(snapshot) {
   showJobs(snapshot);
   showDemand(snapshot);
   if (weirTimes.first == null) weirTimes.first = performance.now();
-  if (view === "allocations") showAllocations(snapshot);
+  if (view === "allocations" && tick % 5 === 0) loadAllocations();
   if (view === "workers" && tick % 2 === 0) loadWorkers();
   if (view === "stream" && tick % 2 === 0) loadStream();
   if (view === "job" && tick % 5 === 0) loadJob();

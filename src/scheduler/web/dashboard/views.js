@@ -273,23 +273,27 @@ function showJob(d) {
   for (const [place, n] of d.ran_on) { const row = places.insertRow(); cell(row, place); cell(row, n, "n"); }
 }
 
-// ---- allocations: every unit of every manager
-function showAllocations(snapshot) {
+// ---- allocations: every unit of every manager (/api/allocations: asked when shown, then every
+// 5 s; the event stream carries only their counts)
+function loadAllocations() {
+  get("/api/allocations").then((r) => r.json()).then(showAllocations).catch(() => {});
+}
+function showAllocations(managers) {
   const body = $("allocations").tBodies[0];
   body.replaceChildren();
-  for (const m of snapshot.managers ?? []) {
+  for (const m of managers) {
     for (const u of m.units) {
       const row = body.insertRow();
-      row.dataset.manager = m.status.id;
+      row.dataset.manager = m.id;
       row.dataset.unit = u.id;
-      cell(row, m.status.id);
+      cell(row, m.id);
       cell(row, m.backend);
       cell(row, u.id);
       cell(row, u.state, u.state === "ended" && u.reason && u.reason !== "drained" ? "failed" : "");
       cell(row, u.reason ?? "");
       cell(row, duration(u.age_ms), "n");
       cell(row, duration(u.time_left_ms), "n");
-      cell(row, u.worker_count ?? u.workers.length, "n");
+      cell(row, u.worker_count, "n");
     }
   }
 }

@@ -28,6 +28,7 @@ pub(super) async fn rows(url: &str, n: u32, report: &mut Report) -> Result<()> {
         ("/api/workers?limit=50&q=nothing-matches", false),
         ("/api/stream?seconds=300", false),
         ("/api/scaling", false),
+        ("/api/allocations", false),
     ] {
         let path = path.split(' ').next().unwrap_or(path);
         let mut times = Vec::new();

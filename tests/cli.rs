@@ -703,3 +703,26 @@ fn workers_wait_waits_for_a_scheduler_to_start_where_others_fail_at_once() {
     assert!(output.status.success(), "{line}");
     assert_eq!(stdout(&output), "1 worker ready\n");
 }
+
+/// An argument that is not UTF-8 (a task's own, after `--`) is an error, not a panic.
+#[test]
+fn an_argument_that_is_not_utf8_is_refused_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"\xff");
+    for args in [
+        vec!["submit".as_ref(), "--".as_ref(), bad],
+        vec!["--output".as_ref(), "json".as_ref(), "status".as_ref(), bad],
+    ] {
+        let cache = tempfile::tempdir().unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(&args)
+            .env("WEIR_CACHE_DIR", cache.path())
+            .env("WEIR_ACCESS_FILE", cache.path().join("none.json"))
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("weir runs");
+        assert_ne!(output.status.code(), Some(101), "{}", stderr(&output));
+        assert!(!output.status.success(), "{args:?}");
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    }
+}

@@ -295,8 +295,10 @@ fn main() -> ExitCode {
 }
 
 /// Whether the raw command line asks for `--output json` (for errors before it is parsed).
+/// Read as the OS gives it (`args()` panics on an argument that is not UTF-8, such as a task's
+/// own argument after `--`).
 fn json_asked() -> bool {
-    let args: Vec<String> = std::env::args().collect();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     args.windows(2)
         .any(|pair| pair[0] == "--output" && pair[1] == "json")
         || args.iter().any(|a| a == "--output=json")

@@ -353,6 +353,14 @@ fn timeouts_fail_the_task_and_cancel_frees_the_slots() {
     cluster.await_status(|s| s["tasks"]["running"] == 2);
     let canceled = cluster.json(&["cancel", &job]);
     assert_eq!(canceled["canceled"], 5);
+    // A wait on it does not say it succeeded: exit 0 is every task succeeded.
+    let out = cluster.weir(&["wait", &job]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("0 task(s) failed, 5 canceled"),
+        "{}",
+        text(&out.stderr)
+    );
     // The killed tasks gave their slots back: new work runs.
     let done = cluster.json(&["submit", "--count", "4", "--wait", "--", "true"]);
     assert_eq!(done["counts"]["succeeded"], 4, "{done}");

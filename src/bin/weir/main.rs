@@ -60,7 +60,7 @@ enum Command {
     /// Submit tasks: a command (after --) or a wasm component, N times or once per input line.
     Submit(submit::SubmitArgs),
     /// Wait for a job to finish, showing progress. Exit 0 when every task succeeded, 1 when
-    /// some failed, 3 when a queued task can run nowhere: no live worker could ever run it and
+    /// some failed or were canceled, 3 when a queued task can run nowhere: no live worker could ever run it and
     /// no worker manager could start one that would, for 2 s (the reason is printed, as `weir
     /// explain` gives it; the tasks stay queued, so `weir wait` again waits on).
     Wait { job: u64 },

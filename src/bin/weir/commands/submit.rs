@@ -44,9 +44,9 @@ pub(crate) struct SubmitArgs {
     /// One task per line of FILE, the line being its input (overrides --count).
     #[arg(long, value_name = "FILE")]
     inputs_file: Option<PathBuf>,
-    /// Wait for every task to finish, showing progress; exit 1 if any failed, 3 if a task can
-    /// run nowhere (no live worker or worker manager could run it, for 2 s: the reason is
-    /// printed; the tasks stay queued, `weir wait JOB` waits on).
+    /// Wait for every task to finish, showing progress; exit 1 if any failed or was canceled,
+    /// 3 if a task can run nowhere (no live worker or worker manager could run it, for 2 s:
+    /// the reason is printed; the tasks stay queued, `weir wait JOB` waits on).
     #[arg(long)]
     wait: bool,
     /// The command and its arguments (after `--`).

@@ -1,5 +1,6 @@
 //! `weir wait` (and `submit --wait`): until every task of a job is final, showing progress and
-//! reconnecting to a scheduler that restarts meanwhile; a job with failed tasks exits 1. When
+//! reconnecting to a scheduler that restarts meanwhile; a job with failed or canceled tasks
+//! exits 1. When
 //! the scheduler says a queued task can run nowhere (no live worker could ever run it, no
 //! worker manager could start one that would, for 2 s), it stops at once with that reason and
 //! exit code 3 ([`EXIT_UNRUNNABLE`]); the tasks stay queued, and `weir wait JOB` waits on.

@@ -131,21 +131,28 @@ pub(crate) struct JobDone {
 }
 
 impl JobDone {
-    /// A job with failed tasks is an error (exit 1).
+    /// A job with failed or canceled tasks is an error (exit 1): exit 0 says every task
+    /// succeeded, as a script that waits on a job takes it.
     pub(crate) fn failure(&self) -> Option<TasksFailed> {
-        (self.counts.failed > 0).then_some(TasksFailed {
+        let JobCounts {
+            failed, canceled, ..
+        } = self.counts;
+        (failed > 0 || canceled > 0).then_some(TasksFailed {
             job: self.job,
-            failed: self.counts.failed,
+            failed,
+            canceled,
         })
     }
 }
 
-/// A job ended with failed tasks. The JSON output carries it in the job's own value.
+/// A job ended with failed or canceled tasks. The JSON output carries it in the job's own
+/// value.
 #[derive(Debug, thiserror::Error)]
-#[error("job {job}: {failed} task(s) failed (see `weir results {job}`)")]
+#[error("job {job}: {failed} task(s) failed, {canceled} canceled (see `weir results {job}`)")]
 pub(crate) struct TasksFailed {
     pub job: JobId,
     pub failed: u64,
+    pub canceled: u64,
 }
 
 /// A wait stopped: the scheduler says `task` can run nowhere.

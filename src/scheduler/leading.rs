@@ -127,6 +127,13 @@ pub(super) fn core_config(settings: &Settings, scaling: Option<&Scaling>, journa
         scale_down_delay_ms: millis(settings.scale_down_delay),
         max_drain_percent: settings.max_drain_percent,
         unschedulable_timeout_ms: settings.unschedulable_timeout.map(millis),
+        // A worker of the previous run still running tasks under its lease comes back within
+        // this: it takes the scheduler for gone after `IDLE_TIMEOUT` of silence and connects
+        // again (each attempt bounded by `CONNECT_TIMEOUT`), and its tasks wait out their fence
+        // meanwhile. An idle one may take its idle pace longer; it holds nothing.
+        restart_grace_ms: millis(
+            fence(settings.worker_lease) + crate::net::IDLE_TIMEOUT + crate::net::CONNECT_TIMEOUT,
+        ),
         policy: scaling.map(|s| s.info.clone()).unwrap_or_default(),
         tiers: scaling.map(|s| s.tiers.clone()).unwrap_or_default(),
         journal,

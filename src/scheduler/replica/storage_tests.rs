@@ -29,6 +29,7 @@ fn config() -> Config {
         tiers: Vec::new(),
         journal: true,
         compact_min_bytes: 1 << 20,
+        restart_grace_ms: 0,
     }
 }
 

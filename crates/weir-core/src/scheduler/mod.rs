@@ -118,6 +118,9 @@ pub struct Scheduler {
     worker_waits: Vec<WorkerWait>,
     /// The scaling loop: the policy, its state, its last decisions and its timing.
     scaling: ScalingLoop,
+    /// No queued task is told a client as one nothing can run before this (ms): after a
+    /// journal's replay, the previous run's workers are still coming back.
+    unrunnable_from: u64,
     /// The journal's size at the last sync.
     journal_bytes: u64,
     next_tick: u64,
@@ -140,6 +143,7 @@ impl Scheduler {
             env_waits: Vec::new(),
             worker_waits: Vec::new(),
             scaling: ScalingLoop::new(&config),
+            unrunnable_from: 0,
             journal_bytes: 0,
             next_tick: config.tick_ms,
             actions: VecDeque::new(),

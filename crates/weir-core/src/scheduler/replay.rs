@@ -114,6 +114,7 @@ impl Scheduler {
     pub(super) fn replayed(&mut self, now: u64) {
         self.tasks.replayed();
         self.tasks.fence_unfinished(now);
+        self.unrunnable_from = now.saturating_add(self.config.restart_grace_ms);
         self.tasks.take_effects();
         self.actions.clear();
         if self.config.journal && self.tasks.forgotten_tasks_since_compaction() > 0 {

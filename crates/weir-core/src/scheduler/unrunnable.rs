@@ -10,7 +10,13 @@ impl Scheduler {
     /// to the clients waiting for their jobs once it has held for [`UNRUNNABLE_AFTER_MS`].
     pub(super) fn unschedulable(&mut self, now: u64) {
         let asked = !self.waiters.is_empty() || !self.watchers.is_empty();
-        if self.tasks.queued() == 0 || !asked && self.config.unschedulable_timeout_ms.is_none() {
+        // Just after a restart nothing is judged: the workers of the previous run, and the
+        // tasks they ran, are still coming back (`Config::restart_grace_ms`).
+        let restarting = now < self.unrunnable_from;
+        if self.tasks.queued() == 0
+            || restarting
+            || !asked && self.config.unschedulable_timeout_ms.is_none()
+        {
             // Not looked at: what was kept of stuck classes is forgotten, so a class found
             // stuck again later counts from then (classes are reused by later jobs).
             self.tasks.mark_unschedulable(now, &[]);

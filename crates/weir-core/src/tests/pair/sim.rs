@@ -203,6 +203,7 @@ impl Sim {
                 .unwrap_or_default(),
             journal: false,
             compact_min_bytes: 1 << 20,
+            restart_grace_ms: 0,
         };
         let workers = (0..workers)
             .map(|i| SimWorker::new(format!("w-{i}"), 1 + (i as u32 % 3)))

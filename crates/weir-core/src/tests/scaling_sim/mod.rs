@@ -258,6 +258,7 @@ fn config(broad: bool) -> Config {
             .tiers(),
         journal: broad,
         compact_min_bytes: 0,
+        restart_grace_ms: 0,
     }
 }
 

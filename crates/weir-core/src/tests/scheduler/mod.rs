@@ -46,6 +46,7 @@ fn config(journal: bool) -> Config {
         }],
         journal,
         compact_min_bytes: 1 << 20,
+        restart_grace_ms: 20_000,
     }
 }
 

@@ -396,3 +396,49 @@ fn an_empty_cluster_or_an_offline_manager_that_could_serve_is_not_nothing_can_ru
         }
     }
 }
+
+/// Just after a restart, the workers of the previous run (and the tasks they run under their
+/// leases) are still coming back: a waiting client is not told its tasks can run nowhere until
+/// the restart's grace (`Config::restart_grace_ms`, 20 s here) has passed, even with a manager
+/// back that could not serve them. Then it is, as on any other start.
+#[test]
+fn after_a_restart_no_task_is_unrunnable_until_the_previous_workers_could_be_back() {
+    let mut before = Scheduler::new(config(true));
+    let actions = round(&mut before, 0, vec![from_client(1, submit(3))]);
+    let records = journaled(&actions);
+    assert!(!records.is_empty());
+    let mut core = Scheduler::new(config(true));
+    for record in records {
+        core.handle(10, Input::Replay(record));
+    }
+    core.handle(10, Input::Replayed);
+    core.take_actions();
+    // A manager the policy does not list (it would start nothing for them) is back first.
+    round(
+        &mut core,
+        10,
+        vec![
+            manager_joins(manager("m2")),
+            from_client(2, Request::Wait { job: 1 }),
+        ],
+    );
+    let told = |core: &mut Scheduler, at: u64| {
+        core.handle(at, Input::Timeout);
+        let actions = core.take_actions();
+        replies(&actions, 2)
+            .iter()
+            .any(|(r, _)| matches!(r, Response::Unrunnable { .. }))
+    };
+    for at in (500..20_010).step_by(500) {
+        assert!(!told(&mut core, at), "told at {at}, within the grace");
+    }
+    // Past the grace, and the 2 s it must hold: told.
+    let mut at = 20_010;
+    while !told(&mut core, at) {
+        at += 500;
+        assert!(
+            at <= 20_010 + crate::scheduler::UNRUNNABLE_AFTER_MS + 1_000,
+            "never told"
+        );
+    }
+}

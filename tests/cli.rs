@@ -726,3 +726,53 @@ fn an_argument_that_is_not_utf8_is_refused_not_a_panic() {
         assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
     }
 }
+
+/// `--check` refuses what a start would refuse (found by an attack run: it passed them).
+#[test]
+fn check_modes_refuse_the_flags_a_start_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "junk").unwrap();
+    let junk = junk.to_str().unwrap();
+    let journal_dir = dir.path().to_str().unwrap();
+    for (args, says) in [
+        (
+            vec!["--check", "--listen", "127.0.0.1:99999"],
+            "--listen 127.0.0.1:99999",
+        ),
+        (
+            vec!["--check", "--journal", journal_dir],
+            "a directory, not a journal file",
+        ),
+        (
+            vec!["--check", "--cert", junk, "--key", junk],
+            "do not make a certificate and its key",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_scheduler"))
+            .args(&args)
+            .env("WEIR_CACHE_DIR", dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stdout(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    let mem_gt = "big=plugins/mem_gt.wasm,threshold=1GiB";
+    for (args, says) in [
+        (vec!["--check", "--slots", "0"], "0 is not in 1.."),
+        (
+            vec!["--check", "--env-plugin", mem_gt, "--env-plugin", mem_gt],
+            "environment `big` given twice",
+        ),
+        (vec!["--check", "--name", ""], "--name"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_worker"))
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("WEIR_CACHE_DIR", dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}: {}", stdout(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+}

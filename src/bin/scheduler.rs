@@ -234,6 +234,7 @@ fn run(args: Args) -> Result<()> {
     let mut policy = spec.instantiate(&host, limits.clone())?;
     let tiers = policy.tiers()?;
     if args.check {
+        check_flags(&args)?;
         println!("policy {}: {} tier(s)", spec.engine.name(), tiers.len());
         for tier in &tiers {
             println!(
@@ -346,5 +347,29 @@ fn run(args: Args) -> Result<()> {
         }
         println!("{lines}");
     }))?;
+    Ok(())
+}
+
+/// What `--check` checks of the flags beyond the policy, as a start would refuse them: the
+/// listen address, a journal that is a directory, a certificate and key that do not load.
+fn check_flags(args: &Args) -> Result<()> {
+    if let Some(listen) = &args.listen {
+        weir::net::parse_address(listen).with_context(|| format!("--listen {listen}"))?;
+    }
+    if let Some(journal) = &args.journal
+        && journal.is_dir()
+    {
+        anyhow::bail!(
+            "--journal {}: a directory, not a journal file",
+            journal.display()
+        );
+    }
+    if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
+        let read = |path: &std::path::Path| {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        weir::net::tls::server_config(&read(cert)?, &read(key)?)
+            .context("--cert and --key do not make a certificate and its key")?;
+    }
     Ok(())
 }

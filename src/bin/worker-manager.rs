@@ -19,7 +19,7 @@ struct Args {
     #[command(flatten)]
     common: weir::telemetry::CommonArgs,
     /// This manager's id (what waterfall_v1 rows name). Default: worker type and process id.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     id: Option<String>,
     /// Worker type of every worker it starts (what waterfall_v2 rows name).
     #[arg(long, default_value = "default")]

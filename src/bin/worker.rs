@@ -21,14 +21,14 @@ use weir::worker::env::{FactsSource, LocalEnv};
 struct Args {
     #[command(flatten)]
     common: weir::telemetry::CommonArgs,
-    /// Tasks run at once (default: the number of CPUs).
-    #[arg(long)]
+    /// Tasks run at once, at least 1 (default: the number of CPUs).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     slots: Option<u32>,
     /// Amounts this worker has, consumed while tasks run: `cpu=4,memory=16GB,gpu=1`.
     #[arg(long, default_value = "", value_name = "NAME=AMOUNT,...")]
     capabilities: String,
     /// Name shown in `weir status` (default: HOSTNAME-PID).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     name: Option<String>,
     /// Worker type (set by its worker manager).
     #[arg(long, default_value = "")]
@@ -132,6 +132,12 @@ fn run(args: Args) -> Result<()> {
         total_memory,
         cpus: args.cpus,
     };
+    // Refused alike by `--check` and by a worker that starts.
+    for (at, spec) in args.env_plugins.iter().enumerate() {
+        if args.env_plugins[..at].iter().any(|e| e.name == spec.name) {
+            bail!("--env-plugin: environment `{}` given twice", spec.name);
+        }
+    }
     if args.check {
         return check(&args, &facts);
     }
@@ -139,9 +145,6 @@ fn run(args: Args) -> Result<()> {
     let host = PluginHost::with_default_cache().context("cannot start the plugin host")?;
     let mut local_environments: Vec<LocalEnv> = Vec::new();
     for spec in &args.env_plugins {
-        if local_environments.iter().any(|e| e.name == spec.name) {
-            bail!("--env-plugin: environment `{}` given twice", spec.name);
-        }
         let bytes = spec.bytes()?;
         host.load(&spec.name, &bytes, Some(World::Environment))?;
         local_environments.push(LocalEnv {

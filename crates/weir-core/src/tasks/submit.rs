@@ -309,9 +309,17 @@ impl Tasks {
                 queues.insert((std::cmp::Reverse(group.spec.priority), group.class));
             }
             let mut place = None;
+            // Held ahead and never reported started: not an attempt (as when its worker is lost).
+            let mut unstarted = false;
             if let (TaskState::Running, Some(w)) = (task.state, task.worker) {
                 per_worker.entry(w).or_default().push(id);
-                place = self.workers.get(&w).map(|w| super::ran_on(&w.info));
+                if let Some(worker) = self.workers.get(&w) {
+                    unstarted = worker.waiting.contains(&id);
+                    place = (!unstarted).then(|| super::ran_on(&worker.info));
+                }
+            }
+            if unstarted && let Some(task) = self.task_mut(id) {
+                task.attempts = task.attempts.saturating_sub(1);
             }
             let canceled_outcome = Outcome::Error {
                 message: "canceled".into(),

@@ -336,6 +336,33 @@ fn a_revoke_is_only_for_tasks_the_idle_worker_can_run() {
 
 // ---- drained workers ----
 
+/// Canceled while held ahead, never reported started: no run is counted, and `weir explain`
+/// says it never started (found by an attack run: 258 such tasks said "1 run"). The one in the
+/// slot ran.
+#[test]
+fn a_task_canceled_while_held_ahead_never_started() {
+    let mut core = with_prefetch(4);
+    let (job, tasks) = quick_job(&mut core, 5, &[], 0);
+    let w = core.worker_joined(10, worker(1, &[])).unwrap().0;
+    core.schedule(10);
+    assert_eq!(dispatched(&core.take_effects())[&w], tasks);
+    assert_eq!(core.cancel_job(job), 5);
+    let results = core.results(job).unwrap();
+    let attempts: Vec<(u64, u32)> = (results.iter())
+        .filter(|r| tasks.contains(&r.task))
+        .map(|r| (r.task, r.attempts))
+        .collect();
+    let want: Vec<(u64, u32)> = (tasks.iter())
+        .map(|&t| (t, u32::from(t == tasks[0])))
+        .collect();
+    assert_eq!(attempts, want);
+    let said = core.explain(20, tasks[1]).unwrap().join("\n");
+    assert!(said.contains("it never started"), "{said}");
+    let said = core.explain(20, tasks[0]).unwrap().join("\n");
+    assert!(said.contains("1 run"), "{said}");
+    core.sanity_check().unwrap();
+}
+
 #[test]
 fn a_drained_worker_is_asked_for_what_it_holds_ahead_and_never_gets_it_again() {
     let mut core = with_prefetch(4);

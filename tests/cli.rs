@@ -776,3 +776,29 @@ fn check_modes_refuse_the_flags_a_start_refuses() {
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// `weir bench` checks its `--policy` files before it measures anything, and says it does not
+/// print JSON rather than print tables under `--output json`.
+#[test]
+fn bench_refuses_a_wrong_policy_file_and_json_at_once() {
+    let (out, _cache) = weir(&[
+        "bench",
+        "--plugins-only",
+        "--policy",
+        "plugins/fixtures/hostile_task.wasm",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("does not implement the `policy` world"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).is_empty(), "measured first: {}", stdout(&out));
+    let (out, _cache) = weir(&["--output", "json", "bench", "--plugins-only"]);
+    assert_eq!(out.status.code(), Some(1));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        error["error"].as_str().unwrap().contains("not JSON"),
+        "{error}"
+    );
+}

@@ -349,6 +349,9 @@ fn run(cli: &Cli, output: &dyn Output) -> Result<()> {
         }
         Command::Demo => demo::run(&host()?, output),
         Command::Local(args) => block_on(local::run(args, output)),
+        Command::Bench(_) if cli.output == output::Mode::Json => anyhow::bail!(
+            "weir bench prints markdown tables, not JSON (--markdown FILE writes them to a file)"
+        ),
         Command::Bench(args) => block_on(bench::run(args)),
         Command::Submit(args) => connected(&reach, output, async |client| {
             submit::run(client, args, output, &reach).await

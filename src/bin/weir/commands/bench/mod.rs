@@ -141,6 +141,8 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
     if let Some(dir) = &args.bare_quic_server {
         return quic_floor::serve(dir).await;
     }
+    let content = weir::config::content_arg(args.policy_content.as_deref().unwrap_or(""))?;
+    plugins::check_policies(&args.policies, &content)?;
     let mut report = Report { lines: Vec::new() };
     report.row(format!("machine: {}", machine()));
     report.row(format!(
@@ -179,7 +181,6 @@ pub(crate) async fn run(args: &BenchArgs) -> Result<()> {
     plugins::costs(&mut report)?;
     report.row(String::new());
     if !args.policies.is_empty() {
-        let content = weir::config::content_arg(args.policy_content.as_deref().unwrap_or(""))?;
         plugins::policy_costs(&args.policies, &content, &mut report)?;
         report.row(String::new());
     }

@@ -80,6 +80,18 @@ fn snapshot(managers: usize, workers: usize) -> Arc<Snapshot> {
     })
 }
 
+/// The policy components given on the command line load as policies, and are created with
+/// the content: checked before anything is measured, so a wrong file fails at once.
+pub(super) fn check_policies(files: &[std::path::PathBuf], content: &str) -> Result<()> {
+    let host = PluginHost::new(None)?;
+    for file in files {
+        let loaded = host.load_file(file, Some(World::Policy))?;
+        host.policy(&loaded, content, Limits::default())
+            .with_context(|| format!("{}: cannot be created with the content", file.display()))?;
+    }
+    Ok(())
+}
+
 /// `decide` of policy components given on the command line (a policy author's own, in any
 /// language), on the snapshots the bundled engines are timed on.
 pub(super) fn policy_costs(

@@ -42,7 +42,9 @@ struct Cli {
     )]
     access_file: PathBuf,
     /// When the scheduler does not answer but its access file is there (it may be restarting),
-    /// keep trying this many seconds before giving up (0: give up at once).
+    /// keep trying this many seconds before giving up (0: try once). The first attempt is
+    /// always whole, up to 5 s (a dead scheduler answers nothing), so a timeout under that
+    /// ends with it.
     #[arg(
         long,
         global = true,

@@ -291,6 +291,19 @@ fn the_read_only_token_shows_status_but_cannot_change_anything_or_fetch_results(
         watcher,
         "left as it was"
     );
+    // A worker given it fails at once, saying why (it has no worker token).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_worker"))
+        .arg("--access-file")
+        .arg(&read)
+        .args(["--reconnect-timeout", "600"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("has no worker token"),
+        "{}",
+        text(&out.stderr)
+    );
     // The client token still does all of it.
     let done = cluster.json(&["submit", "--count", "2", "--wait", "--", "true"]);
     assert_eq!(done["counts"]["succeeded"], 2, "{done}");

@@ -100,7 +100,7 @@ pub enum SessionEnd<E = Infallible> {
 /// Run sessions with the scheduler, reconnecting after it goes away: back off from 0.2 s to 5 s,
 /// re-read the access file each time (a restarted scheduler may have a new address), and give up
 /// `timeout` after the last working session. A session stopped by a signal ends the loop, with
-/// that signal.
+/// that signal. For workers and managers: an access file without their token fails at once.
 pub async fn reconnecting<F, Fut, E, S>(
     access_file: &Path,
     timeout: Duration,
@@ -122,6 +122,16 @@ where
     let mut said: Option<Instant> = None;
     loop {
         let outcome = match AccessFile::read(access_file) {
+            // A file without the workers' token (a read-only access file) is refused at every
+            // hello: said at once, not after the reconnect timeout.
+            Ok(access) if access.worker_token.is_empty() => {
+                return Err(NetError::Access(format!(
+                    "{} has no worker token (a read-only access file?): a {who} needs the \
+                     scheduler's own access file",
+                    access_file.display()
+                ))
+                .into());
+            }
             // The session handles SIGTERM itself (closing its connection cleanly); one that
             // arrives while connecting is kept by `signals` and seen below.
             Ok(access) => session(access).await,

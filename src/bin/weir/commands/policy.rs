@@ -63,6 +63,7 @@ pub(crate) fn simulate(
     plot: Option<&Path>,
     output: &dyn Output,
 ) -> Result<()> {
+    check_plot(plot)?;
     let spec = args.spec()?;
     let mut policy = spec.instantiate(host, Limits::default())?;
     let mut steps = Vec::new();
@@ -90,6 +91,22 @@ pub(crate) fn simulate(
     Ok(())
 }
 
+/// The plot is SVG: a file named otherwise would hold what its name does not say. Checked
+/// before the policy runs.
+fn check_plot(plot: Option<&Path>) -> Result<()> {
+    if let Some(path) = plot
+        && !path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"))
+    {
+        anyhow::bail!(
+            "--plot {}: the plot is SVG; name the file .svg",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 fn draw(drawn: &[(Snapshot, Vec<weir::core::scaling::Decision>)], path: &Path) -> Result<()> {
     #[cfg(feature = "plot")]
     return super::plot::draw(drawn, path);
@@ -112,6 +129,7 @@ pub(crate) fn simulate_workload(
     plot: Option<&Path>,
     output: &dyn Output,
 ) -> Result<()> {
+    check_plot(plot)?;
     let spec = args.spec()?;
     let mut policy = spec.instantiate(host, Limits::default())?;
     let workload = super::workload::Workload::read(workload)?;
@@ -220,9 +238,21 @@ pub(crate) fn test(
 fn snapshots(trace: &Path) -> Result<Vec<Snapshot>> {
     let text = std::fs::read_to_string(trace)
         .with_context(|| format!("cannot read {}", trace.display()))?;
-    if let Ok(snapshots) = serde_json::from_str(&text) {
-        return Ok(snapshots);
+    let snapshots: Vec<Snapshot> = match serde_json::from_str(&text) {
+        Ok(snapshots) => snapshots,
+        Err(_) => lines_of(trace, &text)?,
+    };
+    if snapshots.is_empty() {
+        anyhow::bail!(
+            "{}: no snapshot in it (a trace is one JSON snapshot per line, or a JSON array of them: \
+             `scheduler --record-snapshots FILE` writes one)",
+            trace.display()
+        );
     }
+    Ok(snapshots)
+}
+
+fn lines_of(trace: &Path, text: &str) -> Result<Vec<Snapshot>> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())

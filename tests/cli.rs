@@ -802,3 +802,33 @@ fn bench_refuses_a_wrong_policy_file_and_json_at_once() {
         "{error}"
     );
 }
+
+/// `policy simulate` says what is wrong with its files before it runs the policy: a trace with
+/// no snapshot, a plot not named `.svg` (it writes SVG).
+#[test]
+fn simulate_refuses_an_empty_trace_and_a_plot_it_would_misname() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "\n").unwrap();
+    let empty = empty.to_str().unwrap();
+    let png = dir.path().join("plot.png");
+    let png = png.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--trace", empty], "no snapshot in it"),
+        (vec!["--trace", empty, "--plot", png], "name the file .svg"),
+    ] {
+        let mut all = vec![
+            "policy",
+            "simulate",
+            "--policy",
+            "waterfall_v2",
+            "--content",
+            "1, a",
+        ];
+        all.extend(args);
+        let (out, _cache) = weir(&all);
+        assert_eq!(out.status.code(), Some(1), "{all:?}");
+        assert!(stderr(&out).contains(says), "{all:?}: {}", stderr(&out));
+    }
+    assert!(!Path::new(png).exists());
+}

@@ -832,3 +832,17 @@ fn simulate_refuses_an_empty_trace_and_a_plot_it_would_misname() {
     }
     assert!(!Path::new(png).exists());
 }
+
+/// Under `--output json` a command line that does not parse is one JSON value with the whole
+/// message (its first line alone ended in a colon, naming nothing).
+#[test]
+fn a_command_line_that_does_not_parse_is_one_json_error_that_says_what_is_missing() {
+    let (out, _cache) = weir(&["--output", "json", "cancel"]);
+    assert_eq!(out.status.code(), Some(2));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
+    let error = value["error"].as_str().unwrap();
+    assert!(
+        error.contains("not provided") && error.contains("<JOB>"),
+        "{error}"
+    );
+}

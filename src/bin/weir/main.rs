@@ -275,9 +275,16 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         // Asked for JSON: even a command line that does not parse answers with one JSON value.
         Err(error) if json_asked() && error.use_stderr() => {
+            // The whole message but the usage lines: a first line alone may end in a colon
+            // ("the following required arguments were not provided:") before what it names.
             let text = error.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            let message = first.strip_prefix("error: ").unwrap_or(first);
+            let message: Vec<&str> = (text.lines())
+                .map(str::trim)
+                .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more"))
+                .filter(|line| !line.is_empty())
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
             output::print_json_error(message);
             return ExitCode::from(2);
         }

@@ -127,8 +127,10 @@ struct Args {
     #[arg(long, value_parser = seconds, value_name = "SECONDS")]
     forget_after: Option<Duration>,
     /// Fail queued tasks that no live worker and no worker manager could run (capabilities no
-    /// one has, environments no one matches) once that has lasted this many seconds. Default:
-    /// they wait for a worker that qualifies, and `weir explain TASK` says why.
+    /// one has, environments no one matches) once that has lasted this many seconds (after a
+    /// restart on a journal, counted once the previous run's workers could be back: 21.3 s on
+    /// the default lease). Default: they wait for a worker that qualifies, and `weir explain
+    /// TASK` says why.
     #[arg(long, value_parser = seconds, value_name = "SECONDS")]
     unschedulable_timeout: Option<Duration>,
     /// The lease on a worker's running tasks. Each heartbeat of a worker asks for it, and only

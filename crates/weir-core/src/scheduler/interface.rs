@@ -38,8 +38,10 @@ pub struct Config {
     pub max_drain_percent: u32,
     /// Fail queued tasks nothing could run for this long (`None`: they wait).
     pub unschedulable_timeout_ms: Option<u64>,
-    /// After a journal's replay, how long no queued task is judged one nothing can run: the
-    /// workers of the previous run are still coming back (RELIABILITY.md, "Restarts").
+    /// After a journal's replay that brought jobs back, how long no queued task is judged one
+    /// nothing can run (told to a waiting client, or failed by `unschedulable_timeout_ms`,
+    /// whose clock starts after it): the workers of the previous run are still coming back
+    /// (RELIABILITY.md, the row on a restart while a `weir wait` waits).
     pub restart_grace_ms: u64,
     /// The policy in force at start (its name is in the errors about its decisions). Read once:
     /// the scaling loop keeps the one in force from then on (`weir policy set` replaces it).

@@ -114,7 +114,6 @@ impl Scheduler {
     pub(super) fn replayed(&mut self, now: u64) {
         self.tasks.replayed();
         self.tasks.fence_unfinished(now);
-        self.unrunnable_from = now.saturating_add(self.config.restart_grace_ms);
         self.tasks.take_effects();
         self.actions.clear();
         if self.config.journal && self.tasks.forgotten_tasks_since_compaction() > 0 {
@@ -123,6 +122,9 @@ impl Scheduler {
         }
         let status = self.tasks.status();
         if status.jobs > 0 {
+            // A previous run had work: its workers are still coming back. (A new journal, or
+            // a replica cluster's first term, had none: nothing to wait for.)
+            self.unrunnable_from = now.saturating_add(self.config.restart_grace_ms);
             tracing::info!(
                 jobs = status.jobs,
                 forgotten_tasks = self.tasks.forgotten_tasks_since_compaction(),

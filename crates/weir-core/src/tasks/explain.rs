@@ -163,10 +163,12 @@ impl Tasks {
 
 /// Where a final task ran, how often, and how it ended.
 fn ended(task: &Task) -> Vec<String> {
-    let runs = match task.attempts {
-        0 => "it never started".to_string(),
-        1 => "1 run".to_string(),
-        n => format!("{n} runs (retried after lost workers)"),
+    let runs = match (task.attempts, task.state) {
+        // Canceled while held ahead: its start was not reported (it may have just begun).
+        (0, TaskState::Canceled) => "no start of it was reported before it was canceled".into(),
+        (0, _) => "it never started".to_string(),
+        (1, _) => "1 run".to_string(),
+        (n, _) => format!("{n} runs (retried after lost workers)"),
     };
     let Some(ended) = &task.outcome else {
         return vec![runs, "its result was forgotten".into()];
@@ -174,7 +176,10 @@ fn ended(task: &Task) -> Vec<String> {
     let place = match (&ended.ran_on, task.attempts) {
         (_, 0) => runs,
         (Some(place), _) => format!("ran last on {place}; {runs}"),
-        (None, _) => format!("{runs}; where is not known (it ended before a scheduler restart)"),
+        (None, _) => format!(
+            "{runs}; where is not known (it ended before a scheduler restart, or was canceled \
+             while held ahead)"
+        ),
     };
     let outcome = match &ended.outcome {
         Outcome::Exited {

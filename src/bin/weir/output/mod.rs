@@ -148,11 +148,20 @@ impl JobDone {
 /// A job ended with failed or canceled tasks. The JSON output carries it in the job's own
 /// value.
 #[derive(Debug, thiserror::Error)]
-#[error("job {job}: {failed} task(s) failed, {canceled} canceled (see `weir results {job}`)")]
+#[error("job {job}: {} (see `weir results {job}`)", ended(*failed, *canceled))]
 pub(crate) struct TasksFailed {
     pub job: JobId,
     pub failed: u64,
     pub canceled: u64,
+}
+
+/// "N task(s) failed", "N canceled", or both.
+fn ended(failed: u64, canceled: u64) -> String {
+    match (failed, canceled) {
+        (f, 0) => format!("{f} task(s) failed"),
+        (0, c) => format!("{c} task(s) canceled"),
+        (f, c) => format!("{f} task(s) failed, {c} canceled"),
+    }
 }
 
 /// A wait stopped: the scheduler says `task` can run nowhere.

@@ -441,4 +441,26 @@ fn after_a_restart_no_task_is_unrunnable_until_the_previous_workers_could_be_bac
             "never told"
         );
     }
+    // A new journal (no job came back: a first start, a replica cluster's first term) has no
+    // previous run to wait for: told after the 2 s, as without a journal.
+    let mut fresh = Scheduler::new(config(true));
+    fresh.handle(10, Input::Replayed);
+    fresh.take_actions();
+    round(
+        &mut fresh,
+        10,
+        vec![
+            manager_joins(manager("m2")),
+            from_client(1, submit(3)),
+            from_client(2, Request::Wait { job: 1 }),
+        ],
+    );
+    let mut at = 10;
+    while !told(&mut fresh, at) {
+        at += 500;
+        assert!(
+            at <= 10 + crate::scheduler::UNRUNNABLE_AFTER_MS + 1_000,
+            "not told within the 2 s rule on a new journal"
+        );
+    }
 }

@@ -55,6 +55,8 @@ pub enum ValueError {
     CapabilityTwice(String),
     #[error("`{0}` is not zero or a positive number of seconds")]
     Seconds(String),
+    #[error("`{0}` seconds is more than this accepts (at most 10^12)")]
+    TooManySeconds(String),
     #[error("`{0}`: must be more than zero seconds")]
     ZeroSeconds(String),
     #[error("`{0}` is not zero or a positive number a second up to 1000000 (e.g. 500, 0.5)")]
@@ -365,6 +367,9 @@ pub fn seconds(text: &str) -> Result<std::time::Duration, ValueError> {
     match text.trim().parse::<f64>() {
         Ok(value) if value >= 0.0 && value.is_finite() && value < 1e12 => {
             Ok(std::time::Duration::from_secs_f64(value))
+        }
+        Ok(value) if value.is_finite() && value >= 1e12 => {
+            Err(ValueError::TooManySeconds(text.to_string()))
         }
         _ => Err(ValueError::Seconds(text.to_string())),
     }

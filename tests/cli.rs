@@ -271,6 +271,11 @@ fn durations_in_seconds_are_checked_the_same_way_by_every_executable() {
         error.contains("`soon` is not zero or a positive number of seconds"),
         "{error}"
     );
+    let error = run(
+        scheduler,
+        &["--forget-after", "99999999999999999999", "--check"],
+    );
+    assert!(error.contains("more than this accepts"), "{error}");
     let error = run(env!("CARGO_BIN_EXE_worker"), &["--env-recheck", "inf"]);
     assert!(
         error.contains("`inf` is not zero or a positive number"),

@@ -96,3 +96,19 @@ fn content_errors_name_the_line_in_native_and_wasm_alike() {
         }
     }
 }
+
+/// Large content (30,000 rows, ~400 KB, under the 1 MiB limit) parses, and a member listed
+/// twice is named with the line that listed it first, however far apart they are.
+#[test]
+fn large_content_parses_and_a_repeat_names_its_first_line() {
+    let rows: String = (1..=30_000).map(|i| format!("{i}, t{i}\n")).collect();
+    let policy = Policy::parse(Flavor::WorkerType, &rows).expect("parses");
+    assert_eq!(policy.rules.len(), 30_000);
+    let repeated = format!("{rows}7, t2\n");
+    let error = Policy::parse(Flavor::WorkerType, &repeated).unwrap_err();
+    assert_eq!(error.line, Some(30_001));
+    assert!(
+        error.message.contains("already listed on line 2"),
+        "{error}"
+    );
+}

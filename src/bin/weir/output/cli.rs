@@ -143,6 +143,9 @@ impl Output for Cli {
             let tier = match (m.fixed, m.tier) {
                 (Some(n), _) => format!("fixed {n}"),
                 (None, Some(p)) => format!("priority {p}"),
+                // The policy's tiers do not name it, but it decides for it (a policy whose
+                // tiers are not manager ids or worker types): scaled, in no tier shown.
+                (None, None) if m.desired.is_some() => "no tier".to_string(),
                 (None, None) => "unlisted".to_string(),
             };
             let desired = m.desired.map_or("-".to_string(), |d| d.to_string());

@@ -295,6 +295,9 @@ fn forgotten_outcome() -> Outcome {
     }
 }
 
+/// (Reverse priority, class): queues in the order they are served ([`Group::queue`]).
+type QueueKey = (std::cmp::Reverse<i32>, usize);
+
 #[derive(Default)]
 pub struct Tasks {
     config: Config,
@@ -345,8 +348,9 @@ pub struct Tasks {
     runtimes: Vec<VecDeque<u64>>,
     /// The latest finished runs, in the order they ended (`stream.rs`).
     runs: VecDeque<Run>,
-    /// (Reverse priority, class) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily.
-    queues: BTreeMap<(std::cmp::Reverse<i32>, usize), VecDeque<TaskId>>,
+    /// A queue ([`QueueKey`]) -> FIFO of queued tasks. May hold canceled tasks, skipped lazily
+    /// (never at its front).
+    queues: BTreeMap<QueueKey, VecDeque<TaskId>>,
     /// Queued tasks that may not run before a time (`fence_ms`): by that time, oldest first.
     /// Claimed or canceled ones are skipped lazily when they are released.
     fenced: BTreeMap<u64, Vec<TaskId>>,

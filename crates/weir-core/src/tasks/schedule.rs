@@ -215,8 +215,7 @@ impl Tasks {
         let Some(group) = self.task(id).and_then(|t| self.groups.get(&t.group)) else {
             return;
         };
-        let key = (std::cmp::Reverse(group.spec.priority), group.class);
-        if let Some(queue) = self.queues.get_mut(&key) {
+        if let Some(queue) = self.queues.get_mut(&group.queue()) {
             queue.retain(|t| *t != id);
         }
         self.fenced.retain(|_, tasks| {
@@ -231,8 +230,7 @@ impl Tasks {
         let Some(group) = self.task(id).and_then(|t| self.groups.get(&t.group)) else {
             return;
         };
-        let key = (std::cmp::Reverse(group.spec.priority), group.class);
-        self.queues.entry(key).or_default().push_front(id);
+        self.queues.entry(group.queue()).or_default().push_front(id);
     }
 
     /// Fenced tasks whose time has come go back to the front of their queues.

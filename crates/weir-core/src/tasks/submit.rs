@@ -91,6 +91,11 @@ impl Group {
     pub fn input(&self, index: u32) -> Option<&[u8]> {
         self.inputs.get(index as usize)
     }
+
+    /// The queue its tasks wait in: higher priority first, then by class.
+    pub(super) fn queue(&self) -> QueueKey {
+        (std::cmp::Reverse(self.spec.priority), self.class)
+    }
 }
 
 impl Tasks {
@@ -207,24 +212,22 @@ impl Tasks {
             let gid = self.next_group;
             let class = self.class_of(&new.spec);
             let first = self.tasks.next_id();
-            let priority = std::cmp::Reverse(new.spec.priority);
             if let TaskKind::Wasm { component } = &new.spec.kind {
                 self.components.use_one(component);
             }
-            self.groups.insert(
-                gid,
-                Arc::new(Group {
-                    id: gid,
-                    job,
-                    spec: new.spec,
-                    inputs: Inputs::new(new.inputs),
-                    first_task: first,
-                    class,
-                    submitted: now,
-                }),
-            );
+            let group = Arc::new(Group {
+                id: gid,
+                job,
+                spec: new.spec,
+                inputs: Inputs::new(new.inputs),
+                first_task: first,
+                class,
+                submitted: now,
+            });
+            let key = group.queue();
+            self.groups.insert(gid, group);
             self.queued_by_class[class] += n;
-            let queue = self.queues.entry((priority, class)).or_default();
+            let queue = self.queues.entry(key).or_default();
             for id in first..first + n {
                 self.tasks.push(Task {
                     group: gid,
@@ -306,7 +309,7 @@ impl Tasks {
             if task.state == TaskState::Queued
                 && let Some(group) = self.groups.get(&task.group)
             {
-                queues.insert((std::cmp::Reverse(group.spec.priority), group.class));
+                queues.insert(group.queue());
             }
             let mut place = None;
             // Held ahead and never reported started: not an attempt (as when its worker is lost).

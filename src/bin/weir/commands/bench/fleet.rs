@@ -283,16 +283,8 @@ async fn connect(
     access: &AccessFile,
     role: Role,
 ) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream)> {
-    let mut tries = 0;
-    loop {
-        match net::connect_on(endpoint, access, role).await {
-            Ok(connected) => return Ok(connected),
-            Err(error) if tries < 10 => {
-                tries += 1;
-                tracing::debug!(%error, tries, "simulated peer: connecting again");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
+    super::tried_again("simulated peer", || async {
+        Ok(net::connect_on(endpoint, access, role).await?)
+    })
+    .await
 }

@@ -211,6 +211,28 @@ impl Drop for Scratch {
     }
 }
 
+/// `attempt` until it succeeds, at most 11 times 100 ms apart: a connection the scheduler (or
+/// the bare server) drops while swamped by the others' handshakes is tried again, as a real
+/// peer would.
+pub(crate) async fn tried_again<T, F, Fut>(what: &str, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(error) if tries < 10 => {
+                tries += 1;
+                tracing::debug!(%error, tries, "{what}: trying again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// `--simulated-idle-beats` as given, once the scheduler would take it.
 fn idle_beats_text(text: &str) -> Result<String, weir::config::ValueError> {
     weir::config::idle_beats(text).map(|_| text.to_string())

@@ -170,26 +170,15 @@ async fn open(
     endpoint: &quinn::Endpoint,
     address: std::net::SocketAddr,
 ) -> Result<(quinn::Connection, quinn::SendStream, quinn::RecvStream)> {
-    let mut tries = 0;
-    loop {
-        let attempt = async {
-            let connection = endpoint.connect(address, net::tls::SERVER_NAME)?.await?;
-            let (mut send, mut recv) = connection.open_bi().await?;
-            send.write_all(&[1]).await?;
-            let mut byte = [0u8; 1];
-            recv.read_exact(&mut byte).await?;
-            anyhow::Ok((connection, send, recv))
-        };
-        match attempt.await {
-            Ok(opened) => return Ok(opened),
-            Err(error) if tries < 10 => {
-                tries += 1;
-                tracing::debug!(%error, tries, "bare connection: trying again");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(error) => return Err(error),
-        }
-    }
+    super::tried_again("bare connection", || async {
+        let connection = endpoint.connect(address, net::tls::SERVER_NAME)?.await?;
+        let (mut send, mut recv) = connection.open_bi().await?;
+        send.write_all(&[1]).await?;
+        let mut byte = [0u8; 1];
+        recv.read_exact(&mut byte).await?;
+        Ok((connection, send, recv))
+    })
+    .await
 }
 
 /// The row beside the scheduler's: KiB per peer of the bare server and of the scheduler, and

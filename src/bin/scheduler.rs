@@ -367,10 +367,8 @@ fn check_flags(args: &Args) -> Result<()> {
         );
     }
     if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
-        let read = |path: &std::path::Path| {
-            std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
-        };
-        weir::net::tls::server_config(&read(cert)?, &read(key)?)
+        let (cert, key) = weir::scheduler::read_certificate(cert, key)?;
+        weir::net::tls::server_config(&cert, &key)
             .context("--cert and --key do not make a certificate and its key")?;
     }
     Ok(())

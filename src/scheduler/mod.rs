@@ -23,7 +23,7 @@ mod seams;
 mod web;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -422,13 +422,18 @@ pub async fn run_with(
 /// The certificate and key: from `--cert/--key`, else kept in `scheduler-key.pem` /
 /// `scheduler-cert.pem` beside the access file (created on first start), so restarts keep
 /// the identity peers pinned.
-fn certificate(settings: &Settings) -> Result<(String, String), SchedulerError> {
-    let read = |p: &PathBuf| {
+/// `--cert` and `--key` as PEM text (read as a start reads them; `scheduler --check` too).
+pub fn read_certificate(cert: &Path, key: &Path) -> Result<(String, String), SchedulerError> {
+    let read = |p: &Path| {
         std::fs::read_to_string(p)
             .map_err(|e| SchedulerError::Certificate(format!("cannot read {}: {e}", p.display())))
     };
+    Ok((read(cert)?, read(key)?))
+}
+
+fn certificate(settings: &Settings) -> Result<(String, String), SchedulerError> {
     if let Some((cert, key)) = &settings.cert {
-        return Ok((read(cert)?, read(key)?));
+        return read_certificate(cert, key);
     }
     let dir = settings
         .access_file

@@ -235,56 +235,47 @@ fn the_read_only_token_shows_status_but_cannot_change_anything_or_fetch_results(
             text(&out.stderr)
         );
     }
+    // Each refusal below: the program exits 1 saying why.
+    let refused = |command: &mut std::process::Command, says: &str| {
+        let out = command.output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
+    };
+    let scheduler = || std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"));
     // The read-only file cannot be the access file itself.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"))
-        .args([
+    refused(
+        scheduler().args([
             "--listen",
             "127.0.0.1:0",
             "--access-file",
             read_flag,
             "--read-access-file",
             read_flag,
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("is the access file itself"),
-        "{}",
-        text(&out.stderr)
+        ]),
+        "is the access file itself",
     );
     // Spelt otherwise, and before either file exists (checked with the flags: `--check`).
     let fresh = files.path().join("new.json");
     std::fs::create_dir(files.path().join("sub")).unwrap();
     let spelt = files.path().join("sub").join("..").join("new.json");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"))
-        .arg("--check")
-        .arg("--access-file")
-        .arg(&fresh)
-        .arg("--read-access-file")
-        .arg(&spelt)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
-    assert!(
-        text(&out.stderr).contains("is the access file itself"),
-        "{}",
-        text(&out.stderr)
+    refused(
+        scheduler()
+            .arg("--check")
+            .arg("--access-file")
+            .arg(&fresh)
+            .arg("--read-access-file")
+            .arg(&spelt),
+        "is the access file itself",
     );
     // Nor does a scheduler take it for its own (beside the certificate it was made with):
     // reusing it would make the worker token empty, overwriting it would cut everyone off.
     let mistaken = cluster.access_file().with_file_name("watch.json");
     std::fs::copy(&read, &mistaken).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scheduler"))
-        .args(["--listen", "127.0.0.1:0", "--access-file"])
-        .arg(&mistaken)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("has no worker or client token"),
-        "{}",
-        text(&out.stderr)
+    refused(
+        scheduler()
+            .args(["--listen", "127.0.0.1:0", "--access-file"])
+            .arg(&mistaken),
+        "has no worker or client token",
     );
     assert_eq!(
         weir::net::AccessFile::read(&mistaken).unwrap(),
@@ -292,17 +283,12 @@ fn the_read_only_token_shows_status_but_cannot_change_anything_or_fetch_results(
         "left as it was"
     );
     // A worker given it fails at once, saying why (it has no worker token).
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_worker"))
-        .arg("--access-file")
-        .arg(&read)
-        .args(["--reconnect-timeout", "600"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("has no worker token"),
-        "{}",
-        text(&out.stderr)
+    refused(
+        std::process::Command::new(env!("CARGO_BIN_EXE_worker"))
+            .arg("--access-file")
+            .arg(&read)
+            .args(["--reconnect-timeout", "600"]),
+        "has no worker token",
     );
     // The client token still does all of it.
     let done = cluster.json(&["submit", "--count", "2", "--wait", "--", "true"]);

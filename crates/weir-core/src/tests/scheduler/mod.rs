@@ -21,6 +21,7 @@ mod paces;
 mod policy;
 mod resend;
 mod twins;
+mod unrunnable;
 mod walltime;
 
 fn config(journal: bool) -> Config {
